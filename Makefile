@@ -1,0 +1,82 @@
+# One entry point for developers and CI. Needs only Python 3.11+ and the package registries:
+# uv is bootstrapped into .tools/, the test environment comes from uv.lock, and aws-sam-cli
+# (which pins its own boto3) lives in an isolated uv tool environment.
+SHELL := /bin/bash
+PYTHON ?= python3
+TOOLS := $(CURDIR)/.tools
+UV := $(TOOLS)/bin/uv
+SAM := $(TOOLS)/bin/sam
+UV_VERSION := 0.13.8
+SAM_CLI_VERSION := 1.170.0
+RUN := $(UV) run --frozen --no-sync
+export UV_TOOL_DIR := $(TOOLS)/uv-tools
+export UV_TOOL_BIN_DIR := $(TOOLS)/bin
+export UV_PROJECT_ENVIRONMENT := $(CURDIR)/.venv
+ENV ?= default
+LAYER_REQUIREMENTS ?= layers/shared/requirements.txt
+FUNCTION ?= ToolWorker
+EVENT ?= events/tool_worker/healthy-batch.json
+# The layer ships everything the lock pins except what the Lambda runtime provides.
+RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
+
+.PHONY: help env lint test unit build deploy invoke bench layer-requirements expanded clean
+
+help:
+	@echo "make test     lint + all tests (creates the environment from uv.lock)"
+	@echo "make build    sam build (no Docker, no python3.13 needed)"
+	@echo "make deploy   sam deploy (ENV=default|prod; guided on first use)"
+	@echo "make invoke   FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json"
+	@echo "make bench    benchmarks -> docs/benchmarks.md"
+
+$(UV):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+$(SAM): | $(UV)
+	$(UV) tool install --quiet aws-sam-cli==$(SAM_CLI_VERSION)
+
+env: $(UV)
+	$(UV) sync --frozen --quiet
+
+layer-requirements: $(UV)
+	$(UV) export --frozen --no-dev --no-hashes --no-header --no-emit-project \
+		$(addprefix --no-emit-package ,$(RUNTIME_PROVIDED)) --output-file $(LAYER_REQUIREMENTS) --quiet
+
+build/expanded-template.json: template.yaml env
+	$(RUN) python -m devstack.template $@
+
+expanded: build/expanded-template.json
+
+lint: env $(SAM) build/expanded-template.json
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
+	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
+	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- build/expanded-template.json
+	$(SAM) validate --lint --template template.yaml --region us-east-1
+
+unit: env
+	$(RUN) pytest -q
+
+test: lint build unit
+
+build: $(SAM) layer-requirements
+	$(SAM) build --template template.yaml
+
+deploy: build
+	@if grep -q "^\[$(ENV).deploy.parameters\]" samconfig.toml; then \
+		$(SAM) deploy --config-env $(ENV) $(SAM_DEPLOY_FLAGS); \
+	elif [ -t 0 ]; then \
+		$(SAM) deploy --guided --config-env $(ENV); \
+	else \
+		echo "samconfig.toml has no [$(ENV).deploy.parameters]: run 'make deploy ENV=$(ENV)' once in a terminal (guided) and commit samconfig.toml" >&2; \
+		exit 1; \
+	fi
+
+invoke: env
+	$(RUN) python -m devstack.invoke $(FUNCTION) $(EVENT)
+
+bench: env
+	$(RUN) python -m tests.bench
+
+clean:
+	rm -rf .aws-sam build .venv .pytest_cache .ruff_cache

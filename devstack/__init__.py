@@ -1,0 +1,1 @@
+"""Development-only tooling that reads template.yaml; never deployed."""

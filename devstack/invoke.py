@@ -1,0 +1,55 @@
+"""`make invoke FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json`: the no-Docker twin of
+`sam local invoke`. The function runs in this process with the handler, environment and timeout
+its template entry declares, against resources created from template.yaml on moto.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import boto3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make invoke", description=__doc__)
+    parser.add_argument("function", help="logical id in template.yaml, e.g. ToolWorker")
+    parser.add_argument("event", type=Path, help="event fixture, e.g. events/tool_worker/healthy-batch.json")
+    args = parser.parse_args(argv)
+
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "local",
+        "AWS_SECRET_ACCESS_KEY": "local",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "POWERTOOLS_TRACE_DISABLED": "1",
+    }.items():
+        os.environ.setdefault(name, value)
+    event = json.loads(args.event.read_text())
+
+    from moto import mock_aws
+
+    from devstack.environment import LocalEnvironment
+    from devstack.runtime import HandlerImportError
+
+    with mock_aws():
+        environment = LocalEnvironment(boto3.client)
+        environment.seed_datasets()
+        if args.function not in environment.stack.functions():
+            parser.error(f"{args.function} is not a function in template.yaml: {sorted(environment.stack.functions())}")
+        try:
+            response = environment.invoke(args.function, event)
+        except HandlerImportError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        except Exception as error:  # noqa: BLE001 - shown the way Lambda reports an unhandled error
+            print(json.dumps({"errorType": type(error).__name__, "errorMessage": str(error)}, indent=2))
+            return 1
+        print(json.dumps(response, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Local twins of Lambda's event sources, driven by the expanded template's mappings."""

@@ -1,0 +1,158 @@
+"""SQS event source mapping, as Lambda runs it.
+
+https://docs.aws.amazon.com/lambda/latest/dg/with-sqs.html
+- polls up to BatchSize messages, waiting up to MaximumBatchingWindowInSeconds to fill a batch;
+- deletes messages that match no FilterCriteria pattern without invoking the function;
+- an invocation that raises leaves the whole batch on the queue (visible again after the queue's
+  visibility timeout); with ReportBatchItemFailures only the reported messages stay, and a
+  malformed report counts as a failure of the whole batch;
+- redrive to the DLQ after maxReceiveCount is SQS's own behaviour (moto implements it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from devstack.filters import RecordFilter
+
+log = logging.getLogger("devstack.sqs")
+
+MAX_RECEIVE = 10  # ReceiveMessage returns at most 10 messages per call
+
+
+@dataclass
+class BatchOutcome:
+    received: int = 0
+    filtered_out: int = 0
+    invoked: bool = False
+    failed_ids: tuple[str, ...] = ()
+    error: str | None = None
+
+
+class SqsEventSource:
+    def __init__(
+        self,
+        mapping: dict[str, Any],
+        queue_url: str,
+        sqs_client: Any,
+        invoke: Callable[[dict[str, Any]], Any],
+        region: str,
+    ) -> None:
+        self.mapping = mapping
+        self.queue_url = queue_url
+        self.queue_arn = mapping["EventSourceArn"]
+        self.sqs = sqs_client
+        self.invoke = invoke
+        self.region = region
+        self.batch_size = int(mapping.get("BatchSize", 10))
+        self.window = float(mapping.get("MaximumBatchingWindowInSeconds", 0))
+        self.report_failures = "ReportBatchItemFailures" in mapping.get("FunctionResponseTypes", [])
+        self.filter = RecordFilter(mapping.get("FilterCriteria"))
+        self.enabled = mapping.get("Enabled", True) is not False
+
+    def poll_once(self, wait: bool = False) -> BatchOutcome:
+        """Receive one batch and deliver it. wait=True honours the batching window (long-running mode)."""
+        messages = self._receive_batch(wait)
+        outcome = BatchOutcome(received=len(messages))
+        records = []
+        for message in messages:
+            record = self._record(message)
+            if self.filter.matches(record):
+                records.append(record)
+            else:
+                outcome.filtered_out += 1
+                self._delete([message["ReceiptHandle"]])
+        if not records:
+            return outcome
+        outcome.invoked = True
+        try:
+            response = self.invoke({"Records": records})
+        except Exception as error:  # noqa: BLE001 - the whole batch returns to the queue, as on AWS
+            outcome.error = f"{type(error).__name__}: {error}"
+            outcome.failed_ids = tuple(r["messageId"] for r in records)
+            log.warning("batch of %d failed as a whole: %s", len(records), outcome.error)
+            return outcome
+        failed = self._failed_ids(response, records)
+        outcome.failed_ids = tuple(failed)
+        self._delete([r["receiptHandle"] for r in records if r["messageId"] not in failed])
+        return outcome
+
+    def drain(self, max_batches: int = 100) -> list[BatchOutcome]:
+        """Deliver batches until the queue has nothing visible (tests and `make invoke`)."""
+        outcomes = []
+        for _ in range(max_batches):
+            outcome = self.poll_once()
+            if not outcome.received:
+                break
+            outcomes.append(outcome)
+        return outcomes
+
+    # ------------------------------------------------------------------ internals
+    def _receive_batch(self, wait: bool) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + (self.window if wait else 0)
+        messages: list[dict[str, Any]] = []
+        while len(messages) < self.batch_size:
+            received = self.sqs.receive_message(
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=min(MAX_RECEIVE, self.batch_size - len(messages)),
+                WaitTimeSeconds=1 if wait and not messages else 0,
+                AttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
+            messages.extend(received)
+            if not received and (not wait or time.monotonic() >= deadline or messages):
+                break
+            if wait and time.monotonic() >= deadline:
+                break
+        return messages
+
+    def _record(self, message: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "messageId": message["MessageId"],
+            "receiptHandle": message["ReceiptHandle"],
+            "body": message["Body"],
+            "attributes": dict(message.get("Attributes", {})),
+            "messageAttributes": {
+                name: {
+                    "stringValue": value.get("StringValue"),
+                    "binaryValue": value.get("BinaryValue"),
+                    "stringListValues": value.get("StringListValues", []),
+                    "binaryListValues": value.get("BinaryListValues", []),
+                    "dataType": value["DataType"],
+                }
+                for name, value in message.get("MessageAttributes", {}).items()
+            },
+            "md5OfBody": message.get("MD5OfBody") or hashlib.md5(message["Body"].encode()).hexdigest(),  # noqa: S324
+            "eventSource": "aws:sqs",
+            "eventSourceARN": self.queue_arn,
+            "awsRegion": self.region,
+        }
+
+    def _failed_ids(self, response: Any, records: list[dict[str, Any]]) -> set[str]:
+        if not self.report_failures:
+            return set()
+        ids = {r["messageId"] for r in records}
+        items = response.get("batchItemFailures") if isinstance(response, dict) else None
+        if items is None:
+            return set()
+        try:
+            failed = {item["itemIdentifier"] for item in items}
+        except (TypeError, KeyError):
+            failed = set(ids)
+        if not failed <= ids or "" in failed or None in failed:
+            log.warning("invalid batchItemFailures report: the whole batch fails")
+            return ids
+        return failed
+
+    def _delete(self, receipt_handles: list[str]) -> None:
+        for start in range(0, len(receipt_handles), MAX_RECEIVE):
+            chunk = receipt_handles[start : start + MAX_RECEIVE]
+            self.sqs.delete_message_batch(
+                QueueUrl=self.queue_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": handle} for i, handle in enumerate(chunk)],
+            )

@@ -1,0 +1,306 @@
+"""A local stack: the expanded template's resources created in moto with their declared properties.
+
+Resources are created on demand in dependency order (a queue's RedrivePolicy needs its DLQ's ARN,
+so resolving that GetAtt creates the DLQ first). Functions are not deployed anywhere: they become
+FunctionSpecs that devstack.runtime runs in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from devstack.intrinsics import Scope, Unsupported
+from devstack.template import LOCAL_REGION, ROOT, Template, load_template
+
+log = logging.getLogger("devstack")
+
+LOCAL_ACCOUNT = "123456789012"
+LOCAL_STACK_NAME = "mcp-backend-local"
+
+# Resource types with no local behaviour: IAM is not enforced, logs go to stdout.
+_NO_LOCAL_EFFECT = {
+    "AWS::IAM::Role",
+    "AWS::IAM::Policy",
+    "AWS::Logs::LogGroup",
+    "AWS::Lambda::Permission",
+    "AWS::Lambda::Version",
+    "AWS::Lambda::Alias",
+}
+
+
+@dataclass
+class Created:
+    ref: Any
+    attributes: dict[str, Any] = field(default_factory=dict)
+    properties: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    logical_id: str
+    name: str
+    arn: str
+    handler: str
+    code_dir: Path
+    layer_dirs: tuple[Path, ...]
+    timeout: int
+    memory_size: int
+    environment: dict[str, str]
+
+
+class LocalStack:
+    def __init__(
+        self,
+        client_factory: Callable[[str], Any],
+        template: Template | None = None,
+        parameters: dict[str, Any] | None = None,
+        region: str = LOCAL_REGION,
+        stack_name: str = LOCAL_STACK_NAME,
+    ) -> None:
+        self.template = template or load_template()
+        self.client = client_factory
+        self.region = region
+        self.stack_name = stack_name
+        values = {**self.template.parameter_defaults(), **(parameters or {})}
+        self.scope = Scope(
+            parameters=values,
+            mappings=self.template.expanded.get("Mappings", {}),
+            conditions=self.template.expanded.get("Conditions", {}),
+            region=region,
+            account_id=LOCAL_ACCOUNT,
+            stack_name=stack_name,
+            ref=lambda logical_id: self.ensure(logical_id).ref,
+            get_att=self._get_att,
+        )
+        self.created: dict[str, Created] = {}
+        self.notices: list[str] = []
+        self._creating: set[str] = set()
+
+    # ------------------------------------------------------------------ public
+    def create_all(self) -> LocalStack:
+        for logical_id, resource in self.template.resources().items():
+            if self._active(resource):
+                try:
+                    self.ensure(logical_id)
+                except Unsupported as reason:
+                    self._notice(logical_id, str(reason))
+        return self
+
+    def ensure(self, logical_id: str) -> Created:
+        if logical_id in self.created:
+            return self.created[logical_id]
+        if logical_id in self._creating:
+            raise Unsupported(f"{logical_id}: circular reference")
+        resource = self.template.resource(logical_id)
+        self._creating.add(logical_id)
+        try:
+            creator = _CREATORS.get(resource["Type"])
+            properties = self.scope.resolve(resource.get("Properties", {}))
+            if creator is not None:
+                created = creator(self, logical_id, properties)
+            else:
+                if resource["Type"] not in _NO_LOCAL_EFFECT:
+                    self._notice(logical_id, f"type {resource['Type']} is not emulated locally")
+                name = self.physical_name(logical_id)
+                created = Created(ref=name, attributes={"Arn": self.arn("local", name)})
+            created.properties = properties
+            self.created[logical_id] = created
+            return created
+        finally:
+            self._creating.discard(logical_id)
+
+    def physical_name(self, logical_id: str) -> str:
+        return f"{self.stack_name}-{logical_id}"
+
+    def arn(self, service: str, resource: str) -> str:
+        return f"arn:aws:{service}:{self.region}:{LOCAL_ACCOUNT}:{resource}"
+
+    def output(self, name: str) -> Any:
+        return self.scope.resolve(self.template.expanded["Outputs"][name]["Value"])
+
+    def functions(self) -> dict[str, FunctionSpec]:
+        return {
+            logical_id: self.function(logical_id)
+            for logical_id, resource in self.template.resources("AWS::Lambda::Function").items()
+            if self._active(resource)
+        }
+
+    def function(self, logical_id: str) -> FunctionSpec:
+        created = self.ensure(logical_id)
+        spec = created.attributes.get("Spec")
+        if spec is None:
+            raise Unsupported(f"{logical_id} is not a function with local code")
+        return spec
+
+    def event_source_mappings(self) -> dict[str, dict[str, Any]]:
+        """Resolved AWS::Lambda::EventSourceMapping properties, by logical id."""
+        return {
+            logical_id: self.ensure(logical_id).properties
+            for logical_id, resource in self.template.resources("AWS::Lambda::EventSourceMapping").items()
+            if self._active(resource)
+        }
+
+    def logical_id_for_arn(self, arn: str) -> str:
+        for logical_id, created in self.created.items():
+            if created.attributes.get("Arn") == arn:
+                return logical_id
+        raise KeyError(arn)
+
+    # ------------------------------------------------------------------ internals
+    def _active(self, resource: dict[str, Any]) -> bool:
+        condition = resource.get("Condition")
+        return condition is None or self.scope.condition(condition)
+
+    def _get_att(self, logical_id: str, attribute: str) -> Any:
+        created = self.ensure(logical_id)
+        if attribute not in created.attributes:
+            raise Unsupported(f"Fn::GetAtt {logical_id}.{attribute} is not emulated locally")
+        return created.attributes[attribute]
+
+    def _notice(self, logical_id: str, message: str) -> None:
+        line = f"{logical_id}: {message}"
+        if line not in self.notices:
+            self.notices.append(line)
+            log.warning("not emulated: %s", line)
+
+
+# ---------------------------------------------------------------------- creators
+_SQS_ATTRIBUTES = (
+    "DelaySeconds",
+    "MaximumMessageSize",
+    "MessageRetentionPeriod",
+    "ReceiveMessageWaitTimeSeconds",
+    "VisibilityTimeout",
+    "KmsMasterKeyId",
+    "KmsDataKeyReusePeriodSeconds",
+    "SqsManagedSseEnabled",
+    "FifoQueue",
+    "ContentBasedDeduplication",
+    "DeduplicationScope",
+    "FifoThroughputLimit",
+)
+
+
+def _sqs_queue(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    name = props.get("QueueName") or stack.physical_name(logical_id) + (".fifo" if props.get("FifoQueue") else "")
+    attributes = {key: _attribute_text(props[key]) for key in _SQS_ATTRIBUTES if key in props}
+    for policy in ("RedrivePolicy", "RedriveAllowPolicy"):
+        if policy in props:
+            attributes[policy] = json.dumps(props[policy])
+    url = stack.client("sqs").create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+    arn = stack.arn("sqs", name)
+    return Created(ref=url, attributes={"Arn": arn, "QueueName": name, "QueueUrl": url})
+
+
+def _dynamodb_table(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    name = props.get("TableName") or stack.physical_name(logical_id)
+    request: dict[str, Any] = {
+        "TableName": name,
+        "KeySchema": props["KeySchema"],
+        "AttributeDefinitions": props["AttributeDefinitions"],
+        "BillingMode": props.get("BillingMode", "PROVISIONED"),
+    }
+    for key in ("GlobalSecondaryIndexes", "LocalSecondaryIndexes", "ProvisionedThroughput"):
+        if key in props:
+            request[key] = props[key]
+    if "StreamSpecification" in props:
+        request["StreamSpecification"] = {"StreamEnabled": True, **props["StreamSpecification"]}
+    if "SSESpecification" in props:
+        request["SSESpecification"] = {
+            "Enabled": bool(props["SSESpecification"].get("SSEEnabled")),
+            **{k: v for k, v in props["SSESpecification"].items() if k in ("SSEType", "KMSMasterKeyId")},
+        }
+    dynamodb = stack.client("dynamodb")
+    table = dynamodb.create_table(**request)["TableDescription"]
+    ttl = props.get("TimeToLiveSpecification")
+    if ttl and ttl.get("Enabled"):
+        dynamodb.update_time_to_live(
+            TableName=name,
+            TimeToLiveSpecification={"AttributeName": ttl["AttributeName"], "Enabled": True},
+        )
+    pitr = props.get("PointInTimeRecoverySpecification", {})
+    if pitr.get("PointInTimeRecoveryEnabled"):
+        dynamodb.update_continuous_backups(
+            TableName=name,
+            PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True},
+        )
+    attributes = {"Arn": table["TableArn"]}
+    if table.get("LatestStreamArn"):
+        attributes["StreamArn"] = table["LatestStreamArn"]
+    return Created(ref=name, attributes=attributes)
+
+
+def _sns_topic(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    name = props.get("TopicName") or stack.physical_name(logical_id)
+    attributes = {k: _attribute_text(props[k]) for k in ("KmsMasterKeyId", "FifoTopic") if k in props}
+    sns = stack.client("sns")
+    arn = sns.create_topic(Name=name, Attributes=attributes)["TopicArn"]
+    for subscription in props.get("Subscription", []):
+        sns.subscribe(TopicArn=arn, Protocol=subscription["Protocol"], Endpoint=subscription["Endpoint"])
+    return Created(ref=arn, attributes={"TopicArn": arn, "TopicName": name})
+
+
+def _cloudwatch_alarm(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    name = props.get("AlarmName") or stack.physical_name(logical_id)
+    keys = (
+        "AlarmDescription", "Namespace", "MetricName", "Dimensions", "Statistic", "Period",
+        "EvaluationPeriods", "Threshold", "ComparisonOperator", "TreatMissingData", "AlarmActions",
+    )  # fmt: skip
+    request = {key: props[key] for key in keys if key in props}
+    stack.client("cloudwatch").put_metric_alarm(AlarmName=name, **request)
+    return Created(ref=name, attributes={"Arn": stack.arn("cloudwatch", f"alarm:{name}")})
+
+
+def _lambda_function(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    name = props.get("FunctionName") or stack.physical_name(logical_id)
+    arn = stack.arn("lambda", f"function:{name}")
+    code = props.get("Code", {})
+    if code.get("S3Bucket") != "local-artifacts":
+        raise Unsupported(f"{logical_id}.Code is not a local folder")
+    layers = tuple(Path(layer) for layer in props.get("Layers", []))
+    spec = FunctionSpec(
+        logical_id=logical_id,
+        name=name,
+        arn=arn,
+        handler=props["Handler"],
+        code_dir=ROOT / code["S3Key"],
+        layer_dirs=layers,
+        timeout=int(props.get("Timeout", 3)),
+        memory_size=int(props.get("MemorySize", 128)),
+        environment={k: _attribute_text(v) for k, v in props.get("Environment", {}).get("Variables", {}).items()},
+    )
+    return Created(ref=name, attributes={"Arn": arn, "Spec": spec})
+
+
+def _layer_version(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    content = props.get("Content", {})
+    if content.get("S3Bucket") != "local-artifacts":
+        raise Unsupported(f"{logical_id}.Content is not a local folder")
+    # Ref of a layer version is its ARN; locally the layer is its source folder on sys.path.
+    return Created(ref=str(ROOT / content["S3Key"]))
+
+
+def _event_source_mapping(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    return Created(ref=logical_id)
+
+
+def _attribute_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+_CREATORS: dict[str, Callable[[LocalStack, str, dict[str, Any]], Created]] = {
+    "AWS::SQS::Queue": _sqs_queue,
+    "AWS::DynamoDB::Table": _dynamodb_table,
+    "AWS::SNS::Topic": _sns_topic,
+    "AWS::CloudWatch::Alarm": _cloudwatch_alarm,
+    "AWS::Lambda::Function": _lambda_function,
+    "AWS::Lambda::LayerVersion": _layer_version,
+    "AWS::Lambda::EventSourceMapping": _event_source_mapping,
+}

@@ -1,0 +1,1 @@
+"""Code shared by every function of the MCP backend; shipped once, in the shared layer."""

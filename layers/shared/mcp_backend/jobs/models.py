@@ -1,0 +1,41 @@
+"""Payloads of the job pipeline."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+JOB_ID_PATTERN = r"^[A-Za-z0-9_-]{8,64}$"
+
+
+class JobStatus(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+class JobMessage(BaseModel):
+    """The body of one job-queue message (what submit_analysis enqueues)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+    job_id: str = Field(pattern=JOB_ID_PATTERN)
+    user_id: str = Field(min_length=1, max_length=128)
+    tool: str = Field(min_length=1, max_length=64)
+    input: dict[str, Any]
+    submitted_at: datetime | None = None
+
+    def body(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=True)
+
+
+class JobError(BaseModel):
+    """What a failed job records: the error's type and a message that carries no payload."""
+
+    type: str
+    message: str

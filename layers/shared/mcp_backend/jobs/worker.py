@@ -1,0 +1,118 @@
+"""What ToolWorker does with one job-queue record. Every failure raises: only batchItemFailures
+decide what SQS redelivers, and after maxReceiveCount receives SQS moves the message to the DLQ."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.idempotency import idempotent_function
+from aws_lambda_powertools.utilities.parser import parse
+from pydantic import ValidationError
+
+from mcp_backend.config import WorkerSettings
+from mcp_backend.jobs.errors import (
+    JobOwnershipError,
+    MalformedJobMessage,
+    UnknownTool,
+    describe_validation_error,
+)
+from mcp_backend.jobs.idempotency import InProgressWindow, job_idempotency
+from mcp_backend.jobs.models import JobError, JobMessage
+from mcp_backend.jobs.store import JobStore
+from mcp_backend.observability import logger, tool_invocation, tracer
+from mcp_backend.tools.errors import ToolError
+from mcp_backend.tools.fetch import FetchPolicy
+from mcp_backend.tools.registry import TOOLS, Tool, ToolContext
+
+
+def describe_failure(error: BaseException) -> JobError:
+    """Error type and a message safe to store and show: tool and pipeline errors are written to be."""
+    if isinstance(error, (ToolError, MalformedJobMessage, JobOwnershipError, UnknownTool)):
+        return JobError(type=type(error).__name__, message=str(error)[:1000])
+    # Unexpected errors may carry anything in their text; keep the type, drop the text.
+    return JobError(type=type(error).__name__, message="unexpected error in the worker; see its logs by jobId")
+
+
+def parse_job(record: SQSRecord) -> JobMessage:
+    try:
+        return parse(event=json.loads(record.body), model=JobMessage)
+    except json.JSONDecodeError:
+        raise MalformedJobMessage("message body is not valid JSON") from None
+    except ValidationError as error:
+        raise MalformedJobMessage(f"message body is not a job: {describe_validation_error(error)}") from None
+
+
+class JobWorker:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        store: JobStore,
+        tools: dict[str, Tool] | None = None,
+        idempotency_client: Any = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.tools = TOOLS if tools is None else tools
+        self.fetch_policy = FetchPolicy(
+            max_bytes=settings.dataset_max_bytes,
+            allow_private_hosts=settings.dataset_allow_private_hosts,
+        )
+        self._config, persistence = job_idempotency(
+            settings.idempotency_table_name, settings.idempotency_ttl_seconds, idempotency_client
+        )
+        self._run_once = idempotent_function(
+            data_keyword_argument="job", config=self._config, persistence_store=persistence
+        )(self._run)
+
+    def start_invocation(self, lambda_context: Any) -> None:
+        self._config.register_lambda_context(InProgressWindow(lambda_context, self.settings.function_timeout_seconds))
+
+    def process(self, record: SQSRecord) -> dict[str, Any]:
+        """Record handler for BatchProcessor: returns on success, raises on any failure."""
+        attempt = int(record.attributes.approximate_receive_count)
+        final_attempt = attempt >= self.settings.job_max_receive_count
+        logger.append_keys(message_id=record.message_id, attempt=attempt)
+        try:
+            job = parse_job(record)
+        except MalformedJobMessage as error:
+            logger.warning("malformed job message", extra={"reason": str(error), "final_attempt": final_attempt})
+            if final_attempt:
+                # No job id to attach it to: the reason is kept under the DLQ message's own id.
+                self._record_failure(f"message-{record.message_id}", "unknown", error, record.message_id, "")
+            raise
+        logger.append_keys(job_id=job.job_id, tool=job.tool)
+        logger.set_correlation_id(job.job_id)
+        try:
+            return self._run_once(job=job, attempt=attempt)
+        except Exception as error:
+            logger.warning(
+                "job attempt failed",
+                extra={"error_type": type(error).__name__, "final_attempt": final_attempt},
+            )
+            if final_attempt:
+                self._record_failure(job.job_id, job.user_id, error, record.message_id, job.tool)
+            raise
+        finally:
+            logger.remove_keys(["job_id", "tool", "message_id", "attempt"])
+
+    @tracer.capture_method(capture_response=False)
+    def _run(self, job: JobMessage, attempt: int) -> dict[str, Any]:
+        tool = self.tools.get(job.tool)
+        if tool is None:
+            raise UnknownTool(f"no tool named {job.tool!r}")
+        self.store.mark_running(job, attempt)
+        with tool_invocation(job.tool):
+            result = tool(job.input, ToolContext(user_id=job.user_id, fetch_policy=self.fetch_policy))
+        self.store.mark_succeeded(job, result)
+        logger.info("job succeeded")
+        # Cached by the idempotency layer: keep it small, the result itself lives in JobTable.
+        return {"jobId": job.job_id, "status": "SUCCEEDED"}
+
+    def _record_failure(self, job_id: str, user_id: str, error: BaseException, message_id: str, tool: str) -> None:
+        try:
+            self.store.mark_failed(job_id, user_id, describe_failure(error), message_id, tool)
+        except JobOwnershipError:
+            # Another user's job id: its record stays untouched; the message still goes to the DLQ.
+            logger.warning("final failure not recorded: job belongs to another user")

@@ -1,0 +1,44 @@
+"""Logger, Tracer and Metrics shared by every handler (seed 001's decorator stack builds on these)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+# Constant labels only: per-tool labels are per-record dimensions (bounded metric streams).
+metrics.set_default_dimensions(
+    Service=os.environ.get("POWERTOOLS_SERVICE_NAME", "mcp-backend"),
+    Environment=os.environ.get("ENVIRONMENT", "dev"),
+)
+
+
+@contextmanager
+def tool_invocation(tool_name: str) -> Iterator[None]:
+    """Count, time and annotate one tool run; flushes its own EMF blob so ToolName stays per-run.
+
+    A batch mixes tools, so a handler-wide ToolName dimension would mislabel all but one record.
+    """
+    tracer.put_annotation(key="ToolName", value=tool_name)
+    metrics.add_dimension(name="ToolName", value=tool_name)
+    metrics.add_metric(name="ToolInvocation", unit=MetricUnit.Count, value=1)
+    started = time.monotonic()
+    try:
+        yield
+    except Exception:
+        metrics.add_metric(name="ToolError", unit=MetricUnit.Count, value=1)
+        tracer.put_annotation(key="Status", value="error")
+        raise
+    else:
+        metrics.add_metric(name="ToolSuccess", unit=MetricUnit.Count, value=1)
+        tracer.put_annotation(key="Status", value="success")
+    finally:
+        metrics.add_metric(name="ToolDuration", unit=MetricUnit.Milliseconds, value=(time.monotonic() - started) * 1000)
+        metrics.flush_metrics()

@@ -1,0 +1,387 @@
+"""analyze_dataset: row count, columns and per-column statistics of a CSV, JSON Lines or JSON-array dataset.
+
+CSV and JSON Lines are parsed as the bytes stream in; only a JSON array is held whole (the fetch
+policy caps its size). Results and errors describe the data's shape, never its values beyond the
+per-column min/max/mean of numeric columns.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+import itertools
+import json
+import math
+import re
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from mcp_backend.tools.errors import DatasetUnparseable, redact_url
+from mcp_backend.tools.fetch import DatasetStream, FetchPolicy, S3Client, open_dataset, split_s3_url
+
+if TYPE_CHECKING:
+    import httpx
+
+# Exact distinct counting stops here per column; read at call time so tests can lower it.
+DISTINCT_COUNT_BOUND = 10_000
+PROGRESS_EVERY_ROWS = 1_000
+
+ProgressCallback = Callable[[float, str], None]
+DatasetFormat = Literal["csv", "jsonl", "json"]
+
+_URL_SCHEMES = frozenset({"https", "http", "s3"})
+_SUFFIX_FORMATS: dict[str, DatasetFormat] = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+# Plain decimal notation only: float() would also take "nan", "inf", "1_000" and surrounding spaces.
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_CSV_SUMMARY_HEADER = ("name", "type", "nullCount", "distinctCount", "min", "max", "mean")
+
+
+class AnalyzeOptions(BaseModel):
+    # hide_input_in_errors: a rejected URL may carry credentials; errors must not echo it.
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    max_rows: int | None = Field(None, ge=1, le=1_000_000)
+    output_format: Literal["json", "csv"] = "json"
+
+
+class AnalyzeInput(BaseModel):
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    dataset_url: str = Field(max_length=2048)
+    options: AnalyzeOptions = Field(default_factory=AnalyzeOptions)
+
+    @field_validator("dataset_url")
+    @classmethod
+    def _check_dataset_url(cls, value: str) -> str:
+        # Whether http:// (or a host) is allowed is the fetch policy's call; this checks shape only.
+        if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+            raise ValueError("must not contain whitespace or control characters")
+        try:
+            parts = urlsplit(value)
+            _ = parts.port  # raises on a malformed port
+        except ValueError:
+            raise ValueError("is not a valid URL") from None
+        scheme = parts.scheme.lower()
+        if scheme not in _URL_SCHEMES:
+            raise ValueError("must be an s3:// or https:// URL")
+        if scheme == "s3":
+            if split_s3_url(value) is None:
+                raise ValueError("must look like s3://bucket/key")
+        elif not parts.hostname:
+            raise ValueError("must include a host")
+        return value
+
+
+def analyze_dataset(
+    request: AnalyzeInput,
+    *,
+    policy: FetchPolicy,
+    s3_client: S3Client | None = None,
+    transport: httpx.BaseTransport | None = None,
+    progress: ProgressCallback | None = None,
+) -> dict[str, Any]:
+    """Fetch `request.dataset_url` under `policy` and summarise it.
+
+    Raises a ToolError subclass for anything wrong with the URL or the data; `transport` is for tests.
+    """
+    report: ProgressCallback = progress or _no_progress
+    report(0.0, "Fetching dataset")
+    max_rows = request.options.max_rows
+    with open_dataset(request.dataset_url, policy, s3_client=s3_client, transport=transport) as stream:
+        rows = _RowCounter(stream, report)
+        try:
+            first_char, text = _peek_first_char(_decode_utf8(stream))
+            dataset_format = _detect_format(request.dataset_url, first_char)
+            if dataset_format == "csv":
+                columns, truncated = _analyze_csv(text, max_rows, rows)
+            elif dataset_format == "jsonl":
+                columns, truncated = _analyze_json_lines(text, max_rows, rows)
+            else:
+                columns, truncated = _analyze_json_array(text, max_rows, rows)
+        except UnicodeDecodeError:
+            raise DatasetUnparseable(f"Dataset is not valid UTF-8 text (after data row {rows.count})") from None
+        bytes_read = stream.bytes_read
+
+    result: dict[str, Any] = {
+        "datasetUrl": redact_url(request.dataset_url),
+        "format": dataset_format,
+        "rowCount": rows.count,
+        "truncated": truncated,
+        "columns": [column.summary(rows.count) for column in columns],
+        "bytesRead": bytes_read,
+    }
+    if request.options.output_format == "csv":
+        result["columnsCsv"] = _columns_csv(result["columns"])
+    report(1.0, f"Analyzed {rows.count} rows")
+    return result
+
+
+def _no_progress(_fraction: float, _message: str) -> None:
+    return None
+
+
+class _RowCounter:
+    """Counts data rows and reports progress every PROGRESS_EVERY_ROWS of them."""
+
+    def __init__(self, stream: DatasetStream, report: ProgressCallback) -> None:
+        self.count = 0
+        self._stream = stream
+        self._report = report
+
+    def row_done(self) -> None:
+        self.count += 1
+        if self.count % PROGRESS_EVERY_ROWS == 0:
+            total = self._stream.content_length
+            fraction = min(self._stream.bytes_read / total, 0.99) if total else 0.5
+            self._report(fraction, f"Analyzed {self.count} rows")
+
+
+class _ColumnStats:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.non_null = 0
+        self._distinct: set[Hashable] = set()
+        self._bound = DISTINCT_COUNT_BOUND
+        self.distinct_capped = False
+        self.numeric = True  # until a non-null value is not a number
+        self.minimum = math.inf
+        self.maximum = -math.inf
+        self.mean = 0.0
+
+    def observe(self, key: Hashable, number: float | None) -> None:
+        """Count one non-null value: `key` identifies it for distinct counting, `number` if numeric."""
+        self.non_null += 1
+        if not self.distinct_capped and key not in self._distinct:
+            if len(self._distinct) >= self._bound:
+                self.distinct_capped = True
+                self._distinct = set()  # the count is now the bound; free the values
+            else:
+                self._distinct.add(key)
+        if self.numeric:
+            if number is None:
+                self.numeric = False
+            else:
+                self.minimum = min(self.minimum, number)
+                self.maximum = max(self.maximum, number)
+                # Running mean: a running sum could overflow where the mean would not.
+                self.mean += (number - self.mean) / self.non_null
+
+    def observe_text(self, value: str) -> None:
+        if value == "":
+            return  # CSV null
+        # Parsing is skipped once the column is known not to be numeric: it dominates CSV time.
+        self.observe(value, _parse_number(value) if self.numeric else None)
+
+    def observe_json(self, value: Any) -> None:
+        if value is None:
+            return
+        self.observe(_json_key(value), _json_number(value))
+
+    def summary(self, row_count: int) -> dict[str, Any]:
+        is_number = self.numeric and self.non_null > 0
+        if self.non_null == 0:
+            column_type = "empty"
+        elif is_number:
+            column_type = "number"
+        else:
+            column_type = "string"
+        return {
+            "name": self.name,
+            "type": column_type,
+            "nullCount": row_count - self.non_null,
+            "distinctCount": self._bound if self.distinct_capped else len(self._distinct),
+            "distinctCountCapped": self.distinct_capped,
+            "min": self.minimum if is_number else None,
+            "max": self.maximum if is_number else None,
+            "mean": self.mean if is_number else None,
+        }
+
+
+def _parse_number(text: str) -> float | None:
+    if not _NUMBER.fullmatch(text):
+        return None
+    number = float(text)
+    return number if math.isfinite(number) else None
+
+
+def _json_number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float range
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _json_key(value: Any) -> Hashable:
+    # Tagged so that true, 1 and "1" stay distinct (True == 1 in Python); 1 and 1.0 are one value.
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int | float):
+        return ("number", value)
+    if isinstance(value, str):
+        return ("string", value)
+    return ("json", json.dumps(value, sort_keys=True, separators=(",", ":")))
+
+
+# --- decoding and format detection -------------------------------------------------------------------
+
+
+def _decode_utf8(chunks: Iterable[bytes]) -> Iterator[str]:
+    """Text pieces of a UTF-8 byte stream (BOM dropped); raises UnicodeDecodeError on bad bytes."""
+    decoder = codecs.getincrementaldecoder("utf-8-sig")()
+    for chunk in chunks:
+        if text := decoder.decode(chunk):
+            yield text
+    if tail := decoder.decode(b"", final=True):
+        yield tail
+
+
+def _peek_first_char(pieces: Iterator[str]) -> tuple[str, Iterator[str]]:
+    """The first non-whitespace character ("" if none) and the unconsumed stream of pieces."""
+    buffered: list[str] = []
+    for piece in pieces:
+        buffered.append(piece)
+        if stripped := piece.lstrip():
+            return stripped[0], itertools.chain(buffered, pieces)
+    return "", iter(buffered)
+
+
+def _detect_format(url: str, first_char: str) -> DatasetFormat:
+    path = urlsplit(redact_url(url)).path.lower()
+    for suffix, dataset_format in _SUFFIX_FORMATS.items():
+        if path.endswith(suffix):
+            return dataset_format
+    if first_char == "[":
+        return "json"
+    if first_char == "{":
+        return "jsonl"  # also for .json: one object per line is a common use of that suffix
+    return "json" if path.endswith(".json") else "csv"
+
+
+def _lines(pieces: Iterable[str]) -> Iterator[str]:
+    """Lines ending in "\\n" (kept) across piece boundaries; splitting only on "\\n" keeps other
+    line-break characters inside CSV fields and JSON strings."""
+    pending: list[str] = []
+    for piece in pieces:
+        start = 0
+        while (end := piece.find("\n", start)) != -1:
+            pending.append(piece[start : end + 1])
+            yield "".join(pending)
+            pending.clear()
+            start = end + 1
+        if start < len(piece):
+            pending.append(piece[start:])
+    if pending:
+        yield "".join(pending)
+
+
+# --- formats -----------------------------------------------------------------------------------------
+
+
+def _analyze_csv(pieces: Iterable[str], max_rows: int | None, rows: _RowCounter) -> tuple[list[_ColumnStats], bool]:
+    reader = csv.reader(_lines(pieces))
+    try:
+        header = next((record for record in reader if record), None)
+    except csv.Error:
+        raise DatasetUnparseable("CSV dataset is malformed at the header row") from None
+    if header is None:
+        raise DatasetUnparseable("CSV dataset is empty: it has no header row")
+    seen: set[str] = set()
+    for position, name in enumerate(header, start=1):
+        if name in seen:
+            raise DatasetUnparseable(f"CSV header repeats a column name (column {position})")
+        seen.add(name)
+
+    columns = [_ColumnStats(name) for name in header]
+    try:
+        for record in reader:
+            if not record:
+                continue  # blank line
+            if max_rows is not None and rows.count >= max_rows:
+                return columns, True
+            if len(record) != len(columns):
+                raise DatasetUnparseable(
+                    f"CSV data row {rows.count + 1} has {len(record)} fields; the header has {len(columns)}"
+                )
+            for column, value in zip(columns, record, strict=True):
+                column.observe_text(value)
+            rows.row_done()
+    except csv.Error:
+        raise DatasetUnparseable(f"CSV dataset is malformed at data row {rows.count + 1}") from None
+    return columns, False
+
+
+def _analyze_json_lines(
+    pieces: Iterable[str], max_rows: int | None, rows: _RowCounter
+) -> tuple[list[_ColumnStats], bool]:
+    columns: dict[str, _ColumnStats] = {}
+    for line_number, line in enumerate(_lines(pieces), start=1):
+        if not line.strip():
+            continue
+        if max_rows is not None and rows.count >= max_rows:
+            return list(columns.values()), True
+        try:
+            record = _loads(line)
+        except (ValueError, RecursionError):
+            raise DatasetUnparseable(f"JSON Lines dataset has invalid JSON on line {line_number}") from None
+        if not isinstance(record, dict):
+            raise DatasetUnparseable(f"JSON Lines dataset line {line_number} is not a JSON object")
+        _observe_object(columns, record)
+        rows.row_done()
+    return list(columns.values()), False
+
+
+def _analyze_json_array(
+    pieces: Iterable[str], max_rows: int | None, rows: _RowCounter
+) -> tuple[list[_ColumnStats], bool]:
+    text = "".join(pieces)  # bounded by the fetch policy's max_bytes; decoding errors propagate
+    try:
+        data = _loads(text)
+    except json.JSONDecodeError as error:
+        raise DatasetUnparseable(f"JSON dataset is invalid at line {error.lineno} column {error.colno}") from None
+    except (ValueError, RecursionError):
+        raise DatasetUnparseable("JSON dataset is invalid") from None
+    del text  # only the parsed rows are needed from here on
+    if not isinstance(data, list):
+        raise DatasetUnparseable("JSON dataset must be an array of objects")
+    columns: dict[str, _ColumnStats] = {}
+    for record in data:
+        if max_rows is not None and rows.count >= max_rows:
+            return list(columns.values()), True
+        if not isinstance(record, dict):
+            raise DatasetUnparseable(f"JSON dataset row {rows.count + 1} is not an object")
+        _observe_object(columns, record)
+        rows.row_done()
+    return list(columns.values()), False
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _observe_object(columns: dict[str, _ColumnStats], record: dict[str, Any]) -> None:
+    # Columns are ordered by first appearance; a key missing from a row counts as null there.
+    for name, value in record.items():
+        column = columns.get(name)
+        if column is None:
+            column = columns[name] = _ColumnStats(name)
+        column.observe_json(value)
+
+
+def _columns_csv(columns: list[dict[str, Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(_CSV_SUMMARY_HEADER)
+    for column in columns:
+        writer.writerow(["" if column[key] is None else column[key] for key in _CSV_SUMMARY_HEADER])
+    return out.getvalue()

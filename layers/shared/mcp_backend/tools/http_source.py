@@ -1,0 +1,126 @@
+"""https:// (and, on the local stack only, http://) datasets: streamed, size-capped, every hop's
+host checked, and the connection pinned to the address that was checked."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+
+from mcp_backend.tools.errors import DatasetTooLarge, DatasetUnreachable, UnsafeDatasetUrl, redact_url
+from mcp_backend.tools.fetch import (
+    MAX_REDIRECTS,
+    REDIRECT_STATUSES,
+    DatasetStream,
+    FetchPolicy,
+    allowed_http_schemes,
+    parse_content_length,
+    public_addresses,
+)
+
+
+@contextmanager
+def open_http(url: str, policy: FetchPolicy, transport: httpx.BaseTransport | None) -> Iterator[DatasetStream]:
+    try:
+        target = httpx.URL(url)
+    except httpx.InvalidURL:
+        raise UnsafeDatasetUrl(f"Dataset URL {redact_url(url)} is not a valid URL") from None
+    # trust_env=False: no proxy (it would bypass the address check) and no ~/.netrc credentials.
+    with httpx.Client(
+        transport=transport,
+        timeout=httpx.Timeout(policy.timeout_seconds),
+        follow_redirects=False,
+        trust_env=False,
+    ) as client:
+        target, response = _get_following_redirects(client, target, policy)
+        try:
+            shown = redact_url(str(target))
+            if not response.is_success:
+                raise DatasetUnreachable(f"Dataset {shown} returned HTTP {response.status_code}")
+            content_length = parse_content_length(response.headers.get("content-length"))
+            if content_length is not None and content_length > policy.max_bytes:
+                raise DatasetTooLarge(
+                    f"Dataset {shown} is {content_length} bytes, over the {policy.max_bytes}-byte limit"
+                )
+            yield DatasetStream(
+                shown,
+                _http_chunks(response, shown),
+                content_length=content_length,
+                max_bytes=policy.max_bytes,
+            )
+        finally:
+            response.close()
+
+
+def _get_following_redirects(
+    client: httpx.Client, target: httpx.URL, policy: FetchPolicy
+) -> tuple[httpx.URL, httpx.Response]:
+    """GET `target`, following at most MAX_REDIRECTS redirects, each hop's host checked afresh."""
+    for hop in range(MAX_REDIRECTS + 1):
+        response = _send_checked(client, target, policy)
+        if response.status_code not in REDIRECT_STATUSES:
+            return target, response
+        location = response.headers.get("location")
+        response.close()
+        shown = redact_url(str(target))
+        if not location:
+            raise DatasetUnreachable(f"Dataset {shown} redirected without a Location header")
+        if hop == MAX_REDIRECTS:
+            raise DatasetUnreachable(f"Dataset {shown} redirected more than {MAX_REDIRECTS} times")
+        try:
+            target = target.join(location)
+        except httpx.InvalidURL:
+            raise DatasetUnreachable(f"Dataset {shown} redirected to an invalid URL") from None
+    raise AssertionError("unreachable")  # the loop always returns or raises
+
+
+def _send_checked(client: httpx.Client, target: httpx.URL, policy: FetchPolicy) -> httpx.Response:
+    shown = redact_url(str(target))
+    if target.scheme not in allowed_http_schemes(policy):
+        raise UnsafeDatasetUrl(f"Dataset URL {shown} must use https://")
+    host = target.raw_host.decode("ascii")  # IDNA-encoded, as DNS needs it
+    if not host:
+        raise UnsafeDatasetUrl(f"Dataset URL {shown} has no host")
+    # Connection: close so no pooled connection (TLS-verified for another hop's host) is reused.
+    headers = {"Accept-Encoding": "identity", "Connection": "close"}
+    if policy.allow_private_hosts:
+        return _send(client, client.build_request("GET", target, headers=headers), shown)
+
+    addresses = public_addresses(host, target.port or (443 if target.scheme == "https" else 80), shown)
+    headers["Host"] = target.netloc.decode("ascii")
+    last_error: httpx.ConnectError | None = None
+    for address in addresses:
+        # Connect to the address that was checked; TLS still verifies the certificate for `host`.
+        request = client.build_request(
+            "GET", target.copy_with(host=str(address)), headers=headers, extensions={"sni_hostname": host}
+        )
+        try:
+            return client.send(request, stream=True)
+        except httpx.ConnectError as exc:
+            last_error = exc  # refused or unroutable (e.g. IPv6): try the next checked address
+        except httpx.HTTPError as exc:
+            raise _unreachable(shown, exc) from exc
+    assert last_error is not None  # public_addresses never returns an empty list
+    raise _unreachable(shown, last_error) from last_error
+
+
+def _send(client: httpx.Client, request: httpx.Request, shown: str) -> httpx.Response:
+    try:
+        return client.send(request, stream=True)
+    except httpx.HTTPError as exc:
+        raise _unreachable(shown, exc) from exc
+
+
+def _http_chunks(response: httpx.Response, shown: str) -> Iterator[bytes]:
+    try:
+        # No chunk_size: yield as bytes arrive, so the cap is checked per network read.
+        yield from response.iter_bytes()
+    except httpx.HTTPError as exc:
+        raise _unreachable(shown, exc) from exc
+
+
+def _unreachable(shown: str, exc: httpx.HTTPError) -> DatasetUnreachable:
+    # The exception's class name is diagnostic enough; its text can echo the URL.
+    reason = "timed out" if isinstance(exc, httpx.TimeoutException) else f"failed ({type(exc).__name__})"
+    return DatasetUnreachable(f"Fetching dataset {shown} {reason}")

@@ -1,0 +1,41 @@
+"""Timing helpers for the benchmarks."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fresh_interpreter_seconds(code: str, runs: int, env: dict[str, str] | None = None) -> float:
+    """Median wall time of `code`, each run in a new interpreter (what a cold start pays)."""
+    samples = []
+    for _ in range(runs):
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"import time; _t=time.perf_counter()\n{code}\nprint(time.perf_counter()-_t)",
+            ],
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        samples.append(float(out.stdout.strip().splitlines()[-1]))
+    return statistics.median(samples)
+
+
+def per_item_seconds(fn, items: int, repeats: int = 3) -> float:
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - started) / items)
+    return statistics.median(samples)

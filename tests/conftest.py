@@ -1,0 +1,48 @@
+"""Shared fixtures: every AWS resource comes from template.yaml through the local stack, on moto."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import boto3
+import pytest
+from moto import mock_aws
+
+ROOT = Path(__file__).resolve().parent.parent
+EVENTS = ROOT / "events"
+
+
+@pytest.fixture(autouse=True)
+def _offline_aws(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "POWERTOOLS_TRACE_DISABLED": "1",
+        "POWERTOOLS_DEV": "false",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+
+
+@pytest.fixture
+def aws():
+    with mock_aws():
+        yield
+
+
+@pytest.fixture
+def local(aws):
+    """The template's resources on moto, functions runnable in-process, sample datasets uploaded."""
+    from devstack.environment import LocalEnvironment
+
+    environment = LocalEnvironment(boto3.client)
+    environment.seed_datasets()
+    return environment
+
+
+def load_event(relative: str) -> dict:
+    return json.loads((EVENTS / relative).read_text())

@@ -1,0 +1,282 @@
+"""ToolWorker through its real handler, on moto resources created from template.yaml."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+
+import boto3
+import pytest
+import time_machine
+
+from devstack.runtime import LocalLambdaContext
+from mcp_backend.batch import UnexpectedEventSource
+from tests.conftest import load_event
+
+WORKER = "ToolWorker"
+
+
+def job_body(job_id: str, user: str = "user-alice", url: str = "s3://local-datasets/sales.csv") -> str:
+    return json.dumps({"jobId": job_id, "userId": user, "tool": "analyze_dataset", "input": {"dataset_url": url}})
+
+
+def job_item(local, job_id: str) -> dict | None:
+    from mcp_backend.jobs.store import JobStore
+
+    return JobStore(local.table_name("JobTable")).get(job_id)
+
+
+def queue_depth(local, logical_id: str) -> int:
+    attributes = boto3.client("sqs").get_queue_attributes(
+        QueueUrl=local.queue_url(logical_id),
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+
+def record_job_ids(event: dict) -> list[str]:
+    ids = []
+    for record in event["Records"]:
+        try:
+            ids.append(json.loads(record["body"])["jobId"])
+        except ValueError:
+            ids.append(None)
+    return ids
+
+
+class SimulatedKill(BaseException):
+    """Not an Exception: like a timeout or OOM kill, nothing in the handler gets to clean up."""
+
+
+def test_batch_of_ten_with_malformed_seventh_reports_only_that_record(local):
+    # Given the fixture batch of 10 whose 7th record is not a job
+    event = load_event("tool_worker/batch-of-10-record-7-malformed.json")
+    seventh = event["Records"][6]["messageId"]
+
+    # When the worker handles it
+    response = local.invoke(WORKER, event)
+
+    # Then exactly record 7 is reported, and the other nine jobs ran once and succeeded
+    assert response == {"batchItemFailures": [{"itemIdentifier": seventh}]}
+    for job_id in record_job_ids(event):
+        if job_id is None:
+            continue
+        item = job_item(local, job_id)
+        assert item["status"] == "SUCCEEDED", job_id
+        assert item["runs"] == 1
+        assert item["result"]["rowCount"] == 6
+
+
+def test_whole_batch_delivered_twice_runs_each_job_once(local):
+    # Given a healthy batch that has been processed already
+    event = load_event("tool_worker/healthy-batch.json")
+    first = local.invoke(WORKER, event)
+
+    # When SQS delivers the same batch again (at-least-once delivery)
+    second = local.invoke(WORKER, event)
+
+    # Then both deliveries succeed and every job's body ran exactly once
+    assert first == second == {"batchItemFailures": []}
+    for job_id in record_job_ids(event):
+        item = job_item(local, job_id)
+        assert item["status"] == "SUCCEEDED"
+        assert item["runs"] == 1
+
+
+def test_redelivered_duplicate_fixture_does_not_run_the_job_again(local):
+    # Given job-0001 completed from the healthy batch
+    local.invoke(WORKER, load_event("tool_worker/healthy-batch.json"))
+    before = job_item(local, "job-0001-fixture")
+
+    # When its redelivered duplicate (ApproximateReceiveCount 2) arrives
+    response = local.invoke(WORKER, load_event("tool_worker/redelivered-duplicate.json"))
+
+    # Then it is acknowledged and the job record is unchanged
+    assert response == {"batchItemFailures": []}
+    assert job_item(local, "job-0001-fixture") == before
+
+
+def test_same_job_id_from_another_user_fails_and_leaves_the_original_untouched(local):
+    # Given alice's job has completed
+    local.invoke(WORKER, load_event("tool_worker/healthy-batch.json"))
+    original = job_item(local, "job-0001-fixture")
+    event = load_event("tool_worker/redelivered-duplicate.json")
+    record = event["Records"][0]
+    record["body"] = job_body("job-0001-fixture", user="user-mallory")
+
+    # When mallory's message reuses the id, even on its last attempt
+    record["attributes"]["ApproximateReceiveCount"] = "3"
+    response = local.invoke(WORKER, event)
+
+    # Then the record fails and alice's job keeps its owner, status and result
+    assert response == {"batchItemFailures": [{"itemIdentifier": record["messageId"]}]}
+    assert job_item(local, "job-0001-fixture") == original
+
+
+def test_in_progress_record_of_a_killed_invocation_blocks_retries_until_it_expires(local, monkeypatch):
+    # Given an invocation that was killed mid-job, leaving an INPROGRESS idempotency record
+    from mcp_backend.tools import analyze_dataset
+
+    event = load_event("tool_worker/redelivered-duplicate.json")
+    real_analysis = analyze_dataset.analyze_dataset
+    timeout = local.stack.function(WORKER).timeout
+
+    def killed(*args, **kwargs):
+        raise SimulatedKill
+
+    start = dt.datetime.now(dt.UTC)
+    with time_machine.travel(start, tick=False):
+        monkeypatch.setattr(analyze_dataset, "analyze_dataset", killed)
+        with pytest.raises(SimulatedKill):
+            local.invoke(WORKER, event)
+        monkeypatch.setattr(analyze_dataset, "analyze_dataset", real_analysis)
+
+    # When SQS redelivers it before the function timeout + 5 s has passed
+    with time_machine.travel(start + dt.timedelta(seconds=timeout), tick=False):
+        blocked = local.invoke(WORKER, event)
+    # Then the retry fails without running the job
+    assert blocked == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
+    assert job_item(local, "job-0001-fixture")["runs"] == 1
+    assert job_item(local, "job-0001-fixture")["status"] == "RUNNING"
+
+    # When it is redelivered after the INPROGRESS expiry
+    with time_machine.travel(start + dt.timedelta(seconds=timeout + 6), tick=False):
+        retried = local.invoke(WORKER, event)
+    # Then the job runs and completes
+    assert retried == {"batchItemFailures": []}
+    item = job_item(local, "job-0001-fixture")
+    assert (item["status"], item["runs"]) == ("SUCCEEDED", 2)
+
+
+def test_batch_where_every_record_fails_reports_every_record(local):
+    # Given a batch whose every job points at a missing dataset
+    event = load_event("tool_worker/healthy-batch.json")
+    for index, record in enumerate(event["Records"]):
+        record["body"] = job_body(f"job-missing-{index}", url="s3://local-datasets/missing.csv")
+
+    # When the worker handles it
+    response = local.invoke(WORKER, event)
+
+    # Then every record is reported (the invocation itself does not error) and no job succeeded
+    assert response == {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in event["Records"]]}
+    for index in range(len(event["Records"])):
+        assert job_item(local, f"job-missing-{index}")["status"] == "RUNNING"
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"detail-type": "Scheduled Event", "source": "aws.events"},
+        {"Records": []},
+        load_event("tool_worker/healthy-batch.json")["Records"][0],
+        {"Records": [{"eventSource": "aws:kinesis", "kinesis": {}}]},
+    ],
+    ids=["eventbridge", "empty-records", "bare-record", "kinesis"],
+)
+def test_non_sqs_event_fails_fast_with_a_clear_error(local, event):
+    # Given an event that is not an SQS batch
+    # When the worker is invoked with it
+    with pytest.raises(UnexpectedEventSource, match="aws:sqs"):
+        local.invoke(WORKER, event)
+    # Then nothing was written
+    assert boto3.client("dynamodb").scan(TableName=local.table_name("JobTable"))["Count"] == 0
+
+
+def test_last_attempt_poison_fixture_marks_the_job_failed_with_the_reason(local):
+    # Given the last-attempt poison fixture (ApproximateReceiveCount = maxReceiveCount)
+    event = load_event("tool_worker/last-attempt-poison.json")
+
+    # When the worker handles it
+    response = local.invoke(WORKER, event)
+
+    # Then the record still fails (SQS moves it to the DLQ) and the job says why
+    assert response["batchItemFailures"] == [{"itemIdentifier": event["Records"][0]["messageId"]}]
+    item = job_item(local, "job-0900-fixture")
+    assert item["status"] == "FAILED"
+    assert item["error"]["type"] == "DatasetUnreachable"
+    assert item["failedMessageId"] == event["Records"][0]["messageId"]
+
+
+def test_poison_message_is_received_three_times_then_sits_in_the_dlq_with_its_job_failed(local):
+    # Given a job message whose dataset does not exist, on the template's job queue
+    sqs = boto3.client("sqs")
+    message_id = sqs.send_message(
+        QueueUrl=local.queue_url("JobQueue"),
+        MessageBody=job_body("job-poison-0001", url="s3://local-datasets/nope.csv"),
+    )["MessageId"]
+    source = local.sqs_source_for(WORKER)
+    visibility = int(
+        sqs.get_queue_attributes(QueueUrl=local.queue_url("JobQueue"), AttributeNames=["VisibilityTimeout"])[
+            "Attributes"
+        ]["VisibilityTimeout"]
+    )
+    max_receives = json.loads(
+        sqs.get_queue_attributes(QueueUrl=local.queue_url("JobQueue"), AttributeNames=["RedrivePolicy"])["Attributes"][
+            "RedrivePolicy"
+        ]
+    )["maxReceiveCount"]
+
+    # When the event source polls, and each failure waits out the visibility timeout
+    start = dt.datetime.now(dt.UTC)
+    attempts = []
+    for receive in range(max_receives + 1):
+        with time_machine.travel(start + dt.timedelta(seconds=receive * (visibility + 1)), tick=False):
+            attempts.append(source.poll_once())
+            dead = sqs.receive_message(QueueUrl=local.queue_url("JobDeadLetterQueue"), MaxNumberOfMessages=10)
+
+    # Then it was delivered maxReceiveCount times, never again, and now sits in the DLQ
+    assert [a.failed_ids for a in attempts] == [(message_id,)] * max_receives + [()]
+    assert queue_depth(local, "JobQueue") == 0
+    assert [m["MessageId"] for m in dead["Messages"]] == [message_id]
+    item = job_item(local, "job-poison-0001")
+    assert item["status"] == "FAILED"
+    assert item["error"]["type"] == "DatasetUnreachable"
+    assert item["runs"] == max_receives
+
+
+def test_malformed_message_on_its_last_attempt_records_the_reason_under_its_message_id(local):
+    # Given the malformed 7th record on its last attempt
+    event = load_event("tool_worker/batch-of-10-record-7-malformed.json")
+    event["Records"] = [event["Records"][6]]
+    event["Records"][0]["attributes"]["ApproximateReceiveCount"] = "3"
+    message_id = event["Records"][0]["messageId"]
+
+    # When the worker handles it
+    response = local.invoke(WORKER, event)
+
+    # Then it fails alone and the reason is kept without the payload
+    assert response == {"batchItemFailures": [{"itemIdentifier": message_id}]}
+    item = job_item(local, f"message-{message_id}")
+    assert item["status"] == "FAILED"
+    assert item["error"] == {"type": "MalformedJobMessage", "message": "message body is not valid JSON"}
+
+
+def test_worker_logs_carry_no_payload(local, capsys):
+    # Given a job whose input holds a secret-looking value
+    event = load_event("tool_worker/redelivered-duplicate.json")
+    secret = f"s3://local-datasets/missing.csv?token={uuid.uuid4().hex}"
+    event["Records"][0]["body"] = job_body("job-secret-0001", url=secret)
+
+    # When it fails and is logged
+    local.invoke(WORKER, event)
+
+    # Then the secret is in no log line, and the job's recorded error does not carry it either
+    out = capsys.readouterr()
+    assert secret.split("=")[1] not in out.out + out.err
+    assert secret.split("=")[1] not in json.dumps(job_item(local, "job-secret-0001"), default=str)
+
+
+def test_in_progress_window_follows_the_configured_timeout(local):
+    # Given the worker as the template configures it
+    from mcp_backend.jobs.idempotency import InProgressWindow
+
+    timeout = local.stack.function(WORKER).timeout
+    context = LocalLambdaContext("f", "arn", 128, timeout_seconds=1)
+
+    # When the worker's INPROGRESS window is derived from its settings
+    window = InProgressWindow(context, int(local.stack.function(WORKER).environment["FUNCTION_TIMEOUT_SECONDS"]))
+
+    # Then it is the function's Timeout + 5 s, whatever time the context has left
+    assert window.get_remaining_time_in_millis() == (timeout + 5) * 1000
+    assert window.function_name == "f"

@@ -1,0 +1,36 @@
+"""What `sam build` produced (make test builds before it tests): a layer for python3.13 on arm64
+that ships no boto3/botocore, and one-file function artifacts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+BUILD = Path(__file__).resolve().parents[2] / ".aws-sam" / "build"
+
+pytestmark = pytest.mark.skipif(not BUILD.exists(), reason="run `make build` (make test does) to check artifacts")
+
+
+def layer_dir() -> Path:
+    return BUILD / "SharedLayer" / "python"
+
+
+def test_layer_has_the_shared_package_and_pinned_dependencies():
+    names = {p.name for p in layer_dir().iterdir()}
+    assert {"mcp_backend", "aws_lambda_powertools", "pydantic", "pydantic_core", "httpx"} <= names
+
+
+def test_layer_ships_no_sdk_the_runtime_provides():
+    names = {p.name for p in layer_dir().iterdir()}
+    assert not {"boto3", "botocore", "s3transfer"} & names
+
+
+def test_compiled_wheels_target_cpython313_on_arm64():
+    extensions = list(layer_dir().rglob("*.so"))
+    assert extensions, "expected compiled extensions (pydantic_core)"
+    assert all("cpython-313-aarch64-linux-gnu" in p.name or "abi3" in p.name for p in extensions), extensions
+
+
+def test_function_artifact_is_just_its_handler():
+    assert sorted(p.name for p in (BUILD / "ToolWorker").iterdir()) == ["app.py"]

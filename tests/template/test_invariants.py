@@ -1,0 +1,241 @@
+"""Rules the template must keep, checked on the aws-sam-translator expansion of template.yaml.
+
+cfn-lint and `sam validate --lint` do not catch these (short visibility timeouts, bisect on SQS,
+broad IAM, unencrypted stores), so each is a test here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from devstack.filters import RecordFilter
+from devstack.intrinsics import Scope
+from devstack.template import load_template
+
+TEMPLATE = load_template()
+EXPANDED = TEMPLATE.expanded
+RESOURCES = EXPANDED["Resources"]
+
+# AWS-managed policies that grant their actions on Resource "*".
+BROAD_MANAGED_POLICIES = {
+    "AWSLambdaSQSQueueExecutionRole",
+    "AWSLambdaKinesisExecutionRole",
+    "AWSLambdaDynamoDBExecutionRole",
+    "AmazonSQSFullAccess",
+    "AmazonDynamoDBFullAccess",
+    "AmazonKinesisFullAccess",
+    "AmazonSNSFullAccess",
+    "AdministratorAccess",
+    "PowerUserAccess",
+}
+XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+
+
+def of_type(type_name: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in RESOURCES.items() if v["Type"] == type_name}
+
+
+def parameter_combinations(*names: str) -> Iterator[dict[str, Any]]:
+    """Every allowed value of each named parameter (its default when it lists none)."""
+    specs = [EXPANDED["Parameters"][name] for name in names]
+    choices = [spec.get("AllowedValues", [spec["Default"]]) for spec in specs]
+    for values in itertools.product(*choices):
+        yield dict(zip(names, values, strict=True))
+
+
+def resolve(value: Any, **parameters: Any) -> Any:
+    """Evaluate an expression the way CloudFormation would, for the given parameter values."""
+    scope = Scope(
+        parameters={**TEMPLATE.parameter_defaults(), **parameters},
+        mappings=EXPANDED.get("Mappings", {}),
+        conditions=EXPANDED.get("Conditions", {}),
+        region="us-east-1",
+        account_id="123456789012",
+        stack_name="invariants",
+        ref=lambda logical_id: f"ref:{logical_id}",
+        get_att=lambda logical_id, attribute: f"arn:{logical_id}.{attribute}",
+    )
+    return scope.resolve(value)
+
+
+def referenced_resource(expression: Any) -> str:
+    """The logical id behind a Ref or GetAtt."""
+    if "Ref" in expression:
+        return expression["Ref"]
+    target = expression["Fn::GetAtt"]
+    return (target.split(".") if isinstance(target, str) else target)[0]
+
+
+def statements(policy_document: Any) -> Iterator[dict[str, Any]]:
+    """Every statement, both branches of any Fn::If included."""
+    if isinstance(policy_document, dict) and "Fn::If" in policy_document:
+        for branch in policy_document["Fn::If"][1:]:
+            yield from statements(branch)
+        return
+    if not isinstance(policy_document, dict) or "PolicyDocument" not in policy_document:
+        return
+    found = policy_document["PolicyDocument"]["Statement"]
+    yield from found if isinstance(found, list) else [found]
+
+
+def all_statements() -> Iterator[tuple[str, dict[str, Any]]]:
+    for logical_id, role in of_type("AWS::IAM::Role").items():
+        for policy in role["Properties"].get("Policies", []):
+            for statement in statements(policy):
+                yield logical_id, statement
+    for logical_id, policy in of_type("AWS::IAM::Policy").items():
+        for statement in statements(policy["Properties"]):
+            yield logical_id, statement
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+SQS_MAPPINGS = {
+    logical_id: mapping
+    for logical_id, mapping in of_type("AWS::Lambda::EventSourceMapping").items()
+    if referenced_resource(mapping["Properties"]["EventSourceArn"]) in of_type("AWS::SQS::Queue")
+}
+
+
+def test_the_template_has_sqs_consumers_to_check():
+    assert SQS_MAPPINGS, "no SQS event source mappings found: the invariants below would be vacuous"
+
+
+@pytest.mark.parametrize("mapping_id", sorted(SQS_MAPPINGS))
+def test_every_sqs_event_source_reports_batch_item_failures(mapping_id):
+    assert "ReportBatchItemFailures" in SQS_MAPPINGS[mapping_id]["Properties"].get("FunctionResponseTypes", [])
+
+
+@pytest.mark.parametrize("mapping_id", sorted(SQS_MAPPINGS))
+def test_sqs_event_sources_do_not_use_stream_only_settings(mapping_id):
+    properties = SQS_MAPPINGS[mapping_id]["Properties"]
+    stream_only = {
+        "BisectBatchOnFunctionError",
+        "MaximumRetryAttempts",
+        "MaximumRecordAgeInSeconds",
+        "StartingPosition",
+    }
+    assert not stream_only & set(properties)
+
+
+@pytest.mark.parametrize("mapping_id", sorted(SQS_MAPPINGS))
+def test_every_consumed_queue_has_a_dlq_and_a_visibility_timeout_of_six_times_its_consumer(mapping_id):
+    mapping = SQS_MAPPINGS[mapping_id]["Properties"]
+    queue = RESOURCES[referenced_resource(mapping["EventSourceArn"])]["Properties"]
+    function = RESOURCES[referenced_resource(mapping["FunctionName"])]["Properties"]
+    redrive = queue["RedrivePolicy"]
+    assert referenced_resource(redrive["deadLetterTargetArn"]) in of_type("AWS::SQS::Queue")
+    depends_on = sorted(_refs(queue["VisibilityTimeout"]) | _refs(function["Timeout"]))
+    for values in parameter_combinations(*depends_on):
+        visibility = int(resolve(queue["VisibilityTimeout"], **values))
+        timeout = int(resolve(function["Timeout"], **values))
+        assert visibility >= 6 * timeout, (values, visibility, timeout)
+        assert int(resolve(redrive["maxReceiveCount"], **values)) >= 1
+
+
+def _refs(expression: Any) -> set[str]:
+    """Template parameters an expression depends on."""
+    found: set[str] = set()
+    if isinstance(expression, dict):
+        for key, value in expression.items():
+            if key == "Ref" and value in EXPANDED.get("Parameters", {}):
+                found.add(value)
+            else:
+                found |= _refs(value)
+    elif isinstance(expression, list):
+        for item in expression:
+            found |= _refs(item)
+    return found
+
+
+def test_worker_settings_come_from_the_same_parameters_as_the_resources_they_mirror():
+    worker = RESOURCES["ToolWorker"]["Properties"]
+    queue = RESOURCES["JobQueue"]["Properties"]
+    variables = worker["Environment"]["Variables"]
+    # Never a copied literal: the same expression sets both sides.
+    assert variables["FUNCTION_TIMEOUT_SECONDS"] == worker["Timeout"] == {"Ref": "WorkerTimeout"}
+    assert variables["JOB_MAX_RECEIVE_COUNT"] == queue["RedrivePolicy"]["maxReceiveCount"]
+
+
+def test_no_iam_statement_is_broader_than_its_resources():
+    checked = 0
+    for role, statement in all_statements():
+        checked += 1
+        actions = set(as_list(statement.get("Action", [])))
+        assert not {a for a in actions if a == "*" or a.endswith(":*")}, (role, actions)
+        if "*" in as_list(statement.get("Resource", [])):
+            assert actions <= XRAY_ACTIONS, (role, actions)
+    assert checked, "no IAM statements found"
+
+
+def test_no_role_uses_a_broad_managed_policy():
+    for logical_id, role in of_type("AWS::IAM::Role").items():
+        names = {str(arn).rsplit("/", 1)[-1] for arn in role["Properties"].get("ManagedPolicyArns", [])}
+        assert not names & BROAD_MANAGED_POLICIES, (logical_id, names & BROAD_MANAGED_POLICIES)
+
+
+def test_every_queue_table_stream_and_topic_is_encrypted():
+    stores = 0
+    for logical_id, queue in of_type("AWS::SQS::Queue").items():
+        properties = queue["Properties"]
+        assert properties.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in properties, logical_id
+        stores += 1
+    for logical_id, table in of_type("AWS::DynamoDB::Table").items():
+        assert table["Properties"].get("SSESpecification", {}).get("SSEEnabled") is True, logical_id
+        stores += 1
+    for logical_id, stream in of_type("AWS::Kinesis::Stream").items():
+        assert stream["Properties"].get("StreamEncryption", {}).get("EncryptionType") == "KMS", logical_id
+    for logical_id, topic in of_type("AWS::SNS::Topic").items():
+        assert "KmsMasterKeyId" in topic["Properties"], logical_id
+    assert stores >= 4
+
+
+def test_every_table_has_point_in_time_recovery():
+    for logical_id, table in of_type("AWS::DynamoDB::Table").items():
+        assert table["Properties"]["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"], logical_id
+
+
+def test_idempotency_table_matches_what_powertools_expects():
+    properties = RESOURCES["IdempotencyTable"]["Properties"]
+    assert properties["KeySchema"] == [{"AttributeName": "id", "KeyType": "HASH"}]
+    assert properties["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
+    assert properties["BillingMode"] == "PAY_PER_REQUEST"
+
+
+def test_every_filter_criteria_pattern_is_valid_json_for_the_matcher():
+    for logical_id, mapping in of_type("AWS::Lambda::EventSourceMapping").items():
+        criteria = mapping["Properties"].get("FilterCriteria")
+        if criteria:
+            RecordFilter(criteria)  # raises on invalid JSON or an invalid pattern
+            for entry in criteria["Filters"]:
+                assert isinstance(json.loads(entry["Pattern"]), dict), logical_id
+
+
+def test_every_function_runs_python313_on_arm64_traced_with_the_shared_layer():
+    layers = of_type("AWS::Lambda::LayerVersion")
+    for logical_id, function in of_type("AWS::Lambda::Function").items():
+        properties = function["Properties"]
+        assert properties["Runtime"] == "python3.13", logical_id
+        assert properties["Architectures"] == ["arm64"], logical_id
+        assert properties["TracingConfig"] == {"Mode": "Active"}, logical_id
+        assert {referenced_resource(layer) for layer in properties["Layers"]} & set(layers), logical_id
+        variables = properties["Environment"]["Variables"]
+        assert variables["LOG_LEVEL"] == "DEBUG" and variables["POWERTOOLS_LOGGER_SAMPLE_RATE"] == {
+            "Ref": "LogSampleRate"
+        }
+
+
+def test_outputs_name_every_queue_url_table_and_function_arn():
+    outputs = [output["Value"] for output in EXPANDED["Outputs"].values()]
+    for type_name in ("AWS::SQS::Queue", "AWS::DynamoDB::Table"):
+        for logical_id in of_type(type_name):
+            assert {"Ref": logical_id} in outputs, logical_id
+    for logical_id in of_type("AWS::Lambda::Function"):
+        assert {"Fn::GetAtt": [logical_id, "Arn"]} in outputs, logical_id

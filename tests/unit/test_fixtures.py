@@ -1,0 +1,53 @@
+"""Every fixture in events/ parses with the Powertools Parser model of the source that delivers it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from aws_lambda_powertools.utilities.parser import parse
+from aws_lambda_powertools.utilities.parser.models import (
+    DynamoDBStreamModel,
+    KinesisDataStreamModel,
+    SqsModel,
+)
+
+from mcp_backend.jobs.models import JobMessage
+
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+MODEL_BY_EVENT_SOURCE = {
+    "aws:sqs": SqsModel,
+    "aws:kinesis": KinesisDataStreamModel,
+    "aws:dynamodb": DynamoDBStreamModel,
+}
+FIXTURES = sorted(p for p in EVENTS.rglob("*.json") if "datasets" not in p.parts)
+
+
+def model_for(event: dict):
+    sources = {record.get("eventSource") for record in event.get("Records", [])}
+    assert len(sources) == 1, f"one event source per fixture, got {sources}"
+    return MODEL_BY_EVENT_SOURCE[sources.pop()]
+
+
+def test_there_are_fixtures():
+    assert FIXTURES
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: str(p.relative_to(EVENTS)))
+def test_fixture_matches_its_source_model(path):
+    event = json.loads(path.read_text())
+    parsed = parse(event=event, model=model_for(event))
+    assert len(parsed.Records) == len(event["Records"])
+
+
+@pytest.mark.parametrize("path", sorted((EVENTS / "tool_worker").glob("*.json")), ids=lambda p: p.name)
+def test_tool_worker_fixture_bodies_are_jobs_except_the_deliberately_malformed(path):
+    records = json.loads(path.read_text())["Records"]
+    malformed = []
+    for index, record in enumerate(records):
+        try:
+            JobMessage.model_validate_json(record["body"])
+        except ValueError:
+            malformed.append(index + 1)
+    assert malformed == ([7] if "malformed" in path.name else [])
