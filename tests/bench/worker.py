@@ -31,7 +31,6 @@ def run() -> list[str]:
     )
     cold_import = fresh_interpreter_seconds(load_worker, RUNS, env=spec.environment)
     baseline_boto3 = fresh_interpreter_seconds("import boto3", RUNS)
-    baseline_empty = fresh_interpreter_seconds("pass", RUNS)
 
     with mock_aws():
         from devstack.environment import LocalEnvironment
@@ -71,7 +70,6 @@ def run() -> list[str]:
         "|---|---|---|---|",
         f"| cold import of the worker handler module | {cold_import * 1000:.0f} ms | `import boto3` "
         f"{baseline_boto3 * 1000:.0f} ms | {cold_import / baseline_boto3:.2f}x |",
-        f"| interpreter start (`pass`) | {baseline_empty * 1000:.0f} ms | | |",
         f"| per record, handler (Batch + Idempotency + JobTable + tool) | {handler_path * 1000:.2f} ms | "
         f"bare loop over the tool {bare * 1000:.2f} ms | {handler_path / bare:.2f}x |",
         "",

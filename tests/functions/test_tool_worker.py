@@ -280,3 +280,29 @@ def test_in_progress_window_follows_the_configured_timeout(local):
     # Then it is the function's Timeout + 5 s, whatever time the context has left
     assert window.get_remaining_time_in_millis() == (timeout + 5) * 1000
     assert window.function_name == "f"
+
+
+def emf_records(output: str) -> list[dict]:
+    blobs = [json.loads(line) for line in output.splitlines() if line.startswith('{"_aws"')]
+    return [blob for blob in blobs if "ToolInvocation" in blob]
+
+
+def test_each_job_emits_its_tool_metrics_with_tool_name_and_default_dimensions(local, capsys):
+    # Given a batch with one job that succeeds and one that fails
+    event = load_event("tool_worker/healthy-batch.json")
+    event["Records"] = event["Records"][:2]
+    event["Records"][1]["body"] = job_body("job-metric-fail", url="s3://local-datasets/missing.csv")
+    capsys.readouterr()
+
+    # When the worker handles it
+    local.invoke(WORKER, event)
+
+    # Then one EMF record per job carries ToolName next to Service and Environment
+    records = emf_records(capsys.readouterr().out)
+    assert len(records) == 2
+    for record in records:
+        dimensions = record["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]
+        assert {"Service", "Environment", "ToolName"} <= set(dimensions)
+        assert record["ToolName"] == "analyze_dataset" and record["Environment"] == "dev"
+        assert record["ToolDuration"][0] >= 0
+    assert [("ToolSuccess" in r, "ToolError" in r) for r in records] == [(True, False), (False, True)]
