@@ -13,7 +13,7 @@ from typing import Any
 from devstack.runtime import FunctionRuntime
 from devstack.sources.sqs import SqsEventSource
 from devstack.stack import LocalStack
-from devstack.template import ROOT
+from devstack.template import ROOT, Template
 
 # Sample datasets for analyze_dataset jobs: events/datasets/* is uploaded to this bucket.
 DATASET_BUCKET = "local-datasets"
@@ -21,15 +21,25 @@ DATASET_DIR = ROOT / "events" / "datasets"
 
 
 class LocalEnvironment:
-    def __init__(self, client_factory: Callable[[str], Any], parameters: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        client_factory: Callable[[str], Any],
+        parameters: dict[str, Any] | None = None,
+        template: Template | None = None,
+        function_overrides: dict[str, str] | None = None,
+    ) -> None:
         self.client = client_factory
-        self.stack = LocalStack(client_factory, parameters=parameters).create_all()
+        # Environment the local stack adds to every function (e.g. allowing loopback datasets).
+        self.function_overrides = function_overrides or {}
+        self.stack = LocalStack(client_factory, template=template, parameters=parameters).create_all()
         self._runtimes: dict[str, FunctionRuntime] = {}
 
     # ---------------------------------------------------------------- functions
     def runtime(self, logical_id: str) -> FunctionRuntime:
         if logical_id not in self._runtimes:
-            self._runtimes[logical_id] = FunctionRuntime(self.stack.function(logical_id), self.stack.region)
+            self._runtimes[logical_id] = FunctionRuntime(
+                self.stack.function(logical_id), self.stack.region, self.function_overrides
+            )
         return self._runtimes[logical_id]
 
     def invoke(self, logical_id: str, event: Any) -> Any:
@@ -80,6 +90,10 @@ class LocalEnvironment:
             s3.put_object(Bucket=DATASET_BUCKET, Key=path.name, Body=path.read_bytes())
             keys.append(f"s3://{DATASET_BUCKET}/{path.name}")
         return keys
+
+    def function_logical_id(self, function_name: str) -> str:
+        """FunctionName as templates and APIs give it (name, ARN, ARN with qualifier) -> logical id."""
+        return self._function_logical_id(function_name.split(":$LATEST")[0])
 
     def _function_logical_id(self, function_name: str) -> str:
         for logical_id, spec in self.stack.functions().items():

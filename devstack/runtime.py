@@ -8,6 +8,7 @@ its template entry declares plus what the Lambda runtime adds.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from devstack.logs import function_scope
 from devstack.stack import FunctionSpec
 
 # One invocation at a time per process: functions share os.environ and module state.
@@ -82,14 +84,16 @@ def function_environment(spec: FunctionSpec, region: str) -> Iterator[None]:
 class FunctionRuntime:
     """Imports a function's handler once and invokes it with a fresh context per call."""
 
-    def __init__(self, spec: FunctionSpec, region: str) -> None:
+    def __init__(self, spec: FunctionSpec, region: str, overrides: dict[str, str] | None = None) -> None:
+        if overrides:
+            spec = dataclasses.replace(spec, environment={**spec.environment, **overrides})
         self.spec = spec
         self.region = region
         self._handler: Callable[[Any, Any], Any] | None = None
 
     def handler(self) -> Callable[[Any, Any], Any]:
         if self._handler is None:
-            with _INVOKE_LOCK, function_environment(self.spec, self.region):
+            with _INVOKE_LOCK, function_environment(self.spec, self.region), function_scope(self.spec.logical_id):
                 self._handler = self._load()
         return self._handler
 
@@ -101,7 +105,7 @@ class FunctionRuntime:
             memory_limit_in_mb=self.spec.memory_size,
             timeout_seconds=self.spec.timeout,
         )
-        with _INVOKE_LOCK, function_environment(self.spec, self.region):
+        with _INVOKE_LOCK, function_environment(self.spec, self.region), function_scope(self.spec.logical_id):
             result = handler(event, context)
         if context.get_remaining_time_in_millis() == 0:
             # Lambda would have stopped the invocation; its result never reaches the caller.

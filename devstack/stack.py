@@ -26,10 +26,14 @@ LOCAL_STACK_NAME = "mcp-backend-local"
 _NO_LOCAL_EFFECT = {
     "AWS::IAM::Role",
     "AWS::IAM::Policy",
+    "AWS::IAM::ManagedPolicy",
     "AWS::Logs::LogGroup",
     "AWS::Lambda::Permission",
     "AWS::Lambda::Version",
     "AWS::Lambda::Alias",
+    "AWS::SQS::QueuePolicy",
+    "AWS::SNS::TopicPolicy",
+    "AWS::Events::Archive",
 }
 
 
@@ -136,6 +140,14 @@ class LocalStack:
         if spec is None:
             raise Unsupported(f"{logical_id} is not a function with local code")
         return spec
+
+    def active(self, type_name: str) -> dict[str, dict[str, Any]]:
+        """Resolved properties of every resource of a type whose Condition holds."""
+        return {
+            logical_id: self.ensure(logical_id).properties
+            for logical_id, resource in self.template.resources(type_name).items()
+            if self._active(resource)
+        }
 
     def event_source_mappings(self) -> dict[str, dict[str, Any]]:
         """Resolved AWS::Lambda::EventSourceMapping properties, by logical id."""
@@ -285,8 +297,94 @@ def _layer_version(stack: LocalStack, logical_id: str, props: dict[str, Any]) ->
     return Created(ref=str(ROOT / content["S3Key"]))
 
 
-def _event_source_mapping(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
-    return Created(ref=logical_id)
+def _configuration_only(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    """Mappings, async-invoke configs, schedules: the local stack acts on their properties."""
+    return Created(ref=logical_id, attributes={"Arn": stack.arn("local", logical_id)})
+
+
+def _kinesis_stream(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    name = props.get("Name") or stack.physical_name(logical_id)
+    kinesis = stack.client("kinesis")
+    mode = props.get("StreamModeDetails", {}).get("StreamMode", "PROVISIONED" if "ShardCount" in props else "ON_DEMAND")
+    request: dict[str, Any] = {"StreamName": name, "StreamModeDetails": {"StreamMode": mode}}
+    if mode == "PROVISIONED":
+        request["ShardCount"] = int(props.get("ShardCount", 1))
+    kinesis.create_stream(**request)
+    encryption = props.get("StreamEncryption")
+    if encryption:
+        kinesis.start_stream_encryption(
+            StreamName=name, EncryptionType=encryption["EncryptionType"], KeyId=encryption["KeyId"]
+        )
+    if "RetentionPeriodHours" in props:
+        kinesis.increase_stream_retention_period(
+            StreamName=name, RetentionPeriodHours=int(props["RetentionPeriodHours"])
+        )
+    arn = stack.arn("kinesis", f"stream/{name}")
+    return Created(ref=name, attributes={"Arn": arn})
+
+
+def _sns_subscription(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    if props["Protocol"] == "lambda":
+        # Lambda endpoints are served by the dev stack (a tap queue), not by moto.
+        return _configuration_only(stack, logical_id, props)
+    attributes = {
+        key: json.dumps(props[key]) if isinstance(props[key], dict) else _attribute_text(props[key])
+        for key in ("FilterPolicy", "FilterPolicyScope", "RawMessageDelivery", "RedrivePolicy")
+        if key in props
+    }
+    arn = stack.client("sns").subscribe(
+        TopicArn=props["TopicArn"], Protocol=props["Protocol"], Endpoint=props["Endpoint"], Attributes=attributes
+    )["SubscriptionArn"]
+    return Created(ref=arn, attributes={"Arn": arn})
+
+
+def _event_bus(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    name = props["Name"]
+    arn = stack.client("events").create_event_bus(Name=name)["EventBusArn"]
+    return Created(ref=name, attributes={"Arn": arn, "Name": name})
+
+
+def _events_rule(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    name = props.get("Name") or stack.physical_name(logical_id)
+    request: dict[str, Any] = {"Name": name, "State": props.get("State", "ENABLED")}
+    for key in ("ScheduleExpression", "Description", "EventBusName"):
+        if key in props:
+            request[key] = props[key]
+    if "EventPattern" in props:
+        request["EventPattern"] = json.dumps(props["EventPattern"])
+    events = stack.client("events")
+    arn = events.put_rule(**request)["RuleArn"]
+    # Queues and topics are delivered by moto; Lambda targets by the dev stack (a tap queue).
+    native = [t for t in props.get("Targets", []) if t["Arn"].split(":")[2] in ("sqs", "sns")]
+    if native and "EventPattern" in props:
+        events.put_targets(
+            Rule=name,
+            EventBusName=props.get("EventBusName", "default"),
+            Targets=[{k: v for k, v in t.items() if k in ("Id", "Arn", "Input", "InputPath")} for t in native],
+        )
+    return Created(ref=name, attributes={"Arn": arn})
+
+
+def _secret(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    name = props.get("Name") or stack.physical_name(logical_id)
+    request: dict[str, Any] = {"Name": name}
+    if "SecretString" in props:
+        request["SecretString"] = props["SecretString"]
+    elif "GenerateSecretString" in props:
+        generator = props["GenerateSecretString"]
+        password = stack.client("secretsmanager").get_random_password(
+            PasswordLength=int(generator.get("PasswordLength", 32)),
+            ExcludePunctuation=bool(generator.get("ExcludePunctuation", False)),
+        )["RandomPassword"]
+        template = generator.get("SecretStringTemplate")
+        if template and "GenerateStringKey" in generator:
+            request["SecretString"] = json.dumps({**json.loads(template), generator["GenerateStringKey"]: password})
+        else:
+            request["SecretString"] = password
+    if "KmsKeyId" in props:
+        request["KmsKeyId"] = props["KmsKeyId"]
+    arn = stack.client("secretsmanager").create_secret(**request)["ARN"]
+    return Created(ref=arn, attributes={"Id": arn})
 
 
 def _attribute_text(value: Any) -> str:
@@ -302,5 +400,12 @@ _CREATORS: dict[str, Callable[[LocalStack, str, dict[str, Any]], Created]] = {
     "AWS::CloudWatch::Alarm": _cloudwatch_alarm,
     "AWS::Lambda::Function": _lambda_function,
     "AWS::Lambda::LayerVersion": _layer_version,
-    "AWS::Lambda::EventSourceMapping": _event_source_mapping,
+    "AWS::Lambda::EventSourceMapping": _configuration_only,
+    "AWS::Lambda::EventInvokeConfig": _configuration_only,
+    "AWS::Scheduler::Schedule": _configuration_only,
+    "AWS::Kinesis::Stream": _kinesis_stream,
+    "AWS::SNS::Subscription": _sns_subscription,
+    "AWS::Events::EventBus": _event_bus,
+    "AWS::Events::Rule": _events_rule,
+    "AWS::SecretsManager::Secret": _secret,
 }

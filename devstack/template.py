@@ -43,16 +43,24 @@ class Template:
         return {name: spec["Default"] for name, spec in self.source.get("Parameters", {}).items() if "Default" in spec}
 
 
-def expand(source: dict[str, Any], region: str = LOCAL_REGION) -> tuple[dict[str, Any], dict[str, Path]]:
+def expand(
+    source: dict[str, Any], region: str = LOCAL_REGION, base: Path = ROOT
+) -> tuple[dict[str, Any], dict[str, Path]]:
     """Run the SAM transform offline: no credentials, no managed-policy lookups."""
     prepared = copy.deepcopy(source)
     code_paths: dict[str, Path] = {}
+    global_code = prepared.get("Globals", {}).get("Function", {}).pop("CodeUri", None)
+    if global_code is not None:  # applied per function so it is rewritten like theirs
+        for resource in prepared.get("Resources", {}).values():
+            if resource.get("Type") == "AWS::Serverless::Function":
+                resource.setdefault("Properties", {}).setdefault("CodeUri", global_code)
     for logical_id, resource in prepared.get("Resources", {}).items():
         prop = _CODE_PROPERTIES.get(resource.get("Type"))
         uri = resource.get("Properties", {}).get(prop) if prop else None
         if isinstance(uri, str) and not uri.startswith("s3://"):
-            code_paths[logical_id] = (ROOT / uri).resolve()
-            resource["Properties"][prop] = _LOCAL_ARTIFACTS + uri
+            path = (base / uri).resolve()
+            code_paths[logical_id] = path
+            resource["Properties"][prop] = _LOCAL_ARTIFACTS + str(path.relative_to(ROOT))
     translator = Translator(
         managed_policy_map={},
         sam_parser=Parser(),
@@ -64,7 +72,7 @@ def expand(source: dict[str, Any], region: str = LOCAL_REGION) -> tuple[dict[str
 @lru_cache(maxsize=4)
 def load_template(path: Path = TEMPLATE_PATH) -> Template:
     source = yaml_parse(path.read_text())
-    expanded, code_paths = expand(source)
+    expanded, code_paths = expand(source, base=path.resolve().parent)
     return Template(source=source, expanded=expanded, code_paths=code_paths)
 
 

@@ -1,0 +1,115 @@
+"""A loopback Lambda Invoke API, so function code (and `make invoke`) can call boto3's lambda.invoke
+against the local stack: AWS_ENDPOINT_URL_LAMBDA points here.
+
+https://docs.aws.amazon.com/lambda/latest/api/API_Invoke.html
+- RequestResponse: 200 with the result, or 200 with X-Amz-Function-Error: Unhandled and the error;
+- Event: 202, then the async invoker takes over (retries, destinations);
+- DryRun: 204.
+Plus two local controls: POST /devstack/schedules/<LogicalId>/fire and GET /devstack/health.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from werkzeug.serving import make_server
+from werkzeug.wrappers import Request, Response
+
+log = logging.getLogger("devstack.lambda_api")
+
+_INVOKE_PATH = re.compile(r"^/2015-03-31/functions/(?P<name>[^/]+)/invocations$")
+_FIRE_PATH = re.compile(r"^/devstack/schedules/(?P<schedule>[^/]+)/fire$")
+
+
+class LambdaApi:
+    def __init__(
+        self,
+        resolve: Callable[[str], str],
+        invoke_sync: Callable[[str, Any], Any],
+        invoke_async: Callable[[str, Any], str],
+        fire_schedule: Callable[[str], int],
+    ) -> None:
+        self.resolve = resolve
+        self.invoke_sync = invoke_sync
+        self.invoke_async = invoke_async
+        self.fire_schedule = fire_schedule
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def serve(self, host: str, port: int) -> None:
+        self._server = make_server(host, port, self._app, threaded=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="lambda-api", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    @Request.application
+    def _app(self, request: Request) -> Response:
+        invoke = _INVOKE_PATH.match(request.path)
+        if invoke and request.method == "POST":
+            return self._invoke(invoke.group("name"), request)
+        fire = _FIRE_PATH.match(request.path)
+        if fire and request.method == "POST":
+            try:
+                fired = self.fire_schedule(fire.group("schedule"))
+            except LookupError as error:
+                return _json({"Type": "User", "message": str(error)}, 404)
+            return _json({"fired": fired}, 200)
+        if request.path == "/devstack/health":
+            return _json({"status": "ready"}, 200)
+        return _json({"Type": "User", "message": f"{request.method} {request.path} is not emulated"}, 404)
+
+    def _invoke(self, name: str, request: Request) -> Response:
+        try:
+            function = self.resolve(name)
+        except LookupError:
+            return _json({"Type": "User", "message": f"Function not found: {name}"}, 404, "ResourceNotFoundException")
+        raw = request.get_data(as_text=True) or "{}"
+        try:
+            payload = json.loads(raw)
+        except ValueError:
+            return _json(
+                {"Type": "User", "message": "Could not parse request body into json"},
+                400,
+                "InvalidRequestContentException",
+            )
+        kind = request.headers.get("X-Amz-Invocation-Type", "RequestResponse")
+        if kind == "DryRun":
+            return Response(status=204)
+        if kind == "Event":
+            request_id = self.invoke_async(function, payload)
+            return Response(status=202, headers={"X-Amzn-RequestId": request_id})
+        try:
+            result = self.invoke_sync(function, payload)
+        except Exception as error:  # noqa: BLE001 - reported the way Lambda reports an unhandled error
+            body = {
+                "errorMessage": str(error),
+                "errorType": type(error).__name__,
+                "stackTrace": traceback.format_exception(error)[-3:],
+            }
+            return Response(
+                json.dumps(body),
+                status=200,
+                headers={"X-Amz-Function-Error": "Unhandled", "X-Amz-Executed-Version": "$LATEST"},
+                content_type="application/json",
+            )
+        return Response(
+            json.dumps(result),
+            status=200,
+            headers={"X-Amz-Executed-Version": "$LATEST"},
+            content_type="application/json",
+        )
+
+
+def _json(body: dict[str, Any], status: int, error_type: str | None = None) -> Response:
+    headers = {"X-Amzn-ErrorType": error_type} if error_type else {}
+    return Response(json.dumps(body), status=status, headers=headers, content_type="application/json")

@@ -1,0 +1,535 @@
+"""The whole template on one machine: moto in server mode, the functions in-process, and the event
+sources that connect them, all on 127.0.0.1. `make dev` runs one; the end-to-end tests run one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+from botocore.config import Config
+
+from devstack.async_invoke import AWS_RETRY_DELAYS, AsyncConfig, AsyncInvoker
+from devstack.destinations import Destinations
+from devstack.environment import LocalEnvironment
+from devstack.lambda_api import LambdaApi
+from devstack.logs import PrefixedStream
+from devstack.runtime import HandlerImportError
+from devstack.sources.streams import DynamoDBStreamEventSource, KinesisEventSource, StreamEventSource
+from devstack.template import Template, load_template
+
+log = logging.getLogger("devstack")
+
+LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "local"}
+_STACK_ENVIRON = (*LOCAL_CREDENTIALS, "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_LAMBDA")
+STREAM_POLL_SECONDS = 0.25  # Lambda polls stream shards about 4 times a second
+_RATE = re.compile(r"^rate\((\d+)\s+(minute|minutes|hour|hours|day|days)\)$")
+_UNIT_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
+
+
+_COMMON_MAPPING_PROPERTIES = {
+    "FunctionName", "EventSourceArn", "BatchSize", "MaximumBatchingWindowInSeconds", "FunctionResponseTypes",
+    "FilterCriteria", "Enabled",
+}  # fmt: skip
+_STREAM_MAPPING_PROPERTIES = _COMMON_MAPPING_PROPERTIES | {
+    "StartingPosition", "StartingPositionTimestamp", "BisectBatchOnFunctionError", "MaximumRetryAttempts",
+    "MaximumRecordAgeInSeconds", "DestinationConfig", "ParallelizationFactor",
+}  # fmt: skip
+_EMULATED_MAPPING_PROPERTIES = {
+    "sqs": _COMMON_MAPPING_PROPERTIES | {"ScalingConfig"},  # concurrency limits are not emulated (README)
+    "kinesis": _STREAM_MAPPING_PROPERTIES,
+    "dynamodb": _STREAM_MAPPING_PROPERTIES,
+}
+
+
+class PortInUse(Exception):
+    pass
+
+
+@dataclass
+class DevStackOptions:
+    host: str = "127.0.0.1"
+    aws_port: int = 4566
+    lambda_port: int = 4567
+    template: Template | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    state_dir: Path | None = None  # None: a fresh start every time
+    retry_delays: tuple[float, ...] = AWS_RETRY_DELAYS
+    run_threads: bool = True  # False: the caller drives everything with settle() (tests)
+    clock: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(dt.UTC))
+    function_overrides: dict[str, str] = field(default_factory=lambda: {"DATASET_ALLOW_PRIVATE_HOSTS": "true"})
+
+
+@dataclass
+class Schedule:
+    logical_id: str
+    expression: str
+    targets: list[dict[str, Any]]
+    period: float | None  # None: cron, fired only on demand
+    next_fire: float = 0.0
+
+
+@dataclass
+class Tap:
+    """A queue the dev stack subscribes on a function's behalf (SNS -> Lambda, rule -> Lambda)."""
+
+    function: str
+    queue_url: str
+    kind: str  # "sns" or "events"
+    subscription_arn: str = ""
+
+
+class DevStack:
+    def __init__(self, options: DevStackOptions | None = None) -> None:
+        self.options = options or DevStackOptions()
+        self.template = self.options.template or load_template()
+        self.aws_url = f"http://{self.options.host}:{self.options.aws_port}"
+        self.lambda_url = f"http://{self.options.host}:{self.options.lambda_port}"
+        self.notices: list[str] = []
+        self.broken_functions: dict[str, str] = {}
+        self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
+        self._moto: Any = None
+        self._saved_environ: dict[str, str | None] = {}
+        self._ttl_deleted: set[str] = set()
+        self._ttl_lock = threading.Lock()
+        self.environment: LocalEnvironment
+        self.stream_sources: dict[str, StreamEventSource] = {}
+        self.schedules: dict[str, Schedule] = {}
+        self.taps: list[Tap] = []
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> DevStack:
+        for port in (self.options.aws_port, self.options.lambda_port):
+            _require_free(self.options.host, port)
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call is noise
+        self._moto = ThreadedMotoServer(ip_address=self.options.host, port=self.options.aws_port, verbose=False)
+        self._moto.start()
+        # moto keeps its state per process: start from nothing, then restore what state_dir holds.
+        httpx.post(f"{self.aws_url}/moto-api/reset", timeout=10).raise_for_status()
+        self._saved_environ = {name: os.environ.get(name) for name in _STACK_ENVIRON}
+        os.environ.update(
+            {
+                **LOCAL_CREDENTIALS,
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_REGION": "us-east-1",
+                "AWS_ENDPOINT_URL": self.aws_url,
+                "AWS_ENDPOINT_URL_LAMBDA": self.lambda_url,
+            }
+        )
+        self.environment = LocalEnvironment(
+            self.client,
+            parameters=self.options.parameters,
+            template=self.template,
+            function_overrides=self.options.function_overrides,
+        )
+        self.notices.extend(self.environment.stack.notices)
+        self.environment.seed_datasets()
+        self._restore_state()
+        self.destinations = Destinations(self.client, self._queue_url_for_arn, self._invoke_async_arn)
+        self.async_invoker = AsyncInvoker(
+            invoke=self.environment.invoke,
+            function_arn=lambda logical_id: self.environment.stack.function(logical_id).arn,
+            configs=self._async_configs(),
+            destinations=self.destinations,
+            retry_delays=self.options.retry_delays,
+            clock=self.options.clock,
+        )
+        self._build_stream_sources()
+        self._build_schedules()
+        self._build_taps()
+        self._load_functions()
+        self.lambda_api = LambdaApi(
+            resolve=self.environment.function_logical_id,
+            invoke_sync=self.environment.invoke,
+            invoke_async=self.async_invoker.submit,
+            fire_schedule=self.fire,
+        )
+        self.lambda_api.serve(self.options.host, self.options.lambda_port)
+        if self.options.run_threads:
+            self._start_threads()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        try:
+            self._save_state()
+        finally:
+            self.lambda_api.shutdown()
+            if self._moto is not None:
+                self._moto.stop()
+            for name, value in self._saved_environ.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+    def client(self, service: str) -> Any:
+        return boto3.client(
+            service,
+            endpoint_url=self.lambda_url if service == "lambda" else self.aws_url,
+            region_name="us-east-1",
+            config=Config(retries={"max_attempts": 2}),
+            aws_access_key_id="local",
+            aws_secret_access_key="local",  # noqa: S106 - moto accepts any credentials
+        )
+
+    # ------------------------------------------------------------------ driving
+    def settle(self, rounds: int = 50) -> int:
+        """Run every event source until nothing moves (tests). Returns the rounds used."""
+        for round_number in range(1, rounds + 1):
+            moved = 0
+            for source in self.environment.sqs_sources.values():
+                outcome = source.poll_once()
+                moved += outcome.received
+            for stream in self.stream_sources.values():
+                outcome = stream.poll_once()
+                moved += outcome.invocations + outcome.filtered_out + len(outcome.discarded)
+            for tap in self.taps:
+                moved += self._drain_tap(tap)
+            moved += len(self.async_invoker.run_due())
+            if not moved:
+                return round_number
+        return rounds
+
+    def fire(self, schedule_id: str) -> int:
+        """Deliver a schedule's targets now (`make fire SCHEDULE=...`). Returns how many targets fired."""
+        schedule = self.schedules.get(schedule_id)
+        if schedule is None:
+            raise LookupError(f"no schedule {schedule_id}; schedules: {sorted(self.schedules)}")
+        for target in schedule.targets:
+            self._deliver_target(target, self._scheduled_event(schedule))
+        return len(schedule.targets)
+
+    def sweep_ttl(self) -> int:
+        """Delete items whose TTL attribute has passed, as DynamoDB's TTL process does."""
+        deleted = 0
+        now = self.options.clock().timestamp()
+        dynamodb = self.client("dynamodb")
+        for logical_id, properties in self.environment.stack.active("AWS::DynamoDB::Table").items():
+            ttl = properties.get("TimeToLiveSpecification", {})
+            if not ttl.get("Enabled"):
+                continue
+            table = self.environment.table_name(logical_id)
+            keys = [k["AttributeName"] for k in properties["KeySchema"]]
+            for page in dynamodb.get_paginator("scan").paginate(TableName=table):
+                for item in page["Items"]:
+                    expires = item.get(ttl["AttributeName"], {}).get("N")
+                    if expires is None or float(expires) > now:
+                        continue
+                    key = {name: item[name] for name in keys}
+                    with self._ttl_lock:
+                        self._ttl_deleted.add(_key_id(key))
+                    dynamodb.delete_item(TableName=table, Key=key)
+                    deleted += 1
+        return deleted
+
+    # ------------------------------------------------------------------ wiring
+    def _async_configs(self) -> dict[str, AsyncConfig]:
+        configs = {}
+        for properties in self.environment.stack.active("AWS::Lambda::EventInvokeConfig").values():
+            function = self.environment.function_logical_id(str(properties["FunctionName"]))
+            configs[function] = AsyncConfig.from_event_invoke_config(properties)
+        return configs
+
+    def _build_stream_sources(self) -> None:
+        for logical_id, mapping in self.environment.stack.event_source_mappings().items():
+            arn = mapping["EventSourceArn"]
+            service = arn.split(":")[2]
+            for name in sorted(set(mapping) - _EMULATED_MAPPING_PROPERTIES.get(service, set())):
+                self._notice(logical_id, f"property {name} is not emulated (ignored)")
+            if int(mapping.get("ParallelizationFactor", 1)) > 1:
+                self._notice(logical_id, "ParallelizationFactor > 1: shards are read one batch at a time")
+            if service == "sqs":
+                continue
+            function = self.environment.function_logical_id(str(mapping["FunctionName"]))
+            common = {
+                "mapping": mapping,
+                "function_arn": self.environment.stack.function(function).arn,
+                "invoke": lambda event, fid=function: self.environment.invoke(fid, event),
+                "destinations": self.destinations,
+                "region": "us-east-1",
+                "clock": self.options.clock,
+            }
+            if service == "kinesis":
+                self.stream_sources[logical_id] = KinesisEventSource(**common, kinesis_client=self.client("kinesis"))
+            elif service == "dynamodb":
+                self.stream_sources[logical_id] = DynamoDBStreamEventSource(
+                    **common, streams_client=self.client("dynamodbstreams"), ttl_deletes=self._was_ttl_delete
+                )
+            else:
+                self._notice(logical_id, f"event source {service} is not emulated")
+        for source in self.stream_sources.values():
+            source.start()  # take LATEST positions now, before anything is written
+
+    def _build_schedules(self) -> None:
+        stack = self.environment.stack
+        for logical_id, rule in stack.active("AWS::Events::Rule").items():
+            if "ScheduleExpression" in rule and rule.get("State", "ENABLED") == "ENABLED":
+                self._add_schedule(logical_id, rule["ScheduleExpression"], rule.get("Targets", []))
+        for logical_id, schedule in stack.active("AWS::Scheduler::Schedule").items():
+            if schedule.get("State", "ENABLED") == "ENABLED":
+                self._add_schedule(logical_id, schedule["ScheduleExpression"], [schedule["Target"]])
+
+    def _add_schedule(self, logical_id: str, expression: str, targets: list[dict[str, Any]]) -> None:
+        match = _RATE.match(expression.strip())
+        period = int(match.group(1)) * _UNIT_SECONDS[match.group(2).rstrip("s")] if match else None
+        if period is None:
+            self._notice(logical_id, f"ScheduleExpression {expression} fires only on demand (`make fire`)")
+        first = self.options.clock().timestamp() + (period or 0)
+        self.schedules[logical_id] = Schedule(logical_id, expression, targets, period, first)
+
+    def _build_taps(self) -> None:
+        sqs, sns, events = self.client("sqs"), self.client("sns"), self.client("events")
+        stack = self.environment.stack
+        for logical_id, subscription in stack.active("AWS::SNS::Subscription").items():
+            if subscription["Protocol"] != "lambda":
+                continue
+            tap = self._tap_queue(f"sns-{logical_id}", self.environment.function_logical_id(subscription["Endpoint"]))
+            attributes = {
+                key: json.dumps(subscription[key]) if isinstance(subscription[key], dict) else str(subscription[key])
+                for key in ("FilterPolicy", "FilterPolicyScope")
+                if key in subscription
+            }
+            tap.kind = "sns"
+            tap.subscription_arn = sns.subscribe(
+                TopicArn=subscription["TopicArn"],
+                Protocol="sqs",
+                Endpoint=_queue_arn(sqs, tap.queue_url),
+                Attributes=attributes,
+            )["SubscriptionArn"]
+        for logical_id, rule in stack.active("AWS::Events::Rule").items():
+            if "EventPattern" not in rule:
+                continue
+            for target in rule.get("Targets", []):
+                if target["Arn"].split(":")[2] != "lambda":
+                    continue
+                tap = self._tap_queue(
+                    f"rule-{logical_id}-{target['Id']}", self.environment.function_logical_id(target["Arn"])
+                )
+                tap.kind = "events"
+                events.put_targets(
+                    Rule=self.environment.stack.ensure(logical_id).ref,
+                    EventBusName=rule.get("EventBusName", "default"),
+                    Targets=[
+                        {
+                            "Id": f"devstack-tap-{target['Id']}",
+                            "Arn": _queue_arn(sqs, tap.queue_url),
+                            **{k: v for k, v in target.items() if k in ("Input", "InputPath")},
+                        }
+                    ],
+                )
+
+    def _tap_queue(self, name: str, function: str) -> Tap:
+        url = self.client("sqs").create_queue(QueueName=f"devstack-tap-{name}"[:80])["QueueUrl"]
+        tap = Tap(function=function, queue_url=url, kind="")
+        self.taps.append(tap)
+        return tap
+
+    def _drain_tap(self, tap: Tap) -> int:
+        sqs = self.client("sqs")
+        messages = sqs.receive_message(QueueUrl=tap.queue_url, MaxNumberOfMessages=10).get("Messages", [])
+        for message in messages:
+            body = json.loads(message["Body"])
+            payload = _sns_event(body, tap.subscription_arn) if tap.kind == "sns" else body
+            self.async_invoker.submit(tap.function, payload)
+            sqs.delete_message(QueueUrl=tap.queue_url, ReceiptHandle=message["ReceiptHandle"])
+        return len(messages)
+
+    def _load_functions(self) -> None:
+        for logical_id in self.environment.stack.functions():
+            try:
+                self.environment.runtime(logical_id).handler()
+            except HandlerImportError as error:
+                # The stack keeps running; invoking this function reports the same error.
+                self.broken_functions[logical_id] = str(error)
+                log.error("%s", error)
+
+    def _deliver_target(self, target: dict[str, Any], default_event: dict[str, Any]) -> None:
+        payload = json.loads(target["Input"]) if target.get("Input") else default_event
+        service = target["Arn"].split(":")[2]
+        if service == "lambda":
+            self.async_invoker.submit(self.environment.function_logical_id(target["Arn"]), payload)
+        elif service in ("sqs", "sns", "events"):
+            self.destinations.deliver(target["Arn"], payload)
+        else:
+            log.warning("schedule target %s is not emulated", target["Arn"])
+
+    def _scheduled_event(self, schedule: Schedule) -> dict[str, Any]:
+        return {
+            "version": "0",
+            "id": f"{schedule.logical_id}-{time.time_ns()}",
+            "detail-type": "Scheduled Event",
+            "source": "aws.events",
+            "account": "123456789012",
+            "time": self.options.clock().strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": "us-east-1",
+            "resources": [self.environment.stack.arn("events", f"rule/{schedule.logical_id}")],
+            "detail": {},
+        }
+
+    def _invoke_async_arn(self, arn: str, payload: Any) -> None:
+        self.async_invoker.submit(self.environment.function_logical_id(arn), payload)
+
+    def _queue_url_for_arn(self, arn: str) -> str:
+        return self.client("sqs").get_queue_url(QueueName=arn.rsplit(":", 1)[-1])["QueueUrl"]
+
+    def _was_ttl_delete(self, keys: dict[str, Any]) -> bool:
+        with self._ttl_lock:
+            identity = _key_id(keys)
+            if identity in self._ttl_deleted:
+                self._ttl_deleted.discard(identity)
+                return True
+        return False
+
+    def _notice(self, logical_id: str, message: str) -> None:
+        line = f"{logical_id}: {message}"
+        self.notices.append(line)
+        log.warning("not emulated: %s", line)
+
+    # ------------------------------------------------------------------ threads
+    def _start_threads(self) -> None:
+        loops: list[tuple[str, Callable[[], None]]] = []
+        for logical_id, source in self.environment.sqs_sources.items():
+            loops.append((logical_id, lambda s=source: s.poll_once(wait=True)))
+        for logical_id, stream in self.stream_sources.items():
+            loops.append((logical_id, lambda s=stream: (s.poll_once(), self._stopping.wait(STREAM_POLL_SECONDS))))
+        loops.append(("taps", lambda: (sum(self._drain_tap(t) for t in self.taps), self._stopping.wait(0.5))))
+        loops.append(("async", self._async_step))
+        loops.append(("schedules", self._schedule_step))
+        loops.append(("ttl", lambda: (self.sweep_ttl(), self._stopping.wait(5))))
+        for name, step in loops:
+            thread = threading.Thread(target=self._loop, args=(name, step), name=f"devstack-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _loop(self, name: str, step: Callable[[], Any]) -> None:
+        while not self._stopping.is_set():
+            try:
+                step()
+            except Exception:
+                log.exception("event source %s failed; retrying", name)
+                self._stopping.wait(1)
+
+    def _async_step(self) -> None:
+        self.async_invoker.run_due()
+        wait = self.async_invoker.next_due_in()
+        self.async_invoker.wait_for_work(0.5 if wait is None else min(wait, 0.5))
+
+    def _schedule_step(self) -> None:
+        self.fire_due()
+        self._stopping.wait(1)
+
+    def fire_due(self) -> list[str]:
+        """Fire every rate schedule whose time has come; returns the ones fired."""
+        now = self.options.clock().timestamp()
+        fired = []
+        for schedule in self.schedules.values():
+            if schedule.period and now >= schedule.next_fire:
+                schedule.next_fire = now + schedule.period
+                self.fire(schedule.logical_id)
+                fired.append(schedule.logical_id)
+        return fired
+
+    # ------------------------------------------------------------------ state kept between runs
+    def _state_file(self) -> Path | None:
+        return self.options.state_dir / "state.json" if self.options.state_dir else None
+
+    def _save_state(self) -> None:
+        path = self._state_file()
+        if path is None:
+            return
+        dynamodb = self.client("dynamodb")
+        state: dict[str, Any] = {"tables": {}, "queues": {}}
+        for logical_id in self.environment.stack.active("AWS::DynamoDB::Table"):
+            items = []
+            for page in dynamodb.get_paginator("scan").paginate(TableName=self.environment.table_name(logical_id)):
+                items.extend(page["Items"])
+            state["tables"][logical_id] = items
+        # Read the messages without receiving them (a receive would count towards maxReceiveCount).
+        from moto.sqs.models import sqs_backends
+
+        backend = sqs_backends["123456789012"]["us-east-1"]
+        for logical_id in self.environment.stack.active("AWS::SQS::Queue"):
+            name = self.environment.queue_url(logical_id).rsplit("/", 1)[-1]
+            queue = backend.queues.get(name)
+            state["queues"][logical_id] = [m.body for m in (queue._messages if queue else [])]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(state))
+
+    def _restore_state(self) -> None:
+        path = self._state_file()
+        if path is None or not path.exists():
+            return
+        state = json.loads(path.read_text())
+        dynamodb, sqs = self.client("dynamodb"), self.client("sqs")
+        for logical_id, items in state.get("tables", {}).items():
+            for item in items:
+                dynamodb.put_item(TableName=self.environment.table_name(logical_id), Item=item)
+        for logical_id, bodies in state.get("queues", {}).items():
+            for body in bodies:
+                sqs.send_message(QueueUrl=self.environment.queue_url(logical_id), MessageBody=body)
+
+
+def _require_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            raise PortInUse(f"port {port} on {host} is already in use; pass another with PORT=... ") from None
+
+
+def _key_id(keys: dict[str, Any]) -> str:
+    return json.dumps(keys, sort_keys=True)
+
+
+def _queue_arn(sqs: Any, url: str) -> str:
+    return sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+
+
+def _sns_event(notification: dict[str, Any], subscription_arn: str) -> dict[str, Any]:
+    """The SNS notification an SQS tap received, in the shape SNS gives a Lambda subscriber."""
+    return {
+        "Records": [
+            {
+                "EventSource": "aws:sns",
+                "EventVersion": "1.0",
+                "EventSubscriptionArn": subscription_arn,
+                "Sns": {
+                    "Type": notification.get("Type", "Notification"),
+                    "MessageId": notification["MessageId"],
+                    "TopicArn": notification["TopicArn"],
+                    "Subject": notification.get("Subject"),
+                    "Message": notification["Message"],
+                    "Timestamp": notification["Timestamp"],
+                    "SignatureVersion": notification.get("SignatureVersion", "1"),
+                    "Signature": notification.get("Signature", ""),
+                    "SigningCertUrl": notification.get("SigningCertURL", ""),
+                    "UnsubscribeUrl": notification.get("UnsubscribeURL", ""),
+                    "MessageAttributes": notification.get("MessageAttributes", {}),
+                },
+            }
+        ]
+    }
+
+
+def install_log_prefixes() -> None:
+    if not isinstance(sys.stdout, PrefixedStream):
+        sys.stdout = PrefixedStream(sys.stdout)  # type: ignore[assignment]
