@@ -15,17 +15,20 @@ export UV_PROJECT_ENVIRONMENT := $(CURDIR)/.venv
 ENV ?= default
 LAYER_REQUIREMENTS ?= layers/shared/requirements.txt
 FUNCTION ?= ToolWorker
+PORT ?= 4566
 EVENT ?= events/tool_worker/healthy-batch.json
 # The layer ships everything the lock pins except what the Lambda runtime provides.
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
-.PHONY: help env lint test unit build deploy invoke bench layer-requirements expanded clean
+.PHONY: help env lint test unit build deploy invoke dev fire bench layer-requirements expanded clean
 
 help:
 	@echo "make test     lint + all tests (creates the environment from uv.lock)"
 	@echo "make build    sam build (no Docker, no python3.13 needed)"
 	@echo "make deploy   sam deploy (ENV=default|prod; guided on first use)"
+	@echo "make dev      the whole template on 127.0.0.1 (PORT=4566, STATE=<dir> keeps data, FRESH=1)"
 	@echo "make invoke   FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json"
+	@echo "make fire     SCHEDULE=<LogicalId>: fire a schedule of the running stack now"
 	@echo "make bench    benchmarks -> docs/benchmarks.md"
 
 $(UV):
@@ -74,6 +77,12 @@ deploy: build
 
 invoke: env
 	$(RUN) python -m devstack.invoke $(FUNCTION) $(EVENT)
+
+dev: env
+	$(RUN) python -m devstack dev --port $(PORT) $(if $(STATE),--state $(STATE)) $(if $(FRESH),--fresh)
+
+fire: env
+	$(RUN) python -m devstack fire $(SCHEDULE)
 
 bench: env
 	$(RUN) python -m tests.bench

@@ -1,6 +1,7 @@
 """`make invoke FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json`: the no-Docker twin of
-`sam local invoke`. The function runs in this process with the handler, environment and timeout
-its template entry declares, against resources created from template.yaml on moto.
+`sam local invoke`. With `make dev` running, the function runs there (against that stack's state,
+through its Lambda Invoke API); otherwise in this process, with the handler, environment and
+timeout its template entry declares, against a fresh stack created from template.yaml on moto.
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault(name, value)
     event = json.loads(args.event.read_text())
 
+    from devstack.__main__ import running_stack
+
+    endpoints = running_stack()
+    if endpoints is not None:
+        return invoke_running(endpoints, args.function, event)
+
     from moto import mock_aws
 
     from devstack.environment import LocalEnvironment
@@ -49,6 +56,18 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(json.dumps(response, indent=2, default=str))
     return 0
+
+
+def invoke_running(endpoints: dict[str, str], function: str, event: dict) -> int:
+    """RequestResponse through the running stack's Lambda API (its logs appear in `make dev`)."""
+    client = boto3.client("lambda", endpoint_url=endpoints["lambda"], region_name="us-east-1")
+    try:
+        response = client.invoke(FunctionName=function, Payload=json.dumps(event))
+    except client.exceptions.ResourceNotFoundException:
+        print(f"error: {function} is not a function of the running stack", file=sys.stderr)
+        return 2
+    print(json.dumps(json.loads(response["Payload"].read()), indent=2))
+    return 1 if response.get("FunctionError") else 0
 
 
 if __name__ == "__main__":

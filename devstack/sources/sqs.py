@@ -94,20 +94,26 @@ class SqsEventSource:
 
     # ------------------------------------------------------------------ internals
     def _receive_batch(self, wait: bool) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + (self.window if wait else 0)
+        """Without wait: what is visible now. With wait: long-poll for the first message, then keep
+        gathering until the batch is full or MaximumBatchingWindowInSeconds has passed."""
         messages: list[dict[str, Any]] = []
+        deadline: float | None = None
         while len(messages) < self.batch_size:
             received = self.sqs.receive_message(
                 QueueUrl=self.queue_url,
                 MaxNumberOfMessages=min(MAX_RECEIVE, self.batch_size - len(messages)),
-                WaitTimeSeconds=1 if wait and not messages else 0,
+                WaitTimeSeconds=1 if wait else 0,
                 AttributeNames=["All"],
                 MessageAttributeNames=["All"],
             ).get("Messages", [])
             messages.extend(received)
-            if not received and (not wait or time.monotonic() >= deadline or messages):
-                break
-            if wait and time.monotonic() >= deadline:
+            if not wait:
+                if not received:
+                    break
+                continue
+            if messages and deadline is None:
+                deadline = time.monotonic() + self.window
+            if not messages or deadline is None or time.monotonic() >= deadline:
                 break
         return messages
 

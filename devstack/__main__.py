@@ -1,0 +1,146 @@
+"""`python -m devstack dev|fire` (what `make dev` and `make fire` run).
+
+dev:  the whole template on 127.0.0.1 until Ctrl-C.
+fire: fire a schedule of the running stack now.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import httpx
+
+from devstack.server import DevStack, DevStackOptions, PortInUse, install_log_prefixes
+from devstack.template import ROOT
+
+RUNNING_FILE = ROOT / ".devstack" / "running.json"  # how `make invoke` and `make fire` find the stack
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devstack")
+    commands = parser.add_subparsers(dest="command", required=True)
+    dev = commands.add_parser("dev", help="run the local stack until Ctrl-C")
+    dev.add_argument("--port", type=int, default=4566, help="AWS endpoint port; the Lambda API uses port+1")
+    dev.add_argument("--state", type=Path, help="keep tables and queues in this folder between runs")
+    dev.add_argument("--fresh", action="store_true", help="start empty even if --state holds data")
+    dev.add_argument("--parameter", action="append", default=[], metavar="Name=Value", help="template parameter")
+    fire = commands.add_parser("fire", help="fire a schedule of the running stack now")
+    fire.add_argument("schedule", help="logical id of the schedule (AWS::Events::Rule or AWS::Scheduler::Schedule)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for chatty in ("botocore", "httpx", "werkzeug"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+    # Functions flush their own per-job metrics; the empty end-of-invocation flush is not news.
+    warnings.filterwarnings("ignore", message="No application metrics to publish")
+    if args.command == "fire":
+        return fire_schedule(args.schedule)
+    return run_dev(args)
+
+
+def run_dev(args: argparse.Namespace) -> int:
+    if args.state and args.fresh:
+        (args.state / "state.json").unlink(missing_ok=True)
+    options = DevStackOptions(
+        aws_port=args.port,
+        lambda_port=args.port + 1,
+        state_dir=args.state,
+        parameters=dict(item.split("=", 1) for item in args.parameter),
+    )
+    started = time.perf_counter()
+    install_log_prefixes()
+    stack = DevStack(options)
+    try:
+        stack.start()
+    except PortInUse as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    ready_seconds = time.perf_counter() - started
+    RUNNING_FILE.parent.mkdir(exist_ok=True)
+    RUNNING_FILE.write_text(json.dumps({"aws": stack.aws_url, "lambda": stack.lambda_url}))
+    print(banner(stack, ready_seconds), flush=True)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    try:
+        while not stopping.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the shutdown short
+    print("\nstopping the local stack ...", flush=True)
+    RUNNING_FILE.unlink(missing_ok=True)
+    stack.stop()
+    print("stopped.", flush=True)
+    return 0
+
+
+def banner(stack: DevStack, ready_seconds: float) -> str:
+    resources = stack.environment.stack.created
+    counts: dict[str, int] = {}
+    for logical_id in resources:
+        kind = stack.template.resource(logical_id)["Type"].split("::", 1)[1]
+        counts[kind] = counts.get(kind, 0) + 1
+    lines = [
+        "",
+        f"local stack ready in {ready_seconds:.1f} s (127.0.0.1 only)",
+        f"  AWS endpoint (moto):  {stack.aws_url}    export AWS_ENDPOINT_URL={stack.aws_url}",
+        f"  Lambda Invoke API:    {stack.lambda_url}",
+        "  resources:            " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
+        f"  functions:            {', '.join(sorted(stack.environment.stack.functions()))}",
+    ]
+    if "JobQueue" in resources:
+        job = json.dumps(
+            {
+                "jobId": "job-example-0001",
+                "userId": "dev-user",
+                "tool": "analyze_dataset",
+                "input": {"dataset_url": "s3://local-datasets/sales.csv"},
+            }
+        )
+        lines.append(
+            "  submit a job:         AWS_ENDPOINT_URL="
+            f"{stack.aws_url} aws sqs send-message --queue-url {stack.environment.queue_url('JobQueue')} "
+            f"--message-body '{job}'"
+        )
+    if stack.schedules:
+        lines.append(f"  fire a schedule now:  make fire SCHEDULE={next(iter(stack.schedules))}")
+    lines.append("  invoke one function:  make invoke FUNCTION=ToolWorker EVENT=events/tool_worker/healthy-batch.json")
+    for notice in stack.notices:
+        lines.append(f"  not emulated:         {notice}")
+    for error in stack.broken_functions.values():
+        lines.append(f"  failed to import:     {error}")
+    lines.append("  stop:                 Ctrl-C")
+    return "\n".join(lines)
+
+
+def running_stack() -> dict[str, str] | None:
+    """The running `make dev` stack's endpoints, if one answers."""
+    if not RUNNING_FILE.exists():
+        return None
+    endpoints = json.loads(RUNNING_FILE.read_text())
+    try:
+        httpx.get(f"{endpoints['lambda']}/devstack/health", timeout=2).raise_for_status()
+    except httpx.HTTPError:
+        return None
+    return endpoints
+
+
+def fire_schedule(schedule: str) -> int:
+    endpoints = running_stack()
+    if endpoints is None:
+        print("error: no local stack is running; start one with `make dev`", file=sys.stderr)
+        return 2
+    response = httpx.post(f"{endpoints['lambda']}/devstack/schedules/{schedule}/fire", timeout=30)
+    print(response.text)
+    return 0 if response.is_success else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
