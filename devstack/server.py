@@ -165,6 +165,10 @@ class DevStack:
             self._start_threads()
         return self
 
+    @property
+    def stopped(self) -> bool:
+        return self._stopping.is_set()
+
     def stop(self) -> None:
         self._stopping.set()
         for thread in self._threads:

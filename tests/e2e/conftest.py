@@ -60,7 +60,8 @@ def start_stack(clock) -> Iterator[Callable[..., DevStack]]:
 
     yield start
     for stack in started:
-        stack.stop()
+        if not stack.stopped:
+            stack.stop()
 
 
 @pytest.fixture

@@ -88,3 +88,35 @@ def test_port_in_use_gives_a_clear_error_and_leaves_nothing_running():
     assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", port + 1))  # would raise if anything had been left running
+
+
+def test_state_folder_keeps_jobs_and_queued_messages_between_runs(start_stack, tmp_path):
+    # Given a stack that keeps state in a folder, with a finished job and a message still queued
+    first = start_stack(state_dir=tmp_path)
+    submit(first, "job-e2e-kept-001")
+    first.settle()
+    waiting = submit(first, "job-e2e-kept-002")
+    first.stop()
+
+    # When the stack starts again from that folder
+    second = start_stack(state_dir=tmp_path)
+
+    # Then the finished job is still there and the queued job is delivered and runs
+    assert job(second, "job-e2e-kept-001")["status"] == "SUCCEEDED"
+    assert waiting
+    second.settle()
+    assert job(second, "job-e2e-kept-002")["status"] == "SUCCEEDED"
+
+
+def test_fresh_start_ignores_saved_state(start_stack, tmp_path):
+    # Given state saved by an earlier run
+    first = start_stack(state_dir=tmp_path)
+    submit(first, "job-e2e-gone-001")
+    first.settle()
+    first.stop()
+
+    # When a stack starts without the folder
+    second = start_stack()
+
+    # Then it starts empty
+    assert job(second, "job-e2e-gone-001") is None
