@@ -6,13 +6,10 @@ import csv
 import io
 import json
 import socket
-from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import httpx
 import pytest
-from moto import mock_aws
 from pydantic import ValidationError
 
 from mcp_backend.tools import analyze_dataset as module
@@ -406,18 +403,6 @@ def test_dataset_over_the_cap_is_too_large(files: dict[str, bytes]) -> None:
 
 
 # --- S3 ----------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    with mock_aws():
-        client = boto3.client("s3")
-        client.create_bucket(Bucket="datasets")
-        yield client
 
 
 def test_s3_csv_statistics(s3: Any) -> None:

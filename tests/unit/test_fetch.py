@@ -7,10 +7,8 @@ import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import boto3
 import httpx
 import pytest
-from moto import mock_aws
 
 from mcp_backend.tools.errors import DatasetTooLarge, DatasetUnreachable, UnsafeDatasetUrl
 from mcp_backend.tools.fetch import FetchPolicy, is_public_address, open_dataset
@@ -403,18 +401,6 @@ def test_streaming_past_the_cap_stops_reading(dns: DNS, server: Server) -> None:
 
 
 # --- s3 ----------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    with mock_aws():
-        client = boto3.client("s3")
-        client.create_bucket(Bucket="datasets")
-        yield client
 
 
 def test_s3_object_is_streamed(s3: Any) -> None:
