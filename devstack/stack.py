@@ -245,6 +245,26 @@ def _sns_topic(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Cre
     return Created(ref=arn, attributes={"TopicArn": arn, "TopicName": name})
 
 
+def _kinesis_stream(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    name = props.get("Name") or stack.physical_name(logical_id)
+    mode = props.get("StreamModeDetails", {"StreamMode": "PROVISIONED"})
+    request: dict[str, Any] = {"StreamName": name, "StreamModeDetails": mode}
+    if mode.get("StreamMode") != "ON_DEMAND":
+        request["ShardCount"] = int(props.get("ShardCount", 1))
+    kinesis = stack.client("kinesis")
+    kinesis.create_stream(**request)  # moto gives an ON_DEMAND stream 4 shards
+    hours = int(props.get("RetentionPeriodHours", 24))
+    if hours > 24:
+        kinesis.increase_stream_retention_period(StreamName=name, RetentionPeriodHours=hours)
+    encryption = props.get("StreamEncryption")
+    if encryption:
+        kinesis.start_stream_encryption(
+            StreamName=name, EncryptionType=encryption["EncryptionType"], KeyId=encryption["KeyId"]
+        )
+    arn = kinesis.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamARN"]
+    return Created(ref=name, attributes={"Arn": arn})
+
+
 def _cloudwatch_alarm(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
     name = props.get("AlarmName") or stack.physical_name(logical_id)
     keys = (
@@ -299,6 +319,7 @@ _CREATORS: dict[str, Callable[[LocalStack, str, dict[str, Any]], Created]] = {
     "AWS::SQS::Queue": _sqs_queue,
     "AWS::DynamoDB::Table": _dynamodb_table,
     "AWS::SNS::Topic": _sns_topic,
+    "AWS::Kinesis::Stream": _kinesis_stream,
     "AWS::CloudWatch::Alarm": _cloudwatch_alarm,
     "AWS::Lambda::Function": _lambda_function,
     "AWS::Lambda::LayerVersion": _layer_version,

@@ -21,4 +21,9 @@ processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failu
 def handler(event: dict, context: LambdaContext) -> dict:
     require_batch_from(event, "aws:sqs")
     worker.start_invocation(context)
-    return process_partial_response(event=event, record_handler=worker.process, processor=processor, context=context)
+    try:
+        return process_partial_response(
+            event=event, record_handler=worker.process, processor=processor, context=context
+        )
+    finally:
+        worker.finish_invocation()

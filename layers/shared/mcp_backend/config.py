@@ -30,6 +30,7 @@ class WorkerSettings(Settings):
     dataset_max_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
     # Only the local stack sets this: lets the fetcher reach loopback/private hosts and plain http.
     dataset_allow_private_hosts: bool = False
+    call_log_stream_name: str
 
 
 def load_settings(model: type[SettingsT], environ: Mapping[str, str] | None = None) -> SettingsT:
