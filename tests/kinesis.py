@@ -56,3 +56,25 @@ def lambda_event(records: list[dict[str, Any]], stream_arn: str, region: str = "
             for record in records
         ]
     }
+
+
+def mapping_of(function_logical_id: str) -> dict[str, Any]:
+    """The (single) event source mapping of a function, as template.yaml declares it."""
+    from devstack.template import load_template
+
+    found = [
+        resource["Properties"]
+        for resource in load_template().resources("AWS::Lambda::EventSourceMapping").values()
+        if resource["Properties"]["FunctionName"] == {"Ref": function_logical_id}
+    ]
+    if len(found) != 1:
+        raise LookupError(f"{function_logical_id} has {len(found)} event source mappings")
+    return found[0]
+
+
+def delivered(event: dict[str, Any], function_logical_id: str) -> dict[str, Any]:
+    """What Lambda would invoke the function with: the records its mapping's FilterCriteria let through."""
+    from devstack.filters import RecordFilter
+
+    record_filter = RecordFilter(mapping_of(function_logical_id).get("FilterCriteria"))
+    return {"Records": [record for record in event["Records"] if record_filter.matches(record)]}

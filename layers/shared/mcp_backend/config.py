@@ -33,5 +33,28 @@ class WorkerSettings(Settings):
     call_log_stream_name: str
 
 
+class StreamConsumerSettings(Settings):
+    """Every stream consumer: idempotent on the record's position, INPROGRESS expiry from its Timeout."""
+
+    idempotency_table_name: str
+    # The same template parameter sets the function's Timeout and this value.
+    function_timeout_seconds: int = Field(gt=0)
+    idempotency_ttl_seconds: int = Field(default=86400, gt=0)
+
+
+class CallLogAnalyzerSettings(StreamConsumerSettings):
+    alert_topic_arn: str
+    # Errors of one tool (or failures of one endpoint) within one batch that raise an alert.
+    error_alert_threshold: int = Field(gt=0)
+
+
+class MonitorStreamSettings(StreamConsumerSettings):
+    monitor_table_name: str
+
+
+class DriftDetectorSettings(MonitorStreamSettings):
+    call_log_stream_name: str
+
+
 def load_settings(model: type[SettingsT], environ: Mapping[str, str] | None = None) -> SettingsT:
     return model.model_validate(dict(os.environ if environ is None else environ))

@@ -20,7 +20,6 @@ from mcp_backend.jobs.errors import (
     JobOwnershipError,
     MalformedJobMessage,
     UnknownTool,
-    describe_validation_error,
 )
 from mcp_backend.jobs.models import JobError, JobMessage
 from mcp_backend.jobs.store import JobStore
@@ -28,6 +27,7 @@ from mcp_backend.observability import logger, tool_invocation, tracer
 from mcp_backend.tools.errors import ToolError
 from mcp_backend.tools.fetch import FetchPolicy
 from mcp_backend.tools.registry import TOOLS, Tool, ToolContext
+from mcp_backend.validation import describe_validation_error
 
 
 def describe_failure(error: BaseException) -> JobError:
