@@ -257,6 +257,26 @@ def _sns_topic(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Cre
     return Created(ref=arn, attributes={"TopicArn": arn, "TopicName": name})
 
 
+def _kinesis_stream(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    name = props.get("Name") or stack.physical_name(logical_id)
+    mode = props.get("StreamModeDetails", {"StreamMode": "PROVISIONED"})
+    request: dict[str, Any] = {"StreamName": name, "StreamModeDetails": mode}
+    if mode.get("StreamMode") != "ON_DEMAND":
+        request["ShardCount"] = int(props.get("ShardCount", 1))
+    kinesis = stack.client("kinesis")
+    kinesis.create_stream(**request)  # moto gives an ON_DEMAND stream 4 shards
+    hours = int(props.get("RetentionPeriodHours", 24))
+    if hours > 24:
+        kinesis.increase_stream_retention_period(StreamName=name, RetentionPeriodHours=hours)
+    encryption = props.get("StreamEncryption")
+    if encryption:
+        kinesis.start_stream_encryption(
+            StreamName=name, EncryptionType=encryption["EncryptionType"], KeyId=encryption["KeyId"]
+        )
+    arn = kinesis.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamARN"]
+    return Created(ref=name, attributes={"Arn": arn})
+
+
 def _cloudwatch_alarm(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
     name = props.get("AlarmName") or stack.physical_name(logical_id)
     keys = (
@@ -300,27 +320,6 @@ def _layer_version(stack: LocalStack, logical_id: str, props: dict[str, Any]) ->
 def _configuration_only(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
     """Mappings, async-invoke configs, schedules: the local stack acts on their properties."""
     return Created(ref=logical_id, attributes={"Arn": stack.arn("local", logical_id)})
-
-
-def _kinesis_stream(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
-    name = props.get("Name") or stack.physical_name(logical_id)
-    kinesis = stack.client("kinesis")
-    mode = props.get("StreamModeDetails", {}).get("StreamMode", "PROVISIONED" if "ShardCount" in props else "ON_DEMAND")
-    request: dict[str, Any] = {"StreamName": name, "StreamModeDetails": {"StreamMode": mode}}
-    if mode == "PROVISIONED":
-        request["ShardCount"] = int(props.get("ShardCount", 1))
-    kinesis.create_stream(**request)
-    encryption = props.get("StreamEncryption")
-    if encryption:
-        kinesis.start_stream_encryption(
-            StreamName=name, EncryptionType=encryption["EncryptionType"], KeyId=encryption["KeyId"]
-        )
-    if "RetentionPeriodHours" in props:
-        kinesis.increase_stream_retention_period(
-            StreamName=name, RetentionPeriodHours=int(props["RetentionPeriodHours"])
-        )
-    arn = stack.arn("kinesis", f"stream/{name}")
-    return Created(ref=name, attributes={"Arn": arn})
 
 
 def _sns_subscription(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
@@ -397,13 +396,13 @@ _CREATORS: dict[str, Callable[[LocalStack, str, dict[str, Any]], Created]] = {
     "AWS::SQS::Queue": _sqs_queue,
     "AWS::DynamoDB::Table": _dynamodb_table,
     "AWS::SNS::Topic": _sns_topic,
+    "AWS::Kinesis::Stream": _kinesis_stream,
     "AWS::CloudWatch::Alarm": _cloudwatch_alarm,
     "AWS::Lambda::Function": _lambda_function,
     "AWS::Lambda::LayerVersion": _layer_version,
     "AWS::Lambda::EventSourceMapping": _configuration_only,
     "AWS::Lambda::EventInvokeConfig": _configuration_only,
     "AWS::Scheduler::Schedule": _configuration_only,
-    "AWS::Kinesis::Stream": _kinesis_stream,
     "AWS::SNS::Subscription": _sns_subscription,
     "AWS::Events::EventBus": _event_bus,
     "AWS::Events::Rule": _events_rule,

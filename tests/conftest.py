@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import boto3
@@ -11,6 +12,23 @@ from moto import mock_aws
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / "events"
+
+
+def _shared_module_environment() -> None:
+    """The literal environment every function gets (template Globals), applied before any test imports.
+
+    Shared modules build Logger/Metrics at import; one imported by a unit test outside a function's
+    environment would otherwise keep an empty metrics namespace for every later handler test.
+    """
+    from devstack.template import load_template
+
+    variables = load_template().source["Globals"]["Function"]["Environment"]["Variables"]
+    for name, value in variables.items():
+        if isinstance(value, str):
+            os.environ.setdefault(name, value)
+
+
+_shared_module_environment()
 
 
 @pytest.fixture(autouse=True)

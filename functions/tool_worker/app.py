@@ -1,9 +1,9 @@
 """ToolWorker: runs tool jobs from the job queue, reporting partial batch failures."""
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from mcp_backend.batch import require_batch_from
+from mcp_backend.batch import handle_batch
 from mcp_backend.config import WorkerSettings, load_settings
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.jobs.worker import JobWorker
@@ -19,6 +19,4 @@ processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failu
 @tracer.capture_lambda_handler(capture_response=False, capture_error=True)
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict, context: LambdaContext) -> dict:
-    require_batch_from(event, "aws:sqs")
-    worker.start_invocation(context)
-    return process_partial_response(event=event, record_handler=worker.process, processor=processor, context=context)
+    return handle_batch(event, context, event_source="aws:sqs", processor=processor, consumer=worker)

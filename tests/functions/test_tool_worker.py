@@ -269,7 +269,7 @@ def test_worker_logs_carry_no_payload(local, capsys):
 
 def test_in_progress_window_follows_the_configured_timeout(local):
     # Given the worker as the template configures it
-    from mcp_backend.jobs.idempotency import InProgressWindow
+    from mcp_backend.idempotency import InProgressWindow
 
     timeout = local.stack.function(WORKER).timeout
     context = LocalLambdaContext("f", "arn", 128, timeout_seconds=1)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from devstack.template import load_template
+
 BUILD = Path(__file__).resolve().parents[2] / ".aws-sam" / "build"
 
 pytestmark = pytest.mark.skipif(not BUILD.exists(), reason="run `make build` (make test does) to check artifacts")
@@ -32,5 +34,6 @@ def test_compiled_wheels_target_cpython313_on_arm64():
     assert all("cpython-313-aarch64-linux-gnu" in p.name or "abi3" in p.name for p in extensions), extensions
 
 
-def test_function_artifact_is_just_its_handler():
-    assert sorted(p.name for p in (BUILD / "ToolWorker").iterdir()) == ["app.py"]
+@pytest.mark.parametrize("function_id", sorted(load_template().resources("AWS::Lambda::Function")))
+def test_function_artifact_is_just_its_handler(function_id):
+    assert sorted(p.name for p in (BUILD / function_id).iterdir()) == ["app.py"]

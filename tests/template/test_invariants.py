@@ -155,6 +155,104 @@ def _refs(expression: Any) -> set[str]:
     return found
 
 
+STREAM_MAPPINGS = {
+    logical_id: mapping
+    for logical_id, mapping in of_type("AWS::Lambda::EventSourceMapping").items()
+    if referenced_resource(mapping["Properties"]["EventSourceArn"])
+    in {**of_type("AWS::Kinesis::Stream"), **of_type("AWS::DynamoDB::Table")}
+}
+# What each stream view type carries, for filters on dynamodb.NewImage / dynamodb.OldImage.
+IMAGES_BY_VIEW_TYPE = {
+    "KEYS_ONLY": set(),
+    "NEW_IMAGE": {"NewImage"},
+    "OLD_IMAGE": {"OldImage"},
+    "NEW_AND_OLD_IMAGES": {"NewImage", "OldImage"},
+}
+
+
+def role_of(function_id: str) -> str:
+    return referenced_resource(RESOURCES[function_id]["Properties"]["Role"])
+
+
+def role_grants(role_id: str, action: str, resource_arn: dict) -> bool:
+    for _, statement in (pair for pair in all_statements() if pair[0] == role_id):
+        if action in as_list(statement["Action"]) and resource_arn in as_list(statement["Resource"]):
+            return True
+    return False
+
+
+def test_the_template_has_stream_consumers_to_check():
+    sources = {referenced_resource(m["Properties"]["EventSourceArn"]) for m in STREAM_MAPPINGS.values()}
+    assert set(of_type("AWS::Kinesis::Stream")) <= sources
+    assert any(RESOURCES[s]["Type"] == "AWS::DynamoDB::Table" for s in sources)
+
+
+@pytest.mark.parametrize("mapping_id", sorted(STREAM_MAPPINGS))
+def test_every_stream_mapping_bisects_retries_finitely_ages_out_and_has_an_on_failure_queue(mapping_id):
+    properties = STREAM_MAPPINGS[mapping_id]["Properties"]
+    assert properties["BisectBatchOnFunctionError"] is True
+    # -1 (the default) means forever: a poison record would block its shard until it expires.
+    assert 0 <= int(resolve(properties["MaximumRetryAttempts"])) <= 10
+    assert 60 <= int(resolve(properties["MaximumRecordAgeInSeconds"])) <= 86400
+    assert "ReportBatchItemFailures" in properties["FunctionResponseTypes"]
+    assert properties["StartingPosition"] in {"TRIM_HORIZON", "LATEST"}
+    destination = properties["DestinationConfig"]["OnFailure"]["Destination"]
+    assert referenced_resource(destination) in of_type("AWS::SQS::Queue")
+
+
+@pytest.mark.parametrize("mapping_id", sorted(STREAM_MAPPINGS))
+def test_every_on_failure_queue_is_writable_by_its_functions_role(mapping_id):
+    properties = STREAM_MAPPINGS[mapping_id]["Properties"]
+    queue = referenced_resource(properties["DestinationConfig"]["OnFailure"]["Destination"])
+    role = role_of(referenced_resource(properties["FunctionName"]))
+    assert role_grants(role, "sqs:SendMessage", {"Fn::GetAtt": [queue, "Arn"]}), (role, queue)
+
+
+@pytest.mark.parametrize("mapping_id", sorted(STREAM_MAPPINGS))
+def test_every_stream_mapping_can_read_its_stream_with_a_scoped_statement(mapping_id):
+    properties = STREAM_MAPPINGS[mapping_id]["Properties"]
+    role = role_of(referenced_resource(properties["FunctionName"]))
+    service = (
+        "kinesis"
+        if RESOURCES[referenced_resource(properties["EventSourceArn"])]["Type"].startswith("AWS::Kinesis")
+        else "dynamodb"
+    )
+    for action in ("GetRecords", "GetShardIterator", "DescribeStream"):
+        assert role_grants(role, f"{service}:{action}", properties["EventSourceArn"]), (role, action)
+
+
+def _filter_images(pattern: dict) -> set[str]:
+    return set(pattern.get("dynamodb", {})) & {"NewImage", "OldImage"}
+
+
+@pytest.mark.parametrize("mapping_id", sorted(STREAM_MAPPINGS))
+def test_every_dynamodb_filter_on_an_image_sits_on_a_stream_that_carries_it(mapping_id):
+    properties = STREAM_MAPPINGS[mapping_id]["Properties"]
+    source = RESOURCES[referenced_resource(properties["EventSourceArn"])]
+    patterns = [json.loads(f["Pattern"]) for f in properties.get("FilterCriteria", {}).get("Filters", [])]
+    if source["Type"] != "AWS::DynamoDB::Table":
+        assert not any("dynamodb" in p for p in patterns), mapping_id
+        return
+    view_type = source["Properties"]["StreamSpecification"]["StreamViewType"]
+    for pattern in patterns:
+        assert _filter_images(pattern) <= IMAGES_BY_VIEW_TYPE[view_type], (mapping_id, view_type, pattern)
+
+
+def test_the_image_check_rejects_a_filter_the_view_type_cannot_serve():
+    # The rule above, shown able to fail: a NewImage filter on an OLD_IMAGE stream.
+    pattern = {"dynamodb": {"NewImage": {"itemType": {"S": ["probe_result"]}}}}
+    assert not _filter_images(pattern) <= IMAGES_BY_VIEW_TYPE["OLD_IMAGE"]
+    assert not _filter_images(pattern) <= IMAGES_BY_VIEW_TYPE["KEYS_ONLY"]
+
+
+def test_every_in_progress_window_follows_its_functions_timeout():
+    # Every function writes idempotency records; its INPROGRESS window is its Timeout + 5 s.
+    for logical_id, function in of_type("AWS::Lambda::Function").items():
+        properties = function["Properties"]
+        # Never a copied literal: the same expression sets both sides.
+        assert properties["Environment"]["Variables"]["FUNCTION_TIMEOUT_SECONDS"] == properties["Timeout"], logical_id
+
+
 def test_worker_settings_come_from_the_same_parameters_as_the_resources_they_mirror():
     worker = RESOURCES["ToolWorker"]["Properties"]
     queue = RESOURCES["JobQueue"]["Properties"]
@@ -239,3 +337,12 @@ def test_outputs_name_every_queue_url_table_and_function_arn():
             assert {"Ref": logical_id} in outputs, logical_id
     for logical_id in of_type("AWS::Lambda::Function"):
         assert {"Fn::GetAtt": [logical_id, "Arn"]} in outputs, logical_id
+
+
+def test_outputs_name_every_stream_and_every_unconditional_topic():
+    outputs = [output["Value"] for output in EXPANDED["Outputs"].values()]
+    for logical_id in of_type("AWS::Kinesis::Stream"):
+        assert {"Ref": logical_id} in outputs, logical_id
+    for logical_id, topic in of_type("AWS::SNS::Topic").items():
+        if "Condition" not in topic:
+            assert {"Ref": logical_id} in outputs, logical_id

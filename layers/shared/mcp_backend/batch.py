@@ -1,8 +1,21 @@
-"""Guards shared by the record-batch handlers (SQS now; Kinesis and DynamoDB Streams use the same)."""
+"""What every record-batch handler does (SQS, Kinesis, DynamoDB Streams): check the source, run each
+record through its consumer with Powertools Batch, and report failures as batchItemFailures."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, process_partial_response
+
+
+class BatchConsumer(Protocol):
+    def start_invocation(self, lambda_context: Any) -> None: ...
+
+    def process(self, record: Any) -> Any:
+        """Record handler: returns on success, raises on any failure (never swallows one)."""
+
+    def finish_invocation(self) -> None:
+        """After the batch: work done once per batch (flushes, alerts); must not raise."""
 
 
 class UnexpectedEventSource(ValueError):
@@ -20,3 +33,16 @@ def require_batch_from(event: Any, event_source: str) -> None:
         raise UnexpectedEventSource(
             f"expected only {event_source} records; got eventSource values {sorted(map(str, sources))}"
         )
+
+
+def handle_batch(
+    event: Any, context: Any, *, event_source: str, processor: BatchProcessor, consumer: BatchConsumer
+) -> dict[str, Any]:
+    require_batch_from(event, event_source)
+    consumer.start_invocation(context)
+    try:
+        return process_partial_response(
+            event=event, record_handler=consumer.process, processor=processor, context=context
+        )
+    finally:
+        consumer.finish_invocation()

@@ -30,6 +30,30 @@ class WorkerSettings(Settings):
     dataset_max_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
     # Only the local stack sets this: lets the fetcher reach loopback/private hosts and plain http.
     dataset_allow_private_hosts: bool = False
+    call_log_stream_name: str
+
+
+class StreamConsumerSettings(Settings):
+    """Every stream consumer: idempotent on the record's position, INPROGRESS expiry from its Timeout."""
+
+    idempotency_table_name: str
+    # The same template parameter sets the function's Timeout and this value.
+    function_timeout_seconds: int = Field(gt=0)
+    idempotency_ttl_seconds: int = Field(default=86400, gt=0)
+
+
+class CallLogAnalyzerSettings(StreamConsumerSettings):
+    alert_topic_arn: str
+    # Errors of one tool (or failures of one endpoint) within one batch that raise an alert.
+    error_alert_threshold: int = Field(gt=0)
+
+
+class MonitorStreamSettings(StreamConsumerSettings):
+    monitor_table_name: str
+
+
+class DriftDetectorSettings(MonitorStreamSettings):
+    call_log_stream_name: str
 
 
 def load_settings(model: type[SettingsT], environ: Mapping[str, str] | None = None) -> SettingsT:

@@ -4,27 +4,30 @@ decide what SQS redelivers, and after maxReceiveCount receives SQS moves the mes
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-from aws_lambda_powertools.utilities.idempotency import idempotent_function
+from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
 from aws_lambda_powertools.utilities.parser import parse
 from pydantic import ValidationError
 
+from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
+from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import WorkerSettings
+from mcp_backend.idempotency import RunOnce
 from mcp_backend.jobs.errors import (
     JobOwnershipError,
     MalformedJobMessage,
     UnknownTool,
-    describe_validation_error,
 )
-from mcp_backend.jobs.idempotency import InProgressWindow, job_idempotency
 from mcp_backend.jobs.models import JobError, JobMessage
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.observability import logger, tool_invocation, tracer
 from mcp_backend.tools.errors import ToolError
 from mcp_backend.tools.fetch import FetchPolicy
 from mcp_backend.tools.registry import TOOLS, Tool, ToolContext
+from mcp_backend.validation import describe_validation_error
 
 
 def describe_failure(error: BaseException) -> JobError:
@@ -51,6 +54,7 @@ class JobWorker:
         store: JobStore,
         tools: dict[str, Tool] | None = None,
         idempotency_client: Any = None,
+        call_log: CallLogWriter | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -59,15 +63,25 @@ class JobWorker:
             max_bytes=settings.dataset_max_bytes,
             allow_private_hosts=settings.dataset_allow_private_hosts,
         )
-        self._config, persistence = job_idempotency(
-            settings.idempotency_table_name, settings.idempotency_ttl_seconds, idempotency_client
+        self.call_log = call_log or CallLogWriter(settings.call_log_stream_name)
+        # Keyed on the job id (required), validated against the user: a reused id fails.
+        self._run_once = RunOnce(
+            self._run,
+            data_keyword_argument="job",
+            key_jmespath="job_id",
+            validation_jmespath="user_id",
+            table_name=settings.idempotency_table_name,
+            ttl_seconds=settings.idempotency_ttl_seconds,
+            timeout_seconds=settings.function_timeout_seconds,
+            client=idempotency_client,
         )
-        self._run_once = idempotent_function(
-            data_keyword_argument="job", config=self._config, persistence_store=persistence
-        )(self._run)
 
     def start_invocation(self, lambda_context: Any) -> None:
-        self._config.register_lambda_context(InProgressWindow(lambda_context, self.settings.function_timeout_seconds))
+        self._run_once.start_invocation(lambda_context)
+
+    def finish_invocation(self) -> None:
+        """One PutRecords for the batch's call-log records; never raises."""
+        self.call_log.flush()
 
     def process(self, record: SQSRecord) -> dict[str, Any]:
         """Record handler for BatchProcessor: returns on success, raises on any failure."""
@@ -84,6 +98,7 @@ class JobWorker:
             raise
         logger.append_keys(job_id=job.job_id, tool=job.tool)
         logger.set_correlation_id(job.job_id)
+        started = time.monotonic()
         try:
             return self._run_once(job=job, attempt=attempt)
         except Exception as error:
@@ -93,6 +108,9 @@ class JobWorker:
             )
             if final_attempt:
                 self._record_failure(job.job_id, job.user_id, error, record.message_id, job.tool)
+            if not isinstance(error, IdempotencyAlreadyInProgressError):  # a duplicate delivery, not an outcome
+                outcome = CallLogEventType.JOB_FAILED if final_attempt else CallLogEventType.TOOL_ERROR
+                self._log_call(job, outcome, started, error_type=type(error).__name__)
             raise
         finally:
             logger.remove_keys(["job_id", "tool", "message_id", "attempt"])
@@ -103,12 +121,27 @@ class JobWorker:
         if tool is None:
             raise UnknownTool(f"no tool named {job.tool!r}")
         self.store.mark_running(job, attempt)
+        started = time.monotonic()
         with tool_invocation(job.tool):
             result = tool(job.input, ToolContext(user_id=job.user_id, fetch_policy=self.fetch_policy))
         self.store.mark_succeeded(job, result)
+        # Inside the run-once body: a redelivered, already completed job logs no second call.
+        self._log_call(job, CallLogEventType.TOOL_CALL, started)
         logger.info("job succeeded")
         # Cached by the idempotency layer: keep it small, the result itself lives in JobTable.
         return {"jobId": job.job_id, "status": "SUCCEEDED"}
+
+    def _log_call(self, job: JobMessage, event_type: CallLogEventType, started: float, error_type: str = "") -> None:
+        self.call_log.add(
+            CallLogRecord(
+                event_type=event_type,
+                user_id=job.user_id,
+                tool_name=job.tool,
+                job_id=job.job_id,
+                latency_ms=round((time.monotonic() - started) * 1000, 3),
+                error_type=error_type or None,
+            )
+        )
 
     def _record_failure(self, job_id: str, user_id: str, error: BaseException, message_id: str, tool: str) -> None:
         try:

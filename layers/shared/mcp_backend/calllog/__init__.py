@@ -1,0 +1,1 @@
+"""The call log: one Kinesis record per tool call, job failure, probe failure and schema drift."""

@@ -1,0 +1,143 @@
+"""What CallLogAnalyzer does with the actionable call-log records its ESM filter lets through:
+per-tool error metrics, and one alert per tool (or endpoint) whose errors in the batch reach the
+threshold. Each record counts once: its contribution runs inside the run-once body, keyed on its
+position in the stream, so a redelivered record (retry from a failed sequence number, bisection,
+timeout) adds nothing twice."""
+
+from __future__ import annotations
+
+import binascii
+import json
+from collections import Counter, defaultdict
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.data_classes.kinesis_stream_event import KinesisStreamRecord
+from pydantic import ValidationError
+
+from mcp_backend.calllog.models import ACTIONABLE, CallLogEventType, CallLogRecord
+from mcp_backend.config import CallLogAnalyzerSettings
+from mcp_backend.observability import logger, metrics
+from mcp_backend.streams import StreamRecordConsumer, kinesis_position
+from mcp_backend.validation import describe_validation_error
+
+# Per-subject metric names; tools get a ToolName dimension, endpoints are counted in total only
+# (thousands of endpoints would be thousands of metric streams).
+_METRIC_BY_EVENT = {
+    CallLogEventType.TOOL_ERROR: "CallLogToolErrors",
+    CallLogEventType.JOB_FAILED: "CallLogJobFailures",
+    CallLogEventType.PROBE_FAILURE: "CallLogProbeFailures",
+    CallLogEventType.SCHEMA_DRIFT: "CallLogSchemaDrifts",
+}
+
+
+class MalformedCallLogRecord(ValueError):
+    """The record is not a call-log record: it fails, bisection isolates it, OnFailure keeps its position."""
+
+
+def parse_call_log_record(record: KinesisStreamRecord) -> CallLogRecord:
+    try:
+        return CallLogRecord.model_validate(record.kinesis.data_as_json())
+    except (binascii.Error, UnicodeDecodeError, json.JSONDecodeError):
+        raise MalformedCallLogRecord("record data is not base64-encoded JSON") from None
+    except ValidationError as error:
+        raise MalformedCallLogRecord(f"record is not a call-log record: {describe_validation_error(error)}") from None
+
+
+class CallLogAnalyzer(StreamRecordConsumer):
+    def __init__(
+        self,
+        settings: CallLogAnalyzerSettings,
+        sns_client: Any = None,
+        *,
+        idempotent: bool = True,
+        idempotency_client: Any = None,
+    ) -> None:
+        super().__init__(settings, idempotent=idempotent, idempotency_client=idempotency_client)
+        if sns_client is None:
+            import boto3
+
+            sns_client = boto3.client("sns")
+        self.topic_arn = settings.alert_topic_arn
+        self.threshold = settings.error_alert_threshold
+        self._sns = sns_client
+        self._counts: dict[str, Counter[CallLogEventType]] = defaultdict(Counter)
+        self._latest: dict[str, CallLogRecord] = {}
+
+    def start_invocation(self, lambda_context: Any) -> None:
+        super().start_invocation(lambda_context)
+        self._counts.clear()
+        self._latest.clear()
+
+    def process(self, record: KinesisStreamRecord) -> dict[str, Any]:
+        """Record handler: raises on a malformed record or a failed run-once write."""
+        position = kinesis_position(record)
+        event = parse_call_log_record(record)
+        if event.event_type not in ACTIONABLE:
+            # The ESM filter keeps these out; if one comes anyway it is not an error to retry.
+            logger.debug("non-actionable call-log record ignored", extra={"event_type": event.event_type})
+            return {"ignored": True}
+        return self.apply_once(position=position, record=event)
+
+    def apply(self, *, position: dict[str, str], record: CallLogRecord) -> dict[str, Any]:
+        self._counts[record.subject][record.event_type] += 1
+        self._latest[record.subject] = record
+        return {"subject": record.subject, "eventType": record.event_type}
+
+    def finish_invocation(self) -> None:
+        """Metrics for what this batch counted, then the alerts. Never raises: the records are done."""
+        try:
+            self._emit_metrics()
+            for subject, counts in self._counts.items():
+                if self._alerting(counts):
+                    self._alert(subject, counts, self._latest[subject])
+        finally:
+            self._counts.clear()
+            self._latest.clear()
+
+    # ------------------------------------------------------------------ internals
+    def _alerting(self, counts: Counter[CallLogEventType]) -> bool:
+        # A schema drift is one record per change: always worth an alert.
+        return counts[CallLogEventType.SCHEMA_DRIFT] > 0 or counts.total() >= self.threshold
+
+    def _emit_metrics(self) -> None:
+        totals: Counter[CallLogEventType] = Counter()
+        for subject, counts in self._counts.items():
+            if subject.startswith("tool:"):
+                # One EMF blob per tool, so ToolName labels exactly its own counts.
+                metrics.add_dimension(name="ToolName", value=subject.removeprefix("tool:"))
+                for event_type, count in counts.items():
+                    metrics.add_metric(name=_METRIC_BY_EVENT[event_type], unit=MetricUnit.Count, value=count)
+                metrics.flush_metrics()
+            else:
+                totals.update(counts)
+        for event_type, count in totals.items():
+            metrics.add_metric(name=_METRIC_BY_EVENT[event_type], unit=MetricUnit.Count, value=count)
+
+    def _alert(self, subject: str, counts: Counter[CallLogEventType], latest: CallLogRecord) -> None:
+        kind, _, name = subject.partition(":")
+        drift = counts[CallLogEventType.SCHEMA_DRIFT] > 0
+        message = {
+            "alert": "schema_drift" if drift else "error_threshold_crossed",
+            "environment": self.settings.environment,
+            kind: name,
+            "errorsInBatch": counts.total(),
+            "threshold": self.threshold,
+            "byEventType": {str(event_type): count for event_type, count in sorted(counts.items())},
+            "lastOccurredAt": latest.occurred_at.isoformat(),
+        }
+        if drift:
+            message |= {"schemaHash": latest.schema_hash, "previousSchemaHash": latest.previous_schema_hash}
+        headline = f"schema drift on {name}" if drift else f"{counts.total()} errors of {kind} {name} in one batch"
+        try:
+            self._sns.publish(
+                TopicArn=self.topic_arn,
+                Subject=f"[{self.settings.environment}] MCP backend: {headline}"[:100],
+                Message=json.dumps(message, sort_keys=True),
+                MessageAttributes={"alert": {"DataType": "String", "StringValue": message["alert"]}},
+            )
+        except Exception as error:  # noqa: BLE001 - the records are counted; failing now would only re-skip them
+            logger.error("alert not published", extra={"subject": subject, "error_type": type(error).__name__})
+            metrics.add_metric(name="AlertPublishFailures", unit=MetricUnit.Count, value=1)
+        else:
+            logger.info("alert published", extra={"subject": subject, "alert": message["alert"]})

@@ -1,0 +1,80 @@
+"""Powertools idempotency, configured once for every consumer: a required key, a TTL, and an
+INPROGRESS expiry that follows the function's configured timeout (seed 001: timeout + 5 s).
+
+Jobs are keyed on jobId (validated against userId); stream records on their position in the stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from aws_lambda_powertools.utilities.idempotency import (
+    DynamoDBPersistenceLayer,
+    IdempotencyConfig,
+    idempotent_function,
+)
+
+# A Lambda is stopped at its timeout; this buffer covers the gap between that and the
+# record's last write settling (seed 001: timeout + 5 s).
+IN_PROGRESS_BUFFER_SECONDS = 5
+
+ResultT = TypeVar("ResultT")
+
+
+class InProgressWindow:
+    """A Lambda context whose remaining time is the function's configured timeout + buffer.
+
+    Powertools sets an INPROGRESS record's expiry from the registered context's remaining time;
+    it has no setting of its own. Registering this proxy makes the expiry follow the Timeout the
+    template configures, so a record left by a killed invocation unblocks retries after it.
+    """
+
+    def __init__(self, context: Any, timeout_seconds: int) -> None:
+        self._context = context
+        self.window_millis = (timeout_seconds + IN_PROGRESS_BUFFER_SECONDS) * 1000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.window_millis
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+
+class RunOnce:
+    """`fn`, run at most once per key: the key is read from the keyword argument `data_keyword_argument`.
+
+    A repeated key returns the first run's (small, JSON-serialisable) result without running `fn`;
+    a failed run stores nothing, so the retry runs again.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., ResultT],
+        *,
+        data_keyword_argument: str,
+        key_jmespath: str,
+        table_name: str,
+        ttl_seconds: int,
+        timeout_seconds: int,
+        validation_jmespath: str | None = None,
+        client: Any = None,
+    ) -> None:
+        self.timeout_seconds = timeout_seconds
+        # Powertools hashes a pydantic model's field names (model_dump), never its JSON aliases.
+        self.config = IdempotencyConfig(
+            event_key_jmespath=key_jmespath,
+            payload_validation_jmespath=validation_jmespath or "",
+            raise_on_no_idempotency_key=True,
+            expires_after_seconds=ttl_seconds,
+        )
+        persistence = DynamoDBPersistenceLayer(table_name=table_name, boto3_client=client)
+        self._call = idempotent_function(
+            data_keyword_argument=data_keyword_argument, config=self.config, persistence_store=persistence
+        )(fn)
+
+    def start_invocation(self, lambda_context: Any) -> None:
+        self.config.register_lambda_context(InProgressWindow(lambda_context, self.timeout_seconds))
+
+    def __call__(self, **kwargs: Any) -> Any:
+        return self._call(**kwargs)

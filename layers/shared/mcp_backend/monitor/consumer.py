@@ -1,0 +1,39 @@
+"""What both MonitorTable stream consumers share: the table client, and reading a probe result from
+the stream image their filter selects (NewImage for new results, OldImage for expired ones)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+
+from mcp_backend.config import MonitorStreamSettings
+from mcp_backend.monitor.items import ProbeResult
+from mcp_backend.observability import logger
+from mcp_backend.streams import StreamRecordConsumer, dynamodb_position
+
+
+class ProbeResultConsumer(StreamRecordConsumer):
+    image = "new_image"  # or "old_image"
+
+    def __init__(
+        self,
+        settings: MonitorStreamSettings,
+        dynamodb_client: Any = None,
+        *,
+        idempotent: bool = True,
+        idempotency_client: Any = None,
+    ) -> None:
+        super().__init__(settings, idempotent=idempotent, idempotency_client=idempotency_client)
+        if dynamodb_client is None:
+            import boto3
+
+            dynamodb_client = boto3.client("dynamodb")
+        self.table_name = settings.monitor_table_name
+        self._dynamodb = dynamodb_client
+
+    def process(self, record: DynamoDBRecord) -> dict[str, Any]:
+        """Record handler: raises on an image that is not a probe result or on a failed write."""
+        probe = ProbeResult.from_image(getattr(record.dynamodb, self.image) if record.dynamodb else {})
+        logger.append_keys(server_id=probe.server_id)
+        return self.apply_once(position=dynamodb_position(record), probe=probe)
