@@ -256,6 +256,16 @@ def _cloudwatch_alarm(stack: LocalStack, logical_id: str, props: dict[str, Any])
     return Created(ref=name, attributes={"Arn": stack.arn("cloudwatch", f"alarm:{name}")})
 
 
+def _secret(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    name = props.get("Name") or stack.physical_name(logical_id)
+    request: dict[str, Any] = {"Name": name, "SecretString": props.get("SecretString", "")}
+    if "Description" in props:
+        request["Description"] = props["Description"]
+    arn = stack.client("secretsmanager").create_secret(**request)["ARN"]
+    # Ref of a secret is its ARN.
+    return Created(ref=arn, attributes={"Id": arn})
+
+
 def _lambda_function(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
     name = props.get("FunctionName") or stack.physical_name(logical_id)
     arn = stack.arn("lambda", f"function:{name}")
@@ -300,6 +310,7 @@ _CREATORS: dict[str, Callable[[LocalStack, str, dict[str, Any]], Created]] = {
     "AWS::DynamoDB::Table": _dynamodb_table,
     "AWS::SNS::Topic": _sns_topic,
     "AWS::CloudWatch::Alarm": _cloudwatch_alarm,
+    "AWS::SecretsManager::Secret": _secret,
     "AWS::Lambda::Function": _lambda_function,
     "AWS::Lambda::LayerVersion": _layer_version,
     "AWS::Lambda::EventSourceMapping": _event_source_mapping,
