@@ -24,9 +24,9 @@ def main() -> int:
         AWS_DEFAULT_REGION="us-east-1",
         POWERTOOLS_TRACE_DISABLED="1",
     )
-    from tests.bench import worker
+    from tests.bench import mcp, worker
 
-    sections = [worker.run()]
+    sections = [worker.run(), mcp.run()]
     header = [
         "# Benchmarks",
         "",
