@@ -380,9 +380,11 @@ def _secret(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Create
             request["SecretString"] = json.dumps({**json.loads(template), generator["GenerateStringKey"]: password})
         else:
             request["SecretString"] = password
-    if "KmsKeyId" in props:
-        request["KmsKeyId"] = props["KmsKeyId"]
+    for key in ("KmsKeyId", "Description"):
+        if key in props:
+            request[key] = props[key]
     arn = stack.client("secretsmanager").create_secret(**request)["ARN"]
+    # Ref of a secret is its ARN.
     return Created(ref=arn, attributes={"Id": arn})
 
 

@@ -1,13 +1,21 @@
-"""End-to-end fixtures: a real local stack (moto server + Lambda API on loopback) per test."""
+"""End-to-end fixtures: a real local stack (moto server + Lambda API on loopback) per test, and the
+MCP endpoint served by uvicorn on loopback, configured from the McpServer function's template
+environment against the local stack (moto is active in-process, so the server thread uses it too)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import socket
+import threading
+import time
 from collections.abc import Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+import boto3
 import pytest
+import uvicorn
 
 from devstack.server import DevStack, DevStackOptions
 from devstack.template import load_template
@@ -68,3 +76,95 @@ def start_stack(clock) -> Iterator[Callable[..., DevStack]]:
 def semantics(start_stack) -> DevStack:
     """The test-only template with one function per emulated event-source semantic."""
     return start_stack(SEMANTICS_TEMPLATE)
+
+
+# Small enough that a test sees several keepalives; the template's default is 15 s.
+TEST_KEEPALIVE_SECONDS = "0.2"
+ALLOWED_ORIGIN = "http://localhost:6274"  # MCP Inspector's default origin
+
+
+@dataclass
+class Endpoint:
+    url: str
+    alice_key: str
+    bob_key: str
+    local: object
+
+    def headers(self, key: str | None = None, **extra: str) -> dict[str, str]:
+        headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+        if key is not None:
+            headers["authorization"] = f"Bearer {key}"
+        return {**headers, **extra}
+
+
+def serve(app) -> tuple[uvicorn.Server, threading.Thread, int]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)
+    return server, thread, sock.getsockname()[1]
+
+
+def mcp_environment(local, **overrides: str) -> dict[str, str]:
+    """McpServer's declared environment, plus what the Lambda runtime and the local stack add."""
+    spec = local.stack.function("McpServer")
+    return {
+        **spec.environment,
+        "AWS_REGION": local.stack.region,
+        "AWS_LAMBDA_FUNCTION_NAME": spec.name,
+        # Only the local stack sets these: the loopback host, a small keepalive, an allowed browser origin.
+        "MCP_ALLOWED_HOSTS": "127.0.0.1:*,localhost:*",
+        "MCP_ALLOWED_ORIGINS": ALLOWED_ORIGIN,
+        "SSE_KEEPALIVE_SECONDS": TEST_KEEPALIVE_SECONDS,
+        **overrides,
+    }
+
+
+@pytest.fixture
+def endpoint_factory(local, monkeypatch) -> Iterator:
+    running = []
+
+    def start(**overrides: str) -> Endpoint:
+        # The process environment is the function's, as on Lambda, before the app's modules load.
+        environment = mcp_environment(local, **overrides)
+        for name, value in environment.items():
+            monkeypatch.setenv(name, value)
+        from mcp_backend.config import McpSettings
+        from mcp_backend.mcp.keys import add_api_key
+        from mcp_backend.mcp.server import create_app
+
+        secrets = boto3.client("secretsmanager")
+        secret_id = environment["API_KEYS_SECRET_ID"]
+        alice = add_api_key(secrets, secret_id, "user-alice", "pro")
+        bob = add_api_key(secrets, secret_id, "user-bob", "free")
+        server, thread, port = serve(create_app(McpSettings.model_validate(environment)))
+        running.append((server, thread))
+        return Endpoint(f"http://127.0.0.1:{port}/mcp", alice, bob, local)
+
+    yield start
+    for server, thread in running:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def endpoint(endpoint_factory) -> Endpoint:
+    return endpoint_factory()
+
+
+@asynccontextmanager
+async def mcp_client(endpoint: Endpoint, mode: str, key: str | None = None):
+    """The SDK's own client over Streamable HTTP, in the given protocol era."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with create_mcp_http_client(headers={"authorization": f"Bearer {key or endpoint.alice_key}"}) as http:
+        async with Client(streamable_http_client(endpoint.url, http_client=http), mode=mode) as client:
+            yield client

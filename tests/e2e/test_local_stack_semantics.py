@@ -4,6 +4,7 @@ DLQ contents, OnFailure records, destination envelopes, and what the functions s
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 
 import pytest
@@ -152,7 +153,7 @@ def test_kinesis_filter_skips_records_and_every_shard_is_read(semantics):
 def test_kinesis_records_older_than_maximum_record_age_go_to_on_failure_uninvoked(semantics, clock):
     # Given a record that sits in the stream past MaximumRecordAgeInSeconds (3600 s)
     [sequence_number] = put_records(semantics, [{"id": "old-1", "kind": "work"}])
-    clock.advance(3601)
+    clock.now = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=3601)  # arrival was stamped in real time
 
     # When the stream source reads it
     semantics.settle()

@@ -245,10 +245,26 @@ def test_the_image_check_rejects_a_filter_the_view_type_cannot_serve():
     assert not _filter_images(pattern) <= IMAGES_BY_VIEW_TYPE["KEYS_ONLY"]
 
 
+def idempotent_functions() -> dict[str, dict]:
+    """Functions whose role may write the idempotency table."""
+    writers = {
+        role
+        for role, statement in all_statements()
+        if "dynamodb:PutItem" in as_list(statement["Action"])
+        and statement["Resource"] == {"Fn::GetAtt": ["IdempotencyTable", "Arn"]}
+    }
+    return {
+        logical_id: function["Properties"]
+        for logical_id, function in of_type("AWS::Lambda::Function").items()
+        if referenced_resource(function["Properties"]["Role"]) in writers
+    }
+
+
 def test_every_in_progress_window_follows_its_functions_timeout():
-    # Every function writes idempotency records; its INPROGRESS window is its Timeout + 5 s.
-    for logical_id, function in of_type("AWS::Lambda::Function").items():
-        properties = function["Properties"]
+    # Every function that writes idempotency records: its INPROGRESS window is its Timeout + 5 s.
+    functions = idempotent_functions()
+    assert {"ToolWorker", "CallLogAnalyzer"} <= set(functions)
+    for logical_id, properties in functions.items():
         # Never a copied literal: the same expression sets both sides.
         assert properties["Environment"]["Variables"]["FUNCTION_TIMEOUT_SECONDS"] == properties["Timeout"], logical_id
 
@@ -323,7 +339,9 @@ def test_every_function_runs_python313_on_arm64_traced_with_the_shared_layer():
         assert properties["Runtime"] == "python3.13", logical_id
         assert properties["Architectures"] == ["arm64"], logical_id
         assert properties["TracingConfig"] == {"Mode": "Active"}, logical_id
-        assert {referenced_resource(layer) for layer in properties["Layers"]} & set(layers), logical_id
+        # Layers published elsewhere (the web adapter, the secrets extension) are ARNs from mappings.
+        own = {referenced_resource(layer) for layer in properties["Layers"] if "Ref" in layer or "Fn::GetAtt" in layer}
+        assert own & set(layers), logical_id
         variables = properties["Environment"]["Variables"]
         assert variables["LOG_LEVEL"] == "DEBUG" and variables["POWERTOOLS_LOGGER_SAMPLE_RATE"] == {
             "Ref": "LogSampleRate"
@@ -346,3 +364,56 @@ def test_outputs_name_every_stream_and_every_unconditional_topic():
     for logical_id, topic in of_type("AWS::SNS::Topic").items():
         if "Condition" not in topic:
             assert {"Ref": logical_id} in outputs, logical_id
+
+
+def test_mcp_server_streams_through_the_web_adapter_on_a_function_url():
+    function = RESOURCES["McpServer"]["Properties"]
+    variables = function["Environment"]["Variables"]
+    assert variables["AWS_LAMBDA_EXEC_WRAPPER"] == "/opt/bootstrap"
+    assert variables["AWS_LWA_INVOKE_MODE"] == "response_stream"
+    assert variables["AWS_LWA_READINESS_CHECK_PATH"]
+    assert variables["PORT"]
+    urls = [u["Properties"] for u in of_type("AWS::Lambda::Url").values()]
+    assert [(u["AuthType"], u["InvokeMode"]) for u in urls] == [("NONE", "RESPONSE_STREAM")]
+
+
+@pytest.mark.parametrize("mapping", ["LambdaWebAdapterLayers", "ParametersSecretsExtensionLayers"])
+def test_published_layers_come_per_region_and_architecture_never_one_hard_coded_region(mapping):
+    layers = json.dumps(RESOURCES["McpServer"]["Properties"]["Layers"])
+    assert mapping in layers
+    assert "arn:aws:lambda:" not in layers  # only through the mapping (or the override parameter)
+    rows = EXPANDED["Mappings"][mapping]
+    assert len(rows) > 1
+    for region, arns in rows.items():
+        assert set(arns) == {"arm64", "x86"}, region
+        assert all(arn.startswith(f"arn:aws:lambda:{region}:") for arn in arns.values()), region
+        assert "Arm64" in arns["arm64"] and "Arm64" not in arns["x86"], region
+
+
+def test_provisioned_concurrency_is_optional_and_off_by_default():
+    alias = next(iter(of_type("AWS::Lambda::Alias").values()))["Properties"]
+    condition = alias["ProvisionedConcurrencyConfig"]["Fn::If"][0]
+    assert resolve({"Fn::If": [condition, "on", "off"]}) == "off"
+    assert resolve({"Fn::If": [condition, "on", "off"]}, McpProvisionedConcurrency=2) == "on"
+
+
+def test_the_api_key_secret_is_readable_only_by_the_mcp_server():
+    readers = [
+        (role, statement)
+        for role, statement in all_statements()
+        if "secretsmanager:GetSecretValue" in as_list(statement["Action"])
+    ]
+    assert [role for role, _ in readers] == ["McpServerRole"]
+    assert readers[0][1]["Resource"] == {"Ref": "ApiKeysSecret"}
+    assert "ApiKeysSecretArn" in EXPANDED["Outputs"] and "McpServerUrl" in EXPANDED["Outputs"]
+
+
+def test_the_mcp_server_only_peeks_the_dlq():
+    actions = {
+        action
+        for role, statement in all_statements()
+        if role == "McpServerRole"
+        for action in as_list(statement["Action"])
+        if action.startswith("sqs:")
+    }
+    assert actions == {"sqs:SendMessage", "sqs:ReceiveMessage", "sqs:GetQueueAttributes"}  # no DeleteMessage

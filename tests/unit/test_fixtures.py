@@ -10,6 +10,7 @@ from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import (
     DynamoDBStreamModel,
     KinesisDataStreamModel,
+    LambdaFunctionUrlModel,
     SqsModel,
 )
 
@@ -25,6 +26,8 @@ FIXTURES = sorted(p for p in EVENTS.rglob("*.json") if "datasets" not in p.parts
 
 
 def model_for(event: dict):
+    if "Records" not in event and "lambda-url" in event.get("requestContext", {}).get("domainName", ""):
+        return LambdaFunctionUrlModel  # a Function URL request (payload format 2.0): one request, no Records
     sources = {record.get("eventSource") for record in event.get("Records", [])}
     assert len(sources) == 1, f"one event source per fixture, got {sources}"
     return MODEL_BY_EVENT_SOURCE[sources.pop()]
@@ -38,7 +41,8 @@ def test_there_are_fixtures():
 def test_fixture_matches_its_source_model(path):
     event = json.loads(path.read_text())
     parsed = parse(event=event, model=model_for(event))
-    assert len(parsed.Records) == len(event["Records"])
+    if "Records" in event:
+        assert len(parsed.Records) == len(event["Records"])
 
 
 @pytest.mark.parametrize("path", sorted((EVENTS / "tool_worker").glob("*.json")), ids=lambda p: p.name)
@@ -51,3 +55,13 @@ def test_tool_worker_fixture_bodies_are_jobs_except_the_deliberately_malformed(p
         except ValueError:
             malformed.append(index + 1)
     assert malformed == ([7] if "malformed" in path.name else [])
+
+
+@pytest.mark.parametrize("path", sorted((EVENTS / "mcp_server").glob("*.json")), ids=lambda p: p.name)
+def test_mcp_server_fixtures_are_function_url_posts_of_one_json_rpc_message(path):
+    from mcp_types import jsonrpc_message_adapter
+
+    request = parse(event=json.loads(path.read_text()), model=LambdaFunctionUrlModel)
+    assert request.requestContext.http.method == "POST"
+    assert request.rawPath in ("/mcp", "/mcp/")
+    assert jsonrpc_message_adapter.validate_json(request.body)

@@ -56,5 +56,36 @@ class DriftDetectorSettings(MonitorStreamSettings):
     call_log_stream_name: str
 
 
+class McpSettings(Settings):
+    """The McpServer function's environment (template.yaml sets every variable)."""
+
+    job_table_name: str
+    job_queue_url: str
+    job_dead_letter_queue_url: str
+    api_keys_secret_id: str
+    # Function URL hosts (*.lambda-url.<region>.on.aws) are allowed for AWS_REGION; custom domains are added here.
+    aws_region: str = "us-east-1"
+    mcp_allowed_hosts: str = ""  # comma-separated extra Host values, e.g. "mcp.example.com,127.0.0.1:8080"
+    mcp_allowed_origins: str = ""  # comma-separated Origin values browsers may call from
+    mcp_path: str = "/mcp"
+    sse_keepalive_seconds: float = Field(default=15.0, gt=0)
+    api_keys_cache_seconds: float = Field(default=300.0, ge=0)
+    # The Parameters and Secrets extension listens here when its layer is attached; absent locally.
+    parameters_secrets_extension_http_port: int = 2773
+    job_result_page_bytes: int = Field(default=256 * 1024, ge=64, le=4 * 1024 * 1024)  # far below the 20 MB stream cap
+    dataset_max_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
+    dataset_allow_private_hosts: bool = False
+
+    @staticmethod
+    def _split(value: str) -> list[str]:
+        return [item.strip() for item in value.split(",") if item.strip()]
+
+    def extra_hosts(self) -> list[str]:
+        return self._split(self.mcp_allowed_hosts)
+
+    def allowed_origins(self) -> list[str]:
+        return self._split(self.mcp_allowed_origins)
+
+
 def load_settings(model: type[SettingsT], environ: Mapping[str, str] | None = None) -> SettingsT:
     return model.model_validate(dict(os.environ if environ is None else environ))

@@ -61,6 +61,15 @@ class JobStore:
             return False
         return True
 
+    def mark_enqueued(self, job_id: str, user_id: str, message_id: str) -> None:
+        """The job's message is on the queue: a repeated submission (same callId) must not send another."""
+        self._update(
+            job_id,
+            user_id,
+            "SET enqueuedMessageId = :message, updatedAt = :now",
+            {":message": {"S": message_id}, ":now": {"S": _now()}},
+        )
+
     def mark_running(self, job: JobMessage, attempt: int) -> None:
         now = _now()
         self._update(

@@ -1,0 +1,209 @@
+"""The HTTP edge of the MCP endpoint: what the SDK's stateless Streamable HTTP app does not do itself.
+
+The SDK (mcp 2.3.0) answers GET with an open SSE stream and DELETE with its own 405 (Allow: GET, POST,
+DELETE), redirects `/mcp/` with a 307, answers a non-JSON Content-Type with 400 and matches allowed
+hosts exactly (no `*.lambda-url.<region>.on.aws`). This guard answers those before the SDK sees them,
+authenticates the caller, and makes every event stream proxy-safe, kept alive and always closed.
+Everything else (406, parse errors, both protocol eras, 202 for notifications) is the SDK's own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mcp_backend.mcp.auth import Authenticator, Principal
+from mcp_backend.observability import logger
+
+PRINCIPAL_SCOPE_KEY = "mcp_backend.principal"
+HEALTH_PATH = "/healthz"
+_STREAM_OPENED = b": stream open\r\n\r\n"
+_KEEPALIVE = b": keepalive\r\n\r\n"
+
+
+def principal_of(scope: Scope) -> Principal | None:
+    return scope.get(PRINCIPAL_SCOPE_KEY)
+
+
+@dataclass(frozen=True)
+class HostPolicy:
+    """Allowed Host and Origin values: exact, `name:*` (any port) or `*.suffix` (one DNS label deep)."""
+
+    hosts: tuple[str, ...]
+    origins: tuple[str, ...] = ()
+    _host_patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+    _origin_patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_host_patterns", tuple(_pattern(h) for h in self.hosts))
+        object.__setattr__(self, "_origin_patterns", tuple(_pattern(o) for o in self.origins))
+
+    @classmethod
+    def for_region(cls, region: str, extra_hosts: Iterable[str] = (), origins: Iterable[str] = ()) -> HostPolicy:
+        # A function cannot read its own URL (the URL resource depends on it): allow the region's URL form.
+        return cls(hosts=(f"*.lambda-url.{region}.on.aws", *extra_hosts), origins=tuple(origins))
+
+    def host_allowed(self, host: str | None) -> bool:
+        return bool(host) and any(p.fullmatch(host.lower()) for p in self._host_patterns)  # type: ignore[union-attr]
+
+    def origin_allowed(self, origin: str | None) -> bool:
+        # Origin is absent for non-browser clients; when a browser sends one it must be allowed.
+        return origin is None or any(p.fullmatch(origin.lower()) for p in self._origin_patterns)
+
+
+def _pattern(allowed: str) -> re.Pattern[str]:
+    text = re.escape(allowed.lower())
+    text = text.replace(r"\*\.", r"[a-z0-9-]+\.")  # *.suffix: one label
+    text = re.sub(r":\\\*$", r":[0-9]+", text)  # name:* -> any port
+    return re.compile(text)
+
+
+class McpHttpGuard:
+    """ASGI middleware in front of the SDK app, mounted at `path` (and `path/`, never redirected)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        path: str,
+        hosts: HostPolicy,
+        authenticator: Authenticator,
+        keepalive_seconds: float = 15.0,
+        on_principal: Callable[[Principal], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.path = path.rstrip("/") or "/"
+        self.hosts = hosts
+        self.authenticator = authenticator
+        self.keepalive_seconds = keepalive_seconds
+        self.on_principal = on_principal
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)  # lifespan: the SDK's session manager starts here
+            return
+        headers = _headers(scope)
+        path = scope["path"]
+        if path == HEALTH_PATH and scope["method"] in ("GET", "HEAD"):
+            await _plain(send, 200, b"ok")  # the Lambda Web Adapter's readiness check
+            return
+        if not self.hosts.host_allowed(headers.get("host")):
+            await _plain(send, 421, b"Misdirected Request: host not allowed")
+            return
+        if not self.hosts.origin_allowed(headers.get("origin")):
+            await _plain(send, 403, b"Forbidden: origin not allowed")
+            return
+        if path.rstrip("/") != self.path:
+            await _plain(send, 404, b"Not Found")
+            return
+        if scope["method"] != "POST":
+            # Stateless: no GET stream to resume and no session to DELETE.
+            await _plain(send, 405, b"Method Not Allowed", [(b"allow", b"POST")])
+            return
+        principal = await self._authenticate(headers.get("authorization"))
+        if principal is None:
+            challenge = self.authenticator.challenge().encode()
+            await _json(send, 401, _rpc_error(-32001, "Unauthorized"), [(b"www-authenticate", challenge)])
+            return
+        media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media_type != "application/json":
+            await _json(send, 415, _rpc_error(-32600, "Unsupported Media Type: use application/json"))
+            return
+        if self.on_principal is not None:
+            self.on_principal(principal)
+        inner = dict(scope)
+        inner[PRINCIPAL_SCOPE_KEY] = principal
+        inner["path"] = self.path  # `/mcp/` is the same endpoint, not a 307
+        inner["raw_path"] = self.path.encode()
+        await self._serve(inner, receive, send)
+
+    async def _authenticate(self, authorization: str | None) -> Principal | None:
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        return await self.authenticator.authenticate(token.strip())
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the SDK app; an event stream gets proxy-safe headers, an opening comment, keepalives and an end."""
+        lock = anyio.Lock()
+        state = {"started": False, "streaming": False, "ended": False, "last_write": 0.0}
+
+        async def write(message: Message) -> None:
+            async with lock:
+                if state["ended"]:
+                    return
+                await send(message)
+                state["last_write"] = anyio.current_time()
+                if message["type"] == "http.response.body" and not message.get("more_body", False):
+                    state["ended"] = True
+
+        async def keepalive() -> None:
+            while not state["ended"]:
+                await anyio.sleep(max(0.0, state["last_write"] + self.keepalive_seconds - anyio.current_time()))
+                if not state["ended"] and anyio.current_time() - state["last_write"] >= self.keepalive_seconds:
+                    await write({"type": "http.response.body", "body": _KEEPALIVE, "more_body": True})
+
+        async with anyio.create_task_group() as tasks:
+
+            async def guarded_send(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    state["started"] = True
+                    headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"mcp-session-id"]
+                    if _header(headers, b"content-type").startswith(b"text/event-stream"):
+                        state["streaming"] = True
+                        headers = [
+                            (k, v) for k, v in headers if k.lower() not in (b"cache-control", b"x-accel-buffering")
+                        ]
+                        headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+                        await write({**message, "headers": headers})
+                        # Flush headers and a first event now: the adapter streams once bytes arrive.
+                        await write({"type": "http.response.body", "body": _STREAM_OPENED, "more_body": True})
+                        tasks.start_soon(keepalive)
+                        return
+                    message = {**message, "headers": headers}
+                await write(message)
+
+            try:
+                await self.app(scope, receive, guarded_send)
+            except Exception:  # noqa: BLE001 - the last line before the client: log it, answer without detail
+                # The SDK turns tool failures into results; reaching here is a bug. No detail leaves the process.
+                logger.exception("MCP request failed outside the SDK's error handling")
+                if not state["started"]:
+                    await _json(write, 500, _rpc_error(-32603, "Internal error"))
+            finally:
+                if state["started"] and not state["ended"]:
+                    await write({"type": "http.response.body", "body": b"", "more_body": False})
+                tasks.cancel_scope.cancel()
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
+    return next((v.lower() for k, v in headers if k.lower() == name), b"")
+
+
+def _rpc_error(code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+
+
+async def _plain(send: Any, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers + (extra or [])})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _json(
+    send: Any, status: int, payload: dict[str, Any], extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers + (extra or [])})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -1,0 +1,74 @@
+"""The MCP endpoint as one ASGI app: `uvicorn --factory mcp_backend.mcp.server:create_app`.
+
+Layers, outermost first: RequestTelemetry (correlation id, cold start) -> McpHttpGuard (host, origin,
+405, auth, 415, event-stream hygiene) -> the SDK's stateless Streamable HTTP app (both protocol eras)
+-> SDK middleware StrictArguments and ToolCallTelemetry -> the tools.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from starlette.types import ASGIApp
+
+from mcp_backend.config import McpSettings, load_settings
+from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator, SecretReader
+from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
+from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
+from mcp_backend.mcp.tools import JobBackend, StrictArguments, build_tools
+
+SERVER_NAME = "mcp-backend"
+
+
+def create_app(
+    settings: McpSettings | None = None,
+    authenticator: Authenticator | None = None,
+    client_factory: Callable[[str], Any] | None = None,
+) -> ASGIApp:
+    """Build the endpoint. Settings default to the environment (the McpServer function's template entry);
+    AWS clients are created on first use, from `client_factory` when given, else boto3."""
+    from mcp.server import _streamable_http_modern as modern_http
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    settings = settings or load_settings(McpSettings)
+    backend = JobBackend(settings, client_factory)
+    if authenticator is None:
+        reader = SecretReader(
+            settings.api_keys_secret_id,
+            settings.parameters_secrets_extension_http_port,
+            client_factory=(lambda: client_factory("secretsmanager")) if client_factory else None,
+        )
+        authenticator = ApiKeyAuthenticator(reader, settings.api_keys_cache_seconds)
+
+    # The 2026-07-28 entry defers its response until a notification or this interval; the SDK exposes it
+    # only as a module constant, so the configured keepalive is applied there too.
+    modern_http._SSE_PING_INTERVAL = settings.sse_keepalive_seconds
+
+    root_handlers = list(logging.root.handlers)
+    server = MCPServer(
+        SERVER_NAME,
+        instructions="Analyse CSV/JSON datasets: synchronously (analyze_dataset) or as queued jobs.",
+        tools=build_tools(backend),
+        middleware=[StrictArguments(), ToolCallTelemetry()],
+        log_level="WARNING",
+    )
+    # MCPServer calls logging.basicConfig; Powertools' JSON logger propagates, so every line would print twice.
+    logging.root.handlers[:] = root_handlers
+    sdk_app = server.streamable_http_app(
+        streamable_http_path=settings.mcp_path,
+        stateless_http=True,
+        json_response=False,  # SSE, so progress notifications can stream before the result
+        # Host and Origin are checked by McpHttpGuard, which also knows the Function URL's wildcard host.
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    guard = McpHttpGuard(
+        sdk_app,
+        path=settings.mcp_path,
+        hosts=HostPolicy.for_region(settings.aws_region, settings.extra_hosts(), settings.allowed_origins()),
+        authenticator=authenticator,
+        keepalive_seconds=settings.sse_keepalive_seconds,
+    )
+    return RequestTelemetry(guard)

@@ -1,0 +1,131 @@
+"""The Powertools decorator stack, as ASGI and MCP middleware (behind the Lambda Web Adapter there is no
+handler to decorate).
+
+- RequestTelemetry (ASGI, outermost): correlation id on every log line, from `x-correlation-id` or the
+  Lambda request id the adapter forwards in `x-amzn-request-context`; the X-Ray trace header; the
+  ColdStart metric once per process.
+- ToolCallTelemetry (SDK ServerMiddleware, per tools/call): ToolName / Status / UserTier annotations,
+  the per-run ToolName metrics (mcp_backend.observability.tool_invocation), no payloads anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp_types import CallToolResult
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mcp_backend.mcp.guard import principal_of
+from mcp_backend.observability import logger, metrics, tool_invocation, tracer
+
+_CORRELATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_cold_start = True
+
+
+def correlation_id_for(headers: dict[str, str]) -> str:
+    """A caller-supplied id when well-formed, else the Lambda request id, else a fresh one."""
+    supplied = headers.get("x-correlation-id", "")
+    if _CORRELATION_ID.fullmatch(supplied):
+        return supplied
+    try:
+        request_id = json.loads(headers.get("x-amzn-request-context", "{}")).get("requestId")
+    except (ValueError, AttributeError):
+        request_id = None
+    if isinstance(request_id, str) and _CORRELATION_ID.fullmatch(request_id):
+        return request_id
+    return str(uuid.uuid4())
+
+
+def _record_cold_start() -> None:
+    global _cold_start
+    if not _cold_start:
+        return
+    _cold_start = False
+    # Same shape as Powertools' log_metrics(capture_cold_start_metric=True).
+    with single_metric(name="ColdStart", unit=MetricUnit.Count, value=1, namespace=metrics.namespace) as metric:
+        metric.add_dimension(name="function_name", value=os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "local"))
+        metric.add_dimension(name="service", value=metrics.service or "mcp-backend")
+
+
+class RequestTelemetry:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        _record_cold_start()
+        correlation_id = correlation_id_for(headers)
+        trace_header = headers.get("x-amzn-trace-id")
+        if trace_header:
+            # The adapter passes the trace header per request; the X-Ray SDK reads it from here (one
+            # request at a time per Lambda environment, as with the managed runtime).
+            os.environ["_X_AMZN_TRACE_ID"] = trace_header
+        # Context-local keys: each request (asyncio task) logs its own correlation id.
+        logger.thread_safe_append_keys(correlation_id=correlation_id)
+        status = {"code": 0}
+
+        async def send_with_id(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+                message = {
+                    **message,
+                    "headers": [*message.get("headers", []), (b"x-correlation-id", correlation_id.encode())],
+                }
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            logger.info(
+                "mcp request",
+                extra={"method": scope["method"], "path": scope["path"], "status": status["code"]},
+            )
+            logger.thread_safe_remove_keys(["correlation_id", "user_id", "tool"])
+
+
+class ToolCallTelemetry:
+    """SDK ServerMiddleware: runs around every MCP request inside the SDK, before params validation."""
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        request = ctx.request
+        principal = principal_of(request.scope) if request is not None and hasattr(request, "scope") else None
+        if principal is not None:
+            logger.thread_safe_append_keys(user_id=principal.user_id)
+        if ctx.method != "tools/call":
+            return await call_next(ctx)
+        tool_name = str((ctx.params or {}).get("name", ""))[:64]
+        logger.thread_safe_append_keys(tool=tool_name)
+        with tracer.provider.in_subsegment(f"## tools/call {tool_name}") as subsegment:
+            if principal is not None:
+                subsegment.put_annotation(key="UserTier", value=principal.tier)
+            try:
+                with tool_invocation(tool_name):
+                    result = await call_next(ctx)
+                    if _is_tool_error(result):
+                        raise _ReportedToolError(result)
+            except _ReportedToolError as reported:
+                return reported.result
+        return result
+
+
+class _ReportedToolError(Exception):
+    """A tool error the SDK already turned into a result: counted and annotated as an error, then returned."""
+
+    def __init__(self, result: HandlerResult) -> None:
+        super().__init__("tool reported an error")
+        self.result = result
+
+
+def _is_tool_error(result: Any) -> bool:
+    if isinstance(result, CallToolResult):
+        return bool(result.is_error)
+    return isinstance(result, dict) and result.get("isError") is True

@@ -1,0 +1,152 @@
+"""McpServer: time to first byte of a streamed tool call against its total time, cold import of the app
+module, and tools/list requests per second on one uvicorn worker (loopback only, bounded loops)."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+
+import boto3
+import httpx
+from moto import mock_aws
+
+from tests.bench.measure import fresh_interpreter_seconds
+
+RUNS = 7
+STREAM_CALLS = 5
+LIST_REQUESTS = 300
+DATASET_ROWS = 200_000
+
+
+def run() -> list[str]:
+    with mock_aws():
+        from devstack.environment import DATASET_BUCKET, LocalEnvironment
+        from tests.e2e.conftest import mcp_environment, serve
+
+        local = LocalEnvironment(boto3.client)
+        local.seed_datasets()
+        spec = local.stack.function("McpServer")
+        environment = mcp_environment(local, SSE_KEEPALIVE_SECONDS="15")
+        os.environ.update(environment)
+
+        from mcp_backend.config import McpSettings
+        from mcp_backend.mcp.keys import add_api_key
+        from mcp_backend.mcp.server import create_app
+
+        rows = "\n".join(f"{i},{i % 97},{'ab'[i % 2]}" for i in range(DATASET_ROWS))
+        boto3.client("s3").put_object(Bucket=DATASET_BUCKET, Key="bench.csv", Body=f"id,score,kind\n{rows}\n")
+        key = add_api_key(boto3.client("secretsmanager"), environment["API_KEYS_SECRET_ID"], "bench-user", "pro")
+        server, thread, port = serve(create_app(McpSettings.model_validate(environment)))
+        url = f"http://127.0.0.1:{port}/mcp"
+        headers = {
+            "authorization": f"Bearer {key}",
+            "accept": "application/json, text/event-stream",
+            "content-type": "application/json",
+        }
+        try:
+            with httpx.Client(timeout=60) as client:
+                ttfb, total, events = _streamed_calls(client, url, headers)
+                rps, list_latency = _list_tools_rate(client, url, headers, LEGACY_LIST)
+                modern_headers = {**headers, "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list"}
+                modern_rps, modern_latency = _list_tools_rate(client, url, modern_headers, MODERN_LIST)
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
+
+    load_app = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(spec.layer_dirs[0])!r})\n"
+        "import mcp_backend.mcp.server as m\n"
+        "m.create_app()\n"
+    )
+    app_env = {name: environment[name] for name in spec.environment} | {"AWS_REGION": "us-east-1"}
+    cold_import = fresh_interpreter_seconds(load_app, RUNS, env=app_env)
+    baseline_uvicorn = fresh_interpreter_seconds("import uvicorn, starlette.applications", RUNS)
+
+    return [
+        "## McpServer (issue 4)",
+        "",
+        f"uvicorn (one worker) on 127.0.0.1, the app from `create_app()` with the McpServer template environment, "
+        f"moto in-process. Streamed call: `analyze_dataset` with a progress token on a {DATASET_ROWS:,}-row CSV in "
+        f"moto S3, {STREAM_CALLS} calls; `tools/list`: {LIST_REQUESTS} sequential requests on one keep-alive "
+        f"connection (legacy era, SSE response); cold import: {RUNS} fresh interpreters.",
+        "",
+        "| measure | value | baseline | ratio |",
+        "|---|---|---|---|",
+        f"| time to first byte, streamed tool call | {ttfb * 1000:.1f} ms | total time of the call "
+        f"{total * 1000:.0f} ms | {ttfb / total:.3f} |",
+        f"| SSE events per streamed call (comment + progress + result) | {events} | | |",
+        f"| cold import + `create_app()` of `mcp_backend.mcp.server` | {cold_import * 1000:.0f} ms | "
+        f"`import uvicorn, starlette` {baseline_uvicorn * 1000:.0f} ms | {cold_import / baseline_uvicorn:.2f}x |",
+        f"| `tools/list` throughput, one uvicorn worker, 2025 era (SSE response) | {rps:.0f} req/s | median latency "
+        f"{list_latency * 1000:.1f} ms | |",
+        f"| `tools/list` throughput, one uvicorn worker, 2026-07-28 era (JSON response) | {modern_rps:.0f} req/s | "
+        f"median latency {modern_latency * 1000:.1f} ms | |",
+        "",
+        "Both eras land at about 44 ms per request, and the streamed call's first byte at about the same: a "
+        "fixed per-request cost on loopback that matches TCP delayed acknowledgement (40 ms) between the "
+        "client's separate header and body writes, not the server's work. Not investigated further: read the "
+        "req/s as a floor and the latency as a ceiling. A Lambda environment serves one request at a time.",
+        "",
+        "The first byte is the guard's `: stream open` comment plus the headers, written before the tool starts "
+        "its download, so a client (or the Lambda Web Adapter) sees the stream at once however long the work "
+        "takes. On Lambda add the adapter's hop and the Function URL; the 20 MB stream cap is never approached: "
+        "results larger than `JOB_RESULT_PAGE_BYTES` are paged by `get_job`.",
+        "",
+    ]
+
+
+def _streamed_calls(client: httpx.Client, url: str, headers: dict[str, str]) -> tuple[float, float, int]:
+    first_bytes, totals, events = [], [], 0
+    for call in range(STREAM_CALLS):
+        body = {
+            "jsonrpc": "2.0",
+            "id": call,
+            "method": "tools/call",
+            "params": {
+                "name": "analyze_dataset",
+                "arguments": {"dataset_url": "s3://local-datasets/bench.csv"},
+                "_meta": {"progressToken": f"bench-{call}"},
+            },
+        }
+        started = time.perf_counter()
+        first = None
+        text = ""
+        with client.stream("POST", url, json=body, headers=headers) as response:
+            for chunk in response.iter_text():
+                if first is None:
+                    first = time.perf_counter() - started
+                text += chunk
+        totals.append(time.perf_counter() - started)
+        first_bytes.append(first or 0.0)
+        result = json.loads([line for line in text.splitlines() if line.startswith("data: ")][-1][6:])
+        assert result["result"]["structuredContent"]["rowCount"] == DATASET_ROWS, result
+        events = text.count("\r\n\r\n")
+    return statistics.median(first_bytes), statistics.median(totals), events
+
+
+LEGACY_LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+MODERN_LIST = {
+    **LEGACY_LIST,
+    "params": {
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+    },
+}
+
+
+def _list_tools_rate(client: httpx.Client, url: str, headers: dict[str, str], body: dict) -> tuple[float, float]:
+    for _ in range(20):  # warm up
+        client.post(url, json=body, headers=headers).raise_for_status()
+    latencies = []
+    started = time.perf_counter()
+    for _ in range(LIST_REQUESTS):
+        begin = time.perf_counter()
+        client.post(url, json=body, headers=headers).raise_for_status()
+        latencies.append(time.perf_counter() - begin)
+    elapsed = time.perf_counter() - started
+    return LIST_REQUESTS / elapsed, statistics.median(latencies)

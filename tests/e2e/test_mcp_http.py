@@ -1,0 +1,289 @@
+"""The endpoint's HTTP semantics with a raw client (httpx): what real MCP clients and proxies trip on."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import time
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import ALLOWED_ORIGIN, TEST_KEEPALIVE_SECONDS
+
+LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+MODERN = "2026-07-28"
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+def sse_messages(body: str) -> list[dict]:
+    return [json.loads(line[len("data: ") :]) for line in body.splitlines() if line.startswith("data: ")]
+
+
+def assert_safe(response: httpx.Response) -> None:
+    """No server error status and nothing of a stack trace, whatever the request."""
+    assert response.status_code < 500, (response.status_code, response.text)
+    for marker in ("Traceback", 'File "', "Exception", "site-packages"):
+        assert marker not in response.text, response.text
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+@pytest.mark.parametrize("path", ["/mcp", "/mcp/"])
+def test_get_and_delete_are_405_allowing_only_post(endpoint, method, path):
+    # When a client opens the legacy GET stream or deletes a session
+    url = endpoint.url.removesuffix("/mcp") + path
+    response = httpx.request(method, url, headers=endpoint.headers(endpoint.alice_key))
+
+    # Then it is told only POST exists, with no stream opened
+    assert response.status_code == 405
+    assert response.headers["allow"] == "POST"
+    assert_safe(response)
+
+
+def test_trailing_slash_is_the_same_endpoint_never_a_redirect(endpoint):
+    response = httpx.post(endpoint.url + "/", json=LIST_TOOLS, headers=endpoint.headers(endpoint.alice_key))
+
+    assert response.status_code == 200
+    assert [m["id"] for m in sse_messages(response.text)] == [1]
+    assert_safe(response)
+
+
+def test_a_notification_is_accepted_with_202_and_no_body(endpoint):
+    notification = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+    response = httpx.post(endpoint.url, json=notification, headers=endpoint.headers(endpoint.alice_key))
+
+    assert response.status_code == 202
+    assert response.content == b""
+
+
+def test_a_modern_era_notification_is_accepted_with_202(endpoint):
+    notification = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}
+    headers = endpoint.headers(endpoint.alice_key, **{"mcp-protocol-version": MODERN})
+
+    response = httpx.post(endpoint.url, json=notification, headers=headers)
+
+    assert response.status_code == 202
+    assert response.content == b""
+
+
+@pytest.mark.parametrize(
+    ("extra", "status"),
+    [
+        ({"origin": "https://evil.example"}, 403),
+        ({"origin": ALLOWED_ORIGIN}, 200),
+        ({"host": "attacker.example"}, 421),
+        ({"host": "abc123.lambda-url.us-east-1.on.aws"}, 200),  # the region's Function URL form
+        ({"host": "abc123.lambda-url.eu-west-1.on.aws"}, 421),  # another region's URL is not this function
+    ],
+)
+def test_origin_and_host_are_checked_against_configuration(endpoint, extra, status):
+    response = httpx.post(endpoint.url, json=LIST_TOOLS, headers=endpoint.headers(endpoint.alice_key, **extra))
+
+    assert response.status_code == status
+    assert_safe(response)
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "Bearer mcpk_not-a-real-key", "Bearer not-even-a-key", "Basic dXNlcjpwYXNz", "bearer"],
+)
+def test_missing_or_invalid_key_is_401_with_a_bearer_challenge(endpoint, authorization):
+    headers = endpoint.headers()
+    if authorization is not None:
+        headers["authorization"] = authorization
+
+    response = httpx.post(endpoint.url, json=LIST_TOOLS, headers=headers)
+
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith("Bearer")
+    assert_safe(response)
+
+
+@pytest.mark.parametrize("accept", ["text/html", "application/json", "text/event-stream"])
+def test_an_accept_header_without_json_and_event_stream_is_406(endpoint, accept):
+    response = httpx.post(endpoint.url, json=LIST_TOOLS, headers=endpoint.headers(endpoint.alice_key, accept=accept))
+
+    assert response.status_code == 406
+    assert_safe(response)
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", ""])
+def test_a_non_json_content_type_is_415(endpoint, content_type):
+    headers = endpoint.headers(endpoint.alice_key, **{"content-type": content_type})
+
+    response = httpx.post(endpoint.url, content=json.dumps(LIST_TOOLS), headers=headers)
+
+    assert response.status_code == 415
+    assert_safe(response)
+
+
+def test_json_with_a_charset_parameter_is_accepted(endpoint):
+    headers = endpoint.headers(endpoint.alice_key, **{"content-type": "application/json; charset=utf-8"})
+
+    response = httpx.post(endpoint.url, content=json.dumps(LIST_TOOLS).encode(), headers=headers)
+
+    assert response.status_code == 200
+    assert sse_messages(response.text)[0]["result"]["tools"]
+
+
+@pytest.mark.parametrize("era", ["legacy", MODERN])
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"', -32700),
+        (json.dumps({"jsonrpc": "2.0", "id": 1, "method": "no/such/method"}).encode(), -32601),
+        (
+            json.dumps(
+                {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_job", "arguments": []}}
+            ).encode(),
+            -32602,
+        ),
+    ],
+)
+def test_json_rpc_errors_carry_the_standard_codes(endpoint, era, body, code):
+    headers = endpoint.headers(endpoint.alice_key)
+    if era == MODERN:
+        decoded = json.loads(body) if code != -32700 else None
+        if decoded is not None:
+            decoded.setdefault("params", {})["_meta"] = MODERN_META
+            headers["mcp-method"] = decoded["method"]
+            if decoded["method"] == "tools/call":
+                headers["mcp-name"] = decoded["params"]["name"]
+            body = json.dumps(decoded).encode()
+        headers["mcp-protocol-version"] = MODERN
+
+    response = httpx.post(endpoint.url, content=body, headers=headers)
+
+    messages = sse_messages(response.text) or [response.json()]
+    assert messages[-1]["error"]["code"] == code
+    assert_safe(response)
+
+
+def test_a_modern_request_whose_mcp_method_header_disagrees_with_its_body_is_rejected(endpoint):
+    body = {**LIST_TOOLS, "params": {"_meta": MODERN_META}}
+    headers = endpoint.headers(endpoint.alice_key, **{"mcp-protocol-version": MODERN, "mcp-method": "tools/call"})
+
+    response = httpx.post(endpoint.url, json=body, headers=headers)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] not in (-32603,)
+    assert_safe(response)
+
+
+def test_server_discover_answers_without_initialize_and_lists_both_eras(endpoint):
+    body = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": MODERN_META}}
+    headers = endpoint.headers(endpoint.alice_key, **{"mcp-protocol-version": MODERN, "mcp-method": "server/discover"})
+
+    response = httpx.post(endpoint.url, json=body, headers=headers)
+
+    result = (sse_messages(response.text) or [response.json()])[-1]["result"]
+    assert MODERN in result["supportedVersions"]
+
+
+@pytest.mark.parametrize("era", ["legacy", MODERN])
+def test_no_session_id_is_issued_and_a_sent_one_is_ignored(endpoint, era):
+    headers = endpoint.headers(endpoint.alice_key, **{"mcp-session-id": "stale-session-from-another-server"})
+    body = dict(LIST_TOOLS)
+    if era == MODERN:
+        body["params"] = {"_meta": MODERN_META}
+        headers.update({"mcp-protocol-version": MODERN, "mcp-method": "tools/list"})
+
+    response = httpx.post(endpoint.url, json=body, headers=headers)
+
+    assert response.status_code == 200
+    assert "mcp-session-id" not in response.headers
+    assert (sse_messages(response.text) or [response.json()])[-1]["result"]["tools"]
+
+
+def test_a_legacy_initialize_negotiates_a_handshake_version_without_a_session(endpoint):
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+    }
+
+    response = httpx.post(endpoint.url, json=body, headers=endpoint.headers(endpoint.alice_key))
+
+    assert response.status_code == 200
+    assert "mcp-session-id" not in response.headers
+    assert sse_messages(response.text)[-1]["result"]["protocolVersion"] == "2025-03-26"
+
+
+def test_streamed_responses_are_proxy_safe_and_open_with_an_event(endpoint):
+    response = httpx.post(endpoint.url, json=LIST_TOOLS, headers=endpoint.headers(endpoint.alice_key))
+
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers["cache-control"] == "no-cache"
+    assert response.headers["x-accel-buffering"] == "no"
+    assert response.text.startswith(": stream open")
+
+
+def test_a_slow_tool_gets_keepalives_and_a_raising_tool_still_closes_its_stream(endpoint, monkeypatch):
+    # Given an analysis that works in silence for several keepalive periods, then raises
+    from mcp_backend.mcp import tools
+    from mcp_backend.tools.registry import Tool
+
+    def silent_then_broken(request, context):
+        time.sleep(float(TEST_KEEPALIVE_SECONDS) * 4)
+        raise RuntimeError("secret-bearing internal detail")
+
+    broken = Tool("analyze_dataset", "test double", tools.ANALYSIS_TOOL.input_model, silent_then_broken)
+    monkeypatch.setattr(tools, "ANALYSIS_TOOL", broken)
+    call = {
+        "jsonrpc": "2.0",
+        "id": 9,
+        "method": "tools/call",
+        "params": {"name": "analyze_dataset", "arguments": {"dataset_url": "s3://local-datasets/sales.csv"}},
+    }
+
+    # When it is called (the stream is read to its end, or the test times out)
+    response = httpx.post(endpoint.url, json=call, headers=endpoint.headers(endpoint.alice_key), timeout=10)
+
+    # Then keepalive comments filled the silence, and the stream ended with an error result, no detail
+    assert response.text.count(": keepalive") >= 2
+    final = sse_messages(response.text)[-1]
+    assert final["id"] == 9
+    assert final["result"]["isError"] is True
+    assert "secret-bearing" not in response.text
+    assert_safe(response)
+
+
+def test_the_readiness_path_answers_without_auth(endpoint):
+    response = httpx.get(endpoint.url.removesuffix("/mcp") + "/healthz")
+
+    assert response.status_code == 200
+
+
+def test_log_lines_carry_the_correlation_id_and_never_the_key(endpoint):
+    # Given the app's JSON log lines also written to a buffer (the handler's stream is fixed at import)
+    from mcp_backend.observability import logger
+
+    buffer = io.StringIO()
+    handler = logging.StreamHandler(buffer)
+    handler.setFormatter(logger.registered_formatter)
+    logger.addHandler(handler)
+    try:
+        # When a request carries a correlation id
+        headers = endpoint.headers(endpoint.alice_key, **{"x-correlation-id": "corr-e2e-123"})
+        response = httpx.post(endpoint.url, json=LIST_TOOLS, headers=headers)
+        # (the request line is logged as the response completes, on the server thread)
+        deadline = time.monotonic() + 5
+        while '"mcp request"' not in buffer.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        logger.removeHandler(handler)
+
+    # Then the response and the request's log line carry it, and no line carries the API key
+    out = buffer.getvalue()
+    assert response.headers["x-correlation-id"] == "corr-e2e-123"
+    request_lines = [json.loads(line) for line in out.splitlines() if '"mcp request"' in line]
+    assert [line["correlation_id"] for line in request_lines] == ["corr-e2e-123"], out
+    assert request_lines[0]["status"] == 200
+    assert endpoint.alice_key not in out
+    assert endpoint.alice_key.removeprefix("mcpk_")[:12] not in out

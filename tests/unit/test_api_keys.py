@@ -1,0 +1,97 @@
+"""API key authentication: hashed storage, the secrets extension first, the SDK where it is absent."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+
+import anyio
+import boto3
+
+# mcp_backend.mcp.* is imported inside the tests: it loads the shared Logger/Metrics, which read their
+# settings from the environment once, and at collection time the function environment is not set yet.
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_new_key_is_stored_only_as_its_hash():
+    from mcp_backend.mcp.auth import hash_api_key, new_api_key
+
+    key, secret = new_api_key("user-alice", "pro")
+
+    table = json.loads(secret)
+    assert key not in secret
+    assert table == {hash_api_key(key): {"userId": "user-alice", "tier": "pro"}}
+
+
+def test_the_secret_is_read_through_the_extension_with_the_session_token(monkeypatch):
+    from mcp_backend.mcp.auth import SecretReader, new_api_key
+
+    # Given a stand-in for the Parameters and Secrets extension on a local port
+    _, secret = new_api_key("user-alice")
+    seen = {}
+
+    class Extension(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen["path"] = self.path
+            seen["token"] = self.headers["X-Aws-Parameters-Secrets-Token"]
+            body = json.dumps({"SecretString": secret}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    port = free_port()
+    server = http.server.HTTPServer(("127.0.0.1", port), Extension)
+    threading.Thread(target=server.handle_request, daemon=True).start()
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "session-token-xyz")
+
+    # When the reader fetches the secret
+    text = SecretReader("arn:aws:secretsmanager:us-east-1:1:secret:keys", port, client_factory=lambda: None).read()
+
+    # Then it came from the extension, authenticated with the session token
+    server.server_close()
+    assert text == secret
+    assert seen["token"] == "session-token-xyz"
+    assert seen["path"].startswith("/secretsmanager/get?secretId=arn%3Aaws%3Asecretsmanager")
+
+
+def test_without_the_extension_the_sdk_is_used_and_keys_authenticate(aws):
+    from mcp_backend.mcp.auth import ApiKeyAuthenticator, SecretReader, new_api_key
+
+    # Given a secret holding alice's hashed key, and no extension listening
+    key, secret = new_api_key("user-alice", "pro")
+    arn = boto3.client("secretsmanager").create_secret(Name="keys", SecretString=secret)["ARN"]
+    authenticator = ApiKeyAuthenticator(SecretReader(arn, free_port()), cache_seconds=300)
+
+    # When a valid, an unknown and a malformed key are presented
+    alice = anyio.run(authenticator.authenticate, key)
+    unknown = anyio.run(authenticator.authenticate, key[:-1] + ("A" if key[-1] != "A" else "B"))
+    malformed = anyio.run(authenticator.authenticate, "x" * 1000)
+
+    # Then only the valid key names a user
+    assert (alice.user_id, alice.tier) == ("user-alice", "pro")
+    assert unknown is None and malformed is None
+    assert authenticator.reader.extension_available is False
+
+
+def test_a_key_added_during_rotation_works_without_waiting_for_the_cache(aws, monkeypatch):
+    from mcp_backend.mcp.auth import ApiKeyAuthenticator, SecretReader
+    from mcp_backend.mcp.keys import add_api_key
+
+    secrets = boto3.client("secretsmanager")
+    arn = secrets.create_secret(Name="keys", SecretString="{}")["ARN"]
+    authenticator = ApiKeyAuthenticator(SecretReader(arn, free_port()), cache_seconds=0)
+    assert anyio.run(authenticator.authenticate, "mcpk_nothing-yet") is None
+
+    key = add_api_key(secrets, arn, "user-bob")
+
+    assert anyio.run(authenticator.authenticate, key).user_id == "user-bob"
