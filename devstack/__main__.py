@@ -28,7 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devstack")
     commands = parser.add_subparsers(dest="command", required=True)
     dev = commands.add_parser("dev", help="run the local stack until Ctrl-C")
-    dev.add_argument("--port", type=int, default=4566, help="AWS endpoint port; the Lambda API uses port+1")
+    dev.add_argument(
+        "--port", type=int, default=4566, help="AWS endpoint port; the Lambda API uses port+1, the MCP endpoint port+2"
+    )
     dev.add_argument("--state", type=Path, help="keep tables and queues in this folder between runs")
     dev.add_argument("--fresh", action="store_true", help="start empty even if --state holds data")
     dev.add_argument("--parameter", action="append", default=[], metavar="Name=Value", help="template parameter")
@@ -51,6 +53,7 @@ def run_dev(args: argparse.Namespace) -> int:
     options = DevStackOptions(
         aws_port=args.port,
         lambda_port=args.port + 1,
+        web_port=args.port + 2,
         state_dir=args.state,
         parameters=dict(item.split("=", 1) for item in args.parameter),
     )
@@ -63,9 +66,10 @@ def run_dev(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     ready_seconds = time.perf_counter() - started
+    dev_keys = issue_dev_keys(stack)
     RUNNING_FILE.parent.mkdir(exist_ok=True)
     RUNNING_FILE.write_text(json.dumps({"aws": stack.aws_url, "lambda": stack.lambda_url}))
-    print(banner(stack, ready_seconds), flush=True)
+    print(banner(stack, ready_seconds, dev_keys), flush=True)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
@@ -81,7 +85,19 @@ def run_dev(args: argparse.Namespace) -> int:
     return 0
 
 
-def banner(stack: DevStack, ready_seconds: float) -> str:
+def issue_dev_keys(stack: DevStack) -> dict[str, str]:
+    """A fresh API key for each served endpoint that authenticates with the ApiKeysSecret scheme."""
+    from mcp_backend.mcp.keys import add_api_key
+
+    keys = {}
+    for url_id, web in stack.web_functions.items():
+        secret = web.spec.environment.get("API_KEYS_SECRET_ID")
+        if secret:
+            keys[url_id] = add_api_key(stack.client("secretsmanager"), secret, user_id="dev-user", tier="pro")
+    return keys
+
+
+def banner(stack: DevStack, ready_seconds: float, dev_keys: dict[str, str] | None = None) -> str:
     resources = stack.environment.stack.created
     counts: dict[str, int] = {}
     for logical_id in resources:
@@ -92,6 +108,11 @@ def banner(stack: DevStack, ready_seconds: float) -> str:
         f"local stack ready in {ready_seconds:.1f} s (127.0.0.1 only)",
         f"  AWS endpoint (moto):  {stack.aws_url}    export AWS_ENDPOINT_URL={stack.aws_url}",
         f"  Lambda Invoke API:    {stack.lambda_url}",
+        *(
+            f"  {web.spec.logical_id + ' URL:':<22}{web.url}/mcp"
+            + (f"    dev API key (user dev-user): {dev_keys[url_id]}" if url_id in (dev_keys or {}) else "")
+            for url_id, web in stack.web_functions.items()
+        ),
         "  resources:            " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
         f"  functions:            {', '.join(sorted(stack.environment.stack.functions()))}",
     ]

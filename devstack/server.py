@@ -25,11 +25,15 @@ from botocore.config import Config
 from devstack.async_invoke import AWS_RETRY_DELAYS, AsyncConfig, AsyncInvoker
 from devstack.destinations import Destinations
 from devstack.environment import LocalEnvironment
+from devstack.intrinsics import Unsupported
 from devstack.lambda_api import LambdaApi
 from devstack.logs import PrefixedStream
 from devstack.runtime import HandlerImportError
 from devstack.sources.streams import DynamoDBStreamEventSource, KinesisEventSource, StreamEventSource
 from devstack.template import Template, load_template
+from devstack.web import NotAWebFunction, WebFunction
+from devstack.web import serve as serve_web
+from devstack.web import stop as stop_web
 
 log = logging.getLogger("devstack")
 
@@ -64,6 +68,7 @@ class DevStackOptions:
     host: str = "127.0.0.1"
     aws_port: int = 4566
     lambda_port: int = 4567
+    web_port: int = 4568  # the first Function URL (web-adapter function) served here, the next on +1
     template: Template | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
     state_dir: Path | None = None  # None: a fresh start every time
@@ -110,10 +115,11 @@ class DevStack:
         self.stream_sources: dict[str, StreamEventSource] = {}
         self.schedules: dict[str, Schedule] = {}
         self.taps: list[Tap] = []
+        self.web_functions: dict[str, WebFunction] = {}  # Function URL logical id -> served app
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> DevStack:
-        for port in (self.options.aws_port, self.options.lambda_port):
+        for port in (self.options.aws_port, self.options.lambda_port, self.options.web_port):
             _require_free(self.options.host, port)
         from moto.server import ThreadedMotoServer
 
@@ -161,6 +167,7 @@ class DevStack:
             fire_schedule=self.fire,
         )
         self.lambda_api.serve(self.options.host, self.options.lambda_port)
+        self._serve_function_urls()
         if self.options.run_threads:
             self._start_threads()
         return self
@@ -176,6 +183,8 @@ class DevStack:
         try:
             self._save_state()
         finally:
+            for web in self.web_functions.values():
+                stop_web(web)
             self.lambda_api.shutdown()
             if self._moto is not None:
                 self._moto.stop()
@@ -357,8 +366,41 @@ class DevStack:
             sqs.delete_message(QueueUrl=tap.queue_url, ReceiptHandle=message["ReceiptHandle"])
         return len(messages)
 
+    def _serve_function_urls(self) -> None:
+        """Serve each Function URL whose function runs a web app behind the Lambda Web Adapter."""
+        port = self.options.web_port
+        for logical_id, url in self.template.resources("AWS::Lambda::Url").items():
+            function = self._url_target(url["Properties"]["TargetFunctionArn"])
+            try:
+                spec = self.environment.stack.function(function)
+                if port != self.options.web_port:
+                    _require_free(self.options.host, port)
+                host = f"{self.options.host}:{port}"
+                overrides = {
+                    **self.options.function_overrides,
+                    # The Function URL host is not known locally; the loopback host stands in for it.
+                    "MCP_ALLOWED_HOSTS": f"{host},localhost:{port}",
+                }
+                web = serve_web(spec, self.options.host, port, "us-east-1", overrides)
+                self.web_functions[logical_id] = web
+                self.environment.stack.ensure(logical_id).attributes["FunctionUrl"] = f"{web.url}/"
+                port += 1
+            except (NotAWebFunction, Unsupported, LookupError) as reason:
+                self._notice(logical_id, f"Function URL not served: {reason}")
+
+    def _url_target(self, expression: Any) -> str:
+        """Logical id of the function behind a Function URL's TargetFunctionArn (function or alias)."""
+        target = expression.get("Ref") or expression.get("Fn::GetAtt", [""])[0]
+        resource = self.template.resources().get(target, {})
+        if resource.get("Type") == "AWS::Lambda::Alias":
+            function = resource["Properties"]["FunctionName"]
+            return function.get("Ref") or function.get("Fn::GetAtt", [""])[0]
+        return target
+
     def _load_functions(self) -> None:
-        for logical_id in self.environment.stack.functions():
+        for logical_id, spec in self.environment.stack.functions().items():
+            if spec.handler.endswith(".sh"):
+                continue  # a web-adapter function: served on its Function URL instead
             try:
                 self.environment.runtime(logical_id).handler()
             except HandlerImportError as error:

@@ -29,8 +29,6 @@ _NO_LOCAL_EFFECT = {
     "AWS::IAM::ManagedPolicy",
     "AWS::Logs::LogGroup",
     "AWS::Lambda::Permission",
-    "AWS::Lambda::Version",
-    "AWS::Lambda::Alias",
     "AWS::SQS::QueuePolicy",
     "AWS::SNS::TopicPolicy",
     "AWS::Events::Archive",
@@ -156,6 +154,13 @@ class LocalStack:
             for logical_id, resource in self.template.resources("AWS::Lambda::EventSourceMapping").items()
             if self._active(resource)
         }
+
+    def logical_id_for_name(self, name: str) -> str:
+        """A function's logical id from the name a Ref gave (or its logical id)."""
+        for logical_id, created in self.created.items():
+            if name in (created.ref, logical_id) and "Spec" in created.attributes:
+                return logical_id
+        raise KeyError(name)
 
     def logical_id_for_arn(self, arn: str) -> str:
         for logical_id, created in self.created.items():
@@ -388,6 +393,19 @@ def _secret(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Create
     return Created(ref=arn, attributes={"Id": arn})
 
 
+def _function_version(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    """Every local invocation runs $LATEST; versions and aliases only need to resolve."""
+    function = stack.logical_id_for_name(str(props["FunctionName"]))
+    arn = f"{stack.ensure(function).attributes['Arn']}:1"
+    return Created(ref=arn, attributes={"Version": "1", "FunctionArn": arn})
+
+
+def _function_alias(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    function = stack.logical_id_for_name(str(props["FunctionName"]))
+    arn = f"{stack.ensure(function).attributes['Arn']}:{props['Name']}"
+    return Created(ref=arn, attributes={"Arn": arn})
+
+
 def _attribute_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -405,6 +423,9 @@ _CREATORS: dict[str, Callable[[LocalStack, str, dict[str, Any]], Created]] = {
     "AWS::Lambda::EventSourceMapping": _configuration_only,
     "AWS::Lambda::EventInvokeConfig": _configuration_only,
     "AWS::Scheduler::Schedule": _configuration_only,
+    "AWS::Lambda::Url": _configuration_only,
+    "AWS::Lambda::Version": _function_version,
+    "AWS::Lambda::Alias": _function_alias,  # served by the dev stack when its function is a web app
     "AWS::SNS::Subscription": _sns_subscription,
     "AWS::Events::EventBus": _event_bus,
     "AWS::Events::Rule": _events_rule,

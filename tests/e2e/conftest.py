@@ -56,6 +56,7 @@ def start_stack(clock) -> Iterator[Callable[..., DevStack]]:
             DevStackOptions(
                 aws_port=free_port(),
                 lambda_port=free_port(),
+                web_port=free_port(),
                 template=load_template(template) if template else None,
                 run_threads=False,
                 retry_delays=(0.0,),

@@ -313,9 +313,12 @@ def test_eventbridge_rule_routes_matching_events_to_queue_and_function(semantics
 
 # ---------------------------------------------------------------------------------------- bad input
 def test_unemulated_constructs_are_named_and_the_rest_runs(semantics):
-    # Given a template with a Function URL and a mapping property the stack does not emulate
+    # Given a template with a Function URL on a plain function and a mapping property the stack does not emulate
     # Then each is one line naming the resource and what is not emulated
-    assert "PublicUrl: type AWS::Lambda::Url is not emulated locally" in semantics.notices
+    assert (
+        "PublicUrl: Function URL not served: Dispatcher: handler handlers.dispatcher is not a web-adapter start script"
+        in semantics.notices
+    )
     assert "StreamConsumerStream: property TumblingWindowInSeconds is not emulated (ignored)" in semantics.notices
     # And the function that fails to import is named, while the others still run
     assert "BrokenImport" in semantics.broken_functions["BrokenImport"]
