@@ -438,12 +438,9 @@ class DevStack:
         return self.client("sqs").get_queue_url(QueueName=arn.rsplit(":", 1)[-1])["QueueUrl"]
 
     def _was_ttl_delete(self, keys: dict[str, Any]) -> bool:
+        # Kept, not consumed: every mapping on the stream reads the same REMOVE record.
         with self._ttl_lock:
-            identity = _key_id(keys)
-            if identity in self._ttl_deleted:
-                self._ttl_deleted.discard(identity)
-                return True
-        return False
+            return _key_id(keys) in self._ttl_deleted
 
     def _notice(self, logical_id: str, message: str) -> None:
         line = f"{logical_id}: {message}"

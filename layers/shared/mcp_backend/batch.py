@@ -35,14 +35,36 @@ def require_batch_from(event: Any, event_source: str) -> None:
         )
 
 
+class StreamBatchStuck(RuntimeError):
+    """The first record of a stream batch failed: raised so Lambda bisects the batch.
+
+    A partial batch response checkpoints at the first failed record, so when that is the batch's
+    first record nothing moves, and after MaximumRetryAttempts the whole rest of the batch would go
+    to OnFailure with it. Failing the invocation instead lets BisectBatchOnFunctionError split the
+    batch until the poison record stands alone; the records that did succeed are redelivered and
+    skipped by the sequence-number idempotency.
+    """
+
+
+_STREAM_SEQUENCE = {
+    "aws:kinesis": lambda record: record["kinesis"]["sequenceNumber"],
+    "aws:dynamodb": lambda record: record["dynamodb"]["SequenceNumber"],
+}
+
+
 def handle_batch(
     event: Any, context: Any, *, event_source: str, processor: BatchProcessor, consumer: BatchConsumer
 ) -> dict[str, Any]:
     require_batch_from(event, event_source)
     consumer.start_invocation(context)
     try:
-        return process_partial_response(
+        response = process_partial_response(
             event=event, record_handler=consumer.process, processor=processor, context=context
         )
     finally:
         consumer.finish_invocation()
+    sequence_of = _STREAM_SEQUENCE.get(event_source)
+    failed = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
+    if sequence_of is not None and len(event["Records"]) > 1 and sequence_of(event["Records"][0]) in failed:
+        raise StreamBatchStuck(f"first of {len(event['Records'])} records failed; failing the batch to bisect it")
+    return response
