@@ -417,3 +417,19 @@ def test_the_mcp_server_only_peeks_the_dlq():
         if action.startswith("sqs:")
     }
     assert actions == {"sqs:SendMessage", "sqs:ReceiveMessage", "sqs:GetQueueAttributes"}  # no DeleteMessage
+
+
+def test_alarm_topics_use_a_key_cloudwatch_may_use():
+    # CloudWatch cannot publish to a topic encrypted with the AWS-managed aws/sns key.
+    topics = set()
+    for alarm in of_type("AWS::CloudWatch::Alarm").values():
+        actions = alarm["Properties"].get("AlarmActions", [])
+        for branch in actions["Fn::If"][1:] if isinstance(actions, dict) else [actions]:
+            topics |= {referenced_resource(action) for action in as_list(branch) if isinstance(action, dict)}
+    topics.discard("AWS::NoValue")
+    assert topics, "no alarm publishes to a topic"
+    for topic in topics:
+        key = RESOURCES[topic]["Properties"]["KmsMasterKeyId"]
+        assert key != "alias/aws/sns", topic
+        policy = RESOURCES[referenced_resource(key)]["Properties"]["KeyPolicy"]["Statement"]
+        assert any(s.get("Principal", {}).get("Service") == "cloudwatch.amazonaws.com" for s in policy), topic
