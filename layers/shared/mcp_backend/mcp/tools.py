@@ -11,6 +11,7 @@ import base64
 import binascii
 import json
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -41,6 +42,7 @@ from mcp_backend.validation import describe_validation_error
 
 ANALYSIS_TOOL = TOOLS["analyze_dataset"]
 SEND_BATCH_LIMIT = 10  # SendMessageBatch entries per call
+SEND_RETRY_BASE_SECONDS = 0.05
 SEND_BATCH_ATTEMPTS = 3
 MAX_BATCH_ITEMS = 100
 DLQ_PEEK_ROUNDS = 5
@@ -212,6 +214,7 @@ class JobBackend:
                         results[index] = _enqueue_error(index, job, entry.get("Code", "SenderFault"))
                 if not chunk:
                     break
+                time.sleep(SEND_RETRY_BASE_SECONDS * 2**_attempt)  # service faults (throttling) need a pause
             for entry_id in chunk:  # still failing after the retries
                 index, job = to_send[entry_id]
                 results[index] = _enqueue_error(index, job, "RetriesExhausted")

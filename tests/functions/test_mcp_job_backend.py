@@ -1,0 +1,91 @@
+"""submit_analyses' enqueueing against the template's JobQueue and JobTable on moto, including entries
+SendMessageBatch reports in `Failed` (which it does without raising)."""
+
+from __future__ import annotations
+
+import boto3
+
+from mcp_backend.config import McpSettings, load_settings
+from mcp_backend.mcp.auth import Principal
+from mcp_backend.mcp.tools import JobBackend, SubmitAnalysisInput
+
+ALICE = Principal(user_id="user-alice")
+
+
+class FlakyBatchSqs:
+    """The real (moto) SQS client, except that the first SendMessageBatch call reports chosen entries as
+    failed by the service, as SQS does under throttling: HTTP 200, the entries listed in `Failed`."""
+
+    def __init__(self, fail_ids: set[str], sender_fault_ids: set[str] = frozenset()) -> None:
+        self._sqs = boto3.client("sqs")
+        self.fail_ids, self.sender_fault_ids = set(fail_ids), set(sender_fault_ids)
+        self.calls: list[list[str]] = []
+
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict]) -> dict:
+        self.calls.append([entry["Id"] for entry in Entries])
+        failing = {e["Id"] for e in Entries if e["Id"] in self.fail_ids | self.sender_fault_ids}
+        sent = self._sqs.send_message_batch(QueueUrl=QueueUrl, Entries=[e for e in Entries if e["Id"] not in failing])
+        self.fail_ids.clear()  # the service fault is transient
+        failed = [
+            {"Id": entry_id, "SenderFault": entry_id in self.sender_fault_ids, "Code": "InternalError"}
+            for entry_id in sorted(failing)
+        ]
+        return {"Successful": sent.get("Successful", []), "Failed": failed}
+
+    def __getattr__(self, name: str):
+        return getattr(self._sqs, name)
+
+
+def backend(local, sqs) -> JobBackend:
+    settings = load_settings(McpSettings, local.stack.function("McpServer").environment)
+    return JobBackend(settings, client_factory=lambda service: sqs if service == "sqs" else boto3.client(service))
+
+
+def queued(local) -> int:
+    attributes = boto3.client("sqs").get_queue_attributes(
+        QueueUrl=local.queue_url("JobQueue"), AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"])
+
+
+def items(count: int) -> list[SubmitAnalysisInput]:
+    return [SubmitAnalysisInput(dataset_url="s3://local-datasets/sales.csv", callId=f"call-{i}") for i in range(count)]
+
+
+def test_entries_reported_failed_by_the_service_are_retried_and_sent_once(local):
+    # Given 12 submissions (two batches) where the first batch call reports entries 3 and 7 as failed
+    sqs = FlakyBatchSqs(fail_ids={"3", "7"})
+
+    # When they are submitted
+    results = backend(local, sqs).submit_many(ALICE, items(12))
+
+    # Then every item has a PENDING job, the two failed entries were sent again alone, and each job is queued once
+    assert [r["status"] for r in results] == ["PENDING"] * 12
+    assert sqs.calls[1] == ["3", "7"]
+    assert queued(local) == 12
+
+
+def test_a_sender_fault_is_not_retried_and_is_reported_for_that_item_only(local):
+    # Given a batch where the service rejects entry 2 as malformed
+    sqs = FlakyBatchSqs(fail_ids=set(), sender_fault_ids={"2"})
+
+    # When three items are submitted
+    results = backend(local, sqs).submit_many(ALICE, items(3))
+
+    # Then only item 2 carries an error, it was not retried, and the other two are queued
+    assert "error" in results[2] and "error" not in results[0] and "error" not in results[1]
+    assert len(sqs.calls) == 1
+    assert queued(local) == 2
+
+
+def test_the_same_call_ids_again_enqueue_nothing_new(local):
+    # Given three submitted items
+    sqs = FlakyBatchSqs(fail_ids=set())
+    first = backend(local, sqs).submit_many(ALICE, items(3))
+
+    # When the same callIds are submitted again
+    again = backend(local, sqs).submit_many(ALICE, items(3))
+
+    # Then the same job ids come back and nothing more is queued
+    assert [r["jobId"] for r in again] == [r["jobId"] for r in first]
+    assert queued(local) == 3
