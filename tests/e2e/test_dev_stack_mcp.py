@@ -4,12 +4,14 @@ against the local stack, with a dev API key; a job submitted through it complete
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
 
 from devstack.__main__ import banner, issue_dev_keys
 from tests.e2e.conftest import Endpoint, mcp_client
+from tests.kinesis import stream_json
 
 pytestmark = pytest.mark.e2e
 
@@ -57,3 +59,25 @@ def test_dev_stack_mcp_endpoint_rejects_a_missing_key(start_stack):
     # Then it is refused as the deployed endpoint would refuse it
     assert response.status_code == 401
     assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+def test_each_mcp_tool_call_puts_one_call_log_record_for_its_caller(start_stack):
+    # Given the served endpoint and a caller with a dev key
+    stack = start_stack()
+    [key] = issue_dev_keys(stack).values()
+    [web] = stack.web_functions.values()
+    endpoint = Endpoint(url=f"{web.url}/mcp", alice_key=key, bob_key=key, local=stack.environment)
+
+    # When the caller makes one successful call and one that fails as a tool error
+    async def calls() -> None:
+        async with mcp_client(endpoint, "2026-07-28") as client:
+            await client.call_tool("submit_analysis", {"dataset_url": "s3://local-datasets/sales.csv"})
+            await client.call_tool("get_job", {"job_id": "job-nobody-knows"})
+
+    asyncio.run(calls())
+
+    # Then the call log holds one tool_call and one tool_error record for that user, without payloads
+    records = stream_json(stack.environment.stack.ensure("CallLogStream").ref)
+    mine = sorted((r["eventType"], r["toolName"]) for r in records if r.get("userId") == "dev-user")
+    assert mine == [("tool_call", "submit_analysis"), ("tool_error", "get_job")]
+    assert all("local-datasets" not in json.dumps(r) for r in records)

@@ -62,6 +62,7 @@ class McpSettings(Settings):
     job_table_name: str
     job_queue_url: str
     job_dead_letter_queue_url: str
+    call_log_stream_name: str
     api_keys_secret_id: str
     # Function URL hosts (*.lambda-url.<region>.on.aws) are allowed for AWS_REGION; custom domains are added here.
     aws_region: str = "us-east-1"

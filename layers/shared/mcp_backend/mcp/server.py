@@ -13,6 +13,7 @@ from typing import Any
 
 from starlette.types import ASGIApp
 
+from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator, SecretReader
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
@@ -20,6 +21,10 @@ from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.mcp.tools import JobBackend, StrictArguments, build_tools
 
 SERVER_NAME = "mcp-backend"
+
+
+def call_log_writer(settings: McpSettings, client_factory: Callable[[str], Any] | None) -> CallLogWriter:
+    return CallLogWriter(settings.call_log_stream_name, client_factory("kinesis") if client_factory else None)
 
 
 def create_app(
@@ -52,7 +57,7 @@ def create_app(
         SERVER_NAME,
         instructions="Analyse CSV/JSON datasets: synchronously (analyze_dataset) or as queued jobs.",
         tools=build_tools(backend),
-        middleware=[StrictArguments(), ToolCallTelemetry()],
+        middleware=[StrictArguments(), ToolCallTelemetry(call_log_writer(settings, client_factory))],
         log_level="WARNING",
     )
     # MCPServer calls logging.basicConfig; Powertools' JSON logger propagates, so every line would print twice.

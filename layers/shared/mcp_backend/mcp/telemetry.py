@@ -13,14 +13,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import uuid
 from typing import Any
 
+import anyio.to_thread
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp_types import CallToolResult
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
+from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.mcp.guard import principal_of
 from mcp_backend.observability import logger, metrics, tool_invocation, tracer
 
@@ -93,7 +97,11 @@ class RequestTelemetry:
 
 
 class ToolCallTelemetry:
-    """SDK ServerMiddleware: runs around every MCP request inside the SDK, before params validation."""
+    """SDK ServerMiddleware: runs around every MCP request inside the SDK, before params validation.
+    Each tools/call also puts one tool_call or tool_error record on the call log."""
+
+    def __init__(self, call_log: CallLogWriter | None = None) -> None:
+        self.call_log = call_log
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         request = ctx.request
@@ -107,14 +115,35 @@ class ToolCallTelemetry:
         with tracer.provider.in_subsegment(f"## tools/call {tool_name}") as subsegment:
             if principal is not None:
                 subsegment.put_annotation(key="UserTier", value=principal.tier)
+            started = time.monotonic()
+            error_type = ""
             try:
                 with tool_invocation(tool_name):
                     result = await call_next(ctx)
                     if _is_tool_error(result):
                         raise _ReportedToolError(result)
             except _ReportedToolError as reported:
-                return reported.result
+                error_type = "ToolError"
+                result = reported.result
+            except Exception as error:
+                error_type = type(error).__name__
+                raise
+            finally:
+                await self._log_call(principal, tool_name, started, error_type)
         return result
+
+    async def _log_call(self, principal: Any, tool_name: str, started: float, error_type: str) -> None:
+        if self.call_log is None or principal is None or not tool_name:
+            return
+        record = CallLogRecord(
+            event_type=CallLogEventType.TOOL_ERROR if error_type else CallLogEventType.TOOL_CALL,
+            user_id=principal.user_id,
+            tool_name=tool_name,
+            latency_ms=round((time.monotonic() - started) * 1000, 3),
+            error_type=error_type or None,
+        )
+        # PutRecords is blocking; the writer never raises (a lost call log is logged and counted).
+        await anyio.to_thread.run_sync(self.call_log.put, [record])
 
 
 class _ReportedToolError(Exception):
