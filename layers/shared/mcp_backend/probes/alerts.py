@@ -17,7 +17,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from mcp_backend.config import AlertHandlerSettings
-from mcp_backend.idempotency import RunOnce
+from mcp_backend.idempotency import run_once_or_none
 from mcp_backend.monitor.items import ProbeStatus
 from mcp_backend.observability import logger, metrics
 from mcp_backend.probes.envelope import DestinationEnvelope, MalformedEnvelope
@@ -40,18 +40,15 @@ class AlertHandler:
             sns_client = boto3.client("sns")
         self.settings = settings
         self._sns = sns_client
-        self._once = (
-            RunOnce(
-                self._publish,
-                data_keyword_argument="incident",
-                key_jmespath="key",
-                table_name=settings.idempotency_table_name,
-                ttl_seconds=max(settings.idempotency_ttl_seconds, settings.alert_incident_window_seconds),
-                timeout_seconds=settings.function_timeout_seconds,
-                client=idempotency_client,
-            )
-            if idempotent
-            else None
+        self._once = run_once_or_none(
+            self._publish,
+            settings,
+            data_keyword_argument="incident",
+            key_jmespath="key",
+            idempotent=idempotent,
+            client=idempotency_client,
+            # An incident key must outlive its window, or a late redelivery would alert again.
+            ttl_seconds=max(settings.idempotency_ttl_seconds, settings.alert_incident_window_seconds),
         )
 
     # BatchConsumer protocol (mcp_backend.batch.handle_batch)
