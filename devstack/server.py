@@ -75,7 +75,10 @@ class DevStackOptions:
     retry_delays: tuple[float, ...] = AWS_RETRY_DELAYS
     run_threads: bool = True  # False: the caller drives everything with settle() (tests)
     clock: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(dt.UTC))
-    function_overrides: dict[str, str] = field(default_factory=lambda: {"DATASET_ALLOW_PRIVATE_HOSTS": "true"})
+    # Only the local stack lets fetches and probes reach loopback/private hosts over plain http.
+    function_overrides: dict[str, str] = field(
+        default_factory=lambda: {"DATASET_ALLOW_PRIVATE_HOSTS": "true", "PROBE_ALLOW_PRIVATE_HOSTS": "true"}
+    )
 
 
 @dataclass

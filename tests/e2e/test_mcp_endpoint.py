@@ -16,7 +16,16 @@ from tests.e2e.conftest import mcp_client
 
 ERAS = ["legacy", "2026-07-28"]  # initialize handshake (2025-03-26 ... 2025-11-25) and the stateless era
 SALES = "s3://local-datasets/sales.csv"
-TOOL_NAMES = {"submit_analysis", "submit_analyses", "get_job", "list_failed_jobs", "analyze_dataset"}
+TOOL_NAMES = {
+    "submit_analysis",
+    "submit_analyses",
+    "get_job",
+    "list_failed_jobs",
+    "analyze_dataset",
+    "register_endpoint",
+    "list_endpoints",
+    "endpoint_status",
+}
 
 
 def queue_depth(local, logical_id: str) -> int:

@@ -433,3 +433,75 @@ def test_alarm_topics_use_a_key_cloudwatch_may_use():
         assert key != "alias/aws/sns", topic
         policy = RESOURCES[referenced_resource(key)]["Properties"]["KeyPolicy"]["Statement"]
         assert any(s.get("Principal", {}).get("Service") == "cloudwatch.amazonaws.com" for s in policy), topic
+
+
+ASYNC_CONFIGS = of_type("AWS::Lambda::EventInvokeConfig")
+WRITE_ACTION_BY_DESTINATION_TYPE = {
+    "AWS::SQS::Queue": "sqs:sendmessage",
+    "AWS::SNS::Topic": "sns:publish",
+    "AWS::Events::EventBus": "events:putevents",
+    "AWS::Lambda::Function": "lambda:invokefunction",
+}
+
+
+def role_may(role_id: str, action: str, resource: Any) -> bool:
+    """IAM action names are case-insensitive (SAM writes `sns:publish`)."""
+    return any(
+        action in {a.lower() for a in as_list(statement["Action"])} and resource in as_list(statement["Resource"])
+        for role, statement in all_statements()
+        if role == role_id
+    )
+
+
+def test_the_template_has_async_invoked_functions_to_check():
+    assert ASYNC_CONFIGS
+
+
+@pytest.mark.parametrize("config_id", sorted(ASYNC_CONFIGS))
+def test_every_async_invoked_function_has_both_destinations_and_may_write_to_them(config_id):
+    properties = ASYNC_CONFIGS[config_id]["Properties"]
+    role = role_of(referenced_resource(properties["FunctionName"]))
+    for outcome in ("OnSuccess", "OnFailure"):
+        destination = properties["DestinationConfig"][outcome]["Destination"]
+        target = referenced_resource(destination)
+        action = WRITE_ACTION_BY_DESTINATION_TYPE[RESOURCES[target]["Type"]]
+        # Lambda drops a destination record silently when the role may not deliver it.
+        assert role_may(role, action, destination), (config_id, outcome, role, action)
+
+
+@pytest.mark.parametrize("config_id", sorted(ASYNC_CONFIGS))
+def test_probe_like_async_functions_do_not_retry_and_drop_stale_events(config_id):
+    properties = ASYNC_CONFIGS[config_id]["Properties"]
+    assert 0 <= int(resolve(properties["MaximumRetryAttempts"])) <= 2
+    assert 60 <= int(resolve(properties["MaximumEventAgeInSeconds"])) <= 21600
+
+
+def test_the_destination_check_fails_for_a_role_without_the_grant():
+    # The rule above, shown able to fail: ToolWorker's role may not publish to the probe topic.
+    assert not role_may("ToolWorkerRole", "sns:publish", {"Ref": "ProbeResultTopic"})
+    assert role_may("ProbeWorkerRole", "sns:publish", {"Ref": "ProbeResultTopic"})
+
+
+def test_probe_fan_out_precedes_the_filter_one_consumer_per_queue():
+    # A filter deletes what it rejects, so the filtered queue must have exactly one consumer and the
+    # recorder must read its own copy from the topic.
+    consumers: dict[str, list[str]] = {}
+    for logical_id, mapping in SQS_MAPPINGS.items():
+        consumers.setdefault(referenced_resource(mapping["Properties"]["EventSourceArn"]), []).append(logical_id)
+    assert all(len(mappings) == 1 for mappings in consumers.values()), consumers
+    subscriptions = {
+        referenced_resource(s["Properties"]["Endpoint"]): s["Properties"]
+        for s in of_type("AWS::SNS::Subscription").values()
+        if s["Properties"]["TopicArn"] == {"Ref": "ProbeResultTopic"}
+    }
+    assert set(subscriptions) == {"ProbeResultQueue", "ProbeAlertQueue"}
+    assert all(s["RawMessageDelivery"] is True for s in subscriptions.values())
+    assert ASYNC_CONFIGS["ProbeWorkerEventInvokeConfig"]["Properties"]["DestinationConfig"]["OnSuccess"][
+        "Destination"
+    ] == {"Ref": "ProbeResultTopic"}
+
+
+def test_the_probe_endpoint_index_never_projects_the_auth_token():
+    [index] = RESOURCES["MonitorTable"]["Properties"]["GlobalSecondaryIndexes"]
+    assert index["Projection"]["ProjectionType"] == "INCLUDE"
+    assert "authToken" not in index["Projection"]["NonKeyAttributes"]

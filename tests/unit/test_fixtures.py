@@ -9,12 +9,15 @@ import pytest
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import (
     DynamoDBStreamModel,
+    EventBridgeModel,
     KinesisDataStreamModel,
     LambdaFunctionUrlModel,
     SqsModel,
 )
 
 from mcp_backend.jobs.models import JobMessage
+from mcp_backend.probes.envelope import DestinationEnvelope
+from mcp_backend.probes.worker import ProbeTarget
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 MODEL_BY_EVENT_SOURCE = {
@@ -26,6 +29,10 @@ FIXTURES = sorted(p for p in EVENTS.rglob("*.json") if "datasets" not in p.parts
 
 
 def model_for(event: dict):
+    if "Records" not in event and event.get("detail-type") == "Scheduled Event":
+        return EventBridgeModel  # an EventBridge schedule tick (ProbeDispatcher)
+    if "Records" not in event and "serverId" in event:
+        return ProbeTarget  # ProbeWorker's asynchronous invocation payload
     if "Records" not in event and "lambda-url" in event.get("requestContext", {}).get("domainName", ""):
         return LambdaFunctionUrlModel  # a Function URL request (payload format 2.0): one request, no Records
     sources = {record.get("eventSource") for record in event.get("Records", [])}
@@ -65,3 +72,19 @@ def test_mcp_server_fixtures_are_function_url_posts_of_one_json_rpc_message(path
     assert request.requestContext.http.method == "POST"
     assert request.rawPath in ("/mcp", "/mcp/")
     assert jsonrpc_message_adapter.validate_json(request.body)
+
+
+PROBE_ENVELOPE_FIXTURES = sorted((EVENTS / "alert_handler").glob("*.json")) + sorted(
+    (EVENTS / "probe_recorder").glob("*.json")
+)
+
+
+@pytest.mark.parametrize("path", PROBE_ENVELOPE_FIXTURES, ids=lambda p: str(p.relative_to(EVENTS)))
+def test_probe_queue_fixture_bodies_are_destination_envelopes_of_their_condition(path):
+    # The fan-out uses raw delivery: each SQS body is the envelope itself, not an SNS notification.
+    for record in json.loads(path.read_text())["Records"]:
+        envelope = DestinationEnvelope.from_body(record["body"])
+        assert envelope.succeeded == ("failure" not in path.name)
+        assert envelope.request_context.approximate_invoke_count == 1
+        expected_keys = {"status", "latencyMs"} if envelope.succeeded else {"errorType", "errorMessage"}
+        assert expected_keys <= set(envelope.response_payload)

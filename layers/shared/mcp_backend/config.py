@@ -60,6 +60,12 @@ class McpSettings(Settings):
     """The McpServer function's environment (template.yaml sets every variable)."""
 
     job_table_name: str
+    # Registered probe endpoints (register_endpoint, list_endpoints, endpoint_status).
+    monitor_table_name: str = ""
+    # Only the local stack sets this: lets register_endpoint accept loopback/private hosts and plain http.
+    probe_allow_private_hosts: bool = False
+    # endpoint_status reports uptime over this many seconds of probe results.
+    probe_uptime_window_seconds: int = Field(default=86400, gt=0)
     job_queue_url: str
     job_dead_letter_queue_url: str
     call_log_stream_name: str
@@ -86,6 +92,48 @@ class McpSettings(Settings):
 
     def allowed_origins(self) -> list[str]:
         return self._split(self.mcp_allowed_origins)
+
+
+class ProbeDispatcherSettings(Settings):
+    monitor_table_name: str
+    probe_worker_function_name: str
+    # The stack's own MCP endpoint: this function's Function URL (+ mcp_path) is registered on the first run.
+    self_function_name: str = ""
+    self_function_qualifier: str = "live"
+    self_probe_api_key: str = ""
+    mcp_path: str = "/mcp"
+
+
+class ProbeWorkerSettings(Settings):
+    monitor_table_name: str
+    # The same template parameter sets the function's Timeout and this value; the probe's own
+    # deadline is derived from it (see probe_timeout_seconds), so a hung endpoint ends as ProbeTimeout,
+    # not as a Lambda timeout without details.
+    function_timeout_seconds: int = Field(gt=0)
+    probe_degraded_latency_ms: int = Field(default=2000, gt=0)
+    probe_mode: str = "auto"  # "auto" (server/discover, then initialize) or "legacy" (initialize only)
+    # Only the local stack sets this: lets the probe reach loopback/private hosts and plain http.
+    probe_allow_private_hosts: bool = False
+
+    @property
+    def probe_timeout_seconds(self) -> float:
+        """The whole probe's deadline: the function timeout less a margin to return a typed error."""
+        return max(1.0, min(self.function_timeout_seconds - 5.0, self.function_timeout_seconds * 0.8))
+
+
+class ProbeRecorderSettings(Settings):
+    monitor_table_name: str
+    probe_result_ttl_seconds: int = Field(default=7 * 86400, gt=0)
+
+
+class AlertHandlerSettings(Settings):
+    idempotency_table_name: str
+    # The same template parameter sets the function's Timeout and this value.
+    function_timeout_seconds: int = Field(gt=0)
+    idempotency_ttl_seconds: int = Field(default=86400, gt=0)
+    alert_topic_arn: str
+    # One alert per endpoint per window of this many seconds (windows are aligned to the epoch).
+    alert_incident_window_seconds: int = Field(default=900, gt=0)
 
 
 def load_settings(model: type[SettingsT], environ: Mapping[str, str] | None = None) -> SettingsT:

@@ -78,3 +78,28 @@ class RunOnce:
 
     def __call__(self, **kwargs: Any) -> Any:
         return self._call(**kwargs)
+
+
+def run_once_or_none(
+    fn: Callable[..., Any],
+    settings: Any,
+    *,
+    data_keyword_argument: str,
+    key_jmespath: str,
+    idempotent: bool = True,
+    client: Any = None,
+    ttl_seconds: int | None = None,
+) -> RunOnce | None:
+    """RunOnce configured from a consumer's settings (idempotency table, TTL, function timeout);
+    None when `idempotent` is False (tests that exercise the body alone)."""
+    if not idempotent:
+        return None
+    return RunOnce(
+        fn,
+        data_keyword_argument=data_keyword_argument,
+        key_jmespath=key_jmespath,
+        table_name=settings.idempotency_table_name,
+        ttl_seconds=ttl_seconds or settings.idempotency_ttl_seconds,
+        timeout_seconds=settings.function_timeout_seconds,
+        client=client,
+    )

@@ -13,7 +13,7 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 from aws_lambda_powertools.utilities.data_classes.kinesis_stream_event import KinesisStreamRecord
 
 from mcp_backend.config import StreamConsumerSettings
-from mcp_backend.idempotency import RunOnce
+from mcp_backend.idempotency import run_once_or_none
 
 
 def kinesis_position(record: KinesisStreamRecord) -> dict[str, str]:
@@ -35,18 +35,13 @@ class StreamRecordConsumer:
         self, settings: StreamConsumerSettings, *, idempotent: bool = True, idempotency_client: Any = None
     ) -> None:
         self.settings = settings
-        self._once = (
-            RunOnce(
-                self.apply,
-                data_keyword_argument="position",
-                key_jmespath="[shard_id, sequence_number]",
-                table_name=settings.idempotency_table_name,
-                ttl_seconds=settings.idempotency_ttl_seconds,
-                timeout_seconds=settings.function_timeout_seconds,
-                client=idempotency_client,
-            )
-            if idempotent
-            else None
+        self._once = run_once_or_none(
+            self.apply,
+            settings,
+            data_keyword_argument="position",
+            key_jmespath="[shard_id, sequence_number]",
+            idempotent=idempotent,
+            client=idempotency_client,
         )
 
     def start_invocation(self, lambda_context: Any) -> None:

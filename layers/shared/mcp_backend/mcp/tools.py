@@ -34,6 +34,8 @@ from mcp_backend.jobs.store import JobStore
 from mcp_backend.mcp.auth import Principal
 from mcp_backend.mcp.guard import principal_of
 from mcp_backend.observability import logger
+from mcp_backend.probes.registry import EndpointRegistry
+from mcp_backend.probes.urls import UnsafeEndpointUrl, check_endpoint_url
 from mcp_backend.tools.analyze_dataset import AnalyzeInput, AnalyzeOptions
 from mcp_backend.tools.errors import ToolError
 from mcp_backend.tools.fetch import FetchPolicy
@@ -99,12 +101,34 @@ class JobCursor(_Strict):
             raise SdkToolError("InvalidCursor: the cursor is not one this server issued") from None
 
 
+class RegisterEndpointInput(_Strict):
+    url: str = Field(min_length=1, max_length=2048, description="The endpoint's MCP URL (https).")
+    name: str = Field(min_length=1, max_length=128, description="A label for the endpoint.")
+    auth: str | None = Field(
+        None,
+        min_length=1,
+        max_length=4096,
+        description="Optional bearer token the probe sends; stored encrypted, never shown again.",
+    )
+
+
+class ListEndpointsInput(_Strict):
+    pass
+
+
+class EndpointStatusInput(_Strict):
+    server_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
+
+
 INPUT_MODELS: dict[str, type[BaseModel]] = {
     "submit_analysis": SubmitAnalysisInput,
     "submit_analyses": SubmitAnalysesInput,
     "get_job": GetJobInput,
     "list_failed_jobs": ListFailedJobsInput,
     "analyze_dataset": AnalyzeInput,
+    "register_endpoint": RegisterEndpointInput,
+    "list_endpoints": ListEndpointsInput,
+    "endpoint_status": EndpointStatusInput,
 }
 
 
@@ -151,6 +175,24 @@ class JobBackend:
     @property
     def store(self) -> JobStore:
         return JobStore(self.settings.job_table_name, self.client("dynamodb"))
+
+    @property
+    def endpoints(self) -> EndpointRegistry:
+        return EndpointRegistry(self.settings.monitor_table_name, self.client("dynamodb"))
+
+    # -- probe endpoints --------------------------------------------------------
+    def register_endpoint(self, principal: Principal, request: RegisterEndpointInput) -> dict[str, Any]:
+        try:
+            url = check_endpoint_url(request.url, allow_private_hosts=self.settings.probe_allow_private_hosts)
+        except UnsafeEndpointUrl as error:
+            raise SdkToolError(f"UnsafeEndpointUrl: {error}") from None
+        return self.endpoints.register(principal.user_id, url, request.name, request.auth)
+
+    def endpoint_status(self, principal: Principal, request: EndpointStatusInput) -> dict[str, Any]:
+        status = self.endpoints.status(principal.user_id, request.server_id, self.settings.probe_uptime_window_seconds)
+        if status is None:  # someone else's endpoint is indistinguishable from none
+            raise SdkToolError(f"EndpointNotFound: no endpoint {request.server_id}")
+        return status
 
     # -- submit -----------------------------------------------------------------
     def submit(self, principal: Principal, request: SubmitAnalysisInput) -> dict[str, Any]:
@@ -373,12 +415,28 @@ def build_tools(backend: JobBackend) -> list[SdkTool]:
         await ctx.report_progress(1.0, 1.0, "done")
         return result
 
+    async def register_endpoint(ctx: Context, url: str, name: str, auth: str | None = None) -> dict[str, Any]:
+        request = RegisterEndpointInput(url=url, name=name, auth=auth)
+        return await anyio.to_thread.run_sync(backend.register_endpoint, _caller(ctx), request)
+
+    async def list_endpoints(ctx: Context) -> dict[str, Any]:
+        principal = _caller(ctx)
+        endpoints = await anyio.to_thread.run_sync(backend.endpoints.list_for, principal.user_id)
+        return {"endpoints": endpoints}
+
+    async def endpoint_status(ctx: Context, server_id: str) -> dict[str, Any]:
+        request = EndpointStatusInput(server_id=server_id)
+        return await anyio.to_thread.run_sync(backend.endpoint_status, _caller(ctx), request)
+
     descriptions = {
         submit_analysis: "Queue an analyze_dataset job; returns {jobId, status}. Pass callId to make it idempotent.",
         submit_analyses: "Queue many analyze_dataset jobs at once; returns one jobId or error per item, in order.",
         get_job: "Status, result or error of one of your jobs; large results come in pages (pass nextCursor back).",
         list_failed_jobs: "Your jobs sitting in the dead-letter queue, with the error the worker recorded.",
         analyze_dataset: ANALYSIS_TOOL.description + " Runs now and streams progress notifications.",
+        register_endpoint: "Register an MCP endpoint to probe every schedule tick; returns its serverId.",
+        list_endpoints: "Your registered MCP endpoints (serverId, name, url).",
+        endpoint_status: "One endpoint's latest probe, uptime over the window and last schema change.",
     }
     tools = []
     for function, description in descriptions.items():

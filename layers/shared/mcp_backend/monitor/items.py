@@ -1,8 +1,11 @@
 """MonitorTable's item shapes. Key: serverId (HASH) + sortKey (RANGE):
 
-- the endpoint:      sortKey "endpoint",              itemType "endpoint"
+- the endpoint:      sortKey "endpoint",              itemType "endpoint", ownerId, name, url, authToken?
 - a probe result:    sortKey "probe#<probedAt>#<id>", itemType "probe_result", TTL expiresAt
 - a daily rollup:    sortKey "rollup#<YYYY-MM-DD>",   itemType "probe_rollup" (kept: history survives expiry)
+
+Only endpoint items carry ownerId, so the EndpointsByOwner index (ownerId, serverId) is sparse: it holds the
+registered endpoints and nothing else. It projects name and url, never authToken (see README, "Probes").
 """
 
 from __future__ import annotations
@@ -60,7 +63,65 @@ class ProbeResult(BaseModel):
     @property
     def probed_at_text(self) -> str:
         """Sortable ISO-8601 UTC text, the form stored in the table."""
-        return self.probed_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        return probed_at_text(self.probed_at)
+
+
+ENDPOINTS_BY_OWNER_INDEX = "EndpointsByOwner"
+PROBE_PREFIX = "probe#"
+
+
+def probed_at_text(moment: datetime) -> str:
+    """Sortable ISO-8601 UTC text with milliseconds: the form probe results and drift checks compare."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+class Endpoint(BaseModel):
+    """A registered endpoint as the index and the tools see it (never with its auth token)."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True, extra="ignore")
+
+    server_id: str = Field(alias="serverId", min_length=1, max_length=128)
+    owner_id: str = Field(alias="ownerId", min_length=1)
+    name: str
+    url: str
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> Endpoint:
+        """From a low-level DynamoDB item ({"S": ...} attribute values)."""
+        return cls.model_validate({name: value["S"] for name, value in item.items() if "S" in value})
+
+
+def endpoint_item(endpoint: Endpoint, *, auth_token: str | None, registered_at: datetime) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        **key(endpoint.server_id, ENDPOINT_SORT_KEY),
+        "itemType": {"S": ItemType.ENDPOINT},
+        "ownerId": {"S": endpoint.owner_id},
+        "name": {"S": endpoint.name},
+        "url": {"S": endpoint.url},
+        "registeredAt": {"S": probed_at_text(registered_at)},
+    }
+    if auth_token:
+        item["authToken"] = {"S": auth_token}
+    return item
+
+
+def probe_result_item(result: dict[str, Any], *, probe_id: str, probed_at: datetime, expires_at: int) -> dict[str, Any]:
+    """A probe result (the worker's return value) as stored: keyed by time, expiring at `expires_at`."""
+    at = probed_at_text(probed_at)
+    item: dict[str, Any] = {
+        **key(result["serverId"], f"{PROBE_PREFIX}{at}#{probe_id}"),
+        "itemType": {"S": ItemType.PROBE_RESULT},
+        "status": {"S": ProbeStatus(result["status"])},
+        "probedAt": {"S": at},
+        "expiresAt": {"N": str(expires_at)},
+    }
+    for name in ("latencyMs", "toolCount"):
+        if result.get(name) is not None:
+            item[name] = {"N": str(result[name])}
+    for name in ("schemaHash", "endpoint", "protocolVersion"):
+        if result.get(name):
+            item[name] = {"S": str(result[name])}
+    return item
 
 
 def key(server_id: str, sort_key: str) -> dict[str, Any]:

@@ -1,0 +1,84 @@
+"""ProbeWorker: invoked asynchronously with {serverId, endpoint}; returns the probe result and writes
+nothing. Success and failure leave only through the function's Destinations (OnSuccess topic,
+OnFailure queue), so the result travels in the envelope's responsePayload.
+
+The auth token is read here, from the endpoint item, and never put into the invocation payload: the
+payload is the envelope's requestPayload, which is copied to queues and alerts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mcp_backend.config import ProbeWorkerSettings
+from mcp_backend.monitor.items import ENDPOINT_SORT_KEY, key
+from mcp_backend.observability import logger
+from mcp_backend.probes.client import ProbeRequest, probe
+from mcp_backend.probes.errors import EndpointNotFound, ProbeRefused
+from mcp_backend.probes.urls import UnsafeEndpointUrl, check_endpoint_url
+from mcp_backend.validation import describe_validation_error
+
+
+class ProbeTarget(BaseModel):
+    """The invocation payload (the envelope's requestPayload): no secrets."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True, extra="ignore")
+
+    server_id: str = Field(alias="serverId", min_length=1, max_length=128)
+    endpoint: str = Field(min_length=1, max_length=2048)
+
+    def payload(self) -> dict[str, str]:
+        return self.model_dump(by_alias=True)
+
+
+class MalformedProbeTarget(ValueError):
+    """The invocation payload is not {serverId, endpoint}."""
+
+
+class ProbeWorker:
+    def __init__(self, settings: ProbeWorkerSettings, dynamodb_client: Any = None) -> None:
+        if dynamodb_client is None:
+            import boto3
+
+            dynamodb_client = boto3.client("dynamodb")
+        self.settings = settings
+        self._dynamodb = dynamodb_client
+
+    def handle(self, event: Any) -> dict[str, Any]:
+        import anyio
+
+        try:
+            target = ProbeTarget.model_validate(event)
+        except ValidationError as error:
+            raise MalformedProbeTarget(f"not a probe target: {describe_validation_error(error)}") from None
+        logger.append_keys(server_id=target.server_id)
+        try:
+            check_endpoint_url(target.endpoint, allow_private_hosts=self.settings.probe_allow_private_hosts)
+        except UnsafeEndpointUrl as error:
+            raise ProbeRefused(f"endpoint {target.server_id}: {error}") from None
+        request = ProbeRequest(
+            server_id=target.server_id,
+            url=target.endpoint,
+            auth_token=self._auth_token(target.server_id),
+            timeout_seconds=self.settings.probe_timeout_seconds,
+            degraded_latency_ms=self.settings.probe_degraded_latency_ms,
+            mode=self.settings.probe_mode,
+        )
+        result = anyio.run(probe, request)
+        logger.info(
+            "probe finished",
+            extra={"status": result["status"], "latency_ms": result["latencyMs"], "tool_count": result["toolCount"]},
+        )
+        return result
+
+    def _auth_token(self, server_id: str) -> str | None:
+        item = self._dynamodb.get_item(
+            TableName=self.settings.monitor_table_name,
+            Key=key(server_id, ENDPOINT_SORT_KEY),
+            ProjectionExpression="authToken, ownerId",
+        ).get("Item")
+        if item is None:
+            raise EndpointNotFound(f"endpoint {server_id} is no longer registered")
+        return item.get("authToken", {}).get("S")
