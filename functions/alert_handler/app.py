@@ -5,15 +5,13 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from mcp_backend.batch import handle_batch
 from mcp_backend.config import AlertHandlerSettings, load_settings
-from mcp_backend.observability import logger, metrics, tracer
+from mcp_backend.observability import instrumented_handler
 from mcp_backend.probes.alerts import AlertHandler
 
 consumer = AlertHandler(load_settings(AlertHandlerSettings))
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
-@logger.inject_lambda_context(clear_state=True, correlation_id_path="Records[0].messageId", log_event=False)
-@tracer.capture_lambda_handler(capture_response=False, capture_error=True)
-@metrics.log_metrics(capture_cold_start_metric=True)
+@instrumented_handler(correlation_id_path="Records[0].messageId")
 def handler(event: dict, context: LambdaContext) -> dict:
     return handle_batch(event, context, event_source="aws:sqs", processor=processor, consumer=consumer)

@@ -7,7 +7,7 @@ from mcp_backend.batch import handle_batch
 from mcp_backend.config import WorkerSettings, load_settings
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.jobs.worker import JobWorker
-from mcp_backend.observability import logger, metrics, tracer
+from mcp_backend.observability import instrumented_handler
 
 settings = load_settings(WorkerSettings)
 worker = JobWorker(settings, JobStore(settings.job_table_name))
@@ -15,8 +15,6 @@ worker = JobWorker(settings, JobStore(settings.job_table_name))
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
-@logger.inject_lambda_context(clear_state=True, correlation_id_path="Records[0].messageId", log_event=False)
-@tracer.capture_lambda_handler(capture_response=False, capture_error=True)
-@metrics.log_metrics(capture_cold_start_metric=True)
+@instrumented_handler(correlation_id_path="Records[0].messageId")
 def handler(event: dict, context: LambdaContext) -> dict:
     return handle_batch(event, context, event_source="aws:sqs", processor=processor, consumer=worker)

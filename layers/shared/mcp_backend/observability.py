@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
+
+Handler = Callable[[Any, Any], Any]
 
 logger = Logger()
 tracer = Tracer()
@@ -42,3 +45,22 @@ def tool_invocation(tool_name: str) -> Iterator[None]:
     finally:
         metrics.add_metric(name="ToolDuration", unit=MetricUnit.Milliseconds, value=(time.monotonic() - started) * 1000)
         metrics.flush_metrics()
+
+
+def instrumented_handler(correlation_id_path: str | None = None) -> Callable[[Handler], Handler]:
+    """Seed 001's decorator stack for a Lambda handler, in its order (outermost first):
+    - inject_lambda_context(clear_state=True, log_event=False): context keys on every line, no state
+      leaking between warm invocations, and no event (payloads) in the logs;
+    - capture_lambda_handler(capture_response=False, capture_error=True): tool outputs can exceed the
+      64 KB segment, errors are kept;
+    - log_metrics(capture_cold_start_metric=True): flushes even when the handler raises.
+    """
+
+    def decorate(handler: Handler) -> Handler:
+        handler = metrics.log_metrics(capture_cold_start_metric=True)(handler)
+        handler = tracer.capture_lambda_handler(capture_response=False, capture_error=True)(handler)
+        return logger.inject_lambda_context(clear_state=True, correlation_id_path=correlation_id_path, log_event=False)(
+            handler
+        )
+
+    return decorate

@@ -1,0 +1,70 @@
+"""The shared handler decorator stack (seed 001), observed through what it prints."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from devstack.runtime import LocalLambdaContext
+from mcp_backend.observability import instrumented_handler, logger, metrics
+
+
+@pytest.fixture
+def log_lines():
+    """What the shared Logger writes (its handler keeps the stream it was created with)."""
+    stream = io.StringIO()
+    previous = logger.registered_handler.setStream(stream)
+    yield lambda: [json.loads(line) for line in stream.getvalue().splitlines() if line.startswith("{")]
+    logger.registered_handler.setStream(previous)
+
+
+def printed(capfd) -> list[dict]:
+    return [json.loads(line) for line in capfd.readouterr().out.splitlines() if line.startswith("{")]
+
+
+def context() -> LocalLambdaContext:
+    return LocalLambdaContext("fn", "arn:aws:lambda:us-east-1:123456789012:function:fn", 128, timeout_seconds=3)
+
+
+def test_context_keys_and_correlation_id_on_every_line_and_no_state_between_invocations(log_lines):
+    # Given a handler that appends a key only on its first invocation
+    calls = []
+
+    @instrumented_handler(correlation_id_path="Records[0].messageId")
+    def handler(event, ctx):
+        if not calls:
+            logger.append_keys(session="first-only")
+        calls.append(1)
+        logger.info("working")
+        return {"ok": True}
+
+    # When it is invoked twice with secret-bearing events
+    handler({"Records": [{"messageId": "m-1", "body": "token=s3cr3t"}]}, context())
+    handler({"Records": [{"messageId": "m-2", "body": "token=s3cr3t"}]}, context())
+
+    # Then each line carries the Lambda context and its own correlation id, the first invocation's key is gone,
+    # and the event is never logged
+    everything = log_lines()
+    lines = [line for line in everything if line.get("message") == "working"]
+    assert [line["correlation_id"] for line in lines] == ["m-1", "m-2"]
+    assert [line.get("session") for line in lines] == ["first-only", None]
+    assert all(line["function_name"] == "fn" for line in lines)
+    assert "s3cr3t" not in json.dumps(everything)
+
+
+def test_metrics_flush_with_cold_start_even_when_the_handler_raises(capfd):
+    # Given a handler that records a metric and then fails
+    @instrumented_handler()
+    def handler(event, ctx):
+        metrics.add_metric(name="Attempted", unit="Count", value=1)
+        raise RuntimeError("boom")
+
+    # When it is invoked
+    with pytest.raises(RuntimeError):
+        handler({}, context())
+
+    # Then the metric was still emitted as EMF
+    blobs = [line for line in printed(capfd) if "_aws" in line]
+    assert any("Attempted" in blob for blob in blobs)
