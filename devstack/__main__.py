@@ -116,7 +116,23 @@ def banner(stack: DevStack, ready_seconds: float, dev_keys: dict[str, str] | Non
         "  resources:            " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
         f"  functions:            {', '.join(sorted(stack.environment.stack.functions()))}",
     ]
-    if "JobQueue" in resources:
+    served = [(url_id, web) for url_id, web in stack.web_functions.items() if url_id in (dev_keys or {})]
+    if served:
+        url_id, web = served[0]
+        call = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "submit_analysis", "arguments": {"dataset_url": "s3://local-datasets/sales.csv"}},
+            }
+        )
+        lines.append(
+            f"  submit a job:         curl -s {web.url}/mcp -H 'Authorization: Bearer {dev_keys[url_id]}' "
+            "-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' "
+            f"-d '{call}'"
+        )
+    elif "JobQueue" in resources:
         job = json.dumps(
             {
                 "jobId": "job-example-0001",
