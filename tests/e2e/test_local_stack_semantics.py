@@ -341,3 +341,38 @@ def test_kinesis_data_is_base64_in_the_event(semantics):
     assert json.loads(base64.b64decode(record["kinesis"]["data"])) == {"id": "b64", "kind": "work"}
     assert record["eventSource"] == "aws:kinesis" and record["eventName"] == "aws:kinesis:record"
     assert record["eventID"].startswith("shardId-")
+
+
+# ---------------------------------------------------------------------------------------- Lambda Invoke API
+def test_lambda_api_request_response_returns_the_result_or_the_function_error(semantics):
+    # Given the stack's Lambda Invoke API, as boto3 reaches it through AWS_ENDPOINT_URL_LAMBDA
+    client = semantics.client("lambda")
+    worker = semantics.environment.stack.function("AsyncWorker").name
+
+    # When a function is invoked synchronously, once succeeding and once raising, and an unknown one is named
+    ok = client.invoke(FunctionName=worker, Payload=json.dumps({"id": "sync-ok"}))
+    bad = client.invoke(FunctionName=worker, Payload=json.dumps({"id": "sync-bad", "fail": True}))
+    with pytest.raises(client.exceptions.ResourceNotFoundException):
+        client.invoke(FunctionName="no-such-function", Payload="{}")
+
+    # Then the result comes back as Lambda returns it, and the error as an Unhandled function error
+    assert (ok["StatusCode"], json.loads(ok["Payload"].read())) == (200, {"handled": "sync-ok"})
+    assert bad["FunctionError"] == "Unhandled"
+    assert json.loads(bad["Payload"].read())["errorType"] == "ValueError"
+    # Synchronous invocations have no destinations
+    assert messages(semantics, "OutcomeQueue") == [] and messages(semantics, "FailureQueue") == []
+
+
+def test_make_invoke_runs_a_function_inside_the_running_stack(semantics, capsys):
+    # Given a running stack's endpoints, as `make dev` records them
+    from devstack.invoke import invoke_running
+
+    endpoints = {"aws": semantics.aws_url, "lambda": semantics.lambda_url}
+
+    # When `make invoke` targets one of its functions with an event
+    status = invoke_running(endpoints, "AsyncWorker", {"id": "from-make-invoke"})
+
+    # Then it ran there, against that stack's state, and printed the function's result
+    assert status == 0
+    assert json.loads(capsys.readouterr().out) == {"handled": "from-make-invoke"}
+    assert seen(semantics, "async:from-make-invoke") == 1
