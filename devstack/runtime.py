@@ -71,14 +71,19 @@ def function_environment(spec: FunctionSpec, region: str) -> Iterator[None]:
         "AWS_DEFAULT_REGION": region,
         "_HANDLER": spec.handler,
     }
-    saved = dict(os.environ)
-    os.environ.update(runtime_vars)
-    os.environ.update(spec.environment)
+    applied = {**runtime_vars, **spec.environment}
+    # Only the keys the function sets are changed and put back: other threads (the served MCP app, event
+    # source pollers) keep reading a complete environment meanwhile.
+    saved = {name: os.environ.get(name) for name in applied}
+    os.environ.update(applied)
     try:
         yield
     finally:
-        os.environ.clear()
-        os.environ.update(saved)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 class FunctionRuntime:

@@ -306,3 +306,29 @@ def test_each_job_emits_its_tool_metrics_with_tool_name_and_default_dimensions(l
         assert record["ToolName"] == "analyze_dataset" and record["Environment"] == "dev"
         assert record["ToolDuration"][0] >= 0
     assert [("ToolSuccess" in r, "ToolError" in r) for r in records] == [(True, False), (False, True)]
+
+
+def test_a_duplicate_delivery_on_its_last_receive_while_the_job_runs_does_not_mark_it_failed(local, monkeypatch):
+    # Given a job whose first delivery is still running (its INPROGRESS record is fresh)
+    from mcp_backend.tools import analyze_dataset
+
+    event = load_event("tool_worker/redelivered-duplicate.json")
+    real_analysis = analyze_dataset.analyze_dataset
+
+    def killed(*args, **kwargs):
+        raise SimulatedKill
+
+    monkeypatch.setattr(analyze_dataset, "analyze_dataset", killed)
+    with pytest.raises(SimulatedKill):
+        local.invoke(WORKER, event)
+    monkeypatch.setattr(analyze_dataset, "analyze_dataset", real_analysis)
+
+    # When a duplicate of it arrives on what SQS counts as its last receive
+    event["Records"][0]["attributes"]["ApproximateReceiveCount"] = "3"
+    response = local.invoke(WORKER, event)
+
+    # Then the duplicate fails (it goes to the DLQ) but the job is not marked FAILED: it is still running
+    assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
+    item = job_item(local, "job-0001-fixture")
+    assert item["status"] == "RUNNING"
+    assert "failedMessageId" not in item

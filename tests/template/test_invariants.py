@@ -397,14 +397,16 @@ def test_provisioned_concurrency_is_optional_and_off_by_default():
     assert resolve({"Fn::If": [condition, "on", "off"]}, McpProvisionedConcurrency=2) == "on"
 
 
-def test_the_api_key_secret_is_readable_only_by_the_mcp_server():
+def test_the_api_key_secret_is_readable_only_by_the_mcp_server_and_the_dispatcher_issuing_the_self_probe_key():
     readers = [
         (role, statement)
         for role, statement in all_statements()
         if "secretsmanager:GetSecretValue" in as_list(statement["Action"])
     ]
-    assert [role for role, _ in readers] == ["McpServerRole"]
-    assert readers[0][1]["Resource"] == {"Ref": "ApiKeysSecret"}
+    assert sorted(role for role, _ in readers) == ["McpServerRole", "ProbeDispatcherRole"]
+    assert all(statement["Resource"] == {"Ref": "ApiKeysSecret"} for _, statement in readers)
+    writers = [role for role, s in all_statements() if "secretsmanager:PutSecretValue" in as_list(s["Action"])]
+    assert writers == ["ProbeDispatcherRole"]
     assert "ApiKeysSecretArn" in EXPANDED["Outputs"] and "McpServerUrl" in EXPANDED["Outputs"]
 
 

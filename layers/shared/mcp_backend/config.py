@@ -100,7 +100,8 @@ class ProbeDispatcherSettings(Settings):
     # The stack's own MCP endpoint: this function's Function URL (+ mcp_path) is registered on the first run.
     self_function_name: str = ""
     self_function_qualifier: str = "live"
-    self_probe_api_key: str = ""
+    # The dispatcher issues the self-probe its own key in this secret (first run only).
+    api_keys_secret_id: str = ""
     mcp_path: str = "/mcp"
 
 

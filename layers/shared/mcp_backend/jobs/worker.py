@@ -106,9 +106,11 @@ class JobWorker:
                 "job attempt failed",
                 extra={"error_type": type(error).__name__, "final_attempt": final_attempt},
             )
-            if final_attempt:
-                self._record_failure(job.job_id, job.user_id, error, record.message_id, job.tool)
-            if not isinstance(error, IdempotencyAlreadyInProgressError):  # a duplicate delivery, not an outcome
+            # A duplicate delivery while another invocation runs the job is not an outcome of the job:
+            # marking it FAILED would contradict the run that is about to succeed.
+            if not isinstance(error, IdempotencyAlreadyInProgressError):
+                if final_attempt:
+                    self._record_failure(job.job_id, job.user_id, error, record.message_id, job.tool)
                 outcome = CallLogEventType.JOB_FAILED if final_attempt else CallLogEventType.TOOL_ERROR
                 self._log_call(job, outcome, started, error_type=type(error).__name__)
             raise

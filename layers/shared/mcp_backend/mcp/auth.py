@@ -7,6 +7,7 @@ metadata) is another Authenticator: the HTTP guard only calls `authenticate` and
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
@@ -79,14 +80,22 @@ class SecretReader:
         self._client: Any = None
         self.extension_available = True
 
-    def read(self) -> str:
-        if self.extension_available and os.environ.get("AWS_SESSION_TOKEN"):
+    def read(self, fresh: bool = False) -> str:
+        """The secret's current value. fresh=True bypasses the extension, whose cache (SECRETS_MANAGER_TTL)
+        would otherwise hide a key added since: the refresh after an unknown key must see new keys."""
+        if not fresh and self.extension_available and os.environ.get("AWS_SESSION_TOKEN"):
             try:
                 return self._read_through_extension()
-            except OSError:
-                # Connection refused: no extension layer here. Remember it; the SDK path is the fallback.
-                self.extension_available = False
-                logger.info("parameters and secrets extension not reachable; reading the secret with the SDK")
+            except OSError as error:  # urllib's URLError is an OSError; its reason holds the socket error
+                reason = getattr(error, "reason", error)
+                if getattr(reason, "errno", None) in (errno.ECONNREFUSED, errno.EADDRNOTAVAIL):
+                    # Nothing listens on the port: no extension layer here. The SDK path is the fallback.
+                    self.extension_available = False
+                    logger.info("parameters and secrets extension not reachable; reading the secret with the SDK")
+                else:  # a transient failure: this read falls back, the next tries the extension again
+                    logger.warning(
+                        "parameters and secrets extension read failed", extra={"error_type": type(error).__name__}
+                    )
         return self._sdk().get_secret_value(SecretId=self.secret_id)["SecretString"]
 
     def _read_through_extension(self) -> str:
@@ -107,6 +116,10 @@ class SecretReader:
 
                 self._client = boto3.client("secretsmanager")
         return self._client
+
+
+class KeyTableUnavailable(RuntimeError):
+    """No key table could be read (and none is cached): the guard answers 503, not 401 or 500."""
 
 
 class ApiKeyAuthenticator:
@@ -143,10 +156,18 @@ class ApiKeyAuthenticator:
         with self._lock:
             if force or time.monotonic() - self._loaded_at > self.cache_seconds:
                 try:
-                    self._table = ApiKeyTable.model_validate_json(self.reader.read()).root
+                    self._table = ApiKeyTable.model_validate_json(self.reader.read(fresh=force)).root
                 except ValidationError:
                     # Keep serving the last good table; the message names no key material.
                     logger.error("API key secret is not a valid key table; keeping the previous one")
+                except Exception as error:
+                    if not self._table:
+                        raise KeyTableUnavailable("the API key table cannot be read") from error
+                    # A transient read failure: keep serving the last good table until the next period.
+                    logger.error(
+                        "API key secret not readable; keeping the previous table",
+                        extra={"error_type": type(error).__name__},
+                    )
                 self._loaded_at = time.monotonic()
             return self._table
 

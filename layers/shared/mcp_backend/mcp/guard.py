@@ -106,7 +106,14 @@ class McpHttpGuard:
             # Stateless: no GET stream to resume and no session to DELETE.
             await _plain(send, 405, b"Method Not Allowed", [(b"allow", b"POST")])
             return
-        principal = await self._authenticate(headers.get("authorization"))
+        try:
+            principal = await self._authenticate(headers.get("authorization"))
+        except Exception as error:  # noqa: BLE001 - the key store is down: say so, never a 500 with a trace
+            logger.error("authentication unavailable", extra={"error_type": type(error).__name__})
+            await _json(
+                send, 503, _rpc_error(-32603, "Service Unavailable: try again shortly"), [(b"retry-after", b"5")]
+            )
+            return
         if principal is None:
             challenge = self.authenticator.challenge().encode()
             await _json(send, 401, _rpc_error(-32001, "Unauthorized"), [(b"www-authenticate", challenge)])

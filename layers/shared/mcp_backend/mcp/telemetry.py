@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.mcp.guard import principal_of
+from mcp_backend.mcp.tools import INPUT_MODELS
 from mcp_backend.observability import logger, metrics, tool_invocation, tracer
 
 _CORRELATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -110,7 +111,9 @@ class ToolCallTelemetry:
             logger.thread_safe_append_keys(user_id=principal.user_id)
         if ctx.method != "tools/call":
             return await call_next(ctx)
-        tool_name = str((ctx.params or {}).get("name", ""))[:64]
+        requested = (ctx.params or {}).get("name", "")
+        # A metric dimension and a trace annotation: only names the server has, or one stream per typo.
+        tool_name = requested if requested in INPUT_MODELS else "unknown"
         logger.thread_safe_append_keys(tool=tool_name)
         with tracer.provider.in_subsegment(f"## tools/call {tool_name}") as subsegment:
             if principal is not None:

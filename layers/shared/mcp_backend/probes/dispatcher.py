@@ -24,7 +24,7 @@ class ProbeDispatcher:
         self.settings = settings
         self.registry = EndpointRegistry(settings.monitor_table_name, dynamodb_client or boto3.client("dynamodb"))
         self._lambda = lambda_client or boto3.client("lambda")
-        self._self_registered = not settings.self_function_name
+        self._self_registered = not (settings.self_function_name and settings.api_keys_secret_id)
 
     def _register_self(self) -> None:
         """First run: register the stack's own endpoint (its Function URL), once per container at most."""
@@ -41,9 +41,23 @@ class ProbeDispatcher:
             logger.warning("own Function URL not readable; not registered", extra={"error_type": type(error).__name__})
             self._self_registered = True
             return
-        self.registry.ensure_self(url.rstrip("/") + self.settings.mcp_path, self.settings.self_probe_api_key or None)
-        logger.info("registered the stack's own MCP endpoint")
+        # Claim first, then issue the key: a tick that loses the race issues nothing.
+        if self.registry.ensure_self(url.rstrip("/") + self.settings.mcp_path, auth_token=None):
+            self.registry.set_self_token(self._issue_self_probe_key())
+            logger.info("registered the stack's own MCP endpoint")
         self._self_registered = True
+
+    def _issue_self_probe_key(self) -> str:
+        """A new internal key in the API key secret (user "self-probe"), so the stack's own endpoint is
+        probed authenticated from the first deploy on; its plaintext lives only in the `self` item."""
+        from mcp_backend.mcp.keys import add_api_key
+
+        return add_api_key(self._secrets(), self.settings.api_keys_secret_id, user_id="self-probe", tier="internal")
+
+    def _secrets(self) -> Any:
+        import boto3
+
+        return boto3.client("secretsmanager")
 
     def dispatch(self) -> dict[str, int]:
         self._register_self()

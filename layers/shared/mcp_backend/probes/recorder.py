@@ -50,7 +50,7 @@ class ProbeRecorder:
             message_id = record["messageId"]
             try:
                 item = self.item_for(DestinationEnvelope.from_body(record.get("body")))
-            except (MalformedEnvelope, ValueError, KeyError) as error:
+            except (MalformedEnvelope, ValueError, KeyError, TypeError) as error:
                 logger.error("probe result not recordable", extra={"message_id": message_id, "reason": str(error)})
                 failed.append(message_id)
                 continue

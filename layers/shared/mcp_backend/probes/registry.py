@@ -72,6 +72,16 @@ class EndpointRegistry:
             return False
         return True
 
+    def set_self_token(self, auth_token: str) -> None:
+        """The self-probe's key, once: a later tick never replaces a token that is in use."""
+        self._dynamodb.update_item(
+            TableName=self.table_name,
+            Key=key(SELF_SERVER_ID, ENDPOINT_SORT_KEY),
+            UpdateExpression="SET authToken = :token",
+            ConditionExpression="attribute_exists(serverId) AND attribute_not_exists(authToken)",
+            ExpressionAttributeValues={":token": {"S": auth_token}},
+        )
+
     # -- reads ------------------------------------------------------------------
     def self_registered(self) -> bool:
         item = self._dynamodb.get_item(

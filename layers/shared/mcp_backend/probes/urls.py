@@ -25,6 +25,9 @@ def check_endpoint_url(url: str, *, allow_private_hosts: bool, resolve: bool = T
         raise UnsafeEndpointUrl(f"endpoint URL must use {' or '.join(sorted(schemes))}")
     if not parts.hostname or parts.username or parts.password:
         raise UnsafeEndpointUrl("endpoint URL needs a host and no user info (pass credentials as auth)")
+    if parts.query or parts.fragment:
+        # The URL travels into probe results, envelopes and alert e-mails: no room for a token in it.
+        raise UnsafeEndpointUrl("endpoint URL must have no query string or fragment (pass credentials as auth)")
     if resolve and not allow_private_hosts:
         try:
             public_addresses(parts.hostname, parts.port or 443, parts.hostname)
