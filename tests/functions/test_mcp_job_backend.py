@@ -4,6 +4,7 @@ SendMessageBatch reports in `Failed` (which it does without raising)."""
 from __future__ import annotations
 
 import boto3
+import pytest
 
 from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.mcp.auth import Principal
@@ -89,3 +90,33 @@ def test_the_same_call_ids_again_enqueue_nothing_new(local):
     # Then the same job ids come back and nothing more is queued
     assert [r["jobId"] for r in again] == [r["jobId"] for r in first]
     assert queued(local) == 3
+
+
+class DownSqs(FlakyBatchSqs):
+    """SendMessage fails the way the SDK fails when the queue is unavailable."""
+
+    def send_message(self, **request):
+        from botocore.exceptions import ClientError
+
+        raise ClientError(
+            {"Error": {"Code": "ServiceUnavailable", "Message": f"queue {request['QueueUrl']}"}}, "SendMessage"
+        )
+
+
+def test_an_unavailable_queue_is_a_retryable_tool_error_that_names_no_resource_and_a_retry_enqueues(local):
+    from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
+
+    # Given the job queue is unavailable
+    request = SubmitAnalysisInput(dataset_url="s3://local-datasets/sales.csv", callId="call-retry")
+
+    # When a submission is made
+    with pytest.raises(SdkToolError) as failed:
+        backend(local, DownSqs(fail_ids=set())).submit(ALICE, request)
+
+    # Then the caller is told to retry, without the queue's URL, and nothing is queued
+    assert str(failed.value).startswith("EnqueueFailed")
+    assert "amazonaws" not in str(failed.value) and "JobQueue" not in str(failed.value)
+    assert queued(local) == 0
+    # And the same callId, once the queue is back, enqueues the job exactly once
+    result = backend(local, FlakyBatchSqs(fail_ids=set())).submit(ALICE, request)
+    assert result["status"] == "PENDING" and queued(local) == 1

@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import anyio.from_thread
 import anyio.to_thread
+from botocore.exceptions import BotoCoreError, ClientError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
@@ -205,9 +206,13 @@ class JobBackend:
             if existing.get("enqueuedMessageId"):
                 return {"jobId": job.job_id, "status": existing["status"], "repeated": True}
         # A repeat whose first attempt failed to enqueue sends again; the worker runs a job id once anyway.
-        message_id = self.client("sqs").send_message(QueueUrl=self.settings.job_queue_url, MessageBody=job.body())[
-            "MessageId"
-        ]
+        try:
+            sent = self.client("sqs").send_message(QueueUrl=self.settings.job_queue_url, MessageBody=job.body())
+        except (BotoCoreError, ClientError) as error:
+            # The SDK's text names the queue; the caller gets a retryable error, the log the type.
+            logger.error("job not enqueued", extra={"error_type": type(error).__name__})
+            raise SdkToolError("EnqueueFailed: the job queue is unavailable; retry with the same callId") from None
+        message_id = sent["MessageId"]
         store.mark_enqueued(job.job_id, job.user_id, message_id)
         return {"jobId": job.job_id, "status": "PENDING"}
 

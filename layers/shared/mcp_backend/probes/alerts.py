@@ -102,7 +102,8 @@ class AlertHandler:
                 "status": "failed",
                 "error": {
                     "errorType": str(payload.get("errorType", "Unknown")),
-                    "errorMessage": str(payload.get("errorMessage", ""))[:ERROR_MESSAGE_CHARS],
+                    # Text the probed endpoint may control: printable characters only, bounded.
+                    "errorMessage": _printable(str(payload.get("errorMessage", "")))[:ERROR_MESSAGE_CHARS],
                 },
             }
         return incident
@@ -124,3 +125,7 @@ class AlertHandler:
 
 
 __all__ = ["AlertHandler", "MalformedEnvelope"]
+
+
+def _printable(text: str) -> str:
+    return "".join(character if character.isprintable() else " " for character in text)
