@@ -1,0 +1,95 @@
+"""How a probe fails, as the OnFailure envelope will show it: one typed error per way an endpoint misbehaves."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import anyio
+import pytest
+
+from mcp_backend.probes.client import ProbeRequest, probe
+from mcp_backend.probes.errors import ProbeHttpStatus, ProbeProtocolError, ProbeTimeout, ProbeUnreachable
+
+
+def serve(behaviour) -> Iterator[str]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            behaviour(self)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/mcp"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def answer(status: int, body: bytes = b"", content_type: str = "text/plain"):
+    def behaviour(handler: BaseHTTPRequestHandler) -> None:
+        handler.rfile.read(int(handler.headers.get("content-length", 0)))
+        handler.send_response(status)
+        handler.send_header("content-type", content_type)
+        handler.send_header("content-length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    return behaviour
+
+
+def hang(handler: BaseHTTPRequestHandler) -> None:
+    time.sleep(3)
+
+
+def run_probe(url: str, timeout: float = 5.0) -> dict:
+    request = ProbeRequest(server_id="srv", url=url, auth_token=None, timeout_seconds=timeout, degraded_latency_ms=2000)
+    return anyio.run(probe, request)
+
+
+@pytest.fixture
+def endpoint(request) -> Iterator[str]:
+    yield from serve(request.param)
+
+
+@pytest.mark.parametrize("endpoint", [answer(503, b"maintenance")], indirect=True)
+def test_an_http_error_status_is_a_probe_http_status_error(endpoint):
+    # Given an endpoint answering 503 / When it is probed / Then the error names the status, not the body
+    with pytest.raises(ProbeHttpStatus) as failed:
+        run_probe(endpoint)
+    assert "503" in str(failed.value) and "maintenance" not in str(failed.value)
+
+
+@pytest.mark.parametrize("endpoint", [hang], indirect=True)
+def test_an_endpoint_that_never_answers_is_a_probe_timeout_within_the_deadline(endpoint):
+    # Given an endpoint that holds every request / When it is probed with a 1 s deadline
+    started = time.monotonic()
+    with pytest.raises(ProbeTimeout):
+        run_probe(endpoint, timeout=1.0)
+    # Then the probe gave up on its own deadline, before the endpoint would have answered
+    assert time.monotonic() - started < 2.9
+
+
+@pytest.mark.parametrize("endpoint", [answer(200, b"<html>hello</html>", "text/html")], indirect=True)
+def test_a_web_page_instead_of_an_mcp_server_is_a_protocol_error(endpoint):
+    with pytest.raises(ProbeProtocolError):
+        run_probe(endpoint)
+
+
+def test_a_closed_port_is_unreachable():
+    # Given a port nothing listens on
+    import socket
+
+    with socket.socket() as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        port = probe_socket.getsockname()[1]
+    # When / Then
+    with pytest.raises(ProbeUnreachable):
+        run_probe(f"http://127.0.0.1:{port}/mcp")
