@@ -24,8 +24,10 @@ def kinesis_position(record: KinesisStreamRecord) -> dict[str, str]:
 def dynamodb_position(record: DynamoDBRecord) -> dict[str, str]:
     stream_record = record.dynamodb
     sequence_number = stream_record.sequence_number if stream_record else None
-    # DynamoDB Streams sequence numbers are unique within a table's stream; the ARN names the stream.
-    return {"shard_id": record.event_source_arn or "", "sequence_number": sequence_number or ""}
+    # A stream record's eventID is globally unique and the same on every redelivery; it stands in for
+    # the shard, which a DynamoDB stream record does not name, so the key never depends on how
+    # sequence numbers are allotted across shards.
+    return {"shard_id": record.event_id or record.event_source_arn or "", "sequence_number": sequence_number or ""}
 
 
 class StreamRecordConsumer:
