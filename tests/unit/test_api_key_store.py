@@ -7,7 +7,7 @@ import time
 import anyio
 import httpx
 
-from mcp_backend.mcp.auth import ApiKeyAuthenticator, KeyTableUnavailable, new_api_key
+from mcp_backend.mcp.auth import ApiKeyAuthenticator, new_api_key
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 
 
@@ -91,7 +91,3 @@ def test_no_readable_key_table_is_a_503_json_rpc_error_not_a_500():
     assert response.headers["retry-after"] == "5"
     assert response.json()["error"]["code"] == -32603
     assert "Traceback" not in response.text and "secret store" not in response.text
-
-
-def test_key_table_unavailable_is_raised_only_without_a_cached_table():
-    assert issubclass(KeyTableUnavailable, RuntimeError)
