@@ -17,7 +17,7 @@ import boto3
 import pytest
 import uvicorn
 
-from devstack.server import DevStack, DevStackOptions
+from devstack.server import DevStack, DevStackOptions, PortInUse
 from devstack.template import load_template
 
 SEMANTICS_TEMPLATE = Path(__file__).parent / "semantics" / "template.yaml"
@@ -52,20 +52,27 @@ def start_stack(clock) -> Iterator[Callable[..., DevStack]]:
     started: list[DevStack] = []
 
     def start(template: Path | None = None, **options) -> DevStack:
-        stack = DevStack(
-            DevStackOptions(
-                aws_port=free_port(),
-                lambda_port=free_port(),
-                web_port=free_port(),
-                template=load_template(template) if template else None,
-                run_threads=False,
-                retry_delays=(0.0,),
-                clock=clock,
-                **options,
+        # A port probed free can be taken before the stack binds it (a shared machine): try fresh ports.
+        for attempt in range(3):
+            stack = DevStack(
+                DevStackOptions(
+                    aws_port=free_port(),
+                    lambda_port=free_port(),
+                    web_port=free_port(),
+                    template=load_template(template) if template else None,
+                    run_threads=False,
+                    retry_delays=(0.0,),
+                    clock=clock,
+                    **options,
+                )
             )
-        )
-        started.append(stack.start())
-        return stack
+            try:
+                started.append(stack.start())
+                return stack
+            except PortInUse:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     yield start
     for stack in started:
