@@ -54,14 +54,16 @@ class ProbeWorker:
         except ValidationError as error:
             raise MalformedProbeTarget(f"not a probe target: {describe_validation_error(error)}") from None
         logger.append_keys(server_id=target.server_id)
+        # The registered URL, not the payload's: an endpoint's token is only ever sent where it was registered.
+        url, auth_token = self._registered(target.server_id)
         try:
-            check_endpoint_url(target.endpoint, allow_private_hosts=self.settings.probe_allow_private_hosts)
+            check_endpoint_url(url, allow_private_hosts=self.settings.probe_allow_private_hosts)
         except UnsafeEndpointUrl as error:
             raise ProbeRefused(f"endpoint {target.server_id}: {error}") from None
         request = ProbeRequest(
             server_id=target.server_id,
-            url=target.endpoint,
-            auth_token=self._auth_token(target.server_id),
+            url=url,
+            auth_token=auth_token,
             timeout_seconds=self.settings.probe_timeout_seconds,
             degraded_latency_ms=self.settings.probe_degraded_latency_ms,
             mode=self.settings.probe_mode,
@@ -73,12 +75,13 @@ class ProbeWorker:
         )
         return result
 
-    def _auth_token(self, server_id: str) -> str | None:
+    def _registered(self, server_id: str) -> tuple[str, str | None]:
         item = self._dynamodb.get_item(
             TableName=self.settings.monitor_table_name,
             Key=key(server_id, ENDPOINT_SORT_KEY),
-            ProjectionExpression="authToken, ownerId",
+            ProjectionExpression="authToken, #url",
+            ExpressionAttributeNames={"#url": "url"},
         ).get("Item")
-        if item is None:
+        if item is None or "url" not in item:
             raise EndpointNotFound(f"endpoint {server_id} is no longer registered")
-        return item.get("authToken", {}).get("S")
+        return item["url"]["S"], item.get("authToken", {}).get("S")
