@@ -79,6 +79,14 @@ class LocalEnvironment:
     def queue_url(self, logical_id: str) -> str:
         return self.stack.ensure(logical_id).attributes["QueueUrl"]
 
+    def queue_depth(self, logical_id: str) -> int:
+        """Messages in the queue, visible or in flight: what the console shows as its depth."""
+        attributes = self.client("sqs").get_queue_attributes(
+            QueueUrl=self.queue_url(logical_id),
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
     def table_name(self, logical_id: str) -> str:
         return self.stack.ensure(logical_id).ref
 

@@ -16,12 +16,18 @@ from tests.kinesis import stream_json
 pytestmark = pytest.mark.e2e
 
 
-def test_dev_stack_serves_the_mcp_endpoint_and_a_job_completes_through_it(start_stack):
-    # Given the product stack as make dev starts it, with a dev API key
+@pytest.fixture
+def dev_endpoint(start_stack) -> tuple[object, Endpoint, str]:
+    """The product stack as make dev starts it, its served MCP endpoint, and a dev API key."""
     stack = start_stack()
     [key] = issue_dev_keys(stack).values()
     [web] = stack.web_functions.values()
-    endpoint = Endpoint(url=f"{web.url}/mcp", alice_key=key, bob_key=key, local=stack.environment)
+    return stack, Endpoint(url=f"{web.url}/mcp", alice_key=key, bob_key=key, local=stack.environment), key
+
+
+def test_dev_stack_serves_the_mcp_endpoint_and_a_job_completes_through_it(dev_endpoint):
+    # Given the product stack as make dev starts it, with a dev API key
+    stack, endpoint, key = dev_endpoint
 
     # When an MCP client submits an analysis, the stack runs its event sources, and the client asks for the job
     async def submit() -> str:
@@ -41,7 +47,7 @@ def test_dev_stack_serves_the_mcp_endpoint_and_a_job_completes_through_it(start_
     # Then the job ran through the worker, and the banner shows the URL and the key
     assert (job["status"], job["result"]["rowCount"]) == ("SUCCEEDED", 6)
     text = banner(stack, 1.0, {"McpServerUrl": key})
-    assert f"{web.url}/mcp" in text and key in text
+    assert endpoint.url in text and key in text
 
 
 def test_dev_stack_mcp_endpoint_rejects_a_missing_key(start_stack):
@@ -61,12 +67,9 @@ def test_dev_stack_mcp_endpoint_rejects_a_missing_key(start_stack):
     assert response.headers["www-authenticate"].startswith("Bearer")
 
 
-def test_each_mcp_tool_call_puts_one_call_log_record_for_its_caller(start_stack):
+def test_each_mcp_tool_call_puts_one_call_log_record_for_its_caller(dev_endpoint):
     # Given the served endpoint and a caller with a dev key
-    stack = start_stack()
-    [key] = issue_dev_keys(stack).values()
-    [web] = stack.web_functions.values()
-    endpoint = Endpoint(url=f"{web.url}/mcp", alice_key=key, bob_key=key, local=stack.environment)
+    stack, endpoint, _ = dev_endpoint
 
     # When the caller makes one successful call and one that fails as a tool error
     async def calls() -> None:

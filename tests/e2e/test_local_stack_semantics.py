@@ -22,14 +22,6 @@ def seen(stack, item_id: str) -> int:
     return int(item["deliveries"]["N"]) if item else 0
 
 
-def depth(stack, queue: str) -> int:
-    attributes = stack.client("sqs").get_queue_attributes(
-        QueueUrl=stack.environment.queue_url(queue),
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-    )["Attributes"]
-    return sum(int(value) for value in attributes.values())
-
-
 def messages(stack, queue: str) -> list[dict]:
     found = stack.client("sqs").receive_message(
         QueueUrl=stack.environment.queue_url(queue), MaxNumberOfMessages=10, VisibilityTimeout=0
@@ -53,7 +45,7 @@ def test_sqs_message_is_processed_once_and_deleted(semantics):
 
     # Then the function saw it once and the queue is empty
     assert seen(semantics, "sqs:ok-1") == 1
-    assert depth(semantics, "WorkQueue") == 0
+    assert semantics.environment.queue_depth("WorkQueue") == 0
 
 
 def test_sqs_message_outside_the_filter_never_reaches_the_function_and_is_deleted(semantics):
@@ -65,8 +57,8 @@ def test_sqs_message_outside_the_filter_never_reaches_the_function_and_is_delete
 
     # Then the function never saw it and it is gone, not in the DLQ
     assert seen(semantics, "sqs:noise-1") == 0
-    assert depth(semantics, "WorkQueue") == 0
-    assert depth(semantics, "WorkDeadLetterQueue") == 0
+    assert semantics.environment.queue_depth("WorkQueue") == 0
+    assert semantics.environment.queue_depth("WorkDeadLetterQueue") == 0
 
 
 def test_sqs_reported_failure_is_redelivered_after_visibility_timeout_then_redriven(semantics, clock):
@@ -89,7 +81,7 @@ def test_sqs_reported_failure_is_redelivered_after_visibility_timeout_then_redri
     assert seen(semantics, "sqs:good-1") == 1
     assert seen(semantics, "sqs:bad-1") == 3
     assert [m["MessageId"] for m in dead] == [poison]
-    assert depth(semantics, "WorkQueue") == 0
+    assert semantics.environment.queue_depth("WorkQueue") == 0
 
 
 # ---------------------------------------------------------------------------------------- Kinesis

@@ -28,14 +28,6 @@ TOOL_NAMES = {
 }
 
 
-def queue_depth(local, logical_id: str) -> int:
-    attributes = boto3.client("sqs").get_queue_attributes(
-        QueueUrl=local.queue_url(logical_id),
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-    )["Attributes"]
-    return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
-
-
 def run(coroutine_function, *args):
     return anyio.run(coroutine_function, *args)
 
@@ -58,7 +50,7 @@ def test_a_submitted_job_completes_through_the_worker_and_get_job_returns_its_re
     assert not submitted.is_error
     job_id = submitted.structured_content["jobId"]
     assert submitted.structured_content["status"] == "PENDING"
-    assert queue_depth(endpoint.local, "JobQueue") == 1
+    assert endpoint.local.queue_depth("JobQueue") == 1
 
     # When the worker drains the queue and the client asks for the job
     endpoint.local.sqs_source_for("ToolWorker").drain()
@@ -72,7 +64,7 @@ def test_a_submitted_job_completes_through_the_worker_and_get_job_returns_its_re
     # Then the job succeeded with the analysis result, recorded under the caller's user id
     assert job["status"] == "SUCCEEDED"
     assert job["result"]["rowCount"] == 6
-    assert queue_depth(endpoint.local, "JobQueue") == 0
+    assert endpoint.local.queue_depth("JobQueue") == 0
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -113,7 +105,7 @@ def test_the_same_call_id_returns_the_same_job_and_enqueues_it_once(endpoint):
     # Then both answers name one job and only one message is on the queue
     assert first["jobId"] == second["jobId"]
     assert second.get("repeated") is True
-    assert queue_depth(endpoint.local, "JobQueue") == 1
+    assert endpoint.local.queue_depth("JobQueue") == 1
 
 
 def test_submit_analyses_enqueues_in_batches_and_reports_each_item(endpoint):
@@ -134,7 +126,7 @@ def test_submit_analyses_enqueues_in_batches_and_reports_each_item(endpoint):
     assert [r["index"] for r in results] == list(range(12))
     assert results[11]["jobId"] == results[0]["jobId"]
     assert len({r["jobId"] for r in results}) == 11
-    assert queue_depth(endpoint.local, "JobQueue") == 11
+    assert endpoint.local.queue_depth("JobQueue") == 11
 
 
 def test_another_users_job_is_not_found(endpoint):
@@ -216,7 +208,7 @@ def test_list_failed_jobs_peeks_the_dlq_without_consuming_and_shows_the_recorded
     for receive in range(max_receives + 1):
         with time_machine.travel(start + dt.timedelta(seconds=receive * (visibility + 1)), tick=False):
             local.sqs_source_for("ToolWorker").poll_once()
-    assert queue_depth(local, "JobDeadLetterQueue") == 1
+    assert local.queue_depth("JobDeadLetterQueue") == 1
 
     # When alice lists her failed jobs twice, and bob lists his
     async def listings():
@@ -236,7 +228,7 @@ def test_list_failed_jobs_peeks_the_dlq_without_consuming_and_shows_the_recorded
     assert first["failedJobs"][0]["error"]["type"] == "DatasetUnreachable"
     assert first["failedJobs"] == second["failedJobs"]
     assert other["failedJobs"] == []
-    assert queue_depth(local, "JobDeadLetterQueue") == 1
+    assert local.queue_depth("JobDeadLetterQueue") == 1
 
 
 @pytest.mark.parametrize(
@@ -264,4 +256,4 @@ def test_invalid_tool_arguments_are_a_32602_naming_the_fields_and_nothing_is_que
     assert error is not None and error.code == -32602
     assert all(name in error.message for name in names)
     assert "ftp://" not in error.message
-    assert queue_depth(endpoint.local, "JobQueue") == 0
+    assert endpoint.local.queue_depth("JobQueue") == 0

@@ -27,14 +27,6 @@ def job_item(local, job_id: str) -> dict | None:
     return JobStore(local.table_name("JobTable")).get(job_id)
 
 
-def queue_depth(local, logical_id: str) -> int:
-    attributes = boto3.client("sqs").get_queue_attributes(
-        QueueUrl=local.queue_url(logical_id),
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-    )["Attributes"]
-    return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
-
-
 def record_job_ids(event: dict) -> list[str]:
     ids = []
     for record in event["Records"]:
@@ -227,7 +219,7 @@ def test_poison_message_is_received_three_times_then_sits_in_the_dlq_with_its_jo
 
     # Then it was delivered maxReceiveCount times, never again, and now sits in the DLQ
     assert [a.failed_ids for a in attempts] == [(message_id,)] * max_receives + [()]
-    assert queue_depth(local, "JobQueue") == 0
+    assert local.queue_depth("JobQueue") == 0
     assert [m["MessageId"] for m in dead["Messages"]] == [message_id]
     item = job_item(local, "job-poison-0001")
     assert item["status"] == "FAILED"
