@@ -13,6 +13,14 @@ export UV_TOOL_DIR := $(TOOLS)/uv-tools
 export UV_TOOL_BIN_DIR := $(TOOLS)/bin
 export UV_PROJECT_ENVIRONMENT := $(CURDIR)/.venv
 ENV ?= default
+# Instruction set of the build: arm64 deploys; `make build ARCH=x86_64` builds for an x86_64 host so the
+# local Lambda runtime (make dev RUNTIME=lambda) can run the artifacts. Each ARCH has its own sam cache.
+ARCH ?= arm64
+HOST_ARCH := $(subst aarch64,arm64,$(shell uname -m))
+BUILD_DIR ?= .aws-sam/build
+# make test checks the arm64 deploy artifacts in .aws-sam/build and runs the host-architecture build
+# (the same dir on an arm64 host) in the local Lambda runtime.
+LOCAL_BUILD_DIR := $(if $(filter arm64,$(HOST_ARCH)),.aws-sam/build,.aws-sam/build-$(HOST_ARCH))
 LAYER_REQUIREMENTS ?= layers/shared/requirements.txt
 FUNCTION ?= ToolWorker
 PORT ?= 4566
@@ -20,7 +28,7 @@ EVENT ?= events/tool_worker/healthy-batch.json
 # The layer ships everything the lock pins except what the Lambda runtime provides.
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
-.PHONY: help env lint test unit build deploy invoke dev fire bench layer-requirements expanded clean
+.PHONY: help env lint test unit build build-local deploy invoke dev fire bench layer-requirements expanded clean
 
 help:
 	@echo "make test     lint + all tests (creates the environment from uv.lock)"
@@ -60,10 +68,17 @@ lint: env $(SAM) build/expanded-template.json
 unit: env
 	$(RUN) pytest -q
 
-test: lint build unit
+test: lint build build-local unit
 
-build: $(SAM) layer-requirements
-	$(SAM) build --template template.yaml
+build-local:
+	@if [ "$(LOCAL_BUILD_DIR)" != "$(BUILD_DIR)" ]; then \
+		$(MAKE) --no-print-directory build ARCH=$(HOST_ARCH) BUILD_DIR=$(LOCAL_BUILD_DIR); fi
+
+build: $(SAM) layer-requirements env
+	@case "$(ARCH)" in arm64|x86_64) ;; *) echo "ARCH must be arm64 or x86_64, not $(ARCH)" >&2; exit 2;; esac
+	LAMBDA_ARCHITECTURE=$(ARCH) LAMBDA_PYTHON="$$($(RUN) python -m devstack.interpreter 2>/dev/null)" \
+		$(SAM) build --template template.yaml --build-dir $(BUILD_DIR) --cache-dir .aws-sam/cache-$(ARCH) \
+		--parameter-overrides Architecture=$(ARCH)
 
 deploy: build
 	@if grep -q "^\[$(ENV).deploy.parameters\]" samconfig.toml; then \

@@ -337,7 +337,7 @@ def test_every_function_runs_python313_on_arm64_traced_with_the_shared_layer():
     for logical_id, function in of_type("AWS::Lambda::Function").items():
         properties = function["Properties"]
         assert properties["Runtime"] == "python3.13", logical_id
-        assert properties["Architectures"] == ["arm64"], logical_id
+        assert resolve(properties["Architectures"]) == ["arm64"], logical_id
         assert properties["TracingConfig"] == {"Mode": "Active"}, logical_id
         # Layers published elsewhere (the web adapter, the secrets extension) are ARNs from mappings.
         own = {referenced_resource(layer) for layer in properties["Layers"] if "Ref" in layer or "Fn::GetAtt" in layer}
@@ -388,6 +388,19 @@ def test_published_layers_come_per_region_and_architecture_never_one_hard_coded_
         assert set(arns) == {"arm64", "x86"}, region
         assert all(arn.startswith(f"arn:aws:lambda:{region}:") for arn in arns.values()), region
         assert "Arm64" in arns["arm64"] and "Arm64" not in arns["x86"], region
+
+
+def test_one_architecture_parameter_sets_every_function_the_layer_and_the_published_layers():
+    # Given the Architecture parameter set to x86_64 (a local build on an x86_64 host)
+    # When the functions, the shared layer and McpServer's published layers are resolved
+    # Then all of them follow it, and the default stays arm64 for deploys
+    assert TEMPLATE.parameter_defaults()["Architecture"] == "arm64"
+    for logical_id, function in of_type("AWS::Lambda::Function").items():
+        assert resolve(function["Properties"]["Architectures"], Architecture="x86_64") == ["x86_64"], logical_id
+    for logical_id, layer in of_type("AWS::Lambda::LayerVersion").items():
+        assert resolve(layer["Properties"]["CompatibleArchitectures"], Architecture="x86_64") == ["x86_64"], logical_id
+    published = resolve(RESOURCES["McpServer"]["Properties"]["Layers"], Architecture="x86_64")
+    assert [arn for arn in published if isinstance(arn, str) and "Arm64" in arn] == []
 
 
 def test_provisioned_concurrency_is_optional_and_off_by_default():
