@@ -24,6 +24,7 @@ LOCAL_BUILD_DIR := $(if $(filter arm64,$(HOST_ARCH)),.aws-sam/build,.aws-sam/bui
 LAYER_REQUIREMENTS ?= layers/shared/requirements.txt
 FUNCTION ?= ToolWorker
 PORT ?= 4566
+RUNTIME ?= inprocess
 EVENT ?= events/tool_worker/healthy-batch.json
 # The layer ships everything the lock pins except what the Lambda runtime provides.
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
@@ -34,7 +35,8 @@ help:
 	@echo "make test     lint + all tests (creates the environment from uv.lock)"
 	@echo "make build    sam build (no Docker, no python3.13 needed)"
 	@echo "make deploy   sam deploy (ENV=default|prod; guided on first use)"
-	@echo "make dev      the whole template on 127.0.0.1 (PORT=4566, STATE=<dir> keeps data, FRESH=1)"
+	@echo "make dev      the whole template on 127.0.0.1 (PORT=4566, STATE=<dir> keeps data, FRESH=1,"
+	@echo "              RUNTIME=lambda runs the build output as Lambda does: make build ARCH=$(HOST_ARCH) first)"
 	@echo "make invoke   FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json"
 	@echo "make fire     SCHEDULE=<LogicalId>: fire a schedule of the running stack now"
 	@echo "make bench    benchmarks -> docs/benchmarks.md"
@@ -65,14 +67,14 @@ lint: env $(SAM) build/expanded-template.json
 	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- build/expanded-template.json
 	$(SAM) validate --lint --template template.yaml --region us-east-1
 
-unit: env
-	$(RUN) pytest -q
+# The Lambda runtime's own tests run the host-architecture build (README "The local stack").
+unit: env build-local
+	DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(RUN) pytest -q
 
-test: lint build build-local unit
+test: lint build unit
 
 build-local:
-	@if [ "$(LOCAL_BUILD_DIR)" != "$(BUILD_DIR)" ]; then \
-		$(MAKE) --no-print-directory build ARCH=$(HOST_ARCH) BUILD_DIR=$(LOCAL_BUILD_DIR); fi
+	@$(MAKE) --no-print-directory build ARCH=$(HOST_ARCH) BUILD_DIR=$(LOCAL_BUILD_DIR)
 
 build: $(SAM) layer-requirements env
 	@case "$(ARCH)" in arm64|x86_64) ;; *) echo "ARCH must be arm64 or x86_64, not $(ARCH)" >&2; exit 2;; esac
@@ -94,13 +96,14 @@ invoke: env
 	$(RUN) python -m devstack.invoke $(FUNCTION) $(EVENT)
 
 dev: env
-	$(RUN) python -m devstack dev --port $(PORT) $(if $(STATE),--state $(STATE)) $(if $(FRESH),--fresh)
+	$(RUN) python -m devstack dev --port $(PORT) $(if $(STATE),--state $(STATE)) $(if $(FRESH),--fresh) \
+		--runtime $(RUNTIME) --build-dir $(BUILD_DIR)
 
 fire: env
 	$(RUN) python -m devstack fire $(SCHEDULE)
 
-bench: env
-	$(RUN) python -m tests.bench
+bench: env build-local
+	DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(RUN) python -m tests.bench
 
 clean:
 	rm -rf .aws-sam build .venv .pytest_cache .ruff_cache

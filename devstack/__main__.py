@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 
+from devstack.lambda_runtime import DEFAULT_BUILD_DIR, LambdaRuntimeUnavailable
 from devstack.server import DevStack, DevStackOptions, PortInUse, install_log_prefixes
 from devstack.template import ROOT
 
@@ -34,6 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     dev.add_argument("--state", type=Path, help="keep tables and queues in this folder between runs")
     dev.add_argument("--fresh", action="store_true", help="start empty even if --state holds data")
     dev.add_argument("--parameter", action="append", default=[], metavar="Name=Value", help="template parameter")
+    dev.add_argument(
+        "--runtime",
+        choices=["inprocess", "lambda"],
+        default="inprocess",
+        help="inprocess: import each function here; lambda: run the build output in Lambda-shaped sandboxes",
+    )
+    dev.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR, help="sam build output (lambda runtime)")
     fire = commands.add_parser("fire", help="fire a schedule of the running stack now")
     fire.add_argument("schedule", help="logical id of the schedule (AWS::Events::Rule or AWS::Scheduler::Schedule)")
     args = parser.parse_args(argv)
@@ -56,13 +64,15 @@ def run_dev(args: argparse.Namespace) -> int:
         web_port=args.port + 2,
         state_dir=args.state,
         parameters=dict(item.split("=", 1) for item in args.parameter),
+        runtime=args.runtime,
+        build_dir=args.build_dir,
     )
     started = time.perf_counter()
     install_log_prefixes()
     stack = DevStack(options)
     try:
         stack.start()
-    except PortInUse as error:
+    except (PortInUse, LambdaRuntimeUnavailable) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     ready_seconds = time.perf_counter() - started
@@ -87,6 +97,10 @@ def run_dev(args: argparse.Namespace) -> int:
 
 def issue_dev_keys(stack: DevStack) -> dict[str, str]:
     """A fresh API key for each served endpoint that authenticates with the ApiKeysSecret scheme."""
+    for web in stack.web_functions.values():  # the key format is the layer's: import it from there
+        for layer in web.spec.layer_dirs:
+            if layer.is_dir() and str(layer) not in sys.path:
+                sys.path.insert(0, str(layer))
     from mcp_backend.mcp.keys import add_api_key
 
     keys = {}
@@ -106,6 +120,7 @@ def banner(stack: DevStack, ready_seconds: float, dev_keys: dict[str, str] | Non
     lines = [
         "",
         f"local stack ready in {ready_seconds:.1f} s (127.0.0.1 only)",
+        f"  runtime:              {runtime_line(stack)}",
         f"  AWS endpoint (moto):  {stack.aws_url}    export AWS_ENDPOINT_URL={stack.aws_url}",
         f"  Lambda Invoke API:    {stack.lambda_url}",
         *(
@@ -152,9 +167,21 @@ def banner(stack: DevStack, ready_seconds: float, dev_keys: dict[str, str] | Non
     for notice in stack.notices:
         lines.append(f"  not emulated:         {notice}")
     for error in stack.broken_functions.values():
-        lines.append(f"  failed to import:     {error}")
+        lines.append(f"  failed to start:      {error}")
     lines.append("  stop:                 Ctrl-C")
     return "\n".join(lines)
+
+
+def runtime_line(stack: DevStack) -> str:
+    runtime = stack.environment.lambda_runtime
+    if runtime is None:
+        return "in-process (source folders imported here; RUNTIME=lambda runs the build output as Lambda does)"
+    where = (
+        "Lambda-shaped sandboxes"
+        if runtime.image.namespaces
+        else "emulated paths (no namespaces: read-only code unproven)"
+    )
+    return f"lambda: {stack.options.build_dir} in {where}, awslambdaric, {runtime.image.python}"
 
 
 def running_stack() -> dict[str, str] | None:

@@ -18,13 +18,13 @@ import heapq
 import itertools
 import logging
 import threading
-import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from devstack.destinations import Destinations
+from devstack.function_errors import error_document
 
 log = logging.getLogger("devstack.async")
 
@@ -133,11 +133,7 @@ class AsyncInvoker:
         try:
             response = self.invoke(pending.function, pending.payload)
         except Exception as error:  # noqa: BLE001 - the function error Lambda records
-            pending.last_error = {
-                "errorMessage": str(error),
-                "errorType": type(error).__name__,
-                "stackTrace": traceback.format_exception(error)[-3:],
-            }
+            pending.last_error = error_document(error)
             if pending.attempts > config.max_retries:
                 return self._finish(pending, config, "RetriesExhausted", pending.last_error)
             delay = self.retry_delays[min(pending.attempts - 1, len(self.retry_delays) - 1)]

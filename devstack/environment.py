@@ -1,5 +1,9 @@
-"""The local stack wired together: resources from the template, functions in-process, event sources.
+"""The local stack wired together: resources from the template, functions, event sources.
 
+Functions run in one of two runtimes:
+- "inprocess": imported from their source folders into this process (fast, any OS);
+- "lambda": the built artifacts, each execution environment a Lambda-shaped sandbox driven through
+  AWS's Runtime Interface Client (devstack.lambda_runtime).
 Tests, `make invoke` and `make dev` all build one of these; none of them re-declares a resource.
 """
 
@@ -10,6 +14,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from devstack.lambda_runtime import (
+    DEFAULT_BUILD_DIR,
+    DEFAULT_CONCURRENCY,
+    LambdaFunction,
+    LambdaRuntime,
+    check_build,
+    layer_dirs_for,
+    prepare_runtime_image,
+)
 from devstack.runtime import FunctionRuntime
 from devstack.sources.sqs import SqsEventSource
 from devstack.stack import LocalStack
@@ -27,12 +40,29 @@ class LocalEnvironment:
         parameters: dict[str, Any] | None = None,
         template: Template | None = None,
         function_overrides: dict[str, str] | None = None,
+        runtime: str = "inprocess",
+        build_dir: Path = DEFAULT_BUILD_DIR,
+        endpoints: dict[str, str] | None = None,
     ) -> None:
         self.client = client_factory
         # Environment the local stack adds to every function (e.g. allowing loopback datasets).
         self.function_overrides = function_overrides or {}
         self.stack = LocalStack(client_factory, template=template, parameters=parameters).create_all()
+        self.runtime_mode = runtime
         self._runtimes: dict[str, FunctionRuntime] = {}
+        self.lambda_runtime: LambdaRuntime | None = None
+        if runtime == "lambda":
+            image = prepare_runtime_image()
+            check_build(build_dir, image.architecture, self.stack.template.code_paths)
+            self.lambda_runtime = LambdaRuntime(
+                {
+                    logical_id: self._lambda_function(logical_id, build_dir, endpoints or {})
+                    for logical_id in self.stack.functions()
+                },
+                image,
+            )
+        elif runtime != "inprocess":
+            raise ValueError(f"runtime must be inprocess or lambda, not {runtime}")
 
     # ---------------------------------------------------------------- functions
     def runtime(self, logical_id: str) -> FunctionRuntime:
@@ -43,7 +73,37 @@ class LocalEnvironment:
         return self._runtimes[logical_id]
 
     def invoke(self, logical_id: str, event: Any) -> Any:
+        if self.lambda_runtime is not None:
+            return self.lambda_runtime.invoke(logical_id, event)
         return self.runtime(logical_id).invoke(event)
+
+    def concurrency(self, logical_id: str) -> int:
+        """How many environments the function may run at once: its reserved concurrency, else its
+        SQS mapping's MaximumConcurrency, else the local default."""
+        spec = self.stack.function(logical_id)
+        if spec.reserved_concurrency:
+            return spec.reserved_concurrency
+        for mapping in self.stack.event_source_mappings().values():
+            maximum = mapping.get("ScalingConfig", {}).get("MaximumConcurrency")
+            if maximum and self._function_logical_id(mapping["FunctionName"]) == logical_id:
+                return int(maximum)
+        return DEFAULT_CONCURRENCY
+
+    def shutdown(self) -> None:
+        if self.lambda_runtime is not None:
+            self.lambda_runtime.shutdown()
+
+    def _lambda_function(self, logical_id: str, build_dir: Path, endpoints: dict[str, str]) -> LambdaFunction:
+        spec = self.stack.function(logical_id)
+        return LambdaFunction(
+            spec=spec,
+            task_dir=build_dir / logical_id,
+            layer_dirs=layer_dirs_for(list(spec.layer_refs), build_dir, self.stack.template.code_paths),
+            concurrency=self.concurrency(logical_id),
+            region=self.stack.region,
+            environment={**spec.environment, **self.function_overrides, **endpoints},
+            ephemeral_storage_mb=spec.ephemeral_storage_mb,
+        )
 
     # ---------------------------------------------------------------- event sources
     @cached_property

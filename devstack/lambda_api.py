@@ -14,12 +14,13 @@ import json
 import logging
 import re
 import threading
-import traceback
 from collections.abc import Callable
 from typing import Any
 
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
+
+from devstack.function_errors import error_document
 
 log = logging.getLogger("devstack.lambda_api")
 
@@ -91,13 +92,8 @@ class LambdaApi:
         try:
             result = self.invoke_sync(function, payload)
         except Exception as error:  # noqa: BLE001 - reported the way Lambda reports an unhandled error
-            body = {
-                "errorMessage": str(error),
-                "errorType": type(error).__name__,
-                "stackTrace": traceback.format_exception(error)[-3:],
-            }
             return Response(
-                json.dumps(body),
+                json.dumps(error_document(error)),
                 status=200,
                 headers={"X-Amz-Function-Error": "Unhandled", "X-Amz-Executed-Version": "$LATEST"},
                 content_type="application/json",

@@ -1,9 +1,11 @@
-"""The whole template on one machine: moto in server mode, the functions in-process, and the event
-sources that connect them, all on 127.0.0.1. `make dev` runs one; the end-to-end tests run one.
+"""The whole template on one machine: moto in server mode, the functions (in-process, or as built
+artifacts in Lambda-shaped sandboxes), and the event sources that connect them, all on 127.0.0.1.
+`make dev` runs one; the end-to-end tests run one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -25,8 +27,10 @@ from botocore.config import Config
 from devstack.async_invoke import AWS_RETRY_DELAYS, AsyncConfig, AsyncInvoker
 from devstack.destinations import Destinations
 from devstack.environment import LocalEnvironment
+from devstack.function_errors import FunctionError
 from devstack.intrinsics import Unsupported
 from devstack.lambda_api import LambdaApi
+from devstack.lambda_runtime import DEFAULT_BUILD_DIR, LambdaRuntime
 from devstack.logs import PrefixedStream
 from devstack.runtime import HandlerImportError
 from devstack.sources.streams import DynamoDBStreamEventSource, KinesisEventSource, StreamEventSource
@@ -34,6 +38,7 @@ from devstack.template import Template, load_template
 from devstack.web import NotAWebFunction, WebFunction
 from devstack.web import serve as serve_web
 from devstack.web import stop as stop_web
+from devstack.web_adapter import serve_function_url
 
 log = logging.getLogger("devstack")
 
@@ -79,6 +84,11 @@ class DevStackOptions:
     function_overrides: dict[str, str] = field(
         default_factory=lambda: {"DATASET_ALLOW_PRIVATE_HOSTS": "true", "PROBE_ALLOW_PRIVATE_HOSTS": "true"}
     )
+    # "inprocess": functions imported from their source folders; "lambda": the build output in
+    # Lambda-shaped sandboxes through the Runtime Interface Client (devstack.lambda_runtime).
+    runtime: str = "inprocess"
+    build_dir: Path = DEFAULT_BUILD_DIR
+    prewarm: bool = True  # lambda runtime: start one environment per function at start (init errors show)
 
 
 @dataclass
@@ -141,12 +151,20 @@ class DevStack:
                 "AWS_ENDPOINT_URL_LAMBDA": self.lambda_url,
             }
         )
-        self.environment = LocalEnvironment(
-            self.client,
-            parameters=self.options.parameters,
-            template=self.template,
-            function_overrides=self.options.function_overrides,
-        )
+        try:
+            self.environment = LocalEnvironment(
+                self.client,
+                parameters=self.options.parameters,
+                template=self.template,
+                function_overrides=self.options.function_overrides,
+                runtime=self.options.runtime,
+                build_dir=self.options.build_dir,
+                endpoints={"AWS_ENDPOINT_URL": self.aws_url, "AWS_ENDPOINT_URL_LAMBDA": self.lambda_url},
+            )
+        except Exception:
+            self._moto.stop()  # nothing half-starts
+            self._restore_environ()
+            raise
         self.notices.extend(self.environment.stack.notices)
         self.environment.seed_datasets()
         self._restore_state()
@@ -162,7 +180,6 @@ class DevStack:
         self._build_stream_sources()
         self._build_schedules()
         self._build_taps()
-        self._load_functions()
         self.lambda_api = LambdaApi(
             resolve=self.environment.function_logical_id,
             invoke_sync=self.environment.invoke,
@@ -171,6 +188,7 @@ class DevStack:
         )
         self.lambda_api.serve(self.options.host, self.options.lambda_port)
         self._serve_function_urls()
+        self._load_functions()  # after the URLs: their functions' environment is final by then
         if self.options.run_threads:
             self._start_threads()
         return self
@@ -188,14 +206,18 @@ class DevStack:
         finally:
             for web in self.web_functions.values():
                 stop_web(web)
+            self.environment.shutdown()
             self.lambda_api.shutdown()
             if self._moto is not None:
                 self._moto.stop()
-            for name, value in self._saved_environ.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+            self._restore_environ()
+
+    def _restore_environ(self) -> None:
+        for name, value in self._saved_environ.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
     def client(self, service: str) -> Any:
         return boto3.client(
@@ -384,12 +406,27 @@ class DevStack:
                     # The Function URL host is not known locally; the loopback host stands in for it.
                     "MCP_ALLOWED_HOSTS": f"{host},localhost:{port}",
                 }
-                web = serve_web(spec, self.options.host, port, "us-east-1", overrides)
+                lambda_runtime = self.environment.lambda_runtime
+                if lambda_runtime is not None:
+                    web = self._serve_in_lambda_runtime(lambda_runtime, function, port, overrides)
+                else:
+                    web = serve_web(spec, self.options.host, port, "us-east-1", overrides)
                 self.web_functions[logical_id] = web
                 self.environment.stack.ensure(logical_id).attributes["FunctionUrl"] = f"{web.url}/"
                 port += 1
             except (NotAWebFunction, Unsupported, LookupError) as reason:
                 self._notice(logical_id, f"Function URL not served: {reason}")
+
+    def _serve_in_lambda_runtime(
+        self, runtime: LambdaRuntime, function: str, port: int, overrides: dict[str, str]
+    ) -> WebFunction:
+        lambda_function = runtime.functions[function]
+        if not lambda_function.exec_wrapper:
+            raise NotAWebFunction(f"{function} has no AWS_LAMBDA_EXEC_WRAPPER (a Function URL event handler)")
+        runtime.functions[function] = dataclasses.replace(
+            lambda_function, environment={**lambda_function.environment, **overrides}
+        )
+        return serve_function_url(runtime.pool(function), self.options.host, port)
 
     def _url_target(self, expression: Any) -> str:
         """Logical id of the function behind a Function URL's TargetFunctionArn (function or alias)."""
@@ -401,6 +438,11 @@ class DevStack:
         return target
 
     def _load_functions(self) -> None:
+        runtime = self.environment.lambda_runtime
+        if runtime is not None:
+            if self.options.prewarm:
+                self.prewarm()
+            return
         for logical_id, spec in self.environment.stack.functions().items():
             if spec.handler.endswith(".sh"):
                 continue  # a web-adapter function: served on its Function URL instead
@@ -410,6 +452,28 @@ class DevStack:
                 # The stack keeps running; invoking this function reports the same error.
                 self.broken_functions[logical_id] = str(error)
                 log.error("%s", error)
+
+    def prewarm(self) -> dict[str, str]:
+        """Lambda runtime: one environment per function, started together, so init failures show in the
+        banner now rather than on a first invocation. Returns the functions that failed, with why."""
+        runtime = self.environment.lambda_runtime
+        if runtime is None:
+            return {}
+
+        def start(logical_id: str) -> None:
+            try:
+                with runtime.pool(logical_id).environment():
+                    pass
+            except FunctionError as error:
+                self.broken_functions[logical_id] = f"{logical_id}: {error}"
+                log.error("%s failed to initialize: %s", logical_id, error)
+
+        threads = [threading.Thread(target=start, args=(logical_id,)) for logical_id in runtime.functions]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return dict(self.broken_functions)
 
     def _deliver_target(self, target: dict[str, Any], default_event: dict[str, Any]) -> None:
         payload = json.loads(target["Input"]) if target.get("Input") else default_event
@@ -454,7 +518,14 @@ class DevStack:
     def _start_threads(self) -> None:
         loops: list[tuple[str, Callable[[], None]]] = []
         for logical_id, source in self.environment.sqs_sources.items():
-            loops.append((logical_id, lambda s=source: s.poll_once(wait=True)))
+            # Lambda polls with as many concurrent batches as the function may run (in-process: one).
+            pollers = 1
+            if self.environment.lambda_runtime is not None:
+                pollers = self.environment.concurrency(
+                    self.environment.function_logical_id(source.mapping["FunctionName"])
+                )
+            for poller in range(pollers):
+                loops.append((f"{logical_id}-{poller}", lambda s=source: s.poll_once(wait=True)))
         for logical_id, stream in self.stream_sources.items():
             loops.append((logical_id, lambda s=stream: (s.poll_once(), self._stopping.wait(STREAM_POLL_SECONDS))))
         loops.append(("taps", lambda: (sum(self._drain_tap(t) for t in self.taps), self._stopping.wait(0.5))))

@@ -53,6 +53,9 @@ class FunctionSpec:
     timeout: int
     memory_size: int
     environment: dict[str, str]
+    layer_refs: tuple[str, ...] = ()  # as resolved: a local layer's source folder, or a published ARN
+    reserved_concurrency: int | None = None
+    ephemeral_storage_mb: int = 512
 
 
 class LocalStack:
@@ -310,6 +313,11 @@ def _lambda_function(stack: LocalStack, logical_id: str, props: dict[str, Any]) 
         timeout=int(props.get("Timeout", 3)),
         memory_size=int(props.get("MemorySize", 128)),
         environment={k: _attribute_text(v) for k, v in props.get("Environment", {}).get("Variables", {}).items()},
+        layer_refs=tuple(str(layer) for layer in props.get("Layers", [])),
+        reserved_concurrency=(
+            int(props["ReservedConcurrentExecutions"]) if "ReservedConcurrentExecutions" in props else None
+        ),
+        ephemeral_storage_mb=int(props.get("EphemeralStorage", {}).get("Size", 512)),
     )
     return Created(ref=name, attributes={"Arn": arn, "Spec": spec})
 

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import uvicorn
+
 from devstack.runtime import function_environment
 from devstack.stack import FunctionSpec
 
@@ -47,8 +49,6 @@ def app_target(spec: FunctionSpec) -> tuple[str, bool]:
 
 
 def serve(spec: FunctionSpec, host: str, port: int, region: str, overrides: dict[str, str]) -> WebFunction:
-    import uvicorn
-
     target, factory = app_target(spec)
     module_name, attribute = target.split(":")
     for layer in spec.layer_dirs:
@@ -58,6 +58,11 @@ def serve(spec: FunctionSpec, host: str, port: int, region: str, overrides: dict
     with function_environment(local_spec, region):  # settings are read when the app is built
         app = getattr(importlib.import_module(module_name), attribute)
         app = app() if factory else app
+    return serve_app(spec, app, host, port)
+
+
+def serve_app(spec: FunctionSpec, app: Any, host: str, port: int) -> WebFunction:
+    """An ASGI app served by uvicorn on host:port in a thread, as the function's Function URL."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))

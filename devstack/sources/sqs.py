@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devstack.filters import RecordFilter
+from devstack.function_errors import error_document, error_type
 
 log = logging.getLogger("devstack.sqs")
 
@@ -73,7 +74,7 @@ class SqsEventSource:
         try:
             response = self.invoke({"Records": records})
         except Exception as error:  # noqa: BLE001 - the whole batch returns to the queue, as on AWS
-            outcome.error = f"{type(error).__name__}: {error}"
+            outcome.error = f"{error_type(error)}: {error_document(error).get('errorMessage', '')}"
             outcome.failed_ids = tuple(r["messageId"] for r in records)
             log.warning("batch of %d failed as a whole: %s", len(records), outcome.error)
             return outcome

@@ -29,6 +29,7 @@ from typing import Any
 
 from devstack.destinations import Destinations
 from devstack.filters import RecordFilter
+from devstack.function_errors import error_type
 
 log = logging.getLogger("devstack.streams")
 
@@ -156,7 +157,7 @@ class StreamEventSource:
             try:
                 response = self.invoke({"Records": [r.event_record for r in records]})
             except Exception as error:  # noqa: BLE001 - a function error, as Lambda sees it
-                log.warning("%s: batch of %d failed: %s", self.stream_arn, len(records), type(error).__name__)
+                log.warning("%s: batch of %d failed: %s", self.stream_arn, len(records), error_type(error))
                 if self.bisect and len(records) > 1:
                     middle = len(records) // 2
                     work[:0] = [(records[:middle], retries), (records[middle:], retries)]

@@ -24,9 +24,9 @@ def main() -> int:
         AWS_DEFAULT_REGION="us-east-1",
         POWERTOOLS_TRACE_DISABLED="1",
     )
-    from tests.bench import local_stack, mcp, streams, worker
+    from tests.bench import lambda_runtime, local_stack, mcp, streams, worker
 
-    sections = [worker.run(), streams.run(), mcp.run(), local_stack.run()]
+    sections = [worker.run(), streams.run(), mcp.run(), local_stack.run(), lambda_runtime.run()]
     header = [
         "# Benchmarks",
         "",

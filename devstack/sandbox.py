@@ -1,0 +1,146 @@
+"""A Lambda-shaped file system for one execution environment, without Docker.
+
+With Linux user and mount namespaces (`unshare --user --map-root-user --mount`, no privileges needed)
+the environment sees what a Lambda python3.13 sandbox shows its code:
+- /var/task  the function's build output, read-only;
+- /opt       the function's layers merged (top-level entries), read-only;
+- /var/runtime  AWS's Runtime Interface Client and the runtime's bootstrap, read-only;
+- /var/lang  the python3.13 interpreter, its site-packages holding what the runtime provides (boto3);
+- /tmp       private, writable, the size of the function's ephemeral storage;
+- everything else (/usr, /etc, ...) read-only from this machine. Nothing outside /tmp is writable.
+The network is this machine's: loopback reaches the local stack's endpoints and the Runtime API.
+
+Without namespaces (macOS, or a kernel that forbids them) `emulated_paths()` points the same variables
+at the host folders instead; that run does not prove read-only code, the /opt layout or writes outside /tmp.
+"""
+
+from __future__ import annotations
+
+import functools
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+TASK_ROOT = "/var/task"
+RUNTIME_DIR = "/var/runtime"
+LANG_DIR = "/var/lang"
+OPT_DIR = "/opt"
+# From this machine, read-only; usr-merged distributions make bin/lib/sbin symlinks into /usr.
+_HOST_DIRS = ("usr", "etc", "bin", "sbin", "lib", "lib64", "lib32", "libx32")
+
+
+class SandboxUnavailable(Exception):
+    """This machine cannot make a Lambda-shaped sandbox; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class SandboxLayout:
+    """What goes where inside one execution environment (host paths)."""
+
+    task_dir: Path  # -> /var/task
+    layer_dirs: tuple[Path, ...]  # merged -> /opt
+    runtime_dir: Path  # -> /var/runtime
+    interpreter_prefix: Path  # -> /var/lang
+    provided_packages: Path  # -> /var/lang/lib/python3.X/site-packages
+    python_version: str  # "3.13"
+    tmp_megabytes: int = 512
+
+
+@functools.cache
+def namespaces_available() -> bool:
+    """True when this machine lets an unprivileged process make user + mount namespaces."""
+    unshare = shutil.which("unshare")
+    if not sys.platform.startswith("linux") or unshare is None:
+        return False
+    try:
+        probe = subprocess.run(
+            [unshare, "--user", "--map-root-user", "--mount", "true"], capture_output=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+def unavailable_reason() -> str:
+    if not sys.platform.startswith("linux"):
+        return f"{sys.platform} has no Linux user namespaces"
+    if shutil.which("unshare") is None:
+        return "`unshare` (util-linux) is not installed"
+    return "this kernel refuses unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1)"
+
+
+def sandbox_command(layout: SandboxLayout, root: Path, argv: list[str], environment: dict[str, str]) -> list[str]:
+    """The command that builds the sandbox at `root` (an empty host folder) and execs argv inside it,
+    in /var/task, with exactly `environment`."""
+    layers: list[tuple[str, Path]] = []
+    for layer in layout.layer_dirs:
+        for entry in sorted(layer.iterdir()):
+            if any(name == entry.name for name, _ in layers):
+                raise SandboxUnavailable(f"two layers both ship /opt/{entry.name}; merging them is not emulated")
+            layers.append((entry.name, entry))
+    site = f"{LANG_DIR}/lib/python{layout.python_version}/site-packages"
+    q = shlex.quote
+    lines = [
+        "set -eu",
+        f"R={q(str(root))}",
+        'mount -t tmpfs -o mode=0755 lambda-sandbox "$R"',
+        'ro() { mkdir -p "$R$2"; mount --rbind "$1" "$R$2"; mount -o remount,bind,ro "$R$2"; }',
+    ]
+    for name in _HOST_DIRS:
+        host = Path("/") / name
+        if host.is_symlink():
+            lines.append(f'ln -s {q(str(host.readlink()))} "$R/{name}"')
+        elif host.is_dir():
+            lines.append(f"ro /{name} /{name}")
+    lines += [
+        'mkdir -p "$R/proc" "$R/dev" "$R/tmp" "$R/var"',
+        'mount --rbind /proc "$R/proc"',
+        'mount --rbind /dev "$R/dev"',
+        f'mount -t tmpfs -o size={layout.tmp_megabytes}m,mode=1777 lambda-tmp "$R/tmp"',
+        f"ro {q(str(layout.task_dir))} {TASK_ROOT}",
+        f"ro {q(str(layout.runtime_dir))} {RUNTIME_DIR}",
+        f"ro {q(str(layout.interpreter_prefix))} {LANG_DIR}",
+        f"ro {q(str(layout.provided_packages))} {site}",
+        f'mkdir -p "$R{OPT_DIR}"',
+        f'mount -t tmpfs -o mode=0755 lambda-opt "$R{OPT_DIR}"',
+    ]
+    for name, source in layers:
+        target = f"{OPT_DIR}/{name}"
+        if source.is_dir():
+            lines.append(f"ro {q(str(source))} {q(target)}")
+        else:
+            lines.append(f'touch "$R"{q(target)}; mount --bind {q(str(source))} "$R"{q(target)}')
+            lines.append(f'mount -o remount,bind,ro "$R"{q(target)}')
+    lines += [
+        f'mount -o remount,ro "$R{OPT_DIR}"',
+        'mount -o remount,ro "$R"',
+        f'exec chroot "$R" /usr/bin/env -i --chdir={TASK_ROOT} '
+        + " ".join(q(f"{k}={v}") for k, v in environment.items())
+        + " "
+        + " ".join(q(arg) for arg in argv),
+    ]
+    return [
+        shutil.which("unshare") or "unshare",
+        "--user",
+        "--map-root-user",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+        "\n".join(lines),
+    ]
+
+
+def emulated_paths(layout: SandboxLayout) -> dict[str, str]:
+    """Host folders standing in for the sandbox paths, where namespaces are unavailable."""
+    return {
+        TASK_ROOT: str(layout.task_dir),
+        RUNTIME_DIR: str(layout.runtime_dir),
+        LANG_DIR: str(layout.interpreter_prefix),
+        OPT_DIR: str(layout.layer_dirs[0]) if layout.layer_dirs else OPT_DIR,
+    }
