@@ -67,9 +67,10 @@ lint: env $(SAM) build/expanded-template.json
 	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- build/expanded-template.json
 	$(SAM) validate --lint --template template.yaml --region us-east-1
 
-# The Lambda runtime's own tests run the host-architecture build (README "The local stack").
+# The end-to-end suite runs the product's functions in the Lambda runtime: the host-architecture build
+# in Lambda-shaped sandboxes, through AWS's Runtime Interface Client (README "The local stack").
 unit: env build-local
-	DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(RUN) pytest -q
+	DEVSTACK_RUNTIME=lambda DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(RUN) pytest -q
 
 test: lint build unit
 
