@@ -15,7 +15,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -453,9 +453,9 @@ class DevStack:
                 self.broken_functions[logical_id] = str(error)
                 log.error("%s", error)
 
-    def prewarm(self) -> dict[str, str]:
-        """Lambda runtime: one environment per function, started together, so init failures show in the
-        banner now rather than on a first invocation. Returns the functions that failed, with why."""
+    def prewarm(self, functions: Iterable[str] | None = None) -> dict[str, str]:
+        """Lambda runtime: one environment per function (default: all), started together, so init failures
+        show in the banner now rather than on a first invocation. Returns the functions that failed, with why."""
         runtime = self.environment.lambda_runtime
         if runtime is None:
             return {}
@@ -468,7 +468,8 @@ class DevStack:
                 self.broken_functions[logical_id] = f"{logical_id}: {error}"
                 log.error("%s failed to initialize: %s", logical_id, error)
 
-        threads = [threading.Thread(target=start, args=(logical_id,)) for logical_id in runtime.functions]
+        chosen = list(runtime.functions) if functions is None else list(functions)
+        threads = [threading.Thread(target=start, args=(logical_id,)) for logical_id in chosen]
         for thread in threads:
             thread.start()
         for thread in threads:

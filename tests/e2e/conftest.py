@@ -81,6 +81,8 @@ def start_stack(clock) -> Iterator[Callable[..., DevStack]]:
             )
             try:
                 started.append(stack.start())
+                # A client's first request should not race a cold start against its own timeout.
+                stack.prewarm(web.spec.logical_id for web in stack.web_functions.values())
                 return stack
             except PortInUse:
                 if attempt == 2:
