@@ -347,9 +347,8 @@ def test_every_function_runs_python313_on_arm64_traced_with_the_shared_layer():
         own = {referenced_resource(layer) for layer in properties["Layers"] if "Ref" in layer or "Fn::GetAtt" in layer}
         assert own & set(layers), logical_id
         variables = properties["Environment"]["Variables"]
-        assert variables["LOG_LEVEL"] == "DEBUG" and variables["POWERTOOLS_LOGGER_SAMPLE_RATE"] == {
-            "Ref": "LogSampleRate"
-        }
+        assert variables["LOG_LEVEL"] == {"Ref": "LogLevel"}, logical_id
+        assert variables["POWERTOOLS_LOGGER_SAMPLE_RATE"] == {"Ref": "LogSampleRate"}, logical_id
 
 
 def test_outputs_name_every_queue_url_table_and_function_arn():
