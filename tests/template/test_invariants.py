@@ -510,3 +510,18 @@ def test_the_probe_endpoint_index_never_projects_the_auth_token():
     [index] = RESOURCES["MonitorTable"]["Properties"]["GlobalSecondaryIndexes"]
     assert index["Projection"]["ProjectionType"] == "INCLUDE"
     assert "authToken" not in index["Projection"]["NonKeyAttributes"]
+
+
+# Stores whose loss would lose users' data; everything else can be rebuilt by a deploy.
+DISPOSABLE_STORES = {"IdempotencyTable"}  # dedup records with a TTL
+
+
+def test_every_data_store_survives_deleting_or_replacing_the_stack():
+    stores = {**of_type("AWS::DynamoDB::Table"), **of_type("AWS::SecretsManager::Secret")}
+    kept = set(stores) - DISPOSABLE_STORES
+    assert {"JobTable", "MonitorTable", "ApiKeysSecret"} <= kept
+    for logical_id in kept:
+        assert stores[logical_id].get("DeletionPolicy") == "Retain", logical_id
+        assert stores[logical_id].get("UpdateReplacePolicy") == "Retain", logical_id
+    for logical_id in DISPOSABLE_STORES:
+        assert stores[logical_id].get("DeletionPolicy") == "Delete", logical_id
