@@ -287,6 +287,7 @@ def _cloudwatch_alarm(stack: LocalStack, logical_id: str, props: dict[str, Any])
     keys = (
         "AlarmDescription", "Namespace", "MetricName", "Dimensions", "Statistic", "Period",
         "EvaluationPeriods", "Threshold", "ComparisonOperator", "TreatMissingData", "AlarmActions",
+        "ExtendedStatistic", "Metrics", "DatapointsToAlarm",
     )  # fmt: skip
     request = {key: props[key] for key in keys if key in props}
     stack.client("cloudwatch").put_metric_alarm(AlarmName=name, **request)
