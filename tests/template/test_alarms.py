@@ -3,6 +3,7 @@ stream mapping without its alarm fails here."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -88,3 +89,33 @@ def test_every_alarm_notifies_the_ops_topic_when_there_is_one():
 def test_the_alarm_check_fails_for_an_unwatched_function():
     # The rule above, shown able to fail: a function no alarm names.
     assert "McpServerRole" in RESOURCES and alarms_on("Errors", "McpServerRole") == []
+
+
+def dashboard_metrics() -> list[list[Any]]:
+    [dashboard] = of_type("AWS::CloudWatch::Dashboard").values()
+    body = json.loads(resolve(dashboard["Properties"]["DashboardBody"]))
+    return [row for widget in body["widgets"] for row in widget["properties"]["metrics"]]
+
+
+def on_dashboard(namespace: str, metric_name: str, dimension_value: str) -> bool:
+    return any(row[:2] == [namespace, metric_name] and dimension_value in row for row in dashboard_metrics())
+
+
+def test_the_dashboard_shows_every_function_queue_and_stream_consumer_it_should():
+    # Given the dashboard body as CloudFormation would render it (Ref -> "ref:<id>", GetAtt -> "arn:<id>.<attr>")
+    # Then every function's errors, every end-of-the-line queue, every stream consumer's lag and the endpoint's
+    # traffic, throttles and p50/p99 latency are on it, and the per-tool and uptime panels are metric math
+    for function_id in FUNCTIONS:
+        assert on_dashboard("AWS/Lambda", "Errors", f"ref:{function_id}"), function_id
+    for queue_id in end_of_the_line_queues() | {"JobQueue"}:
+        assert on_dashboard("AWS/SQS", "ApproximateNumberOfMessagesVisible", f"arn:{queue_id}.QueueName"), queue_id
+    for mapping in STREAM_MAPPINGS.values():
+        function_id = referenced_resource(mapping["Properties"]["FunctionName"])
+        assert on_dashboard("AWS/Lambda", "IteratorAge", f"ref:{function_id}"), function_id
+    for metric in ("Invocations", "Throttles", "Duration"):
+        assert on_dashboard("AWS/Lambda", metric, "ref:McpServer"), metric
+    stats = {row[-1].get("stat") for row in dashboard_metrics() if row[:2] == ["AWS/Lambda", "Duration"]}
+    assert {"p50", "p99"} <= stats
+    expressions = [row[0]["expression"] for row in dashboard_metrics() if isinstance(row[0], dict)]
+    assert any("ToolInvocation" in e and 'Environment="dev"' in e for e in expressions)
+    assert any("errors / invocations" in e for e in expressions)
