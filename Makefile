@@ -28,12 +28,12 @@ EVENT ?= events/tool_worker/healthy-batch.json
 # The layer ships everything the lock pins except what the Lambda runtime provides.
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
-.PHONY: help env lint test unit build build-local deploy invoke dev fire bench layer-requirements expanded clean
+.PHONY: help env lint test unit build build-local deploy deploy-built sam-cli invoke dev fire bench layer-requirements expanded clean
 
 help:
 	@echo "make test     lint + all tests (creates the environment from uv.lock)"
 	@echo "make build    sam build (no Docker, no python3.13 needed)"
-	@echo "make deploy   sam deploy (ENV=default|prod; guided on first use)"
+	@echo "make deploy   sam build + deploy (ENV=default|prod, from samconfig.toml; guided for an environment it lacks)"
 	@echo "make dev      the whole template on 127.0.0.1 (PORT=4566, STATE=<dir> keeps data, FRESH=1)"
 	@echo "make invoke   FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json"
 	@echo "make fire     SCHEDULE=<LogicalId>: fire a schedule of the running stack now"
@@ -45,6 +45,8 @@ $(UV):
 
 $(SAM): | $(UV)
 	$(UV) tool install --quiet aws-sam-cli==$(SAM_CLI_VERSION)
+
+sam-cli: $(SAM)
 
 env: $(UV)
 	$(UV) sync --frozen --quiet
@@ -63,6 +65,7 @@ lint: env $(SAM) build/expanded-template.json
 	$(RUN) ruff format --check .
 	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
 	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- build/expanded-template.json
+	$(RUN) cfn-lint -- deploy/github-oidc-role.yaml
 	$(SAM) validate --lint --template template.yaml --region us-east-1
 
 unit: env
@@ -80,7 +83,11 @@ build: $(SAM) layer-requirements env
 		$(SAM) build --template template.yaml --build-dir $(BUILD_DIR) --cache-dir .aws-sam/cache-$(ARCH) \
 		--parameter-overrides Architecture=$(ARCH)
 
-deploy: build
+deploy: build deploy-built
+
+# Deploys what `make build` left in $(BUILD_DIR): CI builds in a job without AWS credentials and deploys the
+# artifact. Guided only for an environment samconfig.toml lacks, and only in a terminal.
+deploy-built: $(SAM)
 	@if grep -q "^\[$(ENV).deploy.parameters\]" samconfig.toml; then \
 		$(SAM) deploy --config-env $(ENV) $(SAM_DEPLOY_FLAGS); \
 	elif [ -t 0 ]; then \
