@@ -28,7 +28,7 @@ EVENT ?= events/tool_worker/healthy-batch.json
 # The layer ships everything the lock pins except what the Lambda runtime provides.
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
-.PHONY: help env lint test unit build build-local deploy deploy-built sam-cli invoke dev fire bench layer-requirements expanded clean
+.PHONY: help env lint test unit build build-local deploy deploy-built sam-cli smoke invoke dev fire bench layer-requirements expanded clean
 
 help:
 	@echo "make test     lint + all tests (creates the environment from uv.lock)"
@@ -37,6 +37,7 @@ help:
 	@echo "make dev      the whole template on 127.0.0.1 (PORT=4566, STATE=<dir> keeps data, FRESH=1)"
 	@echo "make invoke   FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json"
 	@echo "make fire     SCHEDULE=<LogicalId>: fire a schedule of the running stack now"
+	@echo "make smoke    URL=<McpServerUrl> KEY=<API key>: the deployed stack end to end"
 	@echo "make bench    benchmarks -> docs/benchmarks.md"
 
 $(UV):
@@ -105,6 +106,14 @@ dev: env
 
 fire: env
 	$(RUN) python -m devstack fire $(SCHEDULE)
+
+# The deployed stack end to end (tools/list, one job to SUCCEEDED). URL: the McpServerUrl output; KEY: an API key
+# (README "First deploy"); DATASET: what to analyze (default: the endpoint's own /healthz). Never part of make test.
+smoke: env
+	@if [ -z "$(URL)" ] || [ -z "$(KEY)" ]; then \
+		echo "usage: make smoke URL=<McpServerUrl output> KEY=<API key> [DATASET=s3://... | https://...]" >&2; exit 2; fi
+	@MCP_SMOKE_URL="$(URL)" MCP_SMOKE_KEY="$(KEY)" MCP_SMOKE_DATASET="$(DATASET)" \
+		$(RUN) pytest -q -p no:cacheprovider tests/deployed
 
 bench: env
 	$(RUN) python -m tests.bench
