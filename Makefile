@@ -29,16 +29,17 @@ EVENT ?= events/tool_worker/healthy-batch.json
 # The layer ships everything the lock pins except what the Lambda runtime provides.
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
-.PHONY: help env lint test unit build build-local deploy invoke dev fire bench layer-requirements expanded clean
+.PHONY: help env lint test unit build build-local deploy deploy-built sam-cli smoke invoke dev fire bench layer-requirements expanded clean
 
 help:
 	@echo "make test     lint + all tests (creates the environment from uv.lock)"
 	@echo "make build    sam build (no Docker, no python3.13 needed)"
-	@echo "make deploy   sam deploy (ENV=default|prod; guided on first use)"
+	@echo "make deploy   sam build + deploy (ENV=default|prod, from samconfig.toml; guided for an environment it lacks)"
 	@echo "make dev      the whole template on 127.0.0.1 (PORT=4566, STATE=<dir> keeps data, FRESH=1,"
 	@echo "              RUNTIME=lambda runs the build output as Lambda does: make build ARCH=$(HOST_ARCH) first)"
 	@echo "make invoke   FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json"
 	@echo "make fire     SCHEDULE=<LogicalId>: fire a schedule of the running stack now"
+	@echo "make smoke    URL=<McpServerUrl> KEY=<API key>: the deployed stack end to end"
 	@echo "make bench    benchmarks -> docs/benchmarks.md"
 
 $(UV):
@@ -47,6 +48,8 @@ $(UV):
 
 $(SAM): | $(UV)
 	$(UV) tool install --quiet aws-sam-cli==$(SAM_CLI_VERSION)
+
+sam-cli: $(SAM)
 
 env: $(UV)
 	$(UV) sync --frozen --quiet
@@ -65,6 +68,7 @@ lint: env $(SAM) build/expanded-template.json
 	$(RUN) ruff format --check .
 	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
 	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- build/expanded-template.json
+	$(RUN) cfn-lint -- deploy/github-oidc-role.yaml
 	$(SAM) validate --lint --template template.yaml --region us-east-1
 
 # The end-to-end suite runs the product's functions in the Lambda runtime: the host-architecture build
@@ -83,7 +87,14 @@ build: $(SAM) layer-requirements env
 		$(SAM) build --template template.yaml --build-dir $(BUILD_DIR) --cache-dir .aws-sam/cache-$(ARCH) \
 		--parameter-overrides Architecture=$(ARCH)
 
-deploy: build
+deploy: build deploy-built
+
+# Deploys what `make build` left in $(BUILD_DIR): CI builds in a job without AWS credentials and deploys the
+# artifact. Guided only for an environment samconfig.toml lacks, and only in a terminal.
+deploy-built: $(SAM)
+	@if [ "$(ARCH)" = arm64 ] && find $(BUILD_DIR) -name '*-x86_64-linux-gnu.so' -print -quit | grep -q .; then \
+		echo "$(BUILD_DIR) holds an x86_64 build (make build ARCH=x86_64): run 'make build' before deploying" >&2; \
+		exit 2; fi
 	@if grep -q "^\[$(ENV).deploy.parameters\]" samconfig.toml; then \
 		$(SAM) deploy --config-env $(ENV) $(SAM_DEPLOY_FLAGS); \
 	elif [ -t 0 ]; then \
@@ -105,6 +116,14 @@ fire: env
 
 bench: env build-local
 	DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(RUN) python -m tests.bench
+
+# The deployed stack end to end (tools/list, one job to SUCCEEDED). URL: the McpServerUrl output; KEY: an API key
+# (README "First deploy"); DATASET: what to analyze (default: the endpoint's own /healthz). Never part of make test.
+smoke: env
+	@if [ -z "$(URL)" ] || [ -z "$(KEY)" ]; then \
+		echo "usage: make smoke URL=<McpServerUrl output> KEY=<API key> [DATASET=s3://... | https://...]" >&2; exit 2; fi
+	@MCP_SMOKE_URL="$(URL)" MCP_SMOKE_KEY="$(KEY)" MCP_SMOKE_DATASET="$(DATASET)" \
+		$(RUN) pytest -q -p no:cacheprovider tests/deployed
 
 clean:
 	rm -rf .aws-sam build .venv .pytest_cache .ruff_cache

@@ -66,6 +66,17 @@ class Scope:
                 return handler(self, arg)
         return {k: r for k, r in ((k, self.resolve(v)) for k, v in value.items()) if r is not NO_VALUE}
 
+    def rule_failures(self, rules: dict[str, Any]) -> list[str]:
+        """AssertDescription of every failed assertion of the template's Rules, as CloudFormation refuses them."""
+        failures = []
+        for name, rule in rules.items():
+            if "RuleCondition" in rule and not self.resolve(rule["RuleCondition"]):
+                continue
+            for assertion in rule["Assertions"]:
+                if not self.resolve(assertion["Assert"]):
+                    failures.append(f"{name}: {assertion.get('AssertDescription', 'assertion failed')}")
+        return failures
+
     def ref_value(self, name: str) -> Any:
         if name.startswith("AWS::"):
             return self.pseudo(name)
@@ -105,10 +116,13 @@ def _sub(scope: Scope, arg: Any) -> str:
 
 
 def _find_in_map(scope: Scope, arg: Any) -> Any:
-    name, top, second = (str(scope.resolve(a)) for a in arg)
+    name, top, second = (str(scope.resolve(a)) for a in arg[:3])
     try:
         return scope.mappings[name][top][second]
     except KeyError as missing:
+        # AWS::LanguageExtensions: a fourth argument {DefaultValue: ...} answers a missing key.
+        if len(arg) == 4 and "DefaultValue" in arg[3]:
+            return scope.resolve(arg[3]["DefaultValue"])
         raise Unsupported(f"Fn::FindInMap [{name}, {top}, {second}] has no entry {missing}") from None
 
 
@@ -149,6 +163,12 @@ def _or(scope: Scope, arg: Any) -> bool:
     return any(scope.resolve(a) for a in arg)
 
 
+def _contains(scope: Scope, arg: Any) -> bool:
+    """Rule function: the string is one of the list's values."""
+    values, value = scope.resolve(arg[0]), scope.resolve(arg[1])
+    return str(value) in {str(v) for v in values}
+
+
 def _condition(scope: Scope, name: str) -> bool:
     return scope.condition(name)
 
@@ -175,6 +195,7 @@ _INTRINSICS: dict[str, Callable[[Scope, Any], Any]] = {
     "Fn::And": _and,
     "Fn::Or": _or,
     "Condition": _condition,
+    "Fn::Contains": _contains,
     "Fn::ToJsonString": _to_json_string,
     "Fn::GetAZs": _get_azs,
 }

@@ -22,7 +22,7 @@ log = logging.getLogger("devstack")
 LOCAL_ACCOUNT = "123456789012"
 LOCAL_STACK_NAME = "mcp-backend-local"
 
-# Resource types with no local behaviour: IAM is not enforced, logs go to stdout.
+# Resource types with no local behaviour: IAM is not enforced, logs go to stdout, dashboards are views.
 _NO_LOCAL_EFFECT = {
     "AWS::IAM::Role",
     "AWS::IAM::Policy",
@@ -32,6 +32,7 @@ _NO_LOCAL_EFFECT = {
     "AWS::SQS::QueuePolicy",
     "AWS::SNS::TopicPolicy",
     "AWS::Events::Archive",
+    "AWS::CloudWatch::Dashboard",
 }
 
 
@@ -290,6 +291,7 @@ def _cloudwatch_alarm(stack: LocalStack, logical_id: str, props: dict[str, Any])
     keys = (
         "AlarmDescription", "Namespace", "MetricName", "Dimensions", "Statistic", "Period",
         "EvaluationPeriods", "Threshold", "ComparisonOperator", "TreatMissingData", "AlarmActions",
+        "ExtendedStatistic", "Metrics", "DatapointsToAlarm",
     )  # fmt: skip
     request = {key: props[key] for key in keys if key in props}
     stack.client("cloudwatch").put_metric_alarm(AlarmName=name, **request)

@@ -20,6 +20,7 @@ TEMPLATE_PATH = ROOT / "template.yaml"
 LOCAL_REGION = "us-east-1"
 # Local code paths are not S3 URIs; the translator only needs a well-formed placeholder.
 _LOCAL_ARTIFACTS = "s3://local-artifacts/"
+_LANGUAGE_EXTENSIONS = "AWS::LanguageExtensions"
 _CODE_PROPERTIES = {"AWS::Serverless::Function": "CodeUri", "AWS::Serverless::LayerVersion": "ContentUri"}
 
 
@@ -66,7 +67,13 @@ def expand(
         sam_parser=Parser(),
         boto_session=boto3.session.Session(region_name=region),
     )
-    return translator.translate(sam_template=prepared, parameter_values={}), code_paths
+    expanded = translator.translate(sam_template=prepared, parameter_values={})
+    # CloudFormation applies AWS::LanguageExtensions (Fn::FindInMap DefaultValue) before SAM; the
+    # translator drops every transform, so the expansion keeps this one for cfn-lint and the local scope.
+    transforms = source.get("Transform", [])
+    if _LANGUAGE_EXTENSIONS in (transforms if isinstance(transforms, list) else [transforms]):
+        expanded["Transform"] = _LANGUAGE_EXTENSIONS
+    return expanded, code_paths
 
 
 @lru_cache(maxsize=4)

@@ -1,0 +1,38 @@
+"""McpServer's concurrency: capped by default so a flood is throttled, and combinations Lambda would reject
+mid-deploy are refused by the template's rules first."""
+
+from __future__ import annotations
+
+from tests.template.test_invariants import EXPANDED, RESOURCES, parameter_combinations, resolve, scope
+
+MCP_SERVER = RESOURCES["McpServer"]["Properties"]
+RULES = EXPANDED["Rules"]
+
+
+def test_mcp_server_is_capped_by_default_and_unreserved_only_when_asked():
+    # Given the default parameters, then McpReservedConcurrency=0
+    # When McpServer's reserved concurrency is resolved
+    # Then it is 20 by default (past it the Function URL answers 429) and absent for 0
+    assert int(resolve(MCP_SERVER)["ReservedConcurrentExecutions"]) == 20
+    assert "ReservedConcurrentExecutions" not in resolve(MCP_SERVER, McpReservedConcurrency=0)
+
+
+def test_provisioned_concurrency_above_reserved_is_refused_by_a_rule_and_every_other_combination_passes():
+    # Given every allowed combination of reserved and provisioned concurrency
+    checked = 0
+    for values in parameter_combinations("McpReservedConcurrency", "McpProvisionedConcurrency"):
+        reserved, provisioned = int(values["McpReservedConcurrency"]), int(values["McpProvisionedConcurrency"])
+
+        # When CloudFormation checks the rules before creating anything
+        failures = scope(**values).rule_failures(RULES)
+
+        # Then exactly the combinations Lambda would reject mid-deploy are refused, with a message naming both
+        if reserved and provisioned > reserved:
+            assert failures == [
+                "McpProvisionedConcurrencyWithinReserved: McpProvisionedConcurrency must not exceed "
+                f"McpReservedConcurrency ({reserved})."
+            ], values
+        else:
+            assert failures == [], values
+        checked += 1
+    assert checked == 8 * 8
