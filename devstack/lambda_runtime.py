@@ -43,6 +43,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from devstack.extensions_api import SANDBOX_HOST, ExtensionsApi
 from devstack.function_errors import FunctionError
 from devstack.interpreter import RUNTIME_VERSION, UV, InterpreterNotFound, find_runtime_python
 from devstack.runtime_api import Invocation, RuntimeApi
@@ -75,7 +76,13 @@ LAMBDA_LD_LIBRARY_PATH = (
 )
 # Files that drive the build rather than being copied into it.
 _BUILD_INPUTS = {"Makefile", "requirements.txt"}
-INIT_LIMIT_SECONDS = 10.0  # on-demand init; past it Lambda re-runs init within the invocation's timeout
+INIT_LIMIT_SECONDS = 10.0
+SHUTDOWN_GRACE_SECONDS = 2.0  # what Lambda gives external extensions after SHUTDOWN
+# The sandbox's first process: every external extension in the background, then the runtime in its place.
+_START_EXTENSIONS_THEN_RUNTIME = (
+    'for extension in /opt/extensions/*; do [ -f "$extension" ] && [ -x "$extension" ] && "$extension" & done; '
+    "exec /var/runtime/bootstrap"
+)  # on-demand init; past it Lambda re-runs init within the invocation's timeout
 
 
 class Throttled(Exception):
@@ -215,10 +222,14 @@ class Report:
     max_memory_mb: int
     init_duration_ms: float | None
 
+    @property
+    def billed_ms(self) -> int:
+        return math.ceil(self.duration_ms + (self.init_duration_ms or 0))
+
     def line(self) -> str:
         text = (
             f"REPORT RequestId: {self.request_id}\tDuration: {self.duration_ms:.2f} ms\t"
-            f"Billed Duration: {math.ceil(self.duration_ms + (self.init_duration_ms or 0))} ms\t"
+            f"Billed Duration: {self.billed_ms} ms\t"
             f"Memory Size: {self.memory_mb} MB\tMax Memory Used: {self.max_memory_mb} MB"
         )
         if self.init_duration_ms is not None:
@@ -269,7 +280,11 @@ class ExecutionEnvironment:
         self.image = image
         self.id = uuid.uuid4().hex[:8]
         self.output = output
-        self.api = RuntimeApi()
+        self.extensions = ExtensionsApi(function.spec.name, "$LATEST", function.spec.handler)
+        self.api = RuntimeApi(self.extensions)
+        # External extensions start beside the runtime; init ends when each has registered and waits.
+        self.expected_extensions = len(external_extensions(function.layer_dirs)) if image.namespaces else 0
+        self.shutdown_reason = "spindown"
         self.port = _free_port() if function.exec_wrapper else None
         self.started_at = 0.0
         self.init_duration_ms: float | None = None  # set once initialized; reported on the first REPORT
@@ -296,12 +311,19 @@ class ExecutionEnvironment:
                 provided_packages=self.image.provided_packages,
                 python_version=RUNTIME_VERSION,
                 tmp_megabytes=self.function.ephemeral_storage_mb,
+                hosts_file=self._hosts_file(),
             )
-            command = sandbox_command(layout, self._root, [f"{RUNTIME_DIR}/bootstrap"], environment)
+            command = sandbox_command(
+                layout, self._root, ["/bin/sh", "-c", _START_EXTENSIONS_THEN_RUNTIME], environment
+            )
             cwd = None
         else:
             command, cwd = self._emulated_command(environment)
         self.started_at = time.monotonic()
+        self.extensions.emit(
+            "platform.initStart",
+            {"initializationType": "on-demand", "phase": "init", "runtimeVersion": f"python:{RUNTIME_VERSION}"},
+        )
         self.process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -352,6 +374,13 @@ class ExecutionEnvironment:
                 variables["AWS_LWA_READINESS_CHECK_PORT"] = str(self.port)
         return variables
 
+    def _hosts_file(self) -> Path:
+        """The sandbox's /etc/hosts: Lambda resolves sandbox.localdomain to the sandbox itself."""
+        assert self._root is not None
+        hosts = self._root.with_name(self._root.name + "-hosts")
+        hosts.write_text(f"127.0.0.1\tlocalhost {SANDBOX_HOST}\n::1\tlocalhost ip6-localhost\n")
+        return hosts
+
     def _emulated_command(self, environment: dict[str, str]) -> tuple[list[str], str]:
         paths = emulated_paths(
             SandboxLayout(
@@ -378,12 +407,29 @@ class ExecutionEnvironment:
 
     def wait_initialized(self, limit: float, ready: Callable[[], bool] | None = None) -> None:
         """Block until the runtime asks for work (or `ready()` holds); an init failure raises FunctionError."""
+        try:
+            self._wait_initialized(limit, ready)
+        except FunctionError:
+            self._report_init("error")
+            raise
+        self._report_init("success")
+
+    def _report_init(self, status: str) -> None:
+        duration = (time.monotonic() - self.started_at) * 1000
+        record = {"initializationType": "on-demand", "phase": "init"}
+        self.extensions.emit("platform.initRuntimeDone", {**record, "status": status})
+        self.extensions.emit("platform.initReport", {**record, "status": status, "metrics": {"durationMs": duration}})
+
+    def _wait_initialized(self, limit: float, ready: Callable[[], bool] | None) -> None:
         deadline = self.started_at + limit
         while True:
             if self.api.init_failed.is_set() and self.api.init_error is not None:
                 self._wait_exit(2)
                 raise FunctionError(self.api.init_error.document)
-            if (ready() if ready is not None else self.api.polling.is_set()) is True:
+            if self.extensions.init_error is not None:
+                raise FunctionError({**self.extensions.init_error, "errorType": "Extension.InitError"})
+            runtime_ready = (ready() if ready is not None else self.api.polling.is_set()) is True
+            if runtime_ready and self.extensions.ready(self.expected_extensions):
                 self.init_duration_ms = (time.monotonic() - self.started_at) * 1000
                 return
             code = self.process.poll() if self.process else None
@@ -413,23 +459,84 @@ class ExecutionEnvironment:
             deadline=time.time() + (deadline - time.monotonic()),
             request_id=request_id,
         )
+        started = self.begin_invocation(request_id, invocation.trace_id, invocation.deadline)
         self.api.submit(invocation)
-        while not invocation.finished.wait(0.02):
-            code = self.process.poll() if self.process else None
-            if code is not None:
-                self._output_done.wait(2)
-                raise FunctionError(
-                    {
-                        "errorType": "Runtime.ExitError",
-                        "errorMessage": f"RequestId: {invocation.request_id} Error: Runtime exited with error: "
-                        f"exit status {code}",
-                    }
-                )
-            if time.monotonic() > deadline:
-                raise FunctionError(timeout_document(invocation.request_id, self.function.spec.timeout))
+        try:
+            while not invocation.finished.wait(0.02):
+                code = self.process.poll() if self.process else None
+                if code is not None:
+                    self._output_done.wait(2)
+                    raise FunctionError(
+                        {
+                            "errorType": "Runtime.ExitError",
+                            "errorMessage": f"RequestId: {invocation.request_id} Error: Runtime exited with error: "
+                            f"exit status {code}",
+                        }
+                    )
+                if time.monotonic() > deadline:
+                    self.end_runtime()  # the runtime is stopped at once; extensions get SHUTDOWN (timeout)
+                    raise FunctionError(timeout_document(invocation.request_id, self.function.spec.timeout))
+        except FunctionError as error:
+            self.end_invocation(request_id, started, _status(error), deadline)
+            raise
         if invocation.error is not None:
+            self.end_invocation(request_id, started, "error", deadline, len(invocation.response or b""))
             raise FunctionError(invocation.error)
+        self.end_invocation(request_id, started, "success", deadline, len(invocation.response or b""))
         return invocation.response or b""
+
+    # ------------------------------------------------------------------ what the platform tells extensions
+    def begin_invocation(self, request_id: str, trace_id: str, deadline_epoch: float) -> float:
+        tracing = {"type": "X-Amzn-Trace-Id", "value": trace_id}
+        self.extensions.emit("platform.start", {"requestId": request_id, "version": "$LATEST", "tracing": tracing})
+        self.extensions.dispatch(
+            {
+                "eventType": "INVOKE",
+                "deadlineMs": int(deadline_epoch * 1000),
+                "requestId": request_id,
+                "invokedFunctionArn": self.function.spec.arn,
+                "tracing": tracing,
+            }
+        )
+        return time.monotonic()
+
+    def end_invocation(
+        self, request_id: str, started: float, status: str, deadline: float, produced_bytes: int = 0
+    ) -> None:
+        """runtimeDone, then (on Lambda the environment is not reused before) every extension back in next."""
+        metrics = {"durationMs": (time.monotonic() - started) * 1000, "producedBytes": produced_bytes}
+        self.extensions.emit("platform.runtimeDone", {"requestId": request_id, "status": status, "metrics": metrics})
+        if status in ("timeout", "failure"):
+            self.shutdown_reason = "timeout" if status == "timeout" else "failure"
+            return
+        self.extensions.wait_ready(self.expected_extensions, max(0.0, deadline - time.monotonic()))
+
+    def close_invocation(self, request_id: str, started: float, status: str, init_ms: float | None) -> None:
+        """END and REPORT lines, and the platform.report event."""
+        duration = (time.monotonic() - started) * 1000
+        report = Report(request_id, duration, self.function.spec.memory_size, self.max_memory_mb(), init_ms)
+        self.print(f"END RequestId: {request_id}")
+        self.print(report.line())
+        self.report(report, status)
+
+    def report(self, report: Report, status: str) -> None:
+        metrics: dict[str, Any] = {
+            "durationMs": report.duration_ms,
+            "billedDurationMs": report.billed_ms,
+            "memorySizeMB": report.memory_mb,
+            "maxMemoryUsedMB": report.max_memory_mb,
+        }
+        if report.init_duration_ms is not None:
+            metrics["initDurationMs"] = report.init_duration_ms
+        self.extensions.emit("platform.report", {"requestId": report.request_id, "status": status, "metrics": metrics})
+
+    def end_runtime(self) -> None:
+        """Stop the runtime process only (its extensions stay for their SHUTDOWN event)."""
+        if self.process is not None and self.process.poll() is None:
+            try:
+                os.kill(self.process.pid, 9)
+            except ProcessLookupError:
+                pass
 
     def max_memory_mb(self) -> int:
         """The process tree's peak resident memory (VmHWM of the runtime process), in MB."""
@@ -447,7 +554,15 @@ class ExecutionEnvironment:
         if self._stopped:
             return
         self._stopped = True
-        if self.process is not None and self.process.poll() is None:
+        if self.extensions.extensions and self.process is not None:
+            # SHUTDOWN: the runtime goes first, then each extension gets the event and up to 2 s to finish.
+            self.end_runtime()
+            self.extensions.flush()
+            self.extensions.dispatch(
+                {"eventType": "SHUTDOWN", "shutdownReason": self.shutdown_reason, "deadlineMs": _epoch_ms() + 2000}
+            )
+            _wait_group_exit(self.process.pid, SHUTDOWN_GRACE_SECONDS)
+        if self.process is not None:
             try:
                 os.killpg(self.process.pid, 9)
             except ProcessLookupError:
@@ -456,6 +571,7 @@ class ExecutionEnvironment:
         self.api.close()
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
+            self._root.with_name(self._root.name + "-hosts").unlink(missing_ok=True)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -479,7 +595,49 @@ class ExecutionEnvironment:
             lines = raw.decode(errors="replace").rstrip().split("\r")
             self.output.write("".join(f"{self.prefix}{line}\n" for line in lines))
             self.output.flush()
+            self.extensions.emit("function", "\n".join(lines))
         self._output_done.set()
+
+
+def external_extensions(layer_dirs: tuple[Path, ...]) -> list[Path]:
+    """The executables Lambda starts as external extensions: /opt/extensions/* of the merged layers."""
+    return sorted(
+        path
+        for layer in layer_dirs
+        if (layer / "extensions").is_dir()
+        for path in (layer / "extensions").iterdir()
+        if path.is_file() and os.access(path, os.X_OK)
+    )
+
+
+def _status(error: FunctionError) -> str:
+    """The Telemetry API status of a failed invocation."""
+    return {"Sandbox.Timedout": "timeout", "Runtime.ExitError": "failure"}.get(error.error_type, "error")
+
+
+def _epoch_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _wait_group_exit(pgid: int, seconds: float) -> None:
+    """Wait until no process of the group is left (or the time is up)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not _group_members(pgid):
+            return
+        time.sleep(0.02)
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:  # state, ppid, pgrp
+            members.append(int(stat.parent.name))
+    return members
 
 
 def timeout_document(request_id: str, timeout: int) -> dict[str, Any]:
@@ -526,17 +684,16 @@ class FunctionPool:
             deadline = started + self.function.spec.timeout
             request_id = str(uuid.uuid4())
             env.print(f"START RequestId: {request_id} Version: $LATEST")
+            status = "success"
             try:
                 response = env.invoke(payload, deadline, request_id)
             except FunctionError as error:
+                status = _status(error)
                 if error.error_type == "Sandbox.Timedout":
                     env.print(str(error.document["errorMessage"]))
                 raise
             finally:
-                duration = (time.monotonic() - started) * 1000
-                memory = env.max_memory_mb()
-                env.print(f"END RequestId: {request_id}")
-                env.print(Report(request_id, duration, self.function.spec.memory_size, memory, init_ms).line())
+                env.close_invocation(request_id, started, status, init_ms)
         return json.loads(response) if response else None
 
     def shutdown(self) -> None:

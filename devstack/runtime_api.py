@@ -8,6 +8,7 @@ https://docs.aws.amazon.com/lambda/latest/dg/runtimes-api.html
 - POST /2018-06-01/runtime/invocation/{id}/response the result;
 - POST /2018-06-01/runtime/invocation/{id}/error    an unhandled error (Lambda-Runtime-Function-Error-Type);
 - POST /2018-06-01/runtime/init/error               an init failure (e.g. Runtime.ImportModuleError).
+The same address serves the Extensions and Telemetry APIs (devstack.extensions_api).
 """
 
 from __future__ import annotations
@@ -22,8 +23,12 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from devstack.extensions_api import ApiError, ExtensionsApi
+
 _PREFIX = "/2018-06-01/runtime"
 _RESULT_PATH = re.compile(rf"^{_PREFIX}/invocation/(?P<id>[^/]+)/(?P<kind>response|error)$")
+_EXTENSION = "/2020-01-01/extension"
+_TELEMETRY = "/2022-07-01/telemetry"
 
 
 @dataclass
@@ -32,7 +37,7 @@ class Invocation:
     function_arn: str
     deadline: float  # epoch seconds
     request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    trace_id: str = field(default_factory=lambda: _trace_header())
+    trace_id: str = field(default_factory=lambda: trace_header())
     finished: threading.Event = field(default_factory=threading.Event)
     response: bytes | None = None
     error: dict[str, Any] | None = None  # the runtime's error document
@@ -47,7 +52,8 @@ class InitError:
 class RuntimeApi:
     """One environment's Runtime API: hands out one invocation at a time and collects its outcome."""
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(self, extensions: ExtensionsApi, host: str = "127.0.0.1") -> None:
+        self.extensions = extensions
         self._pending: queue.Queue[Invocation | None] = queue.Queue()
         self._invocations: dict[str, Invocation] = {}
         self._lock = threading.Lock()
@@ -73,6 +79,7 @@ class RuntimeApi:
 
     def close(self) -> None:
         self._pending.put(None)  # releases a runtime blocked in invocation/next
+        self.extensions.close()
         self._server.shutdown()
         self._server.server_close()
 
@@ -110,6 +117,9 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # the runtime's own output is what the developer reads
 
     def do_GET(self) -> None:
+        if self.path.rstrip("/") == f"{_EXTENSION}/event/next":
+            self._extension_call(self._next_event)
+            return
         if self.path != f"{_PREFIX}/invocation/next":
             self._reply(404, {"errorMessage": f"{self.path} is not a Runtime API path"})
             return
@@ -127,8 +137,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(invocation.payload)
 
+    def do_PUT(self) -> None:
+        body = self._body()
+        if self.path.rstrip("/") != _TELEMETRY:
+            self._reply(404, {"errorMessage": f"{self.path} is not a Telemetry API path"})
+            return
+        self._extension_call(lambda: self._subscribe(body))
+
     def do_POST(self) -> None:
         body = self._body()
+        if self.path.startswith(_EXTENSION):
+            self._extension_call(lambda: self._extension_post(body))
+            return
         error_type = self.headers.get("Lambda-Runtime-Function-Error-Type")
         if self.path == f"{_PREFIX}/init/error":
             self.runtime_api.fail_init(body, error_type)
@@ -143,6 +163,37 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._reply(202, {"status": "OK"})
 
+    # ------------------------------------------------------------------ Extensions and Telemetry APIs
+    def _extension_call(self, call: Any) -> None:
+        try:
+            call()
+        except ApiError as error:
+            self._reply(error.status, {"errorType": error.error_type, "errorMessage": error.message})
+
+    def _next_event(self) -> None:
+        event = self.runtime_api.extensions.next_event(self.headers.get("Lambda-Extension-Identifier"))
+        if event is None:  # the environment is gone
+            self._reply(500, {"errorType": "Extension.Shutdown", "errorMessage": "environment shut down"})
+            return
+        self._reply(200, event, {"Lambda-Extension-Event-Identifier": str(uuid.uuid4())})
+
+    def _extension_post(self, body: bytes) -> None:
+        extensions = self.runtime_api.extensions
+        path = self.path.rstrip("/")
+        if path == f"{_EXTENSION}/register":
+            extension_id, answer = extensions.register(self.headers.get("Lambda-Extension-Name"), body)
+            self._reply(200, answer, {"Lambda-Extension-Identifier": extension_id})
+        elif path in (f"{_EXTENSION}/init/error", f"{_EXTENSION}/exit/error"):
+            extension_id = self.headers.get("Lambda-Extension-Identifier")
+            extensions.fail(extension_id, body, self.headers.get("Lambda-Extension-Function-Error-Type"))
+            self._reply(202, {"status": "OK"})
+        else:
+            self._reply(404, {"errorMessage": f"{self.path} is not an Extensions API path"})
+
+    def _subscribe(self, body: bytes) -> None:
+        self.runtime_api.extensions.subscribe(self.headers.get("Lambda-Extension-Identifier"), body)
+        self._reply(200, "OK")
+
     def _body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             chunks = []
@@ -155,12 +206,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self.rfile.readline()
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
-    def _reply(self, status: int, body: dict[str, Any]) -> None:
+    def _reply(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
@@ -179,6 +232,6 @@ def _error_document(body: bytes, error_type: str | None) -> dict[str, Any]:
     return document
 
 
-def _trace_header() -> str:
+def trace_header() -> str:
     """An X-Ray trace header for the invocation, not sampled: nothing is sent to a daemon."""
     return f"Root=1-{int(time.time()):08x}-{uuid.uuid4().hex[:24]};Parent={uuid.uuid4().hex[:16]};Sampled=0"

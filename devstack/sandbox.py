@@ -47,6 +47,7 @@ class SandboxLayout:
     provided_packages: Path  # -> /var/lang/lib/python3.X/site-packages
     python_version: str  # "3.13"
     tmp_megabytes: int = 512
+    hosts_file: Path | None = None  # -> /etc/hosts
 
 
 @functools.cache
@@ -116,6 +117,11 @@ def sandbox_command(layout: SandboxLayout, root: Path, argv: list[str], environm
             lines.append(f'mount -o remount,bind,ro "$R"{q(target)}')
     lines += [
         f'mount -o remount,ro "$R{OPT_DIR}"',
+        *(
+            [f'mount --bind {q(str(layout.hosts_file))} "$R/etc/hosts"', 'mount -o remount,bind,ro "$R/etc/hosts"']
+            if layout.hosts_file is not None
+            else []
+        ),
         'mount -o remount,ro "$R"',
         f'exec chroot "$R" /usr/bin/env -i --chdir={TASK_ROOT} '
         + " ".join(q(f"{k}={v}") for k, v in environment.items())

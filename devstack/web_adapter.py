@@ -19,6 +19,8 @@ concurrency answers 429 when every environment is busy (a throttle); otherwise t
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 from typing import Any
 
 import anyio
@@ -26,6 +28,7 @@ import httpx
 
 from devstack.function_errors import FunctionError
 from devstack.lambda_runtime import AdapterSettings, ExecutionEnvironment, FunctionPool, Throttled, timeout_document
+from devstack.runtime_api import trace_header
 from devstack.web import WebFunction, serve_app
 
 log = logging.getLogger("devstack.web")
@@ -74,16 +77,26 @@ class FunctionUrl:
             await _reply(send, 502, b'{"Message":"Internal Server Error"}')
             return
         failure: BaseException | None = None
+        timeout = self.pool.function.spec.timeout
+        request_id, init_ms = str(uuid.uuid4()), env.init_duration_ms if env.cold else None
+        env.cold = False
+        env.print(f"START RequestId: {request_id} Version: $LATEST")
+        deadline = time.monotonic() + timeout
+        started = env.begin_invocation(request_id, trace_header(), time.time() + timeout)
+        status = "success"
         try:
-            with anyio.fail_after(self.pool.function.spec.timeout):
+            with anyio.fail_after(timeout):
                 await self._relay(env, scope, body, send)
         except TimeoutError:
-            env.print(str(timeout_document("-", self.pool.function.spec.timeout)["errorMessage"]))
-            env.stop()  # the next request gets a cold start, as after a timeout on Lambda
-            failure = FunctionError(timeout_document("-", self.pool.function.spec.timeout))
+            status = "timeout"
+            env.print(str(timeout_document(request_id, timeout)["errorMessage"]))
+            failure = FunctionError(timeout_document(request_id, timeout))
         except BaseException as error:  # noqa: BLE001 - the client went away: the environment is ended
-            failure = error
+            status, failure = "failure", error
         finally:
+            await anyio.to_thread.run_sync(env.end_invocation, request_id, started, status, deadline)
+            env.close_invocation(request_id, started, status, init_ms)
+            # A timed-out environment is stopped on release: the next request gets a cold start.
             await anyio.to_thread.run_sync(
                 holder.__exit__,
                 type(failure) if failure else None,
