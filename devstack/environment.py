@@ -20,6 +20,7 @@ from devstack.lambda_runtime import (
     LambdaFunction,
     LambdaRuntime,
     check_build,
+    host_architecture,
     layer_dirs_for,
     prepare_runtime_image,
 )
@@ -52,8 +53,9 @@ class LocalEnvironment:
         self._runtimes: dict[str, FunctionRuntime] = {}
         self.lambda_runtime: LambdaRuntime | None = None
         if runtime == "lambda":
+            # The build is checked first: a missing one stops everything before any install.
+            check_build(build_dir, host_architecture(), self.stack.template.code_paths)
             image = prepare_runtime_image()
-            check_build(build_dir, image.architecture, self.stack.template.code_paths)
             self.lambda_runtime = LambdaRuntime(
                 {
                     logical_id: self._lambda_function(logical_id, build_dir, endpoints or {})
