@@ -63,6 +63,7 @@ expanded: build/expanded-template.json
 lint: env $(SAM) build/expanded-template.json
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
+	$(RUN) mypy
 	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
 	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- build/expanded-template.json
 	$(SAM) validate --lint --template template.yaml --region us-east-1

@@ -117,7 +117,7 @@ class CallLogAnalyzer(StreamRecordConsumer):
     def _alert(self, subject: str, counts: Counter[CallLogEventType], latest: CallLogRecord) -> None:
         kind, _, name = subject.partition(":")
         drift = counts[CallLogEventType.SCHEMA_DRIFT] > 0
-        message = {
+        message: dict[str, Any] = {
             "alert": "schema_drift" if drift else "error_threshold_crossed",
             "environment": self.settings.environment,
             kind: name,

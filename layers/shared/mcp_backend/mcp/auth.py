@@ -15,6 +15,7 @@ import os
 import secrets
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
@@ -99,7 +100,7 @@ class SecretReader:
         return self._sdk().get_secret_value(SecretId=self.secret_id)["SecretString"]
 
     def _read_through_extension(self) -> str:
-        query = urllib.request.quote(self.secret_id, safe="")
+        query = urllib.parse.quote(self.secret_id, safe="")
         request = urllib.request.Request(
             f"http://localhost:{self.extension_port}/secretsmanager/get?secretId={query}",
             headers={"X-Aws-Parameters-Secrets-Token": os.environ["AWS_SESSION_TOKEN"]},

@@ -433,7 +433,7 @@ def build_tools(backend: JobBackend) -> list[SdkTool]:
         request = EndpointStatusInput(server_id=server_id)
         return await anyio.to_thread.run_sync(backend.endpoint_status, _caller(ctx), request)
 
-    descriptions = {
+    descriptions: dict[Callable[..., Any], str] = {
         submit_analysis: "Queue an analyze_dataset job; returns {jobId, status}. Pass callId to make it idempotent.",
         submit_analyses: "Queue many analyze_dataset jobs at once; returns one jobId or error per item, in order.",
         get_job: "Status, result or error of one of your jobs; large results come in pages (pass nextCursor back).",
