@@ -24,8 +24,8 @@ from mcp_backend.jobs.errors import (
 from mcp_backend.jobs.models import JobError, JobMessage
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.observability import logger, tool_invocation, tracer
+from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.errors import ToolError
-from mcp_backend.tools.fetch import FetchPolicy
 from mcp_backend.tools.registry import TOOLS, Tool, ToolContext
 from mcp_backend.validation import describe_validation_error
 

@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 from pydantic.alias_generators import to_camel
 
+from mcp_backend.aws import new_client
 from mcp_backend.observability import logger
 
 API_KEY_PREFIX = "mcpk_"
@@ -110,12 +111,8 @@ class SecretReader:
 
     def _sdk(self) -> Any:
         if self._client is None:
-            if self._client_factory is not None:
-                self._client = self._client_factory()
-            else:
-                import boto3
-
-                self._client = boto3.client("secretsmanager")
+            factory = self._client_factory or (lambda: new_client("secretsmanager"))
+            self._client = factory()
         return self._client
 
 

@@ -14,6 +14,7 @@ import argparse
 import sys
 from typing import Any
 
+from mcp_backend.aws import new_client
 from mcp_backend.mcp.auth import ApiKeyTable, new_api_key
 
 
@@ -37,8 +38,6 @@ def revoke_api_key(secrets_client: Any, secret_id: str, key_hash: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import boto3
-
     parser = argparse.ArgumentParser(prog="python -m mcp_backend.mcp.keys")
     parser.add_argument("action", choices=["add", "revoke", "list"])
     parser.add_argument("--secret-id", required=True)
@@ -46,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tier", default="free", choices=["free", "pro", "internal"])
     parser.add_argument("--key-hash")
     args = parser.parse_args(argv)
-    client = boto3.client("secretsmanager")
+    client = new_client("secretsmanager")
     if args.action == "add":
         if not args.user_id:
             parser.error("add needs --user-id")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -29,17 +28,18 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mcp_backend.aws import AwsClients
 from mcp_backend.config import McpSettings
 from mcp_backend.jobs.models import JOB_ID_PATTERN, JobMessage
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.mcp.auth import Principal
 from mcp_backend.mcp.guard import principal_of
+from mcp_backend.netsafety import UnsafeEndpointUrl, check_endpoint_url
 from mcp_backend.observability import logger
 from mcp_backend.probes.registry import EndpointRegistry
-from mcp_backend.probes.urls import UnsafeEndpointUrl, check_endpoint_url
 from mcp_backend.tools.analyze_dataset import AnalyzeInput, AnalyzeOptions
+from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.errors import ToolError
-from mcp_backend.tools.fetch import FetchPolicy
 from mcp_backend.tools.registry import TOOLS, ToolContext
 from mcp_backend.validation import describe_validation_error
 
@@ -155,23 +155,10 @@ class JobBackend:
 
     def __init__(self, settings: McpSettings, client_factory: Callable[[str], Any] | None = None) -> None:
         self.settings = settings
-        self._client_factory = client_factory
-        self._clients: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        self.client = AwsClients(client_factory)
         self.fetch_policy = FetchPolicy(
             max_bytes=settings.dataset_max_bytes, allow_private_hosts=settings.dataset_allow_private_hosts
         )
-
-    def client(self, service: str) -> Any:
-        with self._lock:
-            if service not in self._clients:
-                if self._client_factory is not None:
-                    self._clients[service] = self._client_factory(service)
-                else:
-                    import boto3
-
-                    self._clients[service] = boto3.client(service)
-            return self._clients[service]
 
     @property
     def store(self) -> JobStore:

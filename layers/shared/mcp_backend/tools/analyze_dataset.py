@@ -20,8 +20,10 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from mcp_backend.tools.errors import DatasetUnparseable, redact_url
-from mcp_backend.tools.fetch import DatasetStream, FetchPolicy, S3Client, open_dataset, split_s3_url
+from mcp_backend.netsafety import redact_url
+from mcp_backend.tools.dataset_stream import DatasetStream, FetchPolicy
+from mcp_backend.tools.errors import DatasetUnparseable
+from mcp_backend.tools.fetch import S3Client, open_dataset, split_s3_url
 
 if TYPE_CHECKING:
     import httpx

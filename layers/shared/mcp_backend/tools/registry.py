@@ -10,8 +10,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from mcp_backend.tools import analyze_dataset
+from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.errors import InvalidToolInput
-from mcp_backend.tools.fetch import FetchPolicy
 from mcp_backend.validation import describe_validation_error
 
 ProgressCallback = Callable[[float, str], None]
