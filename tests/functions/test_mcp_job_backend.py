@@ -6,8 +6,8 @@ from __future__ import annotations
 import boto3
 import pytest
 
+from mcp_backend.api_keys import Principal
 from mcp_backend.config import McpSettings, load_settings
-from mcp_backend.mcp.auth import Principal
 from mcp_backend.mcp.tools import JobBackend, SubmitAnalysisInput
 
 ALICE = Principal(user_id="user-alice")

@@ -13,9 +13,10 @@ from typing import Any
 
 from starlette.types import ASGIApp
 
+from mcp_backend.api_keys import SecretReader
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import McpSettings, load_settings
-from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator, SecretReader
+from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.mcp.tools import JobBackend, StrictArguments, build_tools

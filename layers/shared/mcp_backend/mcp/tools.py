@@ -28,11 +28,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mcp_backend.api_keys import Principal
 from mcp_backend.aws import AwsClients
 from mcp_backend.config import McpSettings
 from mcp_backend.jobs.models import JOB_ID_PATTERN, JobMessage
 from mcp_backend.jobs.store import JobStore
-from mcp_backend.mcp.auth import Principal
 from mcp_backend.mcp.guard import principal_of
 from mcp_backend.netsafety import UnsafeEndpointUrl, check_endpoint_url
 from mcp_backend.observability import logger

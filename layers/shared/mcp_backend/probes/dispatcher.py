@@ -11,6 +11,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from mcp_backend.api_keys import add_api_key
 from mcp_backend.aws import client_or_lazy
 from mcp_backend.config import ProbeDispatcherSettings
 from mcp_backend.observability import logger, metrics
@@ -56,8 +57,6 @@ class ProbeDispatcher:
     def _issue_self_probe_key(self) -> str:
         """A new internal key in the API key secret (user "self-probe"), so the stack's own endpoint is
         probed authenticated from the first deploy on; its plaintext lives only in the `self` item."""
-        from mcp_backend.mcp.keys import add_api_key
-
         return add_api_key(self._secrets, self.settings.api_keys_secret_id, user_id="self-probe", tier="internal")
 
     def dispatch(self) -> dict[str, int]:
