@@ -64,6 +64,7 @@ lint: env $(SAM) build/expanded-template.json
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) mypy
+	$(RUN) pytest -q -p no:cacheprovider tests/unit/test_import_graph.py
 	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
 	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- build/expanded-template.json
 	$(SAM) validate --lint --template template.yaml --region us-east-1

@@ -34,7 +34,8 @@ def run() -> list[str]:
 
     with mock_aws():
         from devstack.environment import LocalEnvironment
-        from mcp_backend.tools.registry import TOOLS, ToolContext
+        from mcp_backend.tools.context import ToolContext
+        from mcp_backend.tools.registry import TOOLS
 
         environment = LocalEnvironment(boto3.client)
         environment.seed_datasets()

@@ -36,3 +36,7 @@ class DatasetTooLarge(ToolError):
 
 class DatasetUnparseable(ToolError):
     """The bytes are not UTF-8 CSV, JSON Lines or a JSON array of objects."""
+
+
+class EndpointNotFound(ToolError):
+    """No registered endpoint with this id belongs to the caller."""
