@@ -66,7 +66,7 @@ def run() -> list[str]:
     baseline_uvicorn = fresh_interpreter_seconds("import uvicorn, starlette.applications", RUNS)
 
     return [
-        "## McpServer (issue 4)",
+        "## McpServer",
         "",
         f"uvicorn (one worker) on 127.0.0.1, the app from `create_app()` with the McpServer template environment, "
         f"moto in-process. Streamed call: `analyze_dataset` with a progress token on a {DATASET_ROWS:,}-row CSV in "
