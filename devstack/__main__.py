@@ -101,7 +101,7 @@ def issue_dev_keys(stack: DevStack) -> dict[str, str]:
         for layer in web.spec.layer_dirs:
             if layer.is_dir() and str(layer) not in sys.path:
                 sys.path.insert(0, str(layer))
-    from mcp_backend.mcp.keys import add_api_key
+    from mcp_backend.api_keys import add_api_key
 
     keys = {}
     for url_id, web in stack.web_functions.items():

@@ -6,8 +6,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from mcp_backend.batch import handle_batch
 from mcp_backend.config import WorkerSettings, load_settings
 from mcp_backend.jobs.store import JobStore
-from mcp_backend.jobs.worker import JobWorker
 from mcp_backend.observability import instrumented_handler
+from mcp_backend.tools.worker import JobWorker
 
 settings = load_settings(WorkerSettings)
 worker = JobWorker(settings, JobStore(settings.job_table_name))

@@ -48,7 +48,7 @@ def run() -> list[str]:
     baseline = fresh_interpreter_seconds("import boto3, moto.server", 3)
     start, latency = statistics.median(starts), statistics.median(latencies)
     return [
-        "## Local stack (issue 3)",
+        "## Local stack",
         "",
         f"`python -m devstack dev` (what `make dev` runs) started {STARTS} times; {JOBS} `analyze_dataset` jobs "
         f"sent to the JobQueue of the first, each timed until JobTable says SUCCEEDED. The mapping's "

@@ -31,8 +31,8 @@ def run() -> list[str]:
         environment = mcp_environment(local, SSE_KEEPALIVE_SECONDS="15")
         os.environ.update(environment)
 
+        from mcp_backend.api_keys import add_api_key
         from mcp_backend.config import McpSettings
-        from mcp_backend.mcp.keys import add_api_key
         from mcp_backend.mcp.server import create_app
 
         rows = "\n".join(f"{i},{i % 97},{'ab'[i % 2]}" for i in range(DATASET_ROWS))
@@ -66,7 +66,7 @@ def run() -> list[str]:
     baseline_uvicorn = fresh_interpreter_seconds("import uvicorn, starlette.applications", RUNS)
 
     return [
-        "## McpServer (issue 4)",
+        "## McpServer",
         "",
         f"uvicorn (one worker) on 127.0.0.1, the app from `create_app()` with the McpServer template environment, "
         f"moto in-process. Streamed call: `analyze_dataset` with a progress token on a {DATASET_ROWS:,}-row CSV in "

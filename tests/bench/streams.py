@@ -51,7 +51,7 @@ def run() -> list[str]:
             without = per_item_seconds(lambda: through(analyzers["without"]), RECORDS)
 
     return [
-        "## CallLogAnalyzer (issue 5)",
+        "## CallLogAnalyzer",
         "",
         f"{RECORDS} actionable call-log records (`tool_error`, 10 tools) in Kinesis batches of {BATCH} "
         "through `handle_batch` (Powertools `BatchProcessor(KinesisDataStreams)`, per-tool metrics, "

@@ -34,7 +34,8 @@ def run() -> list[str]:
 
     with mock_aws():
         from devstack.environment import LocalEnvironment
-        from mcp_backend.tools.registry import TOOLS, ToolContext
+        from mcp_backend.tools.context import ToolContext
+        from mcp_backend.tools.registry import TOOLS
 
         environment = LocalEnvironment(boto3.client)
         environment.seed_datasets()
@@ -60,7 +61,7 @@ def run() -> list[str]:
         bare = per_item_seconds(bare_loop, JOBS)
 
     return [
-        "## ToolWorker (issue 2)",
+        "## ToolWorker",
         "",
         f"Handler: `{spec.handler}` in `{spec.code_dir.relative_to(spec.code_dir.parents[1])}`; "
         f"{RUNS} fresh interpreters per import figure; {JOBS} `analyze_dataset` jobs on a 6-row CSV "

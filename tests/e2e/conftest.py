@@ -163,8 +163,8 @@ def endpoint_factory(local, monkeypatch) -> Iterator:
         environment = mcp_environment(local, **overrides)
         for name, value in environment.items():
             monkeypatch.setenv(name, value)
+        from mcp_backend.api_keys import add_api_key
         from mcp_backend.config import McpSettings
-        from mcp_backend.mcp.keys import add_api_key
         from mcp_backend.mcp.server import create_app
 
         secrets = boto3.client("secretsmanager")

@@ -226,15 +226,15 @@ def test_streamed_responses_are_proxy_safe_and_open_with_an_event(endpoint):
 
 def test_a_slow_tool_gets_keepalives_and_a_raising_tool_still_closes_its_stream(endpoint, monkeypatch):
     # Given an analysis that works in silence for several keepalive periods, then raises
-    from mcp_backend.mcp import tools
+    from mcp_backend.tools import registry
     from mcp_backend.tools.registry import Tool
 
     def silent_then_broken(request, context):
         time.sleep(float(TEST_KEEPALIVE_SECONDS) * 4)
         raise RuntimeError("secret-bearing internal detail")
 
-    broken = Tool("analyze_dataset", "test double", tools.ANALYSIS_TOOL.input_model, silent_then_broken)
-    monkeypatch.setattr(tools, "ANALYSIS_TOOL", broken)
+    broken = Tool("analyze_dataset", "test double", registry.TOOLS["analyze_dataset"].input_model, silent_then_broken)
+    monkeypatch.setitem(registry.TOOLS, "analyze_dataset", broken)
     call = {
         "jsonrpc": "2.0",
         "id": 9,

@@ -37,7 +37,7 @@ def servers():
 
 def product_endpoint(stack, start) -> Endpoint:
     """The product's MCP app (McpServer's template environment) against the local stack."""
-    from mcp_backend.mcp.keys import add_api_key
+    from mcp_backend.api_keys import add_api_key
     from mcp_backend.mcp.server import create_app
 
     environment = mcp_environment(stack.environment, PROBE_ALLOW_PRIVATE_HOSTS="true")

@@ -6,9 +6,12 @@ from __future__ import annotations
 import boto3
 import pytest
 
+from mcp_backend.api_keys import Principal
+from mcp_backend.aws import AwsClients
 from mcp_backend.config import McpSettings, load_settings
-from mcp_backend.mcp.auth import Principal
-from mcp_backend.mcp.tools import JobBackend, SubmitAnalysisInput
+from mcp_backend.jobs.service import JobSubmission
+from mcp_backend.mcp.bindings import reported
+from mcp_backend.mcp.server import tool_bindings
 
 ALICE = Principal(user_id="user-alice")
 
@@ -37,9 +40,23 @@ class FlakyBatchSqs:
         return getattr(self._sqs, name)
 
 
-def backend(local, sqs) -> JobBackend:
-    settings = load_settings(McpSettings, local.stack.function("McpServer").environment)
-    return JobBackend(settings, client_factory=lambda service: sqs if service == "sqs" else boto3.client(service))
+class Backend:
+    """The jobs service as the MCP submit tools call it: as the caller, reported failures as tool errors."""
+
+    def __init__(self, local, sqs) -> None:
+        settings = load_settings(McpSettings, local.stack.function("McpServer").environment)
+        clients = AwsClients(lambda service: sqs if service == "sqs" else boto3.client(service))
+        self.jobs = tool_bindings(settings, clients).jobs
+
+    def submit(self, principal: Principal, submission: JobSubmission) -> dict:
+        return reported(self.jobs.submit, principal.user_id, submission)
+
+    def submit_many(self, principal: Principal, submissions: list[JobSubmission]) -> list[dict]:
+        return reported(self.jobs.submit_many, principal.user_id, submissions)
+
+
+def backend(local, sqs) -> Backend:
+    return Backend(local, sqs)
 
 
 def queued(local) -> int:
@@ -49,8 +66,14 @@ def queued(local) -> int:
     return int(attributes["ApproximateNumberOfMessages"])
 
 
-def items(count: int) -> list[SubmitAnalysisInput]:
-    return [SubmitAnalysisInput(dataset_url="s3://local-datasets/sales.csv", callId=f"call-{i}") for i in range(count)]
+def analysis(call_id: str) -> JobSubmission:
+    return JobSubmission(
+        tool="analyze_dataset", input={"dataset_url": "s3://local-datasets/sales.csv"}, call_id=call_id
+    )
+
+
+def items(count: int) -> list[JobSubmission]:
+    return [analysis(f"call-{i}") for i in range(count)]
 
 
 def test_entries_reported_failed_by_the_service_are_retried_and_sent_once(local):
@@ -107,7 +130,7 @@ def test_an_unavailable_queue_is_a_retryable_tool_error_that_names_no_resource_a
     from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
 
     # Given the job queue is unavailable
-    request = SubmitAnalysisInput(dataset_url="s3://local-datasets/sales.csv", callId="call-retry")
+    request = analysis("call-retry")
 
     # When a submission is made
     with pytest.raises(SdkToolError) as failed:

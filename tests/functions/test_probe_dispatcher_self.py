@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import boto3
 
+from mcp_backend.api_keys import ApiKeyTable, hash_api_key
 from mcp_backend.config import ProbeDispatcherSettings, load_settings
-from mcp_backend.mcp.auth import ApiKeyTable, hash_api_key
 from mcp_backend.probes.dispatcher import ProbeDispatcher
 
 FUNCTION_URL = "https://abc123.lambda-url.us-east-1.on.aws/"

@@ -525,3 +525,22 @@ def test_every_data_store_survives_deleting_or_replacing_the_stack():
         assert stores[logical_id].get("UpdateReplacePolicy") == "Retain", logical_id
     for logical_id in DISPOSABLE_STORES:
         assert stores[logical_id].get("DeletionPolicy") == "Delete", logical_id
+
+
+def test_every_parameter_is_in_exactly_one_group_and_the_groups_follow_the_template():
+    # Given the console's parameter groups
+    groups = TEMPLATE.source["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
+    grouped = [name for group in groups for name in group["Parameters"]]
+
+    # Then every parameter appears once, and the groups follow the order of the template's parts
+    assert sorted(grouped) == sorted(TEMPLATE.source["Parameters"])
+    assert len(grouped) == len(set(grouped))
+    labels = [group["Label"]["default"] for group in groups]
+    assert labels == [
+        "Deployment and shared layer",
+        "Tool-job pipeline",
+        "Call log and event streams",
+        "Probes",
+        "MCP endpoint",
+        "Alarms and alerts",
+    ]

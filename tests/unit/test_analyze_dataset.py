@@ -14,8 +14,8 @@ from pydantic import ValidationError
 
 from mcp_backend.tools import analyze_dataset as module
 from mcp_backend.tools.analyze_dataset import AnalyzeInput, AnalyzeOptions, analyze_dataset
+from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.errors import DatasetTooLarge, DatasetUnparseable, DatasetUnreachable, UnsafeDatasetUrl
-from mcp_backend.tools.fetch import FetchPolicy
 
 HOST = "data.example.com"
 PEOPLE_CSV = b"id,name,score,notes\n1,alice,9.5,\n2,bob,7,x\n3,carol,,y\n"

@@ -7,7 +7,8 @@ import time
 import anyio
 import httpx
 
-from mcp_backend.mcp.auth import ApiKeyAuthenticator, new_api_key
+from mcp_backend.api_keys import new_api_key
+from mcp_backend.mcp.auth import ApiKeyAuthenticator
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 
 

@@ -21,7 +21,7 @@ def free_port() -> int:
 
 
 def test_a_new_key_is_stored_only_as_its_hash():
-    from mcp_backend.mcp.auth import hash_api_key, new_api_key
+    from mcp_backend.api_keys import hash_api_key, new_api_key
 
     key, secret = new_api_key("user-alice", "pro")
 
@@ -31,7 +31,7 @@ def test_a_new_key_is_stored_only_as_its_hash():
 
 
 def test_the_secret_is_read_through_the_extension_with_the_session_token(monkeypatch):
-    from mcp_backend.mcp.auth import SecretReader, new_api_key
+    from mcp_backend.api_keys import SecretReader, new_api_key
 
     # Given a stand-in for the Parameters and Secrets extension on a local port
     _, secret = new_api_key("user-alice")
@@ -65,7 +65,8 @@ def test_the_secret_is_read_through_the_extension_with_the_session_token(monkeyp
 
 
 def test_without_the_extension_the_sdk_is_used_and_keys_authenticate(aws):
-    from mcp_backend.mcp.auth import ApiKeyAuthenticator, SecretReader, new_api_key
+    from mcp_backend.api_keys import SecretReader, new_api_key
+    from mcp_backend.mcp.auth import ApiKeyAuthenticator
 
     # Given a secret holding alice's hashed key, and no extension listening
     key, secret = new_api_key("user-alice", "pro")
@@ -84,8 +85,8 @@ def test_without_the_extension_the_sdk_is_used_and_keys_authenticate(aws):
 
 
 def test_a_key_added_during_rotation_works_without_waiting_for_the_cache(aws, monkeypatch):
-    from mcp_backend.mcp.auth import ApiKeyAuthenticator, SecretReader
-    from mcp_backend.mcp.keys import add_api_key
+    from mcp_backend.api_keys import SecretReader, add_api_key
+    from mcp_backend.mcp.auth import ApiKeyAuthenticator
 
     secrets = boto3.client("secretsmanager")
     arn = secrets.create_secret(Name="keys", SecretString="{}")["ARN"]

@@ -10,8 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
+from mcp_backend.netsafety import is_public_address
+from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.errors import DatasetTooLarge, DatasetUnreachable, UnsafeDatasetUrl
-from mcp_backend.tools.fetch import FetchPolicy, is_public_address, open_dataset
+from mcp_backend.tools.fetch import open_dataset
 
 PUBLIC_IP = "93.184.216.34"
 OTHER_PUBLIC_IP = "93.184.216.35"

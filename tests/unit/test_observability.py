@@ -1,4 +1,4 @@
-"""The shared handler decorator stack (seed 001), observed through what it prints."""
+"""The shared handler decorator stack, observed through what it prints."""
 
 from __future__ import annotations
 

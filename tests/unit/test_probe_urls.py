@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from mcp_backend.probes.urls import UnsafeEndpointUrl, check_endpoint_url
+from mcp_backend.netsafety import UnsafeEndpointUrl, check_endpoint_url
 
 
 @pytest.fixture(autouse=True)

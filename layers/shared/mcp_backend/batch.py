@@ -67,4 +67,4 @@ def handle_batch(
     failed = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
     if sequence_of is not None and len(event["Records"]) > 1 and sequence_of(event["Records"][0]) in failed:
         raise StreamBatchStuck(f"first of {len(event['Records'])} records failed; failing the batch to bisect it")
-    return response
+    return dict(response)

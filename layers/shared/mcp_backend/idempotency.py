@@ -1,5 +1,5 @@
 """Powertools idempotency, configured once for every consumer: a required key, a TTL, and an
-INPROGRESS expiry that follows the function's configured timeout (seed 001: timeout + 5 s).
+INPROGRESS expiry that follows the function's configured timeout (timeout + 5 s).
 
 Jobs are keyed on jobId (validated against userId); stream records on their position in the stream.
 """
@@ -7,16 +7,17 @@ Jobs are keyed on jobId (validated against userId); stream records on their posi
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from aws_lambda_powertools.utilities.idempotency import (
     DynamoDBPersistenceLayer,
     IdempotencyConfig,
     idempotent_function,
 )
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
 # A Lambda is stopped at its timeout; this buffer covers the gap between that and the
-# record's last write settling (seed 001: timeout + 5 s).
+# record's last write settling.
 IN_PROGRESS_BUFFER_SECONDS = 5
 
 ResultT = TypeVar("ResultT")
@@ -74,7 +75,8 @@ class RunOnce:
         )(fn)
 
     def start_invocation(self, lambda_context: Any) -> None:
-        self.config.register_lambda_context(InProgressWindow(lambda_context, self.timeout_seconds))
+        # The proxy answers like the context it wraps, except for the remaining time.
+        self.config.register_lambda_context(cast(LambdaContext, InProgressWindow(lambda_context, self.timeout_seconds)))
 
     def __call__(self, **kwargs: Any) -> Any:
         return self._call(**kwargs)

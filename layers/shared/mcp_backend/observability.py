@@ -1,4 +1,4 @@
-"""Logger, Tracer and Metrics shared by every handler (seed 001's decorator stack builds on these)."""
+"""Logger, Tracer and Metrics shared by every handler (the handler decorator stack below builds on these)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def tool_invocation(tool_name: str) -> Iterator[None]:
 
 
 def instrumented_handler(correlation_id_path: str | None = None) -> Callable[[Handler], Handler]:
-    """Seed 001's decorator stack for a Lambda handler, in its order (outermost first):
+    """The decorator stack every Lambda handler carries, in its order (outermost first):
     - inject_lambda_context(clear_state=True, log_event=False): context keys on every line, no state
       leaking between warm invocations, and no event (payloads) in the logs;
     - capture_lambda_handler(capture_response=False, capture_error=True): tool outputs can exceed the

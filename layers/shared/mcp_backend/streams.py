@@ -7,6 +7,7 @@ from its start): records that already succeeded come again. Their position is th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
@@ -60,5 +61,5 @@ class StreamRecordConsumer:
             return self.apply(position=position, **kwargs)
         return self._once(position=position, **kwargs)
 
-    def apply(self, *, position: dict[str, str], **kwargs: Any) -> Any:
-        raise NotImplementedError
+    # Each consumer names its own keyword arguments (record=..., probe=...); run-once calls it by keyword.
+    apply: Callable[..., Any]

@@ -15,6 +15,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes.kinesis_stream_event import KinesisStreamRecord
 from pydantic import ValidationError
 
+from mcp_backend.aws import client_or_lazy
 from mcp_backend.calllog.models import ACTIONABLE, CallLogEventType, CallLogRecord
 from mcp_backend.config import CallLogAnalyzerSettings
 from mcp_backend.observability import logger, metrics
@@ -54,10 +55,7 @@ class CallLogAnalyzer(StreamRecordConsumer):
         idempotency_client: Any = None,
     ) -> None:
         super().__init__(settings, idempotent=idempotent, idempotency_client=idempotency_client)
-        if sns_client is None:
-            import boto3
-
-            sns_client = boto3.client("sns")
+        sns_client = client_or_lazy(sns_client, "sns")
         self.topic_arn = settings.alert_topic_arn
         self.threshold = settings.error_alert_threshold
         self._sns = sns_client
@@ -117,7 +115,7 @@ class CallLogAnalyzer(StreamRecordConsumer):
     def _alert(self, subject: str, counts: Counter[CallLogEventType], latest: CallLogRecord) -> None:
         kind, _, name = subject.partition(":")
         drift = counts[CallLogEventType.SCHEMA_DRIFT] > 0
-        message = {
+        message: dict[str, Any] = {
             "alert": "schema_drift" if drift else "error_threshold_crossed",
             "environment": self.settings.environment,
             kind: name,

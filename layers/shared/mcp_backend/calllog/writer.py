@@ -13,6 +13,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
+from mcp_backend.aws import client_or_lazy
 from mcp_backend.calllog.models import CallLogRecord
 from mcp_backend.observability import logger, metrics
 
@@ -71,10 +72,7 @@ class CallLogWriter:
         raise_on_loss: bool = False,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if client is None:
-            import boto3
-
-            client = boto3.client("kinesis")
+        client = client_or_lazy(client, "kinesis")
         self.stream_name = stream_name
         self.max_attempts = max_attempts
         self.base_delay_seconds = base_delay_seconds

@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from mcp_backend.aws import client_or_lazy
 from mcp_backend.jobs.errors import JobOwnershipError
 from mcp_backend.jobs.models import JobError, JobMessage, JobStatus
 
@@ -30,10 +31,7 @@ def _input_summary(job: JobMessage) -> str:
 
 class JobStore:
     def __init__(self, table_name: str, client: Any = None) -> None:
-        if client is None:
-            import boto3
-
-            client = boto3.client("dynamodb")
+        client = client_or_lazy(client, "dynamodb")
         self.table_name = table_name
         self._client = client
 

@@ -18,7 +18,8 @@ from typing import Any
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mcp_backend.mcp.auth import Authenticator, Principal
+from mcp_backend.api_keys import Principal
+from mcp_backend.mcp.auth import Authenticator
 from mcp_backend.observability import logger
 
 PRINCIPAL_SCOPE_KEY = "mcp_backend.principal"

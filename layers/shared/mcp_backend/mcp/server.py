@@ -2,35 +2,65 @@
 
 Layers, outermost first: RequestTelemetry (correlation id, cold start) -> McpHttpGuard (host, origin,
 405, auth, 415, event-stream hygiene) -> the SDK's stateless Streamable HTTP app (both protocol eras)
--> SDK middleware StrictArguments and ToolCallTelemetry -> the tools.
+-> SDK middleware StrictArguments and ToolCallTelemetry -> the tools generated from the tool table.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Mapping
 
 from starlette.types import ASGIApp
 
+from mcp_backend.api_keys import SecretReader
+from mcp_backend.aws import AwsClients, ClientFactory, LazyClient
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import McpSettings, load_settings
-from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator, SecretReader
+from mcp_backend.jobs.service import JobQueues, JobsService
+from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
+from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
-from mcp_backend.mcp.tools import JobBackend, StrictArguments, build_tools
+from mcp_backend.probes.registry import EndpointRegistry
+from mcp_backend.tools.context import ProgressCallback, ToolContext
+from mcp_backend.tools.dataset_stream import FetchPolicy
+from mcp_backend.tools.registry import TOOLS, Tool
 
 SERVER_NAME = "mcp-backend"
 
 
-def call_log_writer(settings: McpSettings, client_factory: Callable[[str], Any] | None) -> CallLogWriter:
-    return CallLogWriter(settings.call_log_stream_name, client_factory("kinesis") if client_factory else None)
+def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str, Tool] = TOOLS) -> ToolBindings:
+    """The table's MCP tools, with the services the endpoint gives them (AWS clients built on first use)."""
+    jobs = JobsService(
+        JobQueues(
+            job_table_name=settings.job_table_name,
+            job_queue_url=settings.job_queue_url,
+            job_dead_letter_queue_url=settings.job_dead_letter_queue_url,
+            result_page_bytes=settings.job_result_page_bytes,
+        ),
+        clients,
+    )
+    endpoints = EndpointRegistry(settings.monitor_table_name, LazyClient("dynamodb", clients))
+    policy = FetchPolicy(max_bytes=settings.dataset_max_bytes, allow_private_hosts=settings.dataset_allow_private_hosts)
+
+    def context_for(user_id: str, progress: ProgressCallback | None) -> ToolContext:
+        return ToolContext(
+            user_id=user_id,
+            fetch_policy=policy,
+            progress=progress,
+            jobs=jobs,
+            endpoints=endpoints,
+            allow_private_endpoints=settings.probe_allow_private_hosts,
+            uptime_window_seconds=settings.probe_uptime_window_seconds,
+        )
+
+    return ToolBindings(table, jobs, context_for)
 
 
 def create_app(
     settings: McpSettings | None = None,
     authenticator: Authenticator | None = None,
-    client_factory: Callable[[str], Any] | None = None,
+    client_factory: ClientFactory | None = None,
 ) -> ASGIApp:
     """Build the endpoint. Settings default to the environment (the McpServer function's template entry);
     AWS clients are created on first use, from `client_factory` when given, else boto3."""
@@ -39,12 +69,13 @@ def create_app(
     from mcp.server.transport_security import TransportSecuritySettings
 
     settings = settings or load_settings(McpSettings)
-    backend = JobBackend(settings, client_factory)
+    clients = AwsClients(client_factory)
+    bindings = tool_bindings(settings, clients)
     if authenticator is None:
         reader = SecretReader(
             settings.api_keys_secret_id,
             settings.parameters_secrets_extension_http_port,
-            client_factory=(lambda: client_factory("secretsmanager")) if client_factory else None,
+            client_factory=lambda: clients("secretsmanager"),
         )
         authenticator = ApiKeyAuthenticator(reader, settings.api_keys_cache_seconds)
 
@@ -56,8 +87,13 @@ def create_app(
     server = MCPServer(
         SERVER_NAME,
         instructions="Analyse CSV/JSON datasets: synchronously (analyze_dataset) or as queued jobs.",
-        tools=build_tools(backend),
-        middleware=[StrictArguments(), ToolCallTelemetry(call_log_writer(settings, client_factory))],
+        tools=bindings.sdk_tools(),
+        middleware=[
+            StrictArguments(bindings.input_models),
+            ToolCallTelemetry(
+                CallLogWriter(settings.call_log_stream_name, LazyClient("kinesis", clients)), bindings.input_models
+            ),
+        ],
         log_level="WARNING",
     )
     # MCPServer calls logging.basicConfig; Powertools' JSON logger propagates, so every line would print twice.

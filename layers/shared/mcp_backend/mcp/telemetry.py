@@ -15,6 +15,7 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Collection
 from typing import Any
 
 import anyio.to_thread
@@ -26,7 +27,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.mcp.guard import principal_of
-from mcp_backend.mcp.tools import INPUT_MODELS
 from mcp_backend.observability import logger, metrics, tool_invocation, tracer
 
 _CORRELATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -101,8 +101,9 @@ class ToolCallTelemetry:
     """SDK ServerMiddleware: runs around every MCP request inside the SDK, before params validation.
     Each tools/call also puts one tool_call or tool_error record on the call log."""
 
-    def __init__(self, call_log: CallLogWriter | None = None) -> None:
+    def __init__(self, call_log: CallLogWriter | None = None, tool_names: Collection[str] = ()) -> None:
         self.call_log = call_log
+        self.tool_names = frozenset(tool_names)
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         request = ctx.request
@@ -113,7 +114,7 @@ class ToolCallTelemetry:
             return await call_next(ctx)
         requested = (ctx.params or {}).get("name", "")
         # A metric dimension and a trace annotation: only names the server has, or one stream per typo.
-        tool_name = requested if requested in INPUT_MODELS else "unknown"
+        tool_name = requested if requested in self.tool_names else "unknown"
         logger.thread_safe_append_keys(tool=tool_name)
         with tracer.provider.in_subsegment(f"## tools/call {tool_name}") as subsegment:
             if principal is not None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
+from mcp_backend.aws import client_or_lazy
 from mcp_backend.config import MonitorStreamSettings
 from mcp_backend.monitor.items import ProbeResult
 from mcp_backend.observability import logger
@@ -25,10 +26,7 @@ class ProbeResultConsumer(StreamRecordConsumer):
         idempotency_client: Any = None,
     ) -> None:
         super().__init__(settings, idempotent=idempotent, idempotency_client=idempotency_client)
-        if dynamodb_client is None:
-            import boto3
-
-            dynamodb_client = boto3.client("dynamodb")
+        dynamodb_client = client_or_lazy(dynamodb_client, "dynamodb")
         self.table_name = settings.monitor_table_name
         self._dynamodb = dynamodb_client
 

@@ -16,6 +16,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
+from mcp_backend.aws import client_or_lazy
 from mcp_backend.config import AlertHandlerSettings
 from mcp_backend.idempotency import run_once_or_none
 from mcp_backend.monitor.items import ProbeStatus
@@ -34,10 +35,7 @@ class AlertHandler:
         idempotent: bool = True,
         idempotency_client: Any = None,
     ) -> None:
-        if sns_client is None:
-            import boto3
-
-            sns_client = boto3.client("sns")
+        sns_client = client_or_lazy(sns_client, "sns")
         self.settings = settings
         self._sns = sns_client
         self._once = run_once_or_none(

@@ -11,6 +11,8 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from mcp_backend.api_keys import add_api_key
+from mcp_backend.aws import client_or_lazy
 from mcp_backend.config import ProbeDispatcherSettings
 from mcp_backend.observability import logger, metrics
 from mcp_backend.probes.registry import EndpointRegistry
@@ -18,12 +20,17 @@ from mcp_backend.probes.worker import ProbeTarget
 
 
 class ProbeDispatcher:
-    def __init__(self, settings: ProbeDispatcherSettings, dynamodb_client: Any = None, lambda_client: Any = None):
-        import boto3
-
+    def __init__(
+        self,
+        settings: ProbeDispatcherSettings,
+        dynamodb_client: Any = None,
+        lambda_client: Any = None,
+        secrets_client: Any = None,
+    ) -> None:
         self.settings = settings
-        self.registry = EndpointRegistry(settings.monitor_table_name, dynamodb_client or boto3.client("dynamodb"))
-        self._lambda = lambda_client or boto3.client("lambda")
+        self.registry = EndpointRegistry(settings.monitor_table_name, client_or_lazy(dynamodb_client, "dynamodb"))
+        self._lambda = client_or_lazy(lambda_client, "lambda")
+        self._secrets = client_or_lazy(secrets_client, "secretsmanager")
         self._self_registered = not (settings.self_function_name and settings.api_keys_secret_id)
 
     def _register_self(self) -> None:
@@ -50,14 +57,7 @@ class ProbeDispatcher:
     def _issue_self_probe_key(self) -> str:
         """A new internal key in the API key secret (user "self-probe"), so the stack's own endpoint is
         probed authenticated from the first deploy on; its plaintext lives only in the `self` item."""
-        from mcp_backend.mcp.keys import add_api_key
-
-        return add_api_key(self._secrets(), self.settings.api_keys_secret_id, user_id="self-probe", tier="internal")
-
-    def _secrets(self) -> Any:
-        import boto3
-
-        return boto3.client("secretsmanager")
+        return add_api_key(self._secrets, self.settings.api_keys_secret_id, user_id="self-probe", tier="internal")
 
     def dispatch(self) -> dict[str, int]:
         self._register_self()

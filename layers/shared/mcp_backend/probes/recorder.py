@@ -15,6 +15,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from mcp_backend.aws import client_or_lazy
 from mcp_backend.batch import require_batch_from
 from mcp_backend.config import ProbeRecorderSettings
 from mcp_backend.monitor.items import probe_result_item
@@ -33,10 +34,7 @@ class ProbeRecorder:
         dynamodb_client: Any = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if dynamodb_client is None:
-            import boto3
-
-            dynamodb_client = boto3.client("dynamodb")
+        dynamodb_client = client_or_lazy(dynamodb_client, "dynamodb")
         self.settings = settings
         self._dynamodb = dynamodb_client
         self._sleep = sleep

@@ -98,7 +98,7 @@ class EndpointRegistry:
                 yield Endpoint.from_item(item)
 
     def list_for(self, owner_id: str) -> list[dict[str, Any]]:
-        endpoints = []
+        endpoints: list[Endpoint] = []
         for page in self._dynamodb.get_paginator("query").paginate(
             TableName=self.table_name,
             IndexName=ENDPOINTS_BY_OWNER_INDEX,

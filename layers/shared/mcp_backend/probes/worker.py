@@ -12,12 +12,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mcp_backend.aws import client_or_lazy
 from mcp_backend.config import ProbeWorkerSettings
 from mcp_backend.monitor.items import ENDPOINT_SORT_KEY, key
+from mcp_backend.netsafety import UnsafeEndpointUrl, check_endpoint_url
 from mcp_backend.observability import logger
 from mcp_backend.probes.client import ProbeRequest, probe
 from mcp_backend.probes.errors import EndpointNotFound, ProbeRefused
-from mcp_backend.probes.urls import UnsafeEndpointUrl, check_endpoint_url
 from mcp_backend.validation import describe_validation_error
 
 
@@ -39,10 +40,7 @@ class MalformedProbeTarget(ValueError):
 
 class ProbeWorker:
     def __init__(self, settings: ProbeWorkerSettings, dynamodb_client: Any = None) -> None:
-        if dynamodb_client is None:
-            import boto3
-
-            dynamodb_client = boto3.client("dynamodb")
+        dynamodb_client = client_or_lazy(dynamodb_client, "dynamodb")
         self.settings = settings
         self._dynamodb = dynamodb_client
 

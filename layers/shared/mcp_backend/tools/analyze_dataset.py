@@ -14,14 +14,17 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from mcp_backend.tools.errors import DatasetUnparseable, redact_url
-from mcp_backend.tools.fetch import DatasetStream, FetchPolicy, S3Client, open_dataset, split_s3_url
+from mcp_backend.netsafety import redact_url
+from mcp_backend.tools.context import ProgressCallback, ToolContext
+from mcp_backend.tools.dataset_stream import DatasetStream, FetchPolicy
+from mcp_backend.tools.errors import DatasetUnparseable
+from mcp_backend.tools.fetch import S3Client, open_dataset, split_s3_url
 
 if TYPE_CHECKING:
     import httpx
@@ -30,7 +33,6 @@ if TYPE_CHECKING:
 DISTINCT_COUNT_BOUND = 10_000
 PROGRESS_EVERY_ROWS = 1_000
 
-ProgressCallback = Callable[[float, str], None]
 DatasetFormat = Literal["csv", "jsonl", "json"]
 
 _URL_SCHEMES = frozenset({"https", "http", "s3"})
@@ -74,6 +76,11 @@ class AnalyzeInput(BaseModel):
         elif not parts.hostname:
             raise ValueError("must include a host")
         return value
+
+
+def run(request: AnalyzeInput, ctx: ToolContext) -> dict[str, Any]:
+    """The tool table's entry point: the caller's fetch policy and progress sink."""
+    return analyze_dataset(request, policy=ctx.fetch_policy, progress=ctx.progress)
 
 
 def analyze_dataset(

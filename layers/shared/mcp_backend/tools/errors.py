@@ -5,8 +5,6 @@ Messages name what failed and where (a redacted URL), never credentials or paylo
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
-
 
 class ToolError(Exception):
     """Base of every expected tool failure; anything else is a bug."""
@@ -40,11 +38,5 @@ class DatasetUnparseable(ToolError):
     """The bytes are not UTF-8 CSV, JSON Lines or a JSON array of objects."""
 
 
-def redact_url(url: str) -> str:
-    """The URL without userinfo, query or fragment: the parts that carry credentials and tokens."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<invalid URL>"
-    host_and_port = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, host_and_port, parts.path, "", ""))
+class EndpointNotFound(ToolError):
+    """No registered endpoint with this id belongs to the caller."""

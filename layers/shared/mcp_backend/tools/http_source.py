@@ -8,16 +8,19 @@ from contextlib import contextmanager
 
 import httpx
 
-from mcp_backend.tools.errors import DatasetTooLarge, DatasetUnreachable, UnsafeDatasetUrl, redact_url
-from mcp_backend.tools.fetch import (
-    MAX_REDIRECTS,
-    REDIRECT_STATUSES,
-    DatasetStream,
-    FetchPolicy,
-    allowed_http_schemes,
-    parse_content_length,
+from mcp_backend.netsafety import (
+    HostNotResolved,
+    IPAddress,
+    PrivateAddress,
+    allowed_schemes,
     public_addresses,
+    redact_url,
 )
+from mcp_backend.tools.dataset_stream import DatasetStream, FetchPolicy
+from mcp_backend.tools.errors import DatasetTooLarge, DatasetUnreachable, UnsafeDatasetUrl
+
+MAX_REDIRECTS = 3
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
 
 @contextmanager
@@ -77,7 +80,7 @@ def _get_following_redirects(
 
 def _send_checked(client: httpx.Client, target: httpx.URL, policy: FetchPolicy) -> httpx.Response:
     shown = redact_url(str(target))
-    if target.scheme not in allowed_http_schemes(policy):
+    if target.scheme not in allowed_schemes(allow_private_hosts=policy.allow_private_hosts):
         raise UnsafeDatasetUrl(f"Dataset URL {shown} must use https://")
     host = target.raw_host.decode("ascii")  # IDNA-encoded, as DNS needs it
     if not host:
@@ -87,7 +90,7 @@ def _send_checked(client: httpx.Client, target: httpx.URL, policy: FetchPolicy) 
     if policy.allow_private_hosts:
         return _send(client, client.build_request("GET", target, headers=headers), shown)
 
-    addresses = public_addresses(host, target.port or (443 if target.scheme == "https" else 80), shown)
+    addresses = _public_addresses(host, target.port or (443 if target.scheme == "https" else 80), shown)
     headers["Host"] = target.netloc.decode("ascii")
     last_error: httpx.ConnectError | None = None
     for address in addresses:
@@ -103,6 +106,21 @@ def _send_checked(client: httpx.Client, target: httpx.URL, policy: FetchPolicy) 
             raise _unreachable(shown, exc) from exc
     assert last_error is not None  # public_addresses never returns an empty list
     raise _unreachable(shown, last_error) from last_error
+
+
+def _public_addresses(host: str, port: int, shown: str) -> list[IPAddress]:
+    try:
+        return public_addresses(host, port)
+    except HostNotResolved:
+        raise DatasetUnreachable(f"Could not resolve the host of dataset {shown}") from None
+    except PrivateAddress:
+        raise UnsafeDatasetUrl(f"Dataset URL {shown} resolves to a private or reserved address") from None
+
+
+def parse_content_length(value: str | None) -> int | None:
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value)
 
 
 def _send(client: httpx.Client, request: httpx.Request, shown: str) -> httpx.Response:

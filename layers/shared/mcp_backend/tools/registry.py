@@ -1,29 +1,30 @@
-"""The tools the backend can run. Adding a tool: one module with an input model and a run function,
-plus one entry in TOOLS below."""
+"""The tool table: every tool the backend offers, declared once. The MCP endpoint's tools
+(mcp_backend.mcp.bindings) and the worker's (mcp_backend.tools.worker) are generated from it.
+
+Adding a tool: a module with a strict input model and a `run(request, ctx)` function, plus one entry in
+TOOLS below. A tool that runs as a job also gets two MCP tools that submit it (one, and up to 100 at once),
+and the worker runs it; its results are read back with get_job.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from mcp_backend.tools import analyze_dataset
+from mcp_backend.tools import analyze_dataset, endpoints, job_results
+from mcp_backend.tools.context import ToolContext
 from mcp_backend.tools.errors import InvalidToolInput
-from mcp_backend.tools.fetch import FetchPolicy
 from mcp_backend.validation import describe_validation_error
 
-ProgressCallback = Callable[[float, str], None]
 
-
-@dataclass(frozen=True)
-class ToolContext:
-    """What a tool may use besides its input: the caller, the fetch policy, a progress sink."""
-
-    user_id: str
-    fetch_policy: FetchPolicy = field(default_factory=FetchPolicy)
-    progress: ProgressCallback | None = None
+class Mode(StrEnum):
+    SYNC = "sync"  # an MCP tool of its own name that runs on the endpoint
+    JOB = "job"  # submitted to the job queue and run by the worker
+    BOTH = "both"
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,27 @@ class Tool:
     description: str
     input_model: type[BaseModel]
     run: Callable[[Any, ToolContext], dict[str, Any]]
+    mode: Mode = Mode.SYNC
+    # The MCP tools that submit it as a job (one, many); default submit_<name> and submit_<name>_batch.
+    submit_names: tuple[str, str] | None = None
+    # Synchronous calls send progress notifications ("started" before run, "done" after, and the tool's own).
+    streams_progress: bool = False
+
+    @property
+    def runs_sync(self) -> bool:
+        return self.mode in (Mode.SYNC, Mode.BOTH)
+
+    @property
+    def runs_as_job(self) -> bool:
+        return self.mode in (Mode.JOB, Mode.BOTH)
+
+    @property
+    def submit_name(self) -> str:
+        return self.submit_names[0] if self.submit_names else f"submit_{self.name}"
+
+    @property
+    def submit_many_name(self) -> str:
+        return self.submit_names[1] if self.submit_names else f"submit_{self.name}_batch"
 
     def parse_input(self, arguments: dict[str, Any]) -> BaseModel:
         try:
@@ -47,12 +69,49 @@ TOOLS: dict[str, Tool] = {
     tool.name: tool
     for tool in (
         Tool(
+            name="get_job",
+            description=(
+                "Status, result or error of one of your jobs; large results come in pages (pass nextCursor back)."
+            ),
+            input_model=job_results.GetJobInput,
+            run=job_results.get_job,
+        ),
+        Tool(
+            name="list_failed_jobs",
+            description="Your jobs sitting in the dead-letter queue, with the error the worker recorded.",
+            input_model=job_results.ListFailedJobsInput,
+            run=job_results.list_failed_jobs,
+        ),
+        Tool(
             name="analyze_dataset",
             description="Row count, columns and per-column statistics of a CSV or JSON dataset (s3:// or https://).",
             input_model=analyze_dataset.AnalyzeInput,
-            run=lambda request, ctx: analyze_dataset.analyze_dataset(
-                request, policy=ctx.fetch_policy, progress=ctx.progress
-            ),
+            run=analyze_dataset.run,
+            mode=Mode.BOTH,
+            submit_names=("submit_analysis", "submit_analyses"),
+            streams_progress=True,
+        ),
+        Tool(
+            name="register_endpoint",
+            description="Register an MCP endpoint to probe every schedule tick; returns its serverId.",
+            input_model=endpoints.RegisterEndpointInput,
+            run=endpoints.register_endpoint,
+        ),
+        Tool(
+            name="list_endpoints",
+            description="Your registered MCP endpoints (serverId, name, url).",
+            input_model=endpoints.ListEndpointsInput,
+            run=endpoints.list_endpoints,
+        ),
+        Tool(
+            name="endpoint_status",
+            description="One endpoint's latest probe, uptime over the window and last schema change.",
+            input_model=endpoints.EndpointStatusInput,
+            run=endpoints.endpoint_status,
         ),
     )
 }
+
+
+def job_tools(table: dict[str, Tool]) -> list[Tool]:
+    return [tool for tool in table.values() if tool.runs_as_job]

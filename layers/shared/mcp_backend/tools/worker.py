@@ -1,5 +1,6 @@
-"""What ToolWorker does with one job-queue record. Every failure raises: only batchItemFailures
-decide what SQS redelivers, and after maxReceiveCount receives SQS moves the message to the DLQ."""
+"""What ToolWorker does with one job-queue record: run the job-capable tool of the tool table that it
+names. Every failure raises: only batchItemFailures decide what SQS redelivers, and after maxReceiveCount
+receives SQS moves the message to the DLQ."""
 
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ from mcp_backend.jobs.errors import (
 from mcp_backend.jobs.models import JobError, JobMessage
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.observability import logger, tool_invocation, tracer
+from mcp_backend.tools.context import ToolContext
+from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.errors import ToolError
-from mcp_backend.tools.fetch import FetchPolicy
-from mcp_backend.tools.registry import TOOLS, Tool, ToolContext
+from mcp_backend.tools.registry import TOOLS, Tool
 from mcp_backend.validation import describe_validation_error
 
 
@@ -120,7 +122,7 @@ class JobWorker:
     @tracer.capture_method(capture_response=False)
     def _run(self, job: JobMessage, attempt: int) -> dict[str, Any]:
         tool = self.tools.get(job.tool)
-        if tool is None:
+        if tool is None or not tool.runs_as_job:
             raise UnknownTool(f"no tool named {job.tool!r}")
         self.store.mark_running(job, attempt)
         started = time.monotonic()

@@ -1,0 +1,162 @@
+"""The API keys in ApiKeysSecret: its one owner (the endpoint reads it, the probe dispatcher and operators
+add keys). The secret holds `{"<sha256 hex of key>": {"userId": ..., "tier": ...}}`, so neither the secret
+nor a log line ever holds a usable key.
+
+    python -m mcp_backend.api_keys add --secret-id <ApiKeysSecretArn> --user-id alice [--tier pro]
+    python -m mcp_backend.api_keys revoke --secret-id <ApiKeysSecretArn> --key-hash <sha256 hex>
+    python -m mcp_backend.api_keys list --secret-id <ApiKeysSecretArn>
+
+`add` prints the new key once; only its hash is stored. Rotation = add a new key for the same user,
+switch the client, revoke the old hash. The endpoint sees a change within API_KEYS_CACHE_SECONDS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import hashlib
+import json
+import os
+import secrets
+import sys
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic.alias_generators import to_camel
+
+from mcp_backend.aws import new_client
+from mcp_backend.observability import logger
+
+API_KEY_PREFIX = "mcpk_"
+
+
+class Principal(BaseModel):
+    """The authenticated caller: the user id goes into job records, the tier into traces."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
+
+    user_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.@:-]+$")
+    tier: Literal["free", "pro", "internal"] = "free"
+
+
+class ApiKeyTable(RootModel[dict[str, Principal]]):
+    """The secret's JSON: sha256 hex of each key -> its principal."""
+
+
+def hash_api_key(api_key: str) -> str:
+    return hashlib.sha256(api_key.encode()).hexdigest()
+
+
+def new_api_key(user_id: str, tier: str = "free", existing_secret: str | None = None) -> tuple[str, str]:
+    """A fresh key and the secret JSON with it added (rotation: add the new key, later remove the old hash).
+
+    Returns (plaintext_key, secret_string). Show the key once; store only the secret string.
+    """
+    key = API_KEY_PREFIX + secrets.token_urlsafe(32)
+    table = ApiKeyTable.model_validate_json(existing_secret) if existing_secret else ApiKeyTable({})
+    entries = dict(table.root)
+    entries[hash_api_key(key)] = Principal(user_id=user_id, tier=tier)  # type: ignore[arg-type]
+    return key, ApiKeyTable(entries).model_dump_json(by_alias=True)
+
+
+class SecretReader:
+    """Reads a secret string through the Parameters and Secrets extension, else through the SDK.
+
+    The extension (localhost:2773, token = AWS_SESSION_TOKEN) caches for SECRETS_MANAGER_TTL; where
+    its layer is absent (local stack, tests) the connection is refused and boto3 is used instead.
+    """
+
+    def __init__(self, secret_id: str, extension_port: int = 2773, client_factory: Callable[[], Any] | None = None):
+        self.secret_id = secret_id
+        self.extension_port = extension_port
+        self._client_factory = client_factory
+        self._client: Any = None
+        self.extension_available = True
+
+    def read(self, fresh: bool = False) -> str:
+        """The secret's current value. fresh=True bypasses the extension, whose cache (SECRETS_MANAGER_TTL)
+        would otherwise hide a key added since: the refresh after an unknown key must see new keys."""
+        if not fresh and self.extension_available and os.environ.get("AWS_SESSION_TOKEN"):
+            try:
+                return self._read_through_extension()
+            except OSError as error:  # urllib's URLError is an OSError; its reason holds the socket error
+                reason = getattr(error, "reason", error)
+                if getattr(reason, "errno", None) in (errno.ECONNREFUSED, errno.EADDRNOTAVAIL):
+                    # Nothing listens on the port: no extension layer here. The SDK path is the fallback.
+                    self.extension_available = False
+                    logger.info("parameters and secrets extension not reachable; reading the secret with the SDK")
+                else:  # a transient failure: this read falls back, the next tries the extension again
+                    logger.warning(
+                        "parameters and secrets extension read failed", extra={"error_type": type(error).__name__}
+                    )
+        return self._sdk().get_secret_value(SecretId=self.secret_id)["SecretString"]
+
+    def _read_through_extension(self) -> str:
+        query = urllib.parse.quote(self.secret_id, safe="")
+        request = urllib.request.Request(
+            f"http://localhost:{self.extension_port}/secretsmanager/get?secretId={query}",
+            headers={"X-Aws-Parameters-Secrets-Token": os.environ["AWS_SESSION_TOKEN"]},
+        )
+        with urllib.request.urlopen(request, timeout=2) as response:  # noqa: S310
+            return json.loads(response.read())["SecretString"]
+
+    def _sdk(self) -> Any:
+        if self._client is None:
+            factory = self._client_factory or (lambda: new_client("secretsmanager"))
+            self._client = factory()
+        return self._client
+
+
+def add_api_key(secrets_client: Any, secret_id: str, user_id: str, tier: str = "free") -> str:
+    """Store a new key's hash in the secret and return the plaintext key (the only copy)."""
+    current = secrets_client.get_secret_value(SecretId=secret_id)["SecretString"] or "{}"
+    key, updated = new_api_key(user_id, tier, existing_secret=current)
+    secrets_client.put_secret_value(SecretId=secret_id, SecretString=updated)
+    return key
+
+
+def revoke_api_key(secrets_client: Any, secret_id: str, key_hash: str) -> bool:
+    table = list_api_keys(secrets_client, secret_id)
+    if key_hash not in table:
+        return False
+    remaining = {digest: principal for digest, principal in table.items() if digest != key_hash}
+    secrets_client.put_secret_value(
+        SecretId=secret_id, SecretString=ApiKeyTable(remaining).model_dump_json(by_alias=True)
+    )
+    return True
+
+
+def list_api_keys(secrets_client: Any, secret_id: str) -> dict[str, Principal]:
+    """Key hash -> principal, for every stored key."""
+    text = secrets_client.get_secret_value(SecretId=secret_id)["SecretString"] or "{}"
+    return ApiKeyTable.model_validate_json(text).root
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mcp_backend.api_keys")
+    parser.add_argument("action", choices=["add", "revoke", "list"])
+    parser.add_argument("--secret-id", required=True)
+    parser.add_argument("--user-id")
+    parser.add_argument("--tier", default="free", choices=["free", "pro", "internal"])
+    parser.add_argument("--key-hash")
+    args = parser.parse_args(argv)
+    client = new_client("secretsmanager")
+    if args.action == "add":
+        if not args.user_id:
+            parser.error("add needs --user-id")
+        print(add_api_key(client, args.secret_id, args.user_id, args.tier))
+        return 0
+    if args.action == "revoke":
+        if not args.key_hash:
+            parser.error("revoke needs --key-hash")
+        return 0 if revoke_api_key(client, args.secret_id, args.key_hash) else 1
+    for digest, principal in list_api_keys(client, args.secret_id).items():
+        print(f"{digest}  {principal.user_id}  {principal.tier}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

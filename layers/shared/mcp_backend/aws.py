@@ -1,0 +1,55 @@
+"""The one place AWS clients are built. boto3 comes with the Lambda runtime (it is not in the layer) and
+is imported on first use; region, credentials and endpoint (AWS_ENDPOINT_URL on the local stack) come
+from the environment, as boto3 reads them when the client is created.
+
+Owners of a table, queue or topic take a client (tests inject moto's or a double) or build a
+`LazyClient`, which creates the real one when it is first used, not when the handler module loads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+ClientFactory = Callable[[str], Any]
+
+
+def new_client(service: str, *, connect_timeout: float | None = None, read_timeout: float | None = None) -> Any:
+    import boto3  # provided by the runtime; loaded with the first client, not with the handler module
+    from botocore.config import Config
+
+    timeouts = {"connect_timeout": connect_timeout, "read_timeout": read_timeout}
+    config = Config(**{name: value for name, value in timeouts.items() if value is not None})
+    return boto3.client(service, config=config)
+
+
+class AwsClients:
+    """One client per service, built on first use from `factory` (tests) or `new_client`; thread-safe."""
+
+    def __init__(self, factory: ClientFactory | None = None) -> None:
+        self._factory: ClientFactory = factory or new_client
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, service: str) -> Any:
+        with self._lock:
+            if service not in self._clients:
+                self._clients[service] = self._factory(service)
+            return self._clients[service]
+
+
+class LazyClient:
+    """Stands in for a boto3 client and builds it on the first attribute read (a call, `.exceptions`)."""
+
+    def __init__(self, service: str, clients: AwsClients | None = None) -> None:
+        self._service = service
+        self._clients = clients or AwsClients()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._clients(self._service), name)
+
+
+def client_or_lazy(client: Any, service: str) -> Any:
+    """The injected client, or one built on first use."""
+    return client if client is not None else LazyClient(service)

@@ -1,0 +1,213 @@
+"""The MCP tools, generated from the tool table (mcp_backend.tools.registry): each synchronous tool under
+its own name, and for each job-capable tool two that submit it (one job, or up to 100 at once), which the
+jobs service enqueues. Only the protocol edge lives here: arguments in, the caller, errors out.
+
+Every tool publishes its strict input model as inputSchema (unknown fields rejected); StrictArguments
+validates `tools/call` arguments against it before the SDK does, so invalid arguments are a -32602 that
+names fields, never values. Failures the tools report (a typed error with a safe message) reach the
+client as "<ErrorType>: <message>"; anything else is the SDK's generic tool error.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
+from mcp.server.mcpserver.tools import Tool as SdkTool
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+from pydantic import BaseModel, Field, ValidationError, create_model
+
+from mcp_backend.api_keys import Principal
+from mcp_backend.jobs.errors import JobRequestError
+from mcp_backend.jobs.service import MAX_BATCH_ITEMS, JobsService, JobSubmission
+from mcp_backend.mcp.guard import principal_of
+from mcp_backend.netsafety import UnsafeUrl
+from mcp_backend.observability import logger
+from mcp_backend.tools.context import ProgressCallback, StrictInput, ToolContext
+from mcp_backend.tools.errors import ToolError
+from mcp_backend.tools.registry import Tool
+from mcp_backend.validation import describe_validation_error
+
+# Failures whose type and message are written to be shown to the caller.
+REPORTED_ERRORS = (ToolError, JobRequestError, UnsafeUrl)
+T = TypeVar("T")
+ContextFor = Callable[[str, ProgressCallback | None], ToolContext]
+
+
+def reported(call: Callable[..., T], *args: Any) -> T:
+    """`call(*args)`, a reported failure raised as the SDK's tool error "<ErrorType>: <message>"."""
+    try:
+        return call(*args)
+    except REPORTED_ERRORS as error:
+        raise SdkToolError(f"{type(error).__name__}: {error}") from None
+
+
+def submit_model(tool: Tool) -> type[BaseModel]:
+    """The tool's input plus a client-chosen idempotency key."""
+    return create_model(
+        _model_name(tool.submit_name),
+        __base__=tool.input_model,
+        callId=(
+            str | None,
+            Field(
+                None,
+                min_length=1,
+                max_length=128,
+                pattern=r"^[A-Za-z0-9._:-]+$",
+                description="Client-chosen idempotency key: the same callId returns the same job and enqueues it once.",
+            ),
+        ),
+    )
+
+
+def submit_many_model(tool: Tool, item_model: type[BaseModel]) -> type[BaseModel]:
+    return create_model(
+        _model_name(tool.submit_many_name),
+        __base__=StrictInput,
+        items=(list[item_model], Field(min_length=1, max_length=MAX_BATCH_ITEMS)),  # type: ignore[valid-type]
+    )
+
+
+def submission(tool_name: str, request: BaseModel) -> JobSubmission:
+    job_input = request.model_dump(exclude={"callId"}, exclude_defaults=True, mode="json")
+    return JobSubmission(tool=tool_name, input=job_input, call_id=getattr(request, "callId", None))
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One MCP tool: its name, text, strict input model, and the coroutine the SDK calls."""
+
+    name: str
+    description: str
+    input_model: type[BaseModel]
+    call: Callable[..., Any]
+
+
+class ToolBindings:
+    """The MCP surface of a tool table. Tools are looked up by name when called, so the table is the truth."""
+
+    def __init__(self, table: Mapping[str, Tool], jobs: JobsService, context_for: ContextFor) -> None:
+        self.table = table
+        self.jobs = jobs
+        self.context_for = context_for
+        jobbed = [tool for tool in table.values() if tool.runs_as_job]
+        self.bindings: list[Binding] = []
+        for tool in jobbed:
+            self.bindings.extend(self._submit_bindings(tool))
+        self.bindings.extend(self._sync_binding(tool) for tool in table.values() if tool.runs_sync)
+        self.input_models = {binding.name: binding.input_model for binding in self.bindings}
+
+    def sdk_tools(self) -> list[SdkTool]:
+        tools = []
+        for binding in self.bindings:
+            tool = SdkTool.from_function(binding.call, name=binding.name, description=binding.description)
+            # Publish the strict model's schema (additionalProperties: false), the one StrictArguments enforces.
+            tool.parameters = binding.input_model.model_json_schema()
+            tools.append(tool)
+        logger.debug("mcp tools built", extra={"tools": [tool.name for tool in tools]})
+        return tools
+
+    # -- generated tools -----------------------------------------------------------
+    def _sync_binding(self, tool: Tool) -> Binding:
+        name, streams_progress = tool.name, tool.streams_progress
+
+        async def call(ctx: Context, **arguments: Any) -> dict[str, Any]:
+            principal = _caller(ctx)
+            progress: ProgressCallback | None = None
+            if streams_progress:
+                # The first event goes out before the work (a download, say) starts.
+                await ctx.report_progress(0.0, 1.0, "started")
+
+                def progress(fraction: float, message: str) -> None:
+                    anyio.from_thread.run(ctx.report_progress, min(max(fraction, 0.0), 1.0), 1.0, message)
+
+            context = self.context_for(principal.user_id, progress)
+            result = await anyio.to_thread.run_sync(reported, self.table[name], arguments, context)
+            if streams_progress:
+                await ctx.report_progress(1.0, 1.0, "done")
+            return result
+
+        suffix = " Runs now and streams progress notifications." if streams_progress else ""
+        return Binding(name, tool.description + suffix, tool.input_model, _with_signature(call, tool.input_model))
+
+    def _submit_bindings(self, tool: Tool) -> list[Binding]:
+        one = submit_model(tool)
+        many = submit_many_model(tool, one)
+
+        async def submit(ctx: Context, **arguments: Any) -> dict[str, Any]:
+            job = submission(tool.name, one.model_validate(arguments))
+            return await anyio.to_thread.run_sync(reported, self.jobs.submit, _caller(ctx).user_id, job)
+
+        async def submit_many(ctx: Context, **arguments: Any) -> dict[str, Any]:
+            items = many.model_validate(arguments).items  # type: ignore[attr-defined]
+            jobs = [submission(tool.name, item) for item in items]
+            results = await anyio.to_thread.run_sync(reported, self.jobs.submit_many, _caller(ctx).user_id, jobs)
+            return {"results": results}
+
+        article = "an" if tool.name[:1] in "aeiou" else "a"
+        return [
+            Binding(
+                tool.submit_name,
+                f"Queue {article} {tool.name} job; returns {{jobId, status}}. Pass callId to make it idempotent.",
+                one,
+                _with_signature(submit, one),
+            ),
+            Binding(
+                tool.submit_many_name,
+                f"Queue many {tool.name} jobs at once; returns one jobId or error per item, in order.",
+                many,
+                _with_signature(submit_many, many),
+            ),
+        ]
+
+
+class StrictArguments:
+    """SDK ServerMiddleware: `tools/call` arguments must satisfy the tool's model, else -32602."""
+
+    def __init__(self, input_models: Mapping[str, type[BaseModel]]) -> None:
+        self.input_models = input_models
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method == "tools/call" and isinstance(ctx.params, dict):
+            name = ctx.params.get("name")
+            model = self.input_models.get(name) if isinstance(name, str) else None
+            arguments = ctx.params.get("arguments") or {}
+            if model is not None:
+                try:
+                    model.model_validate(arguments)
+                except ValidationError as error:
+                    raise MCPError(INVALID_PARAMS, f"{name}: {describe_validation_error(error)}") from None
+        return await call_next(ctx)
+
+
+def _caller(ctx: Context) -> Principal:
+    request = ctx.request_context.request
+    principal = principal_of(request.scope) if request is not None else None
+    if principal is None:  # the HTTP guard authenticates every request; reaching here is a wiring bug
+        raise SdkToolError("Unauthorized")
+    return principal
+
+
+def _with_signature(call: Callable[..., Any], model: type[BaseModel]) -> Callable[..., Any]:
+    """`call` as the SDK introspects it: a Context and one keyword parameter per field of `model`."""
+    parameters = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
+    for field_name, field in model.model_fields.items():
+        default = inspect.Parameter.empty if field.is_required() else field.get_default(call_default_factory=True)
+        parameters.append(
+            inspect.Parameter(field_name, inspect.Parameter.KEYWORD_ONLY, annotation=field.annotation, default=default)
+        )
+    call.__signature__ = inspect.Signature(parameters, return_annotation=dict[str, Any])  # type: ignore[attr-defined]
+    return call
+
+
+def _model_name(tool_name: str) -> str:
+    return "".join(part.capitalize() for part in tool_name.split("_")) + "Input"

@@ -1,0 +1,46 @@
+"""register_endpoint, list_endpoints and endpoint_status: the caller's probed MCP endpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from mcp_backend.netsafety import check_endpoint_url
+from mcp_backend.tools.context import StrictInput, ToolContext
+from mcp_backend.tools.errors import EndpointNotFound
+
+
+class RegisterEndpointInput(StrictInput):
+    url: str = Field(min_length=1, max_length=2048, description="The endpoint's MCP URL (https).")
+    name: str = Field(min_length=1, max_length=128, description="A label for the endpoint.")
+    auth: str | None = Field(
+        None,
+        min_length=1,
+        max_length=4096,
+        description="Optional bearer token the probe sends; stored encrypted, never shown again.",
+    )
+
+
+class ListEndpointsInput(StrictInput):
+    pass
+
+
+class EndpointStatusInput(StrictInput):
+    server_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
+
+
+def register_endpoint(request: RegisterEndpointInput, ctx: ToolContext) -> dict[str, Any]:
+    url = check_endpoint_url(request.url, allow_private_hosts=ctx.allow_private_endpoints)
+    return ctx.endpoint_registry().register(ctx.user_id, url, request.name, request.auth)
+
+
+def list_endpoints(request: ListEndpointsInput, ctx: ToolContext) -> dict[str, Any]:
+    return {"endpoints": ctx.endpoint_registry().list_for(ctx.user_id)}
+
+
+def endpoint_status(request: EndpointStatusInput, ctx: ToolContext) -> dict[str, Any]:
+    status = ctx.endpoint_registry().status(ctx.user_id, request.server_id, ctx.uptime_window_seconds)
+    if status is None:  # someone else's endpoint is indistinguishable from none
+        raise EndpointNotFound(f"no endpoint {request.server_id}")
+    return status

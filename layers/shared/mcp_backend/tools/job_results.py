@@ -1,0 +1,27 @@
+"""get_job and list_failed_jobs: the caller's jobs as the jobs service reads them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from mcp_backend.jobs.models import JOB_ID_PATTERN
+from mcp_backend.tools.context import StrictInput, ToolContext
+
+
+class GetJobInput(StrictInput):
+    job_id: str = Field(pattern=JOB_ID_PATTERN)
+    cursor: str | None = Field(None, max_length=512, description="nextCursor from the previous page")
+
+
+class ListFailedJobsInput(StrictInput):
+    limit: int = Field(10, ge=1, le=50)
+
+
+def get_job(request: GetJobInput, ctx: ToolContext) -> dict[str, Any]:
+    return ctx.job_service().page(ctx.user_id, request.job_id, request.cursor)
+
+
+def list_failed_jobs(request: ListFailedJobsInput, ctx: ToolContext) -> dict[str, Any]:
+    return ctx.job_service().failed(ctx.user_id, request.limit)

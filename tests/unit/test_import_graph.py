@@ -1,0 +1,106 @@
+"""The shared package's import graph: no cycles between modules or between its top-level parts, and no
+first-party import hidden inside a function (where it could hide a cycle) unless it is there for cold start."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "layers" / "shared" / "mcp_backend"
+# Imported in a function so a cold start that never fetches over https skips httpx.
+LAZY_FOR_COLD_START = {("mcp_backend.tools.fetch", "mcp_backend.tools.http_source")}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def imports_of(module: str) -> list[tuple[str, bool]]:
+    """(imported first-party module, imported inside a function) for every import statement."""
+    found: list[tuple[str, bool]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            nested = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            if isinstance(child, ast.Import):
+                found.extend((alias.name, nested) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                for alias in child.names:
+                    candidate = f"{child.module}.{alias.name}"
+                    found.append((candidate if candidate in MODULES else child.module, nested))
+            visit(child, nested)
+
+    visit(ast.parse(MODULES[module].read_text()), False)
+    return [(name, nested) for name, nested in found if name in MODULES and name != module]
+
+
+GRAPH = {module: {name for name, _ in imports_of(module)} for module in MODULES}
+
+
+def part(module: str) -> str:
+    """The top-level part a module belongs to: mcp_backend.jobs.store -> mcp_backend.jobs."""
+    return ".".join(module.split(".")[:2])
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_no_module_imports_itself_through_others():
+    # Given every first-party import, at module level or inside a function
+    # When the module graph is searched for cycles
+    # Then there are none
+    assert cycles(GRAPH) == []
+
+
+def test_no_two_parts_of_the_package_import_each_other():
+    # Given the graph between the package's top-level parts (jobs, tools, mcp, probes, monitor, ...)
+    parts: dict[str, set[str]] = {}
+    for module, targets in GRAPH.items():
+        parts.setdefault(part(module), set()).update(part(t) for t in targets if part(t) != part(module))
+
+    # Then no part depends on itself through another
+    assert cycles(parts) == []
+
+
+def test_first_party_imports_are_at_module_level():
+    # Given the imports made inside functions
+    hidden = {
+        (module, name) for module in MODULES for name, nested in imports_of(module) if nested
+    } - LAZY_FOR_COLD_START
+
+    # Then none is first-party, except the ones a cold start must not pay for
+    assert hidden == set()
