@@ -63,7 +63,7 @@ class DriftDetector(ProbeResultConsumer):
         previous = self.table.record_schema_change(probe)
         if previous is not None:
             return previous
-        endpoint = self.table.endpoint_item(probe.server_id)
+        endpoint = self.table.read_endpoint(probe.server_id)
         if endpoint is None:
             logger.warning("probe result for an unregistered endpoint")
             metrics.add_metric(name="ProbeResultWithoutEndpoint", unit=MetricUnit.Count, value=1)

@@ -116,7 +116,7 @@ class MonitorTable:
         )
         return "Item" in item
 
-    def endpoint_item(self, server_id: str) -> dict[str, Any] | None:
+    def read_endpoint(self, server_id: str) -> dict[str, Any] | None:
         """The whole endpoint item (auth token and schema state included), read consistently."""
         item: dict[str, Any] | None = self._client.get_item(
             TableName=self.table_name, Key=key(server_id, ENDPOINT_SORT_KEY), ConsistentRead=True

@@ -56,7 +56,7 @@ class EndpointRegistry:
 
     def status(self, owner_id: str, server_id: str, window_seconds: int) -> dict[str, Any] | None:
         """Latest result, uptime over the window and the last schema change; None if not the owner's."""
-        item = self.table.endpoint_item(server_id)
+        item = self.table.read_endpoint(server_id)
         if item is None or item.get("ownerId", {}).get("S") != owner_id:
             return None
         since = probed_at_text(datetime.now(UTC) - timedelta(seconds=window_seconds))
