@@ -67,7 +67,7 @@ lint: env $(SAM) build/expanded-template.json
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) mypy
-	$(RUN) pytest -q -p no:cacheprovider tests/unit/test_import_graph.py
+	$(RUN) pytest -q -p no:cacheprovider tests/unit/test_import_graph.py tests/unit/test_table_owners.py
 	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
 	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- build/expanded-template.json
 	$(RUN) cfn-lint -- deploy/github-oidc-role.yaml

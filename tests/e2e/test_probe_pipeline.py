@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from mcp_backend.config import McpSettings
+from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.probes.registry import EndpointRegistry
 from tests.e2e.conftest import Endpoint, mcp_client, mcp_environment, serve
 from tests.kinesis import stream_json
@@ -49,7 +50,7 @@ def product_endpoint(stack, start) -> Endpoint:
 
 
 def registry(stack) -> EndpointRegistry:
-    return EndpointRegistry(stack.environment.table_name("MonitorTable"), stack.client("dynamodb"))
+    return EndpointRegistry(MonitorTable(stack.environment.table_name("MonitorTable"), stack.client("dynamodb")))
 
 
 def probe_results(stack, server_id: str) -> list[dict]:

@@ -21,6 +21,7 @@ from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
+from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.probes.registry import EndpointRegistry
 from mcp_backend.tools.context import ProgressCallback, ToolContext
 from mcp_backend.tools.dataset_stream import FetchPolicy
@@ -40,7 +41,7 @@ def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str
         ),
         clients,
     )
-    endpoints = EndpointRegistry(settings.monitor_table_name, LazyClient("dynamodb", clients))
+    endpoints = EndpointRegistry(MonitorTable.from_settings(settings, LazyClient("dynamodb", clients)))
     policy = FetchPolicy(max_bytes=settings.dataset_max_bytes, allow_private_hosts=settings.dataset_allow_private_hosts)
 
     def context_for(user_id: str, progress: ProgressCallback | None) -> ToolContext:

@@ -1,4 +1,4 @@
-"""What both MonitorTable stream consumers share: the table client, and reading a probe result from
+"""What both MonitorTable stream consumers share: the table's owner, and reading a probe result from
 the stream image their filter selects (NewImage for new results, OldImage for expired ones)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
-from mcp_backend.aws import client_or_lazy
 from mcp_backend.config import MonitorStreamSettings
 from mcp_backend.monitor.items import ProbeResult
+from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.observability import logger
 from mcp_backend.streams import StreamRecordConsumer, dynamodb_position
 
@@ -26,9 +26,7 @@ class ProbeResultConsumer(StreamRecordConsumer):
         idempotency_client: Any = None,
     ) -> None:
         super().__init__(settings, idempotent=idempotent, idempotency_client=idempotency_client)
-        dynamodb_client = client_or_lazy(dynamodb_client, "dynamodb")
-        self.table_name = settings.monitor_table_name
-        self._dynamodb = dynamodb_client
+        self.table = MonitorTable.from_settings(settings, dynamodb_client)
 
     def process(self, record: DynamoDBRecord) -> dict[str, Any]:
         """Record handler: raises on an image that is not a probe result or on a failed write."""

@@ -16,19 +16,9 @@ from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import DriftDetectorSettings
 from mcp_backend.monitor.consumer import ProbeResultConsumer
-from mcp_backend.monitor.items import ENDPOINT_SORT_KEY, ProbeResult, key
+from mcp_backend.monitor.items import ProbeResult
+from mcp_backend.monitor.table import NO_SCHEMA_HASH
 from mcp_backend.observability import logger, metrics
-
-_NO_HASH = ""  # previousSchemaHash of a first (baseline) hash: no drift
-_CHANGE = (
-    "SET previousSchemaHash = if_not_exists(lastSchemaHash, :none), lastSchemaHash = :hash, "
-    "schemaHashSince = :at, schemaChangedBy = :probe"
-)
-# Only a registered endpoint, only a different hash, only from a result newer than the current hash's.
-_IS_CHANGE = (
-    "attribute_exists(serverId) AND (attribute_not_exists(lastSchemaHash) OR "
-    "(lastSchemaHash <> :hash AND schemaHashSince < :at))"
-)
 
 
 class DriftDetector(ProbeResultConsumer):
@@ -70,31 +60,15 @@ class DriftDetector(ProbeResultConsumer):
 
     def _record_hash(self, probe: ProbeResult) -> str:
         """The hash this result replaced, or "" when it changed nothing (or set the first hash)."""
-        try:
-            response = self._dynamodb.update_item(
-                TableName=self.table_name,
-                Key=key(probe.server_id, ENDPOINT_SORT_KEY),
-                UpdateExpression=_CHANGE,
-                ConditionExpression=_IS_CHANGE,
-                ExpressionAttributeValues={
-                    ":hash": {"S": probe.schema_hash},
-                    ":at": {"S": probe.probed_at_text},
-                    ":probe": {"S": probe.sort_key},
-                    ":none": {"S": _NO_HASH},
-                },
-                ReturnValues="ALL_NEW",
-            )
-            return response["Attributes"]["previousSchemaHash"]["S"]
-        except self._dynamodb.exceptions.ConditionalCheckFailedException:
-            pass
-        endpoint = self._dynamodb.get_item(
-            TableName=self.table_name, Key=key(probe.server_id, ENDPOINT_SORT_KEY), ConsistentRead=True
-        ).get("Item")
+        previous = self.table.record_schema_change(probe)
+        if previous is not None:
+            return previous
+        endpoint = self.table.read_endpoint(probe.server_id)
         if endpoint is None:
             logger.warning("probe result for an unregistered endpoint")
             metrics.add_metric(name="ProbeResultWithoutEndpoint", unit=MetricUnit.Count, value=1)
-            return _NO_HASH
+            return NO_SCHEMA_HASH
         if endpoint.get("schemaChangedBy", {}).get("S") == probe.sort_key:
             # This result made the change on an earlier attempt whose call-log put failed.
-            return endpoint.get("previousSchemaHash", {}).get("S", _NO_HASH)
-        return _NO_HASH
+            return endpoint.get("previousSchemaHash", {}).get("S", NO_SCHEMA_HASH)
+        return NO_SCHEMA_HASH

@@ -68,6 +68,7 @@ class ProbeResult(BaseModel):
 
 ENDPOINTS_BY_OWNER_INDEX = "EndpointsByOwner"
 PROBE_PREFIX = "probe#"
+ROLLUP_PREFIX = "rollup#"
 
 
 def probed_at_text(moment: datetime) -> str:
@@ -122,6 +123,11 @@ def probe_result_item(result: dict[str, Any], *, probe_id: str, probed_at: datet
         if result.get(name):
             item[name] = {"S": str(result[name])}
     return item
+
+
+def rollup_sort_key(probe: ProbeResult) -> str:
+    """The daily rollup a probe result is folded into: its UTC day."""
+    return f"{ROLLUP_PREFIX}{probe.probed_at.astimezone(UTC):%Y-%m-%d}"
 
 
 def key(server_id: str, sort_key: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from mcp_backend.api_keys import add_api_key
 from mcp_backend.aws import client_or_lazy
 from mcp_backend.config import ProbeDispatcherSettings
+from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.observability import logger, metrics
 from mcp_backend.probes.registry import EndpointRegistry
 from mcp_backend.probes.worker import ProbeTarget
@@ -28,7 +29,7 @@ class ProbeDispatcher:
         secrets_client: Any = None,
     ) -> None:
         self.settings = settings
-        self.registry = EndpointRegistry(settings.monitor_table_name, client_or_lazy(dynamodb_client, "dynamodb"))
+        self.registry = EndpointRegistry(MonitorTable.from_settings(settings, dynamodb_client))
         self._lambda = client_or_lazy(lambda_client, "lambda")
         self._secrets = client_or_lazy(secrets_client, "secretsmanager")
         self._self_registered = not (settings.self_function_name and settings.api_keys_secret_id)

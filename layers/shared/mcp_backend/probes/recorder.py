@@ -15,16 +15,12 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from mcp_backend.aws import client_or_lazy
 from mcp_backend.batch import require_batch_from
 from mcp_backend.config import ProbeRecorderSettings
 from mcp_backend.monitor.items import probe_result_item
+from mcp_backend.monitor.table import MonitorTable, item_identity
 from mcp_backend.observability import logger, metrics
 from mcp_backend.probes.envelope import DestinationEnvelope, MalformedEnvelope
-
-BATCH_WRITE_LIMIT = 25
-WRITE_ATTEMPTS = 5
-BACKOFF_BASE_SECONDS = 0.05
 
 
 class ProbeRecorder:
@@ -34,10 +30,8 @@ class ProbeRecorder:
         dynamodb_client: Any = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        dynamodb_client = client_or_lazy(dynamodb_client, "dynamodb")
         self.settings = settings
-        self._dynamodb = dynamodb_client
-        self._sleep = sleep
+        self.table = MonitorTable.from_settings(settings, dynamodb_client, sleep)
 
     def handle(self, event: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
         require_batch_from(event, "aws:sqs")
@@ -52,10 +46,11 @@ class ProbeRecorder:
                 logger.error("probe result not recordable", extra={"message_id": message_id, "reason": str(error)})
                 failed.append(message_id)
                 continue
-            identity = item["serverId"]["S"] + "\n" + item["sortKey"]["S"]
+            identity = item_identity(item)
             items[identity] = item  # a duplicate in one batch: one put (BatchWriteItem rejects duplicate keys)
             pending.setdefault(identity, []).append(message_id)
-        unwritten = self.write(list(items.values()))
+        # Unwritten items' records fail and are redelivered.
+        unwritten = self.table.put_probe_results(list(items.values()))
         for identity in unwritten:
             failed.extend(pending[identity])
         metrics.add_metric(name="ProbeResultsRecorded", unit=MetricUnit.Count, value=len(items) - len(unwritten))
@@ -72,26 +67,3 @@ class ProbeRecorder:
         return probe_result_item(
             result, probe_id=envelope.request_context.request_id, probed_at=probed_at, expires_at=expires_at
         )
-
-    def write(self, items: list[dict[str, Any]]) -> set[str]:
-        """BatchWriteItem in chunks of 25, retrying UnprocessedItems with exponential backoff.
-        Returns the identities of items still unwritten (their records fail and are redelivered)."""
-        unwritten: set[str] = set()
-        table = self.settings.monitor_table_name
-        for start in range(0, len(items), BATCH_WRITE_LIMIT):
-            requests = [{"PutRequest": {"Item": item}} for item in items[start : start + BATCH_WRITE_LIMIT]]
-            for attempt in range(WRITE_ATTEMPTS):
-                if attempt:
-                    self._sleep(BACKOFF_BASE_SECONDS * 2 ** (attempt - 1))
-                try:
-                    response = self._dynamodb.batch_write_item(RequestItems={table: requests})
-                except Exception as error:  # noqa: BLE001 - throttled or failed call: retried, then its records fail
-                    logger.warning("batch write failed", extra={"error_type": type(error).__name__})
-                    continue
-                requests = response.get("UnprocessedItems", {}).get(table, [])
-                if not requests:
-                    break
-            for request in requests:
-                item = request["PutRequest"]["Item"]
-                unwritten.add(item["serverId"]["S"] + "\n" + item["sortKey"]["S"])
-        return unwritten

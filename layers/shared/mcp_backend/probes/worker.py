@@ -12,9 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mcp_backend.aws import client_or_lazy
 from mcp_backend.config import ProbeWorkerSettings
-from mcp_backend.monitor.items import ENDPOINT_SORT_KEY, key
+from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.netsafety import UnsafeEndpointUrl, check_endpoint_url
 from mcp_backend.observability import logger
 from mcp_backend.probes.client import ProbeRequest, probe
@@ -40,9 +39,8 @@ class MalformedProbeTarget(ValueError):
 
 class ProbeWorker:
     def __init__(self, settings: ProbeWorkerSettings, dynamodb_client: Any = None) -> None:
-        dynamodb_client = client_or_lazy(dynamodb_client, "dynamodb")
         self.settings = settings
-        self._dynamodb = dynamodb_client
+        self.table = MonitorTable.from_settings(settings, dynamodb_client)
 
     def handle(self, event: Any) -> dict[str, Any]:
         import anyio
@@ -74,12 +72,7 @@ class ProbeWorker:
         return result
 
     def _registered(self, server_id: str) -> tuple[str, str | None]:
-        item = self._dynamodb.get_item(
-            TableName=self.settings.monitor_table_name,
-            Key=key(server_id, ENDPOINT_SORT_KEY),
-            ProjectionExpression="authToken, #url",
-            ExpressionAttributeNames={"#url": "url"},
-        ).get("Item")
-        if item is None or "url" not in item:
+        target = self.table.probe_target(server_id)
+        if target is None:
             raise EndpointNotFound(f"endpoint {server_id} is no longer registered")
-        return item["url"]["S"], item.get("authToken", {}).get("S")
+        return target

@@ -1,0 +1,263 @@
+"""MonitorTable's owner: every read and write of the table goes through `MonitorTable` (item shapes are in
+monitor/items.py). The endpoint registry, the probe worker and recorder, the drift detector and the expiry
+rollup call it; none of them touches DynamoDB or the table's name.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from mcp_backend.aws import client_or_lazy
+from mcp_backend.monitor.items import (
+    ENDPOINT_SORT_KEY,
+    ENDPOINTS_BY_OWNER_INDEX,
+    PROBE_PREFIX,
+    ROLLUP_PREFIX,
+    Endpoint,
+    ItemType,
+    ProbeResult,
+    endpoint_item,
+    key,
+    rollup_sort_key,
+)
+from mcp_backend.observability import logger
+
+BATCH_WRITE_LIMIT = 25
+WRITE_ATTEMPTS = 5
+BACKOFF_BASE_SECONDS = 0.05
+
+NO_SCHEMA_HASH = ""  # previousSchemaHash of a first (baseline) hash: no drift
+_SCHEMA_CHANGE = (
+    "SET previousSchemaHash = if_not_exists(lastSchemaHash, :none), lastSchemaHash = :hash, "
+    "schemaHashSince = :at, schemaChangedBy = :probe"
+)
+# Only a registered endpoint, only a different hash, only from a result newer than the current hash's.
+_IS_SCHEMA_CHANGE = (
+    "attribute_exists(serverId) AND (attribute_not_exists(lastSchemaHash) OR "
+    "(lastSchemaHash <> :hash AND schemaHashSince < :at))"
+)
+
+
+class MonitorTableSettings(Protocol):
+    """Any function settings that name the table (read-only, as the frozen settings models are)."""
+
+    @property
+    def monitor_table_name(self) -> str: ...
+
+
+def item_identity(item: dict[str, Any]) -> str:
+    """An item's key as one string: what BatchWriteItem reports back as unprocessed."""
+    return item["serverId"]["S"] + "\n" + item["sortKey"]["S"]
+
+
+class MonitorTable:
+    def __init__(self, table_name: str, client: Any = None, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.table_name = table_name
+        self._client = client_or_lazy(client, "dynamodb")
+        self._sleep = sleep
+
+    @classmethod
+    def from_settings(
+        cls, settings: MonitorTableSettings, client: Any = None, sleep: Callable[[float], None] = time.sleep
+    ) -> MonitorTable:
+        return cls(settings.monitor_table_name, client, sleep)
+
+    # -- endpoints: writes ------------------------------------------------------
+    def register_endpoint(self, endpoint: Endpoint, auth_token: str | None) -> None:
+        """Write the registration fields; schema state kept by the drift detector stays."""
+        item = endpoint_item(endpoint, auth_token=auth_token, registered_at=datetime.now(UTC))
+        names = {f"#{n}": n for n in item if n not in ("serverId", "sortKey")}
+        values = {f":{n}": v for n, v in item.items() if n not in ("serverId", "sortKey")}
+        update = "SET " + ", ".join(f"{alias} = :{alias[1:]}" for alias in names)
+        if not auth_token:
+            names["#authToken"] = "authToken"
+            update += " REMOVE #authToken"
+        self._client.update_item(
+            TableName=self.table_name,
+            Key=key(endpoint.server_id, ENDPOINT_SORT_KEY),
+            UpdateExpression=update,
+            # A serverId held by another owner is never taken over (a hash collision, in practice never).
+            ConditionExpression="attribute_not_exists(ownerId) OR ownerId = :ownerId",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+
+    def put_endpoint_unless_at(self, endpoint: Endpoint, auth_token: str | None) -> bool:
+        """Write the whole endpoint item unless it exists with this URL; True when written."""
+        try:
+            self._client.put_item(
+                TableName=self.table_name,
+                Item=endpoint_item(endpoint, auth_token=auth_token, registered_at=datetime.now(UTC)),
+                ConditionExpression="attribute_not_exists(serverId) OR #url <> :url",
+                ExpressionAttributeNames={"#url": "url"},
+                ExpressionAttributeValues={":url": {"S": endpoint.url}},
+            )
+        except self._client.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def set_first_auth_token(self, server_id: str, auth_token: str) -> None:
+        """Set the endpoint's token only if it has none: a token in use is never replaced."""
+        self._client.update_item(
+            TableName=self.table_name,
+            Key=key(server_id, ENDPOINT_SORT_KEY),
+            UpdateExpression="SET authToken = :token",
+            ConditionExpression="attribute_exists(serverId) AND attribute_not_exists(authToken)",
+            ExpressionAttributeValues={":token": {"S": auth_token}},
+        )
+
+    # -- endpoints: reads -------------------------------------------------------
+    def endpoint_exists(self, server_id: str) -> bool:
+        item = self._client.get_item(
+            TableName=self.table_name, Key=key(server_id, ENDPOINT_SORT_KEY), ProjectionExpression="serverId"
+        )
+        return "Item" in item
+
+    def read_endpoint(self, server_id: str) -> dict[str, Any] | None:
+        """The whole endpoint item (auth token and schema state included), read consistently."""
+        item: dict[str, Any] | None = self._client.get_item(
+            TableName=self.table_name, Key=key(server_id, ENDPOINT_SORT_KEY), ConsistentRead=True
+        ).get("Item")
+        return item
+
+    def probe_target(self, server_id: str) -> tuple[str, str | None] | None:
+        """The registered URL and auth token, or None when the endpoint is not registered."""
+        item = self._client.get_item(
+            TableName=self.table_name,
+            Key=key(server_id, ENDPOINT_SORT_KEY),
+            ProjectionExpression="authToken, #url",
+            ExpressionAttributeNames={"#url": "url"},
+        ).get("Item")
+        if item is None or "url" not in item:
+            return None
+        return item["url"]["S"], item.get("authToken", {}).get("S")
+
+    def all_endpoints(self) -> Iterator[Endpoint]:
+        """Every registered endpoint: a scan of the sparse index (endpoint items only, no tokens)."""
+        for page in self._client.get_paginator("scan").paginate(
+            TableName=self.table_name, IndexName=ENDPOINTS_BY_OWNER_INDEX
+        ):
+            for item in page["Items"]:
+                yield Endpoint.from_item(item)
+
+    def endpoints_of(self, owner_id: str) -> list[Endpoint]:
+        endpoints: list[Endpoint] = []
+        for page in self._client.get_paginator("query").paginate(
+            TableName=self.table_name,
+            IndexName=ENDPOINTS_BY_OWNER_INDEX,
+            KeyConditionExpression="ownerId = :owner",
+            ExpressionAttributeValues={":owner": {"S": owner_id}},
+        ):
+            endpoints.extend(Endpoint.from_item(item) for item in page["Items"])
+        return endpoints
+
+    # -- probe results ----------------------------------------------------------
+    def probe_results_since(self, server_id: str, since: str, limit: int) -> list[dict[str, Any]]:
+        """The newest `limit` result items probed at or after `since` (probedAt text), oldest first."""
+        items: list[dict[str, Any]] = []
+        for page in self._client.get_paginator("query").paginate(
+            TableName=self.table_name,
+            KeyConditionExpression="serverId = :id AND sortKey BETWEEN :from AND :to",
+            ExpressionAttributeValues={
+                ":id": {"S": server_id},
+                ":from": {"S": f"{PROBE_PREFIX}{since}"},
+                ":to": {"S": f"{PROBE_PREFIX}\uffff"},
+            },
+            ScanIndexForward=False,  # newest first: a capped read keeps the most recent results
+        ):
+            items.extend(page["Items"])
+            if len(items) >= limit:
+                break
+        return items[:limit][::-1]
+
+    def latest_probe_result(self, server_id: str) -> dict[str, Any] | None:
+        items = self._client.query(
+            TableName=self.table_name,
+            KeyConditionExpression="serverId = :id AND begins_with(sortKey, :probe)",
+            ExpressionAttributeValues={":id": {"S": server_id}, ":probe": {"S": PROBE_PREFIX}},
+            ScanIndexForward=False,
+            Limit=1,
+        )["Items"]
+        return items[0] if items else None
+
+    def put_probe_results(self, items: list[dict[str, Any]]) -> set[str]:
+        """BatchWriteItem in chunks of 25, retrying UnprocessedItems with exponential backoff.
+        Returns the identities (item_identity) of items still unwritten."""
+        unwritten: set[str] = set()
+        for start in range(0, len(items), BATCH_WRITE_LIMIT):
+            requests = [{"PutRequest": {"Item": item}} for item in items[start : start + BATCH_WRITE_LIMIT]]
+            for attempt in range(WRITE_ATTEMPTS):
+                if attempt:
+                    self._sleep(BACKOFF_BASE_SECONDS * 2 ** (attempt - 1))
+                try:
+                    response = self._client.batch_write_item(RequestItems={self.table_name: requests})
+                except Exception as error:  # noqa: BLE001 - throttled or failed call: retried, then reported
+                    logger.warning("batch write failed", extra={"error_type": type(error).__name__})
+                    continue
+                requests = response.get("UnprocessedItems", {}).get(self.table_name, [])
+                if not requests:
+                    break
+            unwritten.update(item_identity(request["PutRequest"]["Item"]) for request in requests)
+        return unwritten
+
+    # -- schema state (drift) ---------------------------------------------------
+    def record_schema_change(self, probe: ProbeResult) -> str | None:
+        """Make the probe's schema hash the endpoint's if it is a change (conditional write, so concurrent or
+        reordered results cannot both claim it). Returns the replaced hash (NO_SCHEMA_HASH for the first
+        one), or None when the write changed nothing."""
+        try:
+            response = self._client.update_item(
+                TableName=self.table_name,
+                Key=key(probe.server_id, ENDPOINT_SORT_KEY),
+                UpdateExpression=_SCHEMA_CHANGE,
+                ConditionExpression=_IS_SCHEMA_CHANGE,
+                ExpressionAttributeValues={
+                    ":hash": {"S": probe.schema_hash},
+                    ":at": {"S": probe.probed_at_text},
+                    ":probe": {"S": probe.sort_key},
+                    ":none": {"S": NO_SCHEMA_HASH},
+                },
+                ReturnValues="ALL_NEW",
+            )
+        except self._client.exceptions.ConditionalCheckFailedException:
+            return None
+        previous: str = response["Attributes"]["previousSchemaHash"]["S"]
+        return previous
+
+    # -- daily rollups ----------------------------------------------------------
+    def raise_rollup_latency_max(self, probe: ProbeResult) -> None:
+        """Raise the day's latencyMaxMs to the probe's latency (setting a max twice is harmless)."""
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=key(probe.server_id, rollup_sort_key(probe)),
+                UpdateExpression="SET latencyMaxMs = :latency",
+                ConditionExpression="attribute_not_exists(latencyMaxMs) OR latencyMaxMs < :latency",
+                ExpressionAttributeValues={":latency": {"N": str(probe.latency_ms)}},
+            )
+        except self._client.exceptions.ConditionalCheckFailedException:
+            pass  # the day's max is already at least this
+
+    def add_to_rollup(self, probe: ProbeResult) -> None:
+        """ADD the probe to its day's counts (not idempotent: the caller applies each result once)."""
+        latency = probe.latency_ms if probe.latency_ms is not None else 0
+        self._client.update_item(
+            TableName=self.table_name,
+            Key=key(probe.server_id, rollup_sort_key(probe)),
+            UpdateExpression=(
+                "SET itemType = :type, #day = :day, updatedAt = :now "
+                "ADD probeCount :one, #status :one, latencySumMs :latency, latencySampleCount :sampled"
+            ),
+            ExpressionAttributeNames={"#day": "day", "#status": f"{probe.status}Count"},
+            ExpressionAttributeValues={
+                ":type": {"S": ItemType.PROBE_ROLLUP},
+                ":day": {"S": rollup_sort_key(probe).removeprefix(ROLLUP_PREFIX)},
+                ":now": {"S": datetime.now(UTC).isoformat(timespec="milliseconds")},
+                ":one": {"N": "1"},
+                ":latency": {"N": str(latency)},
+                ":sampled": {"N": "1" if probe.latency_ms is not None else "0"},
+            },
+        )
