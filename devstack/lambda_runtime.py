@@ -550,6 +550,22 @@ class ExecutionEnvironment:
             pass
         return 0
 
+    def extension_memory_mb(self) -> int:
+        """Peak resident memory of the environment's other processes (its external extensions), in MB."""
+        if self.process is None:
+            return 0
+        total = 0
+        for pid in _group_members(self.process.pid):
+            if pid == self.process.pid:
+                continue
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1])
+            except OSError:
+                continue
+        return math.ceil(total / 1024)
+
     def stop(self) -> None:
         if self._stopped:
             return

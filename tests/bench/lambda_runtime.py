@@ -47,6 +47,8 @@ def run() -> list[str]:
         with tempfile.TemporaryDirectory() as scratch:
             cold = cold_starts(runtime, Path(scratch))
         warm_lambda, warm_inprocess = warm_overhead(runtime)
+        with tempfile.TemporaryDirectory() as scratch:
+            extension = extension_cost(runtime, Path(scratch))
         drained = {n: drain_seconds(stack, runtime, n) for n in (1, 4)}
     finally:
         stack.stop()
@@ -65,6 +67,21 @@ def run() -> list[str]:
     ]
     for logical_id, (plain, compiled) in sorted(cold.items()):
         lines.append(f"| {logical_id} | {plain:.0f} ms | {compiled:.0f} ms | {compiled / plain:.2f}x |")
+    with_extension, without_extension, extension_mb = extension
+    lines += [
+        "",
+        "The call-log-telemetry extension (`/opt/extensions/call-log-telemetry`, in the shared layer): a probe "
+        f"function's cold start with the built layer and with the same layer without `extensions/`, median of "
+        f"{COLD_STARTS}; init ends when the runtime and every extension wait for their next event, so the "
+        "extension's own start (its Python and the call-log writer) is on the cold-start path. Its memory is the "
+        "peak resident memory of its process, on top of the function's.",
+        "",
+        "| measure | value | baseline | ratio |",
+        "|---|---|---|---|",
+        f"| cold start with the extension | {with_extension:.0f} ms | without {without_extension:.0f} ms "
+        f"| {with_extension / without_extension:.2f}x |",
+        f"| extension memory (peak RSS) | {extension_mb} MB | | |",
+    ]
     lines += [
         "",
         f"Warm invocation: a handler that returns at once (`tests/e2e/lambda_functions/probe.py`), "
@@ -107,8 +124,29 @@ def cold_starts(runtime: LambdaRuntime, scratch: Path) -> dict[str, tuple[float,
     return results
 
 
-def warm_overhead(runtime: LambdaRuntime) -> tuple[float, float]:
-    spec = FunctionSpec(
+def extension_cost(runtime: LambdaRuntime, scratch: Path) -> tuple[float, float, int]:
+    """(cold start with the extension ms, without ms, the extension's peak memory MB) for a probe function."""
+    layer = BUILD_DIR / "SharedLayer"
+    bare = scratch / "SharedLayer"
+    shutil.copytree(layer, bare, ignore=shutil.ignore_patterns("extensions"))
+    results, memory = [], 0
+    for variant in (layer, bare):
+        spec = _probe_spec({"CALL_LOG_STREAM_NAME": "bench-call-log"})
+        function = LambdaFunction(spec, PROBES, (variant,), 1, "us-east-1", spec.environment)
+        samples = []
+        for _ in range(COLD_STARTS):
+            pool = FunctionPool(function, runtime.image, io.StringIO())
+            with pool.environment() as env:
+                samples.append(env.init_duration_ms or 0.0)
+                if variant == layer:
+                    memory = max(memory, env.extension_memory_mb())
+            pool.shutdown()
+        results.append(statistics.median(samples))
+    return results[0], results[1], memory
+
+
+def _probe_spec(environment: dict[str, str]) -> FunctionSpec:
+    return FunctionSpec(
         logical_id="Probe",
         name="bench-Probe",
         arn="arn:aws:lambda:us-east-1:123456789012:function:bench-Probe",
@@ -117,8 +155,12 @@ def warm_overhead(runtime: LambdaRuntime) -> tuple[float, float]:
         layer_dirs=(),
         timeout=10,
         memory_size=128,
-        environment={"AWS_LAMBDA_LOG_STREAM_NAME": "bench"},
+        environment=environment,
     )
+
+
+def warm_overhead(runtime: LambdaRuntime) -> tuple[float, float]:
+    spec = _probe_spec({"AWS_LAMBDA_LOG_STREAM_NAME": "bench"})
     pool = FunctionPool(LambdaFunction(spec, PROBES, (), 1, "us-east-1", {}), runtime.image, io.StringIO())
     pool.invoke({})  # cold start outside the measure
     started = time.perf_counter()

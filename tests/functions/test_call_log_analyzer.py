@@ -191,3 +191,67 @@ def test_an_unpublishable_alert_does_not_fail_the_counted_records(local, monkeyp
 def test_non_kinesis_event_fails_fast(local, event):
     with pytest.raises(UnexpectedEventSource, match="aws:kinesis"):
         local.invoke(ANALYZER, event)
+
+
+def platform_report(function: str, status: str = "success", *, cold: bool = False, memory: int = 100) -> CallLogRecord:
+    return CallLogRecord(
+        event_type=CallLogEventType.PLATFORM_REPORT,
+        function_name=function,
+        request_id=f"req-{status}-{memory}",
+        status=status,
+        cold_start=cold,
+        init_duration_ms=400.0 if cold else None,
+        duration_ms=50.0 if status == "success" else 30000.0,
+        billed_duration_ms=50,
+        max_memory_used_mb=memory,
+        memory_size_mb=512,
+    )
+
+
+def function_metrics(output: str, function: str) -> dict[str, float]:
+    for line in output.splitlines():
+        if line.startswith('{"_aws"') and f'"FunctionName":"{function}"' in line.replace(" ", ""):
+            blob = json.loads(line)
+            return {
+                k: (v[0] if isinstance(v, list) else v) for k, v in blob.items() if isinstance(v, int | float | list)
+            }
+    return {}
+
+
+def test_platform_reports_give_per_function_figures_and_a_timeout_burst_alerts_once(local, alerts, capsys):
+    # Given a batch of ToolWorker reports: a cold start, a success, then as many timeouts as the threshold
+    timeouts = int(local.stack.function(ANALYZER).environment["TIMEOUT_ALERT_THRESHOLD"])
+    reports = [platform_report("tool-worker", cold=True), platform_report("tool-worker")]
+    reports += [platform_report("tool-worker", "timeout", memory=100 + n) for n in range(timeouts)]
+    records = put_call_log(local, reports, partition_key="function#tool-worker")
+    event = delivered(lambda_event(records, local.stack.ensure("CallLogStream").attributes["Arn"]), ANALYZER)
+    assert len(event["Records"]) == len(reports)  # the stream filter lets every platform report through
+    capsys.readouterr()
+
+    # When the analyzer handles it
+    response = local.invoke(ANALYZER, event)
+
+    # Then the function's figures are emitted and one timeout-burst alert names it
+    assert response == {"batchItemFailures": []}
+    figures = function_metrics(capsys.readouterr().out, "tool-worker")
+    assert figures["ReportedInvocations"] == len(reports) and figures["ColdStarts"] == 1
+    assert figures["Timeouts"] == timeouts and figures["DurationP50"] == 30000.0
+    (alert,) = alerts()
+    assert (alert["alert"], alert["function"], alert["timeoutsInBatch"]) == ("timeout_burst", "tool-worker", timeouts)
+
+
+def test_an_invocation_near_its_memory_limit_alerts(local, alerts):
+    # Given one report of an invocation that used 95% of its 512 MB
+    records = put_call_log(local, [platform_report("mcp-server", memory=487)], partition_key="function#mcp-server")
+    event = delivered(lambda_event(records, local.stack.ensure("CallLogStream").attributes["Arn"]), ANALYZER)
+
+    # When the analyzer handles it
+    local.invoke(ANALYZER, event)
+
+    # Then one memory alert names the function and the share used
+    (alert,) = alerts()
+    assert (alert["alert"], alert["function"], alert["maxMemoryUsedPercent"]) == (
+        "memory_near_limit",
+        "mcp-server",
+        95.1,
+    )

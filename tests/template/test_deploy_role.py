@@ -18,6 +18,7 @@ CREATE_ACTION = {
     "AWS::CloudWatch::Dashboard": "cloudwatch:PutDashboard",
     "AWS::DynamoDB::Table": "dynamodb:CreateTable",
     "AWS::Events::Rule": "events:PutRule",
+    "AWS::IAM::ManagedPolicy": "iam:CreatePolicy",
     "AWS::IAM::Role": "iam:CreateRole",
     "AWS::KMS::Key": "kms:CreateKey",
     "AWS::Kinesis::Stream": "kinesis:CreateStream",

@@ -544,3 +544,24 @@ def test_every_parameter_is_in_exactly_one_group_and_the_groups_follow_the_templ
         "MCP endpoint",
         "Alarms and alerts",
     ]
+
+
+def test_every_function_running_the_telemetry_extension_may_put_its_reports_on_the_call_log_only():
+    # Given the call-log-telemetry extension in the shared layer every function carries
+    policy = RESOURCES["CallLogTelemetryWriter"]
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+
+    # Then its policy allows PutRecords on CallLogStream and nothing else, every function but
+    # CallLogAnalyzer attaches it (when enabled), and CallLogAnalyzer runs the extension disabled
+    assert [(s["Action"], s["Resource"]) for s in statements] == [
+        ("kinesis:PutRecords", {"Fn::GetAtt": ["CallLogStream", "Arn"]})
+    ]
+    for logical_id, function in of_type("AWS::Lambda::Function").items():
+        role = RESOURCES[referenced_resource(function["Properties"]["Role"])]["Properties"]
+        attached = json.dumps(role.get("ManagedPolicyArns", []))
+        variables = function["Properties"]["Environment"]["Variables"]
+        if logical_id == "CallLogAnalyzer":
+            assert "CallLogTelemetryWriter" not in attached and variables["CALL_LOG_TELEMETRY"] == "disabled"
+        else:
+            assert "CallLogTelemetryWriter" in attached, logical_id
+            assert variables["CALL_LOG_TELEMETRY"] == {"Ref": "CallLogTelemetry"}, logical_id

@@ -9,7 +9,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "layers" / "shared" / "mcp_backend"
 # Imported in a function so a cold start that never fetches over https skips httpx.
-LAZY_FOR_COLD_START = {("mcp_backend.tools.fetch", "mcp_backend.tools.http_source")}
+_EXTENSION = "mcp_backend.telemetry_extension.__main__"
+LAZY_FOR_COLD_START = {
+    ("mcp_backend.tools.fetch", "mcp_backend.tools.http_source"),
+    # The extension's init path is the standard library only; its pipeline thread loads the rest.
+    (_EXTENSION, "mcp_backend.aws"),
+    (_EXTENSION, "mcp_backend.calllog.writer"),
+    (_EXTENSION, "mcp_backend.telemetry_extension.reports"),
+    (_EXTENSION, "mcp_backend.telemetry_extension.shipper"),
+}
 
 
 def module_name(path: Path) -> str:

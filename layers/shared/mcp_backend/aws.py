@@ -15,12 +15,20 @@ from typing import Any
 ClientFactory = Callable[[str], Any]
 
 
-def new_client(service: str, *, connect_timeout: float | None = None, read_timeout: float | None = None) -> Any:
+def new_client(
+    service: str,
+    *,
+    connect_timeout: float | None = None,
+    read_timeout: float | None = None,
+    max_attempts: int | None = None,
+) -> Any:
     import boto3  # provided by the runtime; loaded with the first client, not with the handler module
     from botocore.config import Config
 
-    timeouts = {"connect_timeout": connect_timeout, "read_timeout": read_timeout}
-    config = Config(**{name: value for name, value in timeouts.items() if value is not None})
+    options: dict[str, Any] = {"connect_timeout": connect_timeout, "read_timeout": read_timeout}
+    if max_attempts is not None:
+        options["retries"] = {"max_attempts": max_attempts, "mode": "standard"}
+    config = Config(**{name: value for name, value in options.items() if value is not None})
     return boto3.client(service, config=config)
 
 

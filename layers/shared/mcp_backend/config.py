@@ -46,6 +46,10 @@ class CallLogAnalyzerSettings(StreamConsumerSettings):
     alert_topic_arn: str
     # Errors of one tool (or failures of one endpoint) within one batch that raise an alert.
     error_alert_threshold: int = Field(gt=0)
+    # Platform reports (call-log-telemetry): timeouts of one function in one batch, and memory used as a
+    # percentage of the function's limit, that raise an alert.
+    timeout_alert_threshold: int = Field(default=3, gt=0)
+    memory_alert_percent: int = Field(default=90, gt=0, le=100)
 
 
 class MonitorStreamSettings(StreamConsumerSettings):

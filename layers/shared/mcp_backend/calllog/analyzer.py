@@ -1,6 +1,8 @@
 """What CallLogAnalyzer does with the actionable call-log records its ESM filter lets through:
 per-tool error metrics, and one alert per tool (or endpoint) whose errors in the batch reach the
-threshold. Each record counts once: its contribution runs inside the run-once body, keyed on its
+threshold; and, from the platform reports the call-log-telemetry extension writes, per function:
+cold-start rate, p50/p99 duration, timeouts and memory headroom, with an alert on a timeout burst or
+memory near the limit. Each record counts once: its contribution runs inside the run-once body, keyed on its
 position in the stream, so a redelivered record (retry from a failed sequence number, bisection,
 timeout) adds nothing twice."""
 
@@ -8,7 +10,9 @@ from __future__ import annotations
 
 import binascii
 import json
+import math
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -30,6 +34,31 @@ _METRIC_BY_EVENT = {
     CallLogEventType.PROBE_FAILURE: "CallLogProbeFailures",
     CallLogEventType.SCHEMA_DRIFT: "CallLogSchemaDrifts",
 }
+
+
+@dataclass
+class FunctionStats:
+    """One function's platform reports within a batch."""
+
+    invocations: int = 0
+    cold_starts: int = 0
+    timeouts: int = 0
+    durations: list[float] = field(default_factory=list)
+    memory_percent: float = 0.0  # the highest share of its memory limit an invocation used
+
+    def add(self, record: CallLogRecord) -> None:
+        self.invocations += 1
+        self.cold_starts += bool(record.cold_start)
+        self.timeouts += record.status == "timeout"
+        if record.duration_ms is not None:
+            self.durations.append(record.duration_ms)
+        if record.max_memory_used_mb is not None and record.memory_size_mb:
+            self.memory_percent = max(self.memory_percent, 100 * record.max_memory_used_mb / record.memory_size_mb)
+
+    def percentile(self, share: float) -> float:
+        """Nearest-rank percentile of the batch's durations."""
+        ordered = sorted(self.durations)
+        return ordered[max(0, math.ceil(share * len(ordered)) - 1)] if ordered else 0.0
 
 
 class MalformedCallLogRecord(ValueError):
@@ -59,13 +88,17 @@ class CallLogAnalyzer(StreamRecordConsumer):
         self.topic_arn = settings.alert_topic_arn
         self.threshold = settings.error_alert_threshold
         self._sns = sns_client
+        self.timeout_threshold = settings.timeout_alert_threshold
+        self.memory_percent = settings.memory_alert_percent
         self._counts: dict[str, Counter[CallLogEventType]] = defaultdict(Counter)
         self._latest: dict[str, CallLogRecord] = {}
+        self._functions: dict[str, FunctionStats] = defaultdict(FunctionStats)
 
     def start_invocation(self, lambda_context: Any) -> None:
         super().start_invocation(lambda_context)
         self._counts.clear()
         self._latest.clear()
+        self._functions.clear()
 
     def process(self, record: KinesisStreamRecord) -> dict[str, Any]:
         """Record handler: raises on a malformed record or a failed run-once write."""
@@ -78,6 +111,9 @@ class CallLogAnalyzer(StreamRecordConsumer):
         return self.apply_once(position=position, record=event)
 
     def apply(self, *, position: dict[str, str], record: CallLogRecord) -> dict[str, Any]:
+        if record.event_type is CallLogEventType.PLATFORM_REPORT:
+            self._functions[str(record.function_name)].add(record)
+            return {"subject": record.subject, "eventType": record.event_type}
         self._counts[record.subject][record.event_type] += 1
         self._latest[record.subject] = record
         return {"subject": record.subject, "eventType": record.event_type}
@@ -89,9 +125,13 @@ class CallLogAnalyzer(StreamRecordConsumer):
             for subject, counts in self._counts.items():
                 if self._alerting(counts):
                     self._alert(subject, counts, self._latest[subject])
+            for function, stats in self._functions.items():
+                self._emit_function_metrics(function, stats)
+                self._alert_on_function(function, stats)
         finally:
             self._counts.clear()
             self._latest.clear()
+            self._functions.clear()
 
     # ------------------------------------------------------------------ internals
     def _alerting(self, counts: Counter[CallLogEventType]) -> bool:
@@ -112,6 +152,40 @@ class CallLogAnalyzer(StreamRecordConsumer):
         for event_type, count in totals.items():
             metrics.add_metric(name=_METRIC_BY_EVENT[event_type], unit=MetricUnit.Count, value=count)
 
+    def _emit_function_metrics(self, function: str, stats: FunctionStats) -> None:
+        metrics.add_dimension(name="FunctionName", value=function)
+        metrics.add_metric(name="ReportedInvocations", unit=MetricUnit.Count, value=stats.invocations)
+        metrics.add_metric(name="ColdStarts", unit=MetricUnit.Count, value=stats.cold_starts)
+        metrics.add_metric(name="Timeouts", unit=MetricUnit.Count, value=stats.timeouts)
+        metrics.add_metric(
+            name="ColdStartRate", unit=MetricUnit.Percent, value=100 * stats.cold_starts / stats.invocations
+        )
+        metrics.add_metric(name="DurationP50", unit=MetricUnit.Milliseconds, value=stats.percentile(0.5))
+        metrics.add_metric(name="DurationP99", unit=MetricUnit.Milliseconds, value=stats.percentile(0.99))
+        metrics.add_metric(name="MemoryHeadroom", unit=MetricUnit.Percent, value=100 - stats.memory_percent)
+        metrics.flush_metrics()
+
+    def _alert_on_function(self, function: str, stats: FunctionStats) -> None:
+        reasons = []
+        if stats.timeouts >= self.timeout_threshold:
+            reasons.append("timeout_burst")
+        if stats.memory_percent >= self.memory_percent:
+            reasons.append("memory_near_limit")
+        if not reasons:
+            return
+        message = {
+            "alert": reasons[0],
+            "reasons": reasons,
+            "environment": self.settings.environment,
+            "function": function,
+            "timeoutsInBatch": stats.timeouts,
+            "timeoutThreshold": self.timeout_threshold,
+            "maxMemoryUsedPercent": round(stats.memory_percent, 1),
+            "memoryAlertPercent": self.memory_percent,
+            "invocationsInBatch": stats.invocations,
+        }
+        self._publish(f"function:{function}", message, f"{', '.join(reasons)} in {function}")
+
     def _alert(self, subject: str, counts: Counter[CallLogEventType], latest: CallLogRecord) -> None:
         kind, _, name = subject.partition(":")
         drift = counts[CallLogEventType.SCHEMA_DRIFT] > 0
@@ -127,6 +201,9 @@ class CallLogAnalyzer(StreamRecordConsumer):
         if drift:
             message |= {"schemaHash": latest.schema_hash, "previousSchemaHash": latest.previous_schema_hash}
         headline = f"schema drift on {name}" if drift else f"{counts.total()} errors of {kind} {name} in one batch"
+        self._publish(subject, message, headline)
+
+    def _publish(self, subject: str, message: dict[str, Any], headline: str) -> None:
         try:
             self._sns.publish(
                 TopicArn=self.topic_arn,

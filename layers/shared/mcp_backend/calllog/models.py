@@ -1,5 +1,6 @@
-"""What one call-log record says. The producers (MCP endpoint, ToolWorker, drift detector) and the
-CallLogAnalyzer share this model; the ESM filter on the stream reads `eventType` from the same JSON."""
+"""What one call-log record says. The producers (MCP endpoint, ToolWorker, drift detector, the
+call-log-telemetry extension) and the CallLogAnalyzer share this model; the ESM filter on the stream
+reads `eventType` from the same JSON."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ class CallLogEventType(StrEnum):
     JOB_FAILED = "job_failed"
     PROBE_FAILURE = "probe_failure"
     SCHEMA_DRIFT = "schema_drift"
+    # One per invocation, from Lambda's Telemetry API (platform.report), written by the extension.
+    PLATFORM_REPORT = "platform_report"
 
 
 # What the CallLogAnalyzer's FilterCriteria lets through (a test holds the template's filter to this).
@@ -26,6 +29,7 @@ ACTIONABLE = frozenset(
         CallLogEventType.JOB_FAILED,
         CallLogEventType.PROBE_FAILURE,
         CallLogEventType.SCHEMA_DRIFT,
+        CallLogEventType.PLATFORM_REPORT,
     }
 )
 _PROBE_EVENTS = frozenset({CallLogEventType.PROBE_FAILURE, CallLogEventType.SCHEMA_DRIFT})
@@ -51,10 +55,23 @@ class CallLogRecord(BaseModel):
     error_type: str | None = Field(default=None, max_length=128)
     schema_hash: str | None = Field(default=None, max_length=128)
     previous_schema_hash: str | None = Field(default=None, max_length=128)
+    # platform_report: what Lambda measured for one invocation of one function.
+    function_name: str | None = Field(default=None, min_length=1, max_length=140)
+    request_id: str | None = Field(default=None, max_length=64)
+    status: str | None = Field(default=None, max_length=32)  # success | error | failure | timeout
+    cold_start: bool | None = None
+    init_duration_ms: float | None = Field(default=None, ge=0)
+    duration_ms: float | None = Field(default=None, ge=0)
+    billed_duration_ms: int | None = Field(default=None, ge=0)
+    max_memory_used_mb: int | None = Field(default=None, ge=0)
+    memory_size_mb: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _has_a_subject(self) -> Self:
-        if self.event_type in _PROBE_EVENTS:
+        if self.event_type is CallLogEventType.PLATFORM_REPORT:
+            if not self.function_name:
+                raise ValueError("platform_report records need functionName")
+        elif self.event_type in _PROBE_EVENTS:
             if not self.server_id:
                 raise ValueError(f"{self.event_type} records need serverId")
         elif not (self.tool_name and self.user_id):
@@ -64,13 +81,17 @@ class CallLogRecord(BaseModel):
     @property
     def partition_key(self) -> str:
         """One caller's records share a shard and stay in order; probe records order per endpoint."""
+        if self.event_type is CallLogEventType.PLATFORM_REPORT:
+            return f"function#{self.function_name}"
         if self.event_type in _PROBE_EVENTS:
             return f"server#{self.server_id}"
         return f"user#{self.user_id}"
 
     @property
     def subject(self) -> str:
-        """What an alert is about: the tool, or the endpoint for probe records."""
+        """What an alert is about: the tool, the endpoint for probe records, the function for reports."""
+        if self.event_type is CallLogEventType.PLATFORM_REPORT:
+            return f"function:{self.function_name}"
         return f"tool:{self.tool_name}" if self.event_type not in _PROBE_EVENTS else f"server:{self.server_id}"
 
     def data(self) -> bytes:
