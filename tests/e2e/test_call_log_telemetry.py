@@ -95,3 +95,21 @@ def test_a_stream_that_does_not_answer_never_fails_or_slows_an_invocation(start_
     assert all("environment" in answer for answer in answers)
     assert "call-log-telemetry: 0 records written, 3 dropped" in output.getvalue(), output.getvalue()[-2000:]
     assert reports(stack) == []
+
+
+def test_the_extension_registers_for_invoke_and_shutdown_and_subscribes_to_platform_events_only(start_stack):
+    # Given a function whose layer carries the extension
+    stack = start_stack(runtime="lambda")
+    runtime, _ = probe_runtime(stack)
+
+    # When its environment initializes (init ends only once the extension waits for its first event)
+    with runtime.pool("Probe").environment() as env:
+        [extension] = env.extensions.extensions.values()
+        subscription = extension.subscription
+    runtime.shutdown()
+
+    # Then the Extensions and Telemetry APIs received what the documentation asks for
+    assert (extension.name, extension.events) == ("call-log-telemetry", ["INVOKE", "SHUTDOWN"])
+    assert subscription is not None and subscription.types == {"platform"}  # function logs stay off
+    assert (subscription.max_items, subscription.max_bytes, subscription.timeout) == (1000, 262144, 0.1)
+    assert subscription.uri.startswith("http://127.0.0.1:")  # sandbox.localdomain, as the sandbox resolves it
