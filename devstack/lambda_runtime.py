@@ -69,7 +69,9 @@ BOOTSTRAP_FILES = Path(__file__).parent / "var_runtime"
 # adapter's extension half is devstack.web_adapter.
 WEB_ADAPTER_LAYER = Path(__file__).parent / "layers" / "lambda-web-adapter"
 WEB_ADAPTER_LAYER_NAME = ":layer:LambdaAdapterLayer"
-# Lambda's documented values for the Python runtimes (configuration-envvars.html).
+# Lambda's values for the Python runtimes: configuration-envvars.html lists PATH and LD_LIBRARY_PATH (its
+# older copies omit /var/lang, which the python3.11+ runtimes put first; that part is from the runtime
+# images, not from a page found here).
 LAMBDA_PATH = "/var/lang/bin:/usr/local/bin:/usr/bin/:/bin:/opt/bin"
 LAMBDA_LD_LIBRARY_PATH = (
     "/var/lang/lib:/lib64:/usr/lib64:/var/runtime:/var/runtime/lib:/var/task:/var/task/lib:/opt/lib"
@@ -77,7 +79,9 @@ LAMBDA_LD_LIBRARY_PATH = (
 # Files that drive the build rather than being copied into it.
 _BUILD_INPUTS = {"Makefile", "requirements.txt"}
 INIT_LIMIT_SECONDS = 10.0
-SHUTDOWN_GRACE_SECONDS = 2.0  # what Lambda gives external extensions after SHUTDOWN
+# The Shutdown phase's limit: 2,000 ms, of which up to 300 ms go to the runtime and the rest to external
+# extensions (runtimes-extensions-api.html, Shutdown phase). Here the runtime is killed at once.
+SHUTDOWN_GRACE_SECONDS = 2.0
 # The sandbox's first process: every external extension in the background, then the runtime in its place.
 _START_EXTENSIONS_THEN_RUNTIME = (
     'for extension in /opt/extensions/*; do [ -f "$extension" ] && [ -x "$extension" ] && "$extension" & done; '
@@ -539,32 +543,15 @@ class ExecutionEnvironment:
                 pass
 
     def max_memory_mb(self) -> int:
-        """The process tree's peak resident memory (VmHWM of the runtime process), in MB."""
-        if self.process is None:
-            return 0
-        try:
-            for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return math.ceil(int(line.split()[1]) / 1024)
-        except OSError:
-            pass
-        return 0
+        """The runtime process's peak resident memory (VmHWM), in MB."""
+        return math.ceil(_peak_rss_kb(self.process.pid) / 1024) if self.process is not None else 0
 
     def extension_memory_mb(self) -> int:
         """Peak resident memory of the environment's other processes (its external extensions), in MB."""
         if self.process is None:
             return 0
-        total = 0
-        for pid in _group_members(self.process.pid):
-            if pid == self.process.pid:
-                continue
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        total += int(line.split()[1])
-            except OSError:
-                continue
-        return math.ceil(total / 1024)
+        others = [pid for pid in _group_members(self.process.pid) if pid != self.process.pid]
+        return math.ceil(sum(_peak_rss_kb(pid) for pid in others) / 1024)
 
     def stop(self) -> None:
         if self._stopped:
@@ -644,6 +631,17 @@ def _wait_group_exit(pgid: int, seconds: float) -> None:
         time.sleep(0.02)
 
 
+def _peak_rss_kb(pid: int) -> int:
+    """VmHWM of a process (0 once it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def _group_members(pgid: int) -> list[int]:
     members = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -657,6 +655,8 @@ def _group_members(pgid: int) -> list[int]:
 
 
 def timeout_document(request_id: str, timeout: int) -> dict[str, Any]:
+    """A timed-out invocation's error as Lambda reports it to Invoke and Destinations. The type and wording
+    are as Lambda returns them; no documentation page spelling them out was found with the search tool."""
     return {
         "errorType": "Sandbox.Timedout",
         "errorMessage": f"RequestId: {request_id} Error: Task timed out after {timeout:.2f} seconds",
