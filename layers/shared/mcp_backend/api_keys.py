@@ -38,7 +38,8 @@ class Principal(BaseModel):
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
 
-    user_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.@:-]+$")
+    # `|` for token subjects such as Auth0's "auth0|5f...".
+    user_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.@:|-]+$")
     tier: Literal["free", "pro", "internal"] = "free"
 
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SettingsT = TypeVar("SettingsT", bound=BaseModel)
+ASYMMETRIC_JWT_ALGORITHMS = frozenset(
+    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+)
 
 
 class Settings(BaseModel):
@@ -74,6 +77,24 @@ class McpSettings(Settings):
     job_dead_letter_queue_url: str
     call_log_stream_name: str
     api_keys_secret_id: str
+    # apikey: bearer API keys only; oauth: JWT access tokens only; both: either (mcp_backend.mcp.auth).
+    auth_mode: Literal["apikey", "oauth", "both"] = "apikey"
+    # OAuth resource-server mode (auth_mode oauth or both): the authorization server whose tokens are accepted.
+    oauth_issuer: str = ""
+    oauth_jwks_url: str = ""  # empty: the jwks_uri of the issuer's /.well-known/openid-configuration
+    # This resource's URL (the tokens' audience, RFC 8707); empty: https://<request Host><mcp_path>.
+    oauth_resource: str = ""
+    oauth_audiences: str = ""  # comma-separated audiences accepted besides the resource URL
+    # Tokens without `aud` (Cognito access tokens) are accepted only from these clients (`client_id`).
+    oauth_client_ids: str = ""
+    # Scope names are <prefix>read and <prefix>submit (Cognito: "<resource server identifier>/").
+    oauth_scope_prefix: str = ""
+    oauth_user_claim: str = "sub"  # the claim that becomes the caller's user id
+    oauth_algorithms: str = "RS256,ES256"
+    oauth_leeway_seconds: float = Field(default=30.0, ge=0, le=300)
+    oauth_jwks_cache_seconds: float = Field(default=3600.0, gt=0)
+    # At most one JWKS fetch per this many seconds (an unknown `kid`, or retrying an unreachable JWKS).
+    oauth_jwks_refresh_seconds: float = Field(default=30.0, gt=0)
     # Function URL hosts (*.lambda-url.<region>.on.aws) are allowed for AWS_REGION; custom domains are added here.
     aws_region: str = "us-east-1"
     mcp_allowed_hosts: str = ""  # comma-separated extra Host values, e.g. "mcp.example.com,127.0.0.1:8080"
@@ -96,6 +117,20 @@ class McpSettings(Settings):
 
     def allowed_origins(self) -> list[str]:
         return self._split(self.mcp_allowed_origins)
+
+    @model_validator(mode="after")
+    def _oauth_is_configured(self) -> McpSettings:
+        if self.auth_mode != "apikey" and not self.oauth_issuer:
+            raise ValueError("AUTH_MODE oauth/both needs OAUTH_ISSUER")
+        # Asymmetric algorithms only: `none` and HS* (a shared secret, or a public key misused as one) never.
+        unsafe = set(self._split(self.oauth_algorithms)) - ASYMMETRIC_JWT_ALGORITHMS
+        if unsafe or not self._split(self.oauth_algorithms):
+            raise ValueError(f"OAUTH_ALGORITHMS must be a non-empty subset of {sorted(ASYMMETRIC_JWT_ALGORITHMS)}")
+        return self
+
+    def oauth_list(self, name: str) -> list[str]:
+        """A comma-separated OAuth setting (audiences, client_ids, algorithms) as a list."""
+        return self._split(getattr(self, f"oauth_{name}"))
 
 
 class ProbeDispatcherSettings(Settings):

@@ -1,6 +1,6 @@
 """Who is calling: bearer API keys checked against the hashed key table (mcp_backend.api_keys), behind a
-replaceable Authenticator. An OAuth 2.1 resource-server mode (JWT audience check, RFC 9728
-metadata) is another Authenticator: the HTTP guard only calls `authenticate` and `challenge`.
+replaceable Authenticator. The OAuth 2.1 resource-server mode (mcp_backend.mcp.oauth) is another
+Authenticator: the HTTP guard only calls the protocol below.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import hmac
 import threading
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -17,17 +17,43 @@ from mcp_backend.observability import logger
 
 
 class Authenticator(Protocol):
-    async def authenticate(self, bearer_token: str) -> Principal | None:
-        """The principal for a presented token, or None when it is not valid."""
+    async def authenticate(self, bearer_token: str, resource: str) -> Principal | None:
+        """The principal for a presented token, or None when it is not valid (for `resource`, this endpoint's URL)."""
         ...
 
-    def challenge(self) -> str:
+    def challenge(self, resource: str, token_presented: bool) -> str:
         """The WWW-Authenticate value sent with a 401."""
         ...
 
+    def metadata(self, resource: str) -> dict[str, Any] | None:
+        """The RFC 9728 Protected Resource Metadata, or None when the endpoint is not an OAuth resource."""
+        ...
 
-class KeyTableUnavailable(RuntimeError):
-    """No key table could be read (and none is cached): the guard answers 503, not 401 or 500."""
+    def insufficient_scope(self, resource: str, scope: str) -> str:
+        """The WWW-Authenticate value sent with a 403 when the caller's token lacks `scope` (an Access value)."""
+        ...
+
+
+class ScopedPrincipal(Principal):
+    """A caller authenticated by an access token: only the tools its scopes allow (Access values)."""
+
+    access: frozenset[str] = frozenset()
+
+
+class AuthenticationUnavailable(RuntimeError):
+    """Credentials cannot be checked right now: the guard answers 503 with Retry-After, never 401 or 500.
+
+    `logged` says the cause was already logged (once per interval), so the guard does not log it per request."""
+
+    logged = False
+
+    def __init__(self, message: str, retry_after_seconds: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+
+class KeyTableUnavailable(AuthenticationUnavailable):
+    """No key table could be read (and none is cached)."""
 
 
 class ApiKeyAuthenticator:
@@ -45,7 +71,7 @@ class ApiKeyAuthenticator:
         self._loaded_at = float("-inf")
         self._lock = threading.Lock()
 
-    async def authenticate(self, bearer_token: str) -> Principal | None:
+    async def authenticate(self, bearer_token: str, resource: str = "") -> Principal | None:
         import anyio.to_thread
 
         if not bearer_token.startswith(API_KEY_PREFIX) or len(bearer_token) > 256:
@@ -57,8 +83,14 @@ class ApiKeyAuthenticator:
             found = _lookup(await anyio.to_thread.run_sync(self._current_table, True), digest)
         return found
 
-    def challenge(self) -> str:
+    def challenge(self, resource: str = "", token_presented: bool = True) -> str:
         return 'Bearer realm="mcp", error="invalid_token"'
+
+    def metadata(self, resource: str) -> dict[str, Any] | None:
+        return None
+
+    def insufficient_scope(self, resource: str, scope: str) -> str:
+        return self.challenge()  # API keys carry every scope: never asked
 
     def _current_table(self, force: bool) -> dict[str, Principal]:
         with self._lock:

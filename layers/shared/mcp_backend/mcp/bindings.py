@@ -34,7 +34,7 @@ from mcp_backend.netsafety import UnsafeUrl
 from mcp_backend.observability import logger
 from mcp_backend.tools.context import ProgressCallback, StrictInput, ToolContext
 from mcp_backend.tools.errors import ToolError
-from mcp_backend.tools.registry import Tool
+from mcp_backend.tools.registry import Access, Tool
 from mcp_backend.validation import describe_validation_error
 
 # Failures whose type and message are written to be shown to the caller.
@@ -90,6 +90,7 @@ class Binding:
     description: str
     input_model: type[BaseModel]
     call: Callable[..., Any]
+    access: Access = Access.SUBMIT
 
 
 class ToolBindings:
@@ -105,6 +106,8 @@ class ToolBindings:
             self.bindings.extend(self._submit_bindings(tool))
         self.bindings.extend(self._sync_binding(tool) for tool in table.values() if tool.runs_sync)
         self.input_models = {binding.name: binding.input_model for binding in self.bindings}
+        # The scope each tool needs from an OAuth caller (the HTTP guard checks it before the SDK runs).
+        self.access = {binding.name: binding.access for binding in self.bindings}
 
     def sdk_tools(self) -> list[SdkTool]:
         tools = []
@@ -137,7 +140,9 @@ class ToolBindings:
             return result
 
         suffix = " Runs now and streams progress notifications." if streams_progress else ""
-        return Binding(name, tool.description + suffix, tool.input_model, _with_signature(call, tool.input_model))
+        return Binding(
+            name, tool.description + suffix, tool.input_model, _with_signature(call, tool.input_model), tool.access
+        )
 
     def _submit_bindings(self, tool: Tool) -> list[Binding]:
         one = submit_model(tool)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,8 +19,10 @@ import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_backend.api_keys import Principal
-from mcp_backend.mcp.auth import Authenticator
+from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
+from mcp_backend.mcp.oauth import METADATA_PATH, required_access
 from mcp_backend.observability import logger
+from mcp_backend.tools.registry import Access
 
 PRINCIPAL_SCOPE_KEY = "mcp_backend.principal"
 HEALTH_PATH = "/healthz"
@@ -77,6 +79,8 @@ class McpHttpGuard:
         authenticator: Authenticator,
         keepalive_seconds: float = 15.0,
         on_principal: Callable[[Principal], None] | None = None,
+        resource: str = "",
+        tool_access: Mapping[str, Access] | None = None,
     ) -> None:
         self.app = app
         self.path = path.rstrip("/") or "/"
@@ -84,6 +88,9 @@ class McpHttpGuard:
         self.authenticator = authenticator
         self.keepalive_seconds = keepalive_seconds
         self.on_principal = on_principal
+        # This endpoint's URL as tokens name it; empty: https://<Host><path> (the Host is checked first).
+        self.resource = resource
+        self.tool_access = dict(tool_access or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -100,6 +107,12 @@ class McpHttpGuard:
         if not self.hosts.origin_allowed(headers.get("origin")):
             await _plain(send, 403, b"Forbidden: origin not allowed")
             return
+        resource = self.resource or f"https://{headers.get('host', '')}{self.path}"
+        if path.rstrip("/") in (METADATA_PATH, METADATA_PATH + self.path) and scope["method"] in ("GET", "HEAD"):
+            document = self.authenticator.metadata(resource)
+            if document is not None:  # RFC 9728: public, no credentials
+                await _json(send, 200, document)
+                return
         if path.rstrip("/") != self.path:
             await _plain(send, 404, b"Not Found")
             return
@@ -107,22 +120,40 @@ class McpHttpGuard:
             # Stateless: no GET stream to resume and no session to DELETE.
             await _plain(send, 405, b"Method Not Allowed", [(b"allow", b"POST")])
             return
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        token = token.strip() if scheme.lower() == "bearer" else ""
         try:
-            principal = await self._authenticate(headers.get("authorization"))
+            # Only the Authorization header counts: a token in the query string or body is never read.
+            principal = await self.authenticator.authenticate(token, resource) if token else None
         except Exception as error:  # noqa: BLE001 - the key store is down: say so, never a 500 with a trace
-            logger.error("authentication unavailable", extra={"error_type": type(error).__name__})
+            retry_after = error.retry_after_seconds if isinstance(error, AuthenticationUnavailable) else 5
+            if not getattr(error, "logged", False):
+                logger.error("authentication unavailable", extra={"error_type": type(error).__name__})
             await _json(
-                send, 503, _rpc_error(-32603, "Service Unavailable: try again shortly"), [(b"retry-after", b"5")]
+                send,
+                503,
+                _rpc_error(-32603, "Service Unavailable: try again shortly"),
+                [(b"retry-after", str(retry_after).encode())],
             )
             return
         if principal is None:
-            challenge = self.authenticator.challenge().encode()
+            challenge = self.authenticator.challenge(resource, bool(token)).encode()
             await _json(send, 401, _rpc_error(-32001, "Unauthorized"), [(b"www-authenticate", challenge)])
             return
         media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if media_type != "application/json":
             await _json(send, 415, _rpc_error(-32600, "Unsupported Media Type: use application/json"))
             return
+        if isinstance(principal, ScopedPrincipal):
+            # A token's scopes decide which tools it may call; the body names the tool, so read it first.
+            body, receive = await _buffered(receive)
+            missing = sorted(required_access(body, self.tool_access) - principal.access)
+            if missing:
+                challenge = self.authenticator.insufficient_scope(resource, missing[0]).encode()
+                await _json(
+                    send, 403, _rpc_error(-32001, "Forbidden: insufficient scope"), [(b"www-authenticate", challenge)]
+                )
+                return
         if self.on_principal is not None:
             self.on_principal(principal)
         inner = dict(scope)
@@ -130,12 +161,6 @@ class McpHttpGuard:
         inner["path"] = self.path  # `/mcp/` is the same endpoint, not a 307
         inner["raw_path"] = self.path.encode()
         await self._serve(inner, receive, send)
-
-    async def _authenticate(self, authorization: str | None) -> Principal | None:
-        scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return None
-        return await self.authenticator.authenticate(token.strip())
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the SDK app; an event stream gets proxy-safe headers, an opening comment, keepalives and an end."""
@@ -188,6 +213,29 @@ class McpHttpGuard:
                 if state["started"] and not state["ended"]:
                     await write({"type": "http.response.body", "body": b"", "more_body": False})
                 tasks.cancel_scope.cancel()
+
+
+async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
+    """The whole request body, and a receive that replays it to the app."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = b"".join(chunks)
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return body, replay
 
 
 def _headers(scope: Scope) -> dict[str, str]:

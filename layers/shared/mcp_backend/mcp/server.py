@@ -20,6 +20,7 @@ from mcp_backend.jobs.service import JobQueues, JobsService
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
+from mcp_backend.mcp.oauth import EitherAuthenticator, OAuthAuthenticator
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.probes.registry import EndpointRegistry
@@ -78,7 +79,11 @@ def create_app(
             settings.parameters_secrets_extension_http_port,
             client_factory=lambda: clients("secretsmanager"),
         )
-        authenticator = ApiKeyAuthenticator(reader, settings.api_keys_cache_seconds)
+        api_keys = ApiKeyAuthenticator(reader, settings.api_keys_cache_seconds)
+        authenticator = api_keys
+        if settings.auth_mode != "apikey":
+            oauth = OAuthAuthenticator.from_settings(settings)
+            authenticator = oauth if settings.auth_mode == "oauth" else EitherAuthenticator(api_keys, oauth)
 
     # The 2026-07-28 entry defers its response until a notification or this interval; the SDK exposes it
     # only as a module constant, so the configured keepalive is applied there too.
@@ -112,5 +117,7 @@ def create_app(
         hosts=HostPolicy.for_region(settings.aws_region, settings.extra_hosts(), settings.allowed_origins()),
         authenticator=authenticator,
         keepalive_seconds=settings.sse_keepalive_seconds,
+        resource=settings.oauth_resource,
+        tool_access=bindings.access,
     )
     return RequestTelemetry(guard)

@@ -27,6 +27,13 @@ class Mode(StrEnum):
     BOTH = "both"
 
 
+class Access(StrEnum):
+    """What an OAuth caller needs to call a tool: the scope <prefix>read or <prefix>submit."""
+
+    READ = "read"  # reads the caller's own jobs and endpoints
+    SUBMIT = "submit"  # queues or runs work, or writes (every submit tool is SUBMIT)
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str
@@ -38,6 +45,8 @@ class Tool:
     submit_names: tuple[str, str] | None = None
     # Synchronous calls send progress notifications ("started" before run, "done" after, and the tool's own).
     streams_progress: bool = False
+    # The scope its synchronous MCP tool needs (API keys carry every scope); submitting a job needs SUBMIT.
+    access: Access = Access.READ
 
     @property
     def runs_sync(self) -> bool:
@@ -90,12 +99,14 @@ TOOLS: dict[str, Tool] = {
             mode=Mode.BOTH,
             submit_names=("submit_analysis", "submit_analyses"),
             streams_progress=True,
+            access=Access.SUBMIT,  # fetches and computes on the endpoint
         ),
         Tool(
             name="register_endpoint",
             description="Register an MCP endpoint to probe every schedule tick; returns its serverId.",
             input_model=endpoints.RegisterEndpointInput,
             run=endpoints.register_endpoint,
+            access=Access.SUBMIT,
         ),
         Tool(
             name="list_endpoints",

@@ -1,0 +1,364 @@
+"""OAuth 2.1 resource-server mode: bearer JWT access tokens from one authorization server, checked with
+PyJWT against the issuer's JWKS, plus the RFC 9728 Protected Resource Metadata that tells MCP clients
+where to get one.
+
+A token is accepted when, in this order: its header's `alg` is in the allow-list (asymmetric only, so
+`none` and HS* never verify); its `kid` is in the JWKS (an unknown kid refreshes the JWKS at most once
+per refresh interval); the signature verifies; `iss` is the issuer; `exp`/`nbf` hold within the leeway;
+`token_use`, when present, is "access"; and it was issued for this resource: `aud` holds this resource's
+URL (RFC 8707) or a configured extra audience, or, for issuers whose access tokens carry no `aud`
+(Cognito), `client_id` is in the allow-list and a scope carries this resource server's prefix.
+The caller's user id is the configured claim (`sub` by default); its scopes decide which tools it may call.
+
+A JWKS that cannot be fetched (a wrong issuer, a network failure) is not the caller's fault: 503 with
+Retry-After, logged once per refresh interval. No token, claim value or key material is ever logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import math
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import jwt
+from mcp.shared.auth import ProtectedResourceMetadata
+from pydantic import ValidationError
+
+from mcp_backend.api_keys import API_KEY_PREFIX, Principal
+from mcp_backend.config import McpSettings
+from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
+from mcp_backend.observability import logger
+from mcp_backend.tools.registry import Access
+
+METADATA_PATH = "/.well-known/oauth-protected-resource"
+MAX_TOKEN_CHARS = 8192
+_KEY_FAMILIES = {"RSA": ("RS", "PS"), "EC": ("ES",), "OKP": ("EdDSA",)}
+Fetch = Callable[[str], bytes]
+
+
+class JwksUnavailable(AuthenticationUnavailable):
+    """The issuer's keys cannot be fetched (and none are cached, or the token's kid is not among them)."""
+
+    logged = True  # JwksCache logs the cause once per refresh interval
+
+
+def fetch_url(url: str, timeout: float = 3.0) -> bytes:
+    """GET a JSON document from the authorization server: https only (plain http only on loopback)."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme != "https" and not (parsed.scheme == "http" and _is_loopback(parsed.hostname or "")):
+        raise ValueError("the issuer's URLs must be https")
+    request = urllib.request.Request(url, headers={"accept": "application/json"})  # noqa: S310 - checked above
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - scheme checked above
+        return response.read(1024 * 1024)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    jwk: jwt.PyJWK
+    declared_algorithm: str | None  # the JWK's own `alg`, when it names one
+
+
+class JwksCache:
+    """The issuer's signing keys by kid: cached for `cache_seconds`, fetched at most once per `refresh_seconds`.
+
+    An unknown kid triggers one refresh (keys rotate), but a flood of made-up kids triggers at most one
+    fetch per interval. A failed refresh keeps serving the keys already held; with none held, or for an
+    unknown kid, the failure is JwksUnavailable (503). The cause is logged once per interval.
+    """
+
+    def __init__(
+        self,
+        issuer: str,
+        jwks_url: str = "",
+        fetch: Fetch = fetch_url,
+        cache_seconds: float = 3600.0,
+        refresh_seconds: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.issuer = issuer
+        self.jwks_url = jwks_url
+        self.fetch = fetch
+        self.cache_seconds = cache_seconds
+        self.refresh_seconds = refresh_seconds
+        self.clock = clock
+        self.fetches = 0
+        self._keys: dict[str, SigningKey] | None = None
+        self._fetched_at = float("-inf")
+        self._attempted_at = float("-inf")
+        self._lock = threading.Lock()
+
+    def key_for(self, kid: str) -> SigningKey | None:
+        with self._lock:
+            now = self.clock()
+            if self._keys is None or now - self._fetched_at > self.cache_seconds:
+                self._refresh(now, required=self._keys is None)
+            assert self._keys is not None  # _refresh raised otherwise
+            key = self._keys.get(kid)
+            if key is None and now - self._attempted_at >= self.refresh_seconds:
+                self._refresh(now, required=True)  # a rotated key: fetch once, then the kid is unknown
+                key = self._keys.get(kid)
+            return key
+
+    def _refresh(self, now: float, required: bool) -> None:
+        if now - self._attempted_at < self.refresh_seconds:
+            if required and self._keys is None:
+                raise JwksUnavailable("the issuer's keys are unavailable", self._retry_after(now))
+            return
+        self._attempted_at = now
+        try:
+            self.fetches += 1
+            self._keys = self._load()
+            self._fetched_at = now
+        except Exception as error:
+            # Logged here, at most once per refresh interval, never per request; the type only, no URL contents.
+            logger.error("OAuth issuer keys unavailable", extra={"error_type": type(error).__name__})
+            if required:
+                raise JwksUnavailable("the issuer's keys are unavailable", self._retry_after(now)) from error
+
+    def _retry_after(self, now: float) -> int:
+        return max(1, math.ceil(self._attempted_at + self.refresh_seconds - now))
+
+    def _load(self) -> dict[str, SigningKey]:
+        if not self.jwks_url:
+            discovery = json.loads(self.fetch(self.issuer.rstrip("/") + "/.well-known/openid-configuration"))
+            if discovery.get("issuer") != self.issuer or not isinstance(discovery.get("jwks_uri"), str):
+                raise ValueError("the discovery document names another issuer or no jwks_uri")
+            self.jwks_url = discovery["jwks_uri"]
+        document = json.loads(self.fetch(self.jwks_url))
+        keys: dict[str, SigningKey] = {}
+        for entry in document.get("keys", []):
+            if not isinstance(entry, dict) or entry.get("use", "sig") != "sig" or not entry.get("kid"):
+                continue
+            try:
+                alg = entry.get("alg")
+                keys[str(entry["kid"])] = SigningKey(jwt.PyJWK.from_dict(entry), alg if isinstance(alg, str) else None)
+            except jwt.PyJWTError:
+                continue  # a key type this process cannot use; the others still work
+        return keys
+
+
+class TokenRejected(Exception):
+    """Why a token was refused: a short reason for the log, never the token or a claim value."""
+
+
+@dataclass(frozen=True)
+class TokenPolicy:
+    issuer: str
+    algorithms: frozenset[str]
+    audiences: tuple[str, ...] = ()  # accepted besides the resource URL
+    client_ids: tuple[str, ...] = ()  # tokens without `aud` (Cognito): these clients only
+    scope_prefix: str = ""
+    user_claim: str = "sub"
+    leeway_seconds: float = 30.0
+
+    @classmethod
+    def from_settings(cls, settings: McpSettings) -> TokenPolicy:
+        return cls(
+            issuer=settings.oauth_issuer,
+            algorithms=frozenset(settings.oauth_list("algorithms")),
+            audiences=tuple(settings.oauth_list("audiences")),
+            client_ids=tuple(settings.oauth_list("client_ids")),
+            scope_prefix=settings.oauth_scope_prefix,
+            user_claim=settings.oauth_user_claim,
+            leeway_seconds=settings.oauth_leeway_seconds,
+        )
+
+    def scope(self, access: Access | str) -> str:
+        return f"{self.scope_prefix}{Access(access).value}"
+
+
+class OAuthAuthenticator:
+    """Bearer JWT access tokens for this resource (see the module docstring for every check)."""
+
+    def __init__(self, policy: TokenPolicy, jwks: JwksCache) -> None:
+        self.policy = policy
+        self.jwks = jwks
+
+    @classmethod
+    def from_settings(cls, settings: McpSettings, fetch: Fetch = fetch_url) -> OAuthAuthenticator:
+        jwks = JwksCache(
+            settings.oauth_issuer,
+            settings.oauth_jwks_url,
+            fetch,
+            cache_seconds=settings.oauth_jwks_cache_seconds,
+            refresh_seconds=settings.oauth_jwks_refresh_seconds,
+        )
+        return cls(TokenPolicy.from_settings(settings), jwks)
+
+    async def authenticate(self, bearer_token: str, resource: str) -> Principal | None:
+        import anyio.to_thread
+
+        try:
+            return await anyio.to_thread.run_sync(self.verify, bearer_token, resource)
+        except TokenRejected as reason:
+            logger.info("access token rejected", extra={"reason": str(reason)})
+            return None
+
+    def verify(self, token: str, resource: str) -> ScopedPrincipal:
+        """The principal of a valid token; TokenRejected otherwise, JwksUnavailable when keys cannot be had."""
+        if len(token) > MAX_TOKEN_CHARS:
+            raise TokenRejected("too long")
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            raise TokenRejected("not a JWT") from None
+        algorithm, kid = header.get("alg"), header.get("kid")
+        if algorithm not in self.policy.algorithms:
+            raise TokenRejected("algorithm not allowed")
+        if not isinstance(kid, str):
+            raise TokenRejected("no kid")
+        key = self.jwks.key_for(kid)
+        if key is None:
+            raise TokenRejected("unknown kid")
+        family = _KEY_FAMILIES.get(key.jwk.key_type or "", ())
+        if not family or not str(algorithm).startswith(family) or key.declared_algorithm not in (None, algorithm):
+            raise TokenRejected("algorithm does not match the key")
+        try:
+            claims = jwt.decode(
+                token,
+                key.jwk.key,
+                algorithms=[algorithm],
+                issuer=self.policy.issuer,
+                leeway=self.policy.leeway_seconds,
+                options={"require": ["exp", "iss"], "verify_aud": False},  # the audience is checked below
+            )
+        except jwt.ExpiredSignatureError:
+            raise TokenRejected("expired") from None
+        except jwt.ImmatureSignatureError:
+            raise TokenRejected("not yet valid") from None
+        except jwt.InvalidIssuerError:
+            raise TokenRejected("wrong issuer") from None
+        except jwt.InvalidSignatureError:
+            raise TokenRejected("bad signature") from None
+        except jwt.PyJWTError as error:
+            raise TokenRejected(type(error).__name__) from None
+        if claims.get("token_use", "access") != "access":
+            raise TokenRejected("not an access token")
+        scopes = _scopes(claims)
+        self._check_audience(claims, scopes, resource)
+        user_id = claims.get(self.policy.user_claim)
+        try:
+            return ScopedPrincipal(
+                user_id=user_id,  # type: ignore[arg-type]
+                access=frozenset(access.value for access in Access if self.policy.scope(access) in scopes),
+            )
+        except ValidationError:
+            raise TokenRejected("user claim missing or not a valid user id") from None
+
+    def _check_audience(self, claims: dict[str, Any], scopes: set[str], resource: str) -> None:
+        audience = claims.get("aud")
+        if audience is not None:
+            audiences = [audience] if isinstance(audience, str) else audience
+            accepted = (resource, *self.policy.audiences)
+            if not isinstance(audiences, list) or not any(_same(a, b) for a in audiences for b in accepted):
+                raise TokenRejected("wrong audience")
+            return
+        # No `aud` (Cognito access tokens): an allow-listed client and a scope of this resource server.
+        client_id = claims.get("client_id")
+        if not isinstance(client_id, str) or not any(_same(client_id, c) for c in self.policy.client_ids):
+            raise TokenRejected("no audience and client not allowed")
+        if not self.policy.scope_prefix or not any(s.startswith(self.policy.scope_prefix) for s in scopes):
+            raise TokenRejected("no audience and no scope of this resource server")
+
+    def challenge(self, resource: str, token_presented: bool) -> str:
+        # RFC 6750 section 3: no error code when the request carried no token.
+        error = 'error="invalid_token", ' if token_presented else ""
+        return f'Bearer {error}resource_metadata="{metadata_url(resource)}"'
+
+    def insufficient_scope(self, resource: str, scope: str) -> str:
+        return (
+            f'Bearer error="insufficient_scope", scope="{self.policy.scope(scope)}", '
+            f'resource_metadata="{metadata_url(resource)}"'
+        )
+
+    def metadata(self, resource: str) -> dict[str, Any]:
+        document = ProtectedResourceMetadata.model_validate(
+            {
+                "resource": resource,
+                "authorization_servers": [self.policy.issuer],
+                "scopes_supported": [self.policy.scope(access) for access in Access],
+                "bearer_methods_supported": ["header"],  # never the query string or a form body
+                "resource_name": "MCP endpoint",
+            }
+        )
+        return document.model_dump(mode="json", exclude_none=True)
+
+
+class EitherAuthenticator:
+    """AuthMode both: an API key (by its prefix) or an access token; challenges and metadata are OAuth's."""
+
+    def __init__(self, api_keys: Authenticator, oauth: OAuthAuthenticator) -> None:
+        self.api_keys = api_keys
+        self.oauth = oauth
+
+    async def authenticate(self, bearer_token: str, resource: str) -> Principal | None:
+        chosen = self.api_keys if bearer_token.startswith(API_KEY_PREFIX) else self.oauth
+        return await chosen.authenticate(bearer_token, resource)
+
+    def challenge(self, resource: str, token_presented: bool) -> str:
+        return self.oauth.challenge(resource, token_presented)
+
+    def insufficient_scope(self, resource: str, scope: str) -> str:
+        return self.oauth.insufficient_scope(resource, scope)
+
+    def metadata(self, resource: str) -> dict[str, Any]:
+        return self.oauth.metadata(resource)
+
+
+def metadata_url(resource: str) -> str:
+    """RFC 9728 section 3.1: the well-known path inserted between the host and the resource's path."""
+    parts = urllib.parse.urlsplit(resource)
+    path = parts.path.rstrip("/")
+    return f"{parts.scheme}://{parts.netloc}{METADATA_PATH}{path}"
+
+
+def _scopes(claims: dict[str, Any]) -> set[str]:
+    # `scope` is a space-separated string (RFC 9068, Cognito, Auth0, Okta); Entra ID uses `scp`.
+    found: set[str] = set()
+    for name in ("scope", "scp"):
+        value = claims.get(name)
+        if isinstance(value, str):
+            found.update(value.split())
+        elif isinstance(value, list):
+            found.update(item for item in value if isinstance(item, str))
+    return found
+
+
+def _same(presented: Any, expected: str) -> bool:
+    return isinstance(presented, str) and hmac.compare_digest(presented.encode(), expected.encode())
+
+
+def required_access(body: bytes, tool_access: dict[str, Access]) -> set[Access]:
+    """The scopes a JSON-RPC body needs: each `tools/call`'s tool's Access; nothing for other methods.
+
+    An unknown tool needs SUBMIT (the strictest); a body that is not JSON-RPC needs nothing here, the SDK
+    answers it with its own error."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return set()
+    messages: Iterable[Any] = parsed if isinstance(parsed, list) else [parsed]
+    needed: set[Access] = set()
+    for message in messages:
+        if isinstance(message, dict) and message.get("method") == "tools/call":
+            params = message.get("params")
+            name = params.get("name") if isinstance(params, dict) else None
+            needed.add(tool_access.get(name, Access.SUBMIT) if isinstance(name, str) else Access.SUBMIT)
+    return needed
