@@ -1,0 +1,452 @@
+"""OAuth resource-server mode at the HTTP edge: every way a token is refused, the scopes per tool, the RFC 9728
+metadata, and an unreachable JWKS. Real RS256/ES256 tokens (PyJWT, cryptography) against a stub JWKS fetcher;
+the inner app stands in for the SDK and echoes the principal the guard passed on."""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import time
+from typing import Any
+
+import anyio
+import httpx
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from pydantic import ValidationError
+
+from mcp_backend.api_keys import new_api_key
+from mcp_backend.config import McpSettings
+from mcp_backend.mcp.auth import ApiKeyAuthenticator
+from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard, _buffered, principal_of
+from mcp_backend.mcp.oauth import EitherAuthenticator, JwksCache, OAuthAuthenticator, TokenPolicy, required_access
+from mcp_backend.tools.registry import Access
+
+ISSUER = "https://issuer.example.com/"
+HOST = "mcp.example.com"
+RESOURCE = f"https://{HOST}/mcp"
+METADATA_URL = f"https://{HOST}/.well-known/oauth-protected-resource/mcp"
+TOOL_ACCESS = {"get_job": Access.READ, "submit_analysis": Access.SUBMIT}
+RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+OTHER_RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+EC_KEY = ec.generate_private_key(ec.SECP256R1())
+
+
+def jwk(private_key: Any, kid: str, alg: str | None = None) -> dict[str, Any]:
+    algorithm = (
+        jwt.algorithms.RSAAlgorithm if isinstance(private_key, rsa.RSAPrivateKey) else jwt.algorithms.ECAlgorithm
+    )
+    document = json.loads(algorithm.to_jwk(private_key.public_key()))
+    return {**document, "kid": kid, "use": "sig", **({"alg": alg} if alg else {})}
+
+
+class StubIssuer:
+    """The authorization server's JWKS (and discovery) as the fetcher sees them; counts every fetch."""
+
+    def __init__(self, *keys: dict[str, Any]) -> None:
+        self.keys = list(keys)
+        self.fetched: list[str] = []
+        self.down = False
+        self.discovery_issuer = ISSUER
+
+    def __call__(self, url: str) -> bytes:
+        self.fetched.append(url)
+        if self.down:
+            raise ConnectionRefusedError("issuer unreachable")
+        if url.endswith("/.well-known/openid-configuration"):
+            return json.dumps({"issuer": self.discovery_issuer, "jwks_uri": "https://issuer.example.com/jwks"}).encode()
+        return json.dumps({"keys": self.keys}).encode()
+
+
+def claims(**overrides: Any) -> dict[str, Any]:
+    now = int(time.time())
+    base = {"iss": ISSUER, "sub": "user-carol", "aud": RESOURCE, "exp": now + 300, "iat": now, "scope": "read submit"}
+    return {key: value for key, value in {**base, **overrides}.items() if value is not None}
+
+
+def token(private_key: Any = RSA_KEY, kid: str = "k1", alg: str = "RS256", **overrides: Any) -> str:
+    return jwt.encode(claims(**overrides), private_key, algorithm=alg, headers={"kid": kid})
+
+
+def policy(**overrides: Any) -> TokenPolicy:
+    return TokenPolicy(**{"issuer": ISSUER, "algorithms": frozenset({"RS256", "ES256"}), **overrides})
+
+
+async def echo(scope, receive, send) -> None:
+    """The SDK's place: answers with who the guard said is calling and what body it received."""
+    body, _ = await _buffered(receive)
+    principal = principal_of(scope)
+    payload = json.dumps({"userId": principal.user_id, "body": json.loads(body)}).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+def guard(authenticator: Any, resource: str = "") -> McpHttpGuard:
+    return McpHttpGuard(
+        echo,
+        path="/mcp",
+        hosts=HostPolicy(hosts=(HOST,)),
+        authenticator=authenticator,
+        resource=resource,
+        tool_access=TOOL_ACCESS,
+    )
+
+
+class Clock:
+    """The JWKS cache's monotonic clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def oauth(
+    issuer: StubIssuer, jwks_url: str = "https://issuer.example.com/jwks", clock: Clock | None = None, **overrides: Any
+) -> OAuthAuthenticator:
+    cache = JwksCache(ISSUER, jwks_url, issuer, refresh_seconds=30, clock=clock or Clock())
+    return OAuthAuthenticator(policy(**overrides), cache)
+
+
+def call(app: McpHttpGuard, bearer: str | None, tool: str = "get_job", url: str = "/mcp", method: str = "POST"):
+    async def send() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=f"https://{HOST}") as client:
+            headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+            if bearer is not None:
+                headers["authorization"] = f"Bearer {bearer}"
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": {}}}
+            return await client.request(method, url, json=body if method == "POST" else None, headers=headers)
+
+    return anyio.run(send)
+
+
+def assert_unauthorized(response: httpx.Response, token_presented: bool = True) -> None:
+    assert response.status_code == 401
+    expected_error = 'error="invalid_token", ' if token_presented else ""
+    assert response.headers["www-authenticate"] == f'Bearer {expected_error}resource_metadata="{METADATA_URL}"'
+    assert response.json()["error"]["code"] == -32001
+
+
+def test_a_valid_token_for_this_resource_is_the_caller_named_by_sub():
+    # Given an issuer with one RSA key and an endpoint that accepts its tokens
+    app = guard(oauth(StubIssuer(jwk(RSA_KEY, "k1"))))
+
+    # When a token issued for this resource calls a read tool
+    response = call(app, token())
+
+    # Then the request reaches the app as that subject, body intact
+    assert response.status_code == 200
+    assert response.json()["userId"] == "user-carol"
+    assert response.json()["body"]["params"]["name"] == "get_job"
+
+
+def test_es256_tokens_and_a_configured_user_claim_work():
+    # Given an EC key and a user id taken from a custom claim
+    app = guard(oauth(StubIssuer(jwk(EC_KEY, "e1", alg="ES256")), user_claim="email"))
+
+    # When an ES256 token carrying that claim arrives
+    response = call(app, token(EC_KEY, kid="e1", alg="ES256", email="carol@example.com"))
+
+    # Then the user id is the claim's value
+    assert response.status_code == 200 and response.json()["userId"] == "carol@example.com"
+
+
+@pytest.mark.parametrize(
+    ("case", "overrides"),
+    [
+        ("expired", {"exp": int(time.time()) - 120}),
+        ("not yet valid", {"nbf": int(time.time()) + 120}),
+        ("wrong issuer", {"iss": "https://evil.example.com/"}),
+        ("wrong audience", {"aud": "https://other.example.com/mcp"}),
+        ("no expiry", {"exp": None}),
+        ("an id token", {"token_use": "id"}),
+        ("no subject", {"sub": None}),
+    ],
+)
+def test_a_token_with_bad_claims_is_a_401_with_the_metadata_challenge(case, overrides):
+    # Given an endpoint and its issuer
+    app = guard(oauth(StubIssuer(jwk(RSA_KEY, "k1"))))
+
+    # When a correctly signed token with a bad claim arrives
+    response = call(app, token(**overrides))
+
+    # Then it is refused with the RFC 9728 challenge, whatever the case
+    assert_unauthorized(response)
+
+
+def test_the_leeway_accepts_a_token_that_expired_a_few_seconds_ago():
+    # Given an endpoint with the default 30 s leeway
+    app = guard(oauth(StubIssuer(jwk(RSA_KEY, "k1"))))
+
+    # When a token that expired 5 seconds ago arrives
+    response = call(app, token(exp=int(time.time()) - 5))
+
+    # Then clock skew is forgiven
+    assert response.status_code == 200
+
+
+def test_an_unknown_kid_refreshes_the_jwks_once_then_is_a_401():
+    # Given an endpoint that has fetched the issuer's keys once
+    issuer, clock = StubIssuer(jwk(RSA_KEY, "k1")), Clock()
+    app = guard(oauth(issuer, clock=clock))
+    assert call(app, token()).status_code == 200
+    assert len(issuer.fetched) == 1
+
+    # When, past the refresh interval, tokens with kids the JWKS does not hold arrive one after another
+    clock.now += 31
+    first = call(app, token(OTHER_RSA_KEY, kid="k-unknown"))
+    second = call(app, token(OTHER_RSA_KEY, kid="k-another"))
+
+    # Then the first triggered one refresh, the second none (bounded), and both are 401
+    assert_unauthorized(first)
+    assert_unauthorized(second)
+    assert len(issuer.fetched) == 2
+
+
+def test_a_rotated_key_is_found_by_the_refresh_an_unknown_kid_triggers():
+    # Given an endpoint that cached the JWKS before the issuer added a key
+    issuer, clock = StubIssuer(jwk(RSA_KEY, "k1")), Clock()
+    app = guard(oauth(issuer, clock=clock))
+    assert call(app, token()).status_code == 200
+    issuer.keys.append(jwk(OTHER_RSA_KEY, "k2"))
+    clock.now += 31
+
+    # When a token signed with the new key arrives
+    response = call(app, token(OTHER_RSA_KEY, kid="k2"))
+
+    # Then the refresh found it
+    assert response.status_code == 200
+
+
+def test_a_tampered_payload_fails_the_signature():
+    # Given a valid token whose payload is swapped for another subject's
+    header, _, signature = token().split(".")
+    forged = base64.urlsafe_b64encode(json.dumps(claims(sub="user-admin")).encode()).rstrip(b"=").decode()
+
+    # When it is presented
+    response = call(guard(oauth(StubIssuer(jwk(RSA_KEY, "k1")))), f"{header}.{forged}.{signature}")
+
+    # Then the signature does not verify
+    assert_unauthorized(response)
+
+
+def test_a_token_signed_by_another_key_under_a_known_kid_is_refused():
+    # When a token claims the issuer's kid but is signed with an attacker's key
+    response = call(guard(oauth(StubIssuer(jwk(RSA_KEY, "k1")))), token(OTHER_RSA_KEY, kid="k1"))
+
+    # Then it is refused
+    assert_unauthorized(response)
+
+
+def test_alg_none_is_refused_without_fetching_keys():
+    # Given an unsigned token (alg none)
+    issuer = StubIssuer(jwk(RSA_KEY, "k1"))
+    unsigned = jwt.encode(claims(), None, algorithm="none", headers={"kid": "k1"})
+
+    # When it is presented
+    response = call(guard(oauth(issuer)), unsigned)
+
+    # Then it is refused before any key is looked up
+    assert_unauthorized(response)
+    assert issuer.fetched == []
+
+
+def test_hs256_signed_with_the_public_key_is_refused():
+    # Given the classic confusion attack: HMAC keyed with the issuer's public key (PEM)
+    public_pem = RSA_KEY.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    header = base64.urlsafe_b64encode(b'{"alg":"HS256","typ":"JWT","kid":"k1"}').rstrip(b"=")
+    payload = base64.urlsafe_b64encode(json.dumps(claims()).encode()).rstrip(b"=")
+    # Signed by hand: PyJWT itself refuses a PEM as an HMAC key.
+    signature = hmac.new(public_pem, header + b"." + payload, "sha256").digest()
+    forged = (header + b"." + payload + b"." + base64.urlsafe_b64encode(signature).rstrip(b"=")).decode()
+
+    # When it is presented
+    response = call(guard(oauth(StubIssuer(jwk(RSA_KEY, "k1")))), forged)
+
+    # Then it is refused
+    assert_unauthorized(response)
+
+
+def test_an_es256_token_under_an_rsa_kid_is_refused():
+    # When the header's algorithm does not fit the key the kid names
+    response = call(guard(oauth(StubIssuer(jwk(RSA_KEY, "k1")))), token(EC_KEY, kid="k1", alg="ES256"))
+
+    # Then it is refused
+    assert_unauthorized(response)
+
+
+def test_a_missing_scope_is_a_403_insufficient_scope_naming_it():
+    # Given a token that may read but not submit
+    app = guard(oauth(StubIssuer(jwk(RSA_KEY, "k1"))))
+    read_only = token(scope="read")
+
+    # When it calls a read tool, then a submit tool
+    reading = call(app, read_only, tool="get_job")
+    submitting = call(app, read_only, tool="submit_analysis")
+
+    # Then reading works and submitting is forbidden with the scope it needs
+    assert reading.status_code == 200
+    assert submitting.status_code == 403
+    assert submitting.headers["www-authenticate"] == (
+        f'Bearer error="insufficient_scope", scope="submit", resource_metadata="{METADATA_URL}"'
+    )
+
+
+def test_a_token_in_the_query_string_is_ignored():
+    # When a valid token comes as ?access_token= instead of the Authorization header
+    response = call(guard(oauth(StubIssuer(jwk(RSA_KEY, "k1")))), None, url=f"/mcp?access_token={token()}")
+
+    # Then the request has no credentials: 401 without an error code (RFC 6750 section 3)
+    assert_unauthorized(response, token_presented=False)
+
+
+def test_an_unreachable_jwks_is_a_503_with_retry_after_logged_once(caplog):
+    # Given an issuer whose JWKS cannot be fetched
+    issuer = StubIssuer(jwk(RSA_KEY, "k1"))
+    issuer.down = True
+    app = guard(oauth(issuer))
+    presented = token()
+
+    # When three requests arrive within the refresh interval
+    responses = [call(app, presented) for _ in range(3)]
+
+    # Then each is told to retry (never 401 or 500), one fetch was tried and one line logged, without the token
+    assert [r.status_code for r in responses] == [503, 503, 503]
+    assert all(1 <= int(r.headers["retry-after"]) <= 30 for r in responses)
+    assert len(issuer.fetched) == 1
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages.count("OAuth issuer keys unavailable") == 1
+    logged = caplog.text + " ".join(str(record.__dict__) for record in caplog.records)
+    assert presented.split(".")[1] not in logged and presented.split(".")[2] not in logged
+
+
+def test_a_misconfigured_issuer_is_a_503_not_a_401():
+    # Given no JWKS URL, and a discovery document that names another issuer
+    issuer = StubIssuer(jwk(RSA_KEY, "k1"))
+    issuer.discovery_issuer = "https://someone-else.example.com/"
+
+    # When a token arrives
+    response = call(guard(oauth(issuer, jwks_url="")), token())
+
+    # Then the endpoint says it cannot check tokens right now
+    assert response.status_code == 503 and "retry-after" in response.headers
+
+
+def test_discovery_finds_the_jwks_of_the_issuer():
+    # Given no JWKS URL: the issuer's openid-configuration names it
+    issuer = StubIssuer(jwk(RSA_KEY, "k1"))
+
+    # When a token arrives
+    response = call(guard(oauth(issuer, jwks_url="")), token())
+
+    # Then discovery then the JWKS were fetched and the token accepted
+    assert response.status_code == 200
+    assert issuer.fetched == [
+        ISSUER.rstrip("/") + "/.well-known/openid-configuration",
+        "https://issuer.example.com/jwks",
+    ]
+
+
+COGNITO = {"client_ids": ("client-a",), "scope_prefix": "mcp-backend/"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "status"),
+    [
+        ({"client_id": "client-a", "scope": "mcp-backend/read"}, 200),
+        ({"client_id": "client-b", "scope": "mcp-backend/read"}, 401),  # not in the allow-list
+        ({"client_id": "client-a", "scope": "other-api/read"}, 401),  # no scope of this resource server
+        ({"client_id": "client-a", "scope": "mcp-backend/read", "token_use": "id"}, 401),
+    ],
+)
+def test_tokens_without_aud_need_an_allowed_client_and_this_resource_servers_scope(overrides, status):
+    # Given a Cognito-style policy: client allow-list and scope prefix
+    app = guard(oauth(StubIssuer(jwk(RSA_KEY, "k1")), **COGNITO))
+
+    # When a Cognito client-credentials access token (no aud; sub is the client) arrives
+    response = call(app, token(aud=None, sub=overrides["client_id"], **{"token_use": "access", **overrides}))
+
+    # Then only an allowed client with this resource server's scope gets through
+    assert response.status_code == status
+
+
+def test_an_extra_audience_is_accepted():
+    app = guard(oauth(StubIssuer(jwk(RSA_KEY, "k1")), audiences=("api://mcp-backend",)))
+    assert call(app, token(aud=["api://mcp-backend", "other"])).status_code == 200
+
+
+def test_the_configured_resource_is_the_audience_instead_of_the_host():
+    # Given an endpoint whose resource URL is configured (a custom domain in front of the Function URL)
+    app = guard(oauth(StubIssuer(jwk(RSA_KEY, "k1"))), resource="https://api.example.org/mcp")
+
+    # Then tokens for that URL pass and tokens for the Host-derived URL do not
+    assert call(app, token(aud="https://api.example.org/mcp")).status_code == 200
+    assert call(app, token()).status_code == 401
+
+
+@pytest.mark.parametrize("path", ["/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"])
+def test_protected_resource_metadata_names_the_issuer_and_scopes(path):
+    # When a client fetches the metadata, without credentials
+    response = call(guard(oauth(StubIssuer(), scope_prefix="mcp:")), None, url=path, method="GET")
+
+    # Then it is RFC 9728's document for this resource
+    assert response.status_code == 200
+    assert response.json() == {
+        "resource": RESOURCE,
+        "authorization_servers": [ISSUER],
+        "scopes_supported": ["mcp:read", "mcp:submit"],
+        "bearer_methods_supported": ["header"],
+        "resource_name": "MCP endpoint",
+    }
+
+
+def test_api_key_mode_has_no_metadata_and_keeps_its_challenge():
+    # Given the API-key authenticator
+    key, table = new_api_key("user-alice")
+
+    class Secret:
+        def read(self, fresh: bool = False) -> str:
+            return table
+
+    app = guard(ApiKeyAuthenticator(Secret()))
+
+    # Then there is no metadata, the challenge is as it always was, and keys work
+    assert call(app, None, url="/.well-known/oauth-protected-resource", method="GET").status_code == 404
+    assert call(app, "mcpk_wrong").headers["www-authenticate"] == 'Bearer realm="mcp", error="invalid_token"'
+    assert call(app, key, tool="submit_analysis").json()["userId"] == "user-alice"
+
+
+def test_both_mode_accepts_an_api_key_or_a_token():
+    key, table = new_api_key("user-alice")
+
+    class Secret:
+        def read(self, fresh: bool = False) -> str:
+            return table
+
+    app = guard(EitherAuthenticator(ApiKeyAuthenticator(Secret()), oauth(StubIssuer(jwk(RSA_KEY, "k1")))))
+    assert call(app, key, tool="submit_analysis").json()["userId"] == "user-alice"
+    assert call(app, token()).json()["userId"] == "user-carol"
+    assert_unauthorized(call(app, "not-a-token"))
+
+
+def test_required_access_reads_each_tools_call():
+    body = json.dumps([{"method": "tools/call", "params": {"name": "get_job"}}, {"method": "tools/list"}]).encode()
+    assert required_access(body, TOOL_ACCESS) == {Access.READ}
+    assert required_access(b'{"method":"tools/call","params":{"name":"nope"}}', TOOL_ACCESS) == {Access.SUBMIT}
+    assert required_access(b"not json", TOOL_ACCESS) == set()
+
+
+@pytest.mark.parametrize("algorithms", ["HS256", "none", "RS256,HS512", ""])
+def test_symmetric_or_no_algorithms_are_a_configuration_error(algorithms):
+    environment = {"JOB_TABLE_NAME": "t", "JOB_QUEUE_URL": "q", "JOB_DEAD_LETTER_QUEUE_URL": "d"}
+    environment |= {"CALL_LOG_STREAM_NAME": "s", "API_KEYS_SECRET_ID": "k", "AUTH_MODE": "oauth"}
+    with pytest.raises(ValidationError):
+        McpSettings.model_validate({**environment, "OAUTH_ISSUER": ISSUER, "OAUTH_ALGORITHMS": algorithms})
+    with pytest.raises(ValidationError):
+        McpSettings.model_validate(environment)  # oauth without an issuer
