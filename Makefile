@@ -111,7 +111,7 @@ invoke: env
 
 dev: env
 	$(RUN) python -m devstack dev --port $(PORT) $(if $(STATE),--state $(STATE)) $(if $(FRESH),--fresh) \
-		--runtime $(RUNTIME) --build-dir $(BUILD_DIR)
+		--runtime $(RUNTIME) --build-dir $(BUILD_DIR) $(if $(AUTH),--parameter AuthMode=$(AUTH))
 
 fire: env
 	$(RUN) python -m devstack fire $(SCHEDULE)

@@ -106,7 +106,7 @@ def issue_dev_keys(stack: DevStack) -> dict[str, str]:
     keys = {}
     for url_id, web in stack.web_functions.items():
         secret = web.spec.environment.get("API_KEYS_SECRET_ID")
-        if secret:
+        if secret and web.spec.environment.get("AUTH_MODE", "apikey") != "oauth":  # oauth: keys are refused
             keys[url_id] = add_api_key(stack.client("secretsmanager"), secret, user_id="dev-user", tier="pro")
     return keys
 
@@ -161,6 +161,11 @@ def banner(stack: DevStack, ready_seconds: float, dev_keys: dict[str, str] | Non
             f"{stack.aws_url} aws sqs send-message --queue-url {stack.environment.queue_url('JobQueue')} "
             f"--message-body '{job}'"
         )
+    for client_id, secret in oauth_clients(stack):
+        lines.append(
+            f"  OAuth access token:   curl -s -u {client_id}:{secret} -d grant_type=client_credentials "
+            f"{stack.lambda_url}/oauth2/token    (then Authorization: Bearer <access_token>)"
+        )
     if stack.schedules:
         lines.append(f"  fire a schedule now:  make fire SCHEDULE={next(iter(stack.schedules))}")
     lines.append("  invoke one function:  make invoke FUNCTION=ToolWorker EVENT=events/tool_worker/healthy-batch.json")
@@ -170,6 +175,16 @@ def banner(stack: DevStack, ready_seconds: float, dev_keys: dict[str, str] | Non
         lines.append(f"  failed to start:      {error}")
     lines.append("  stop:                 Ctrl-C")
     return "\n".join(lines)
+
+
+def oauth_clients(stack: DevStack) -> list[tuple[str, str]]:
+    """(client id, secret) of each client-credentials client the template created in the local Cognito."""
+    clients = []
+    for logical_id, created in stack.environment.stack.created.items():
+        if stack.template.resource(logical_id)["Type"] == "AWS::Cognito::UserPoolClient":
+            if "client_credentials" in created.properties.get("AllowedOAuthFlows", []):
+                clients.append((str(created.ref), str(created.attributes.get("ClientSecret", ""))))
+    return clients
 
 
 def runtime_line(stack: DevStack) -> str:

@@ -5,7 +5,8 @@ https://docs.aws.amazon.com/lambda/latest/api/API_Invoke.html
 - RequestResponse: 200 with the result, or 200 with X-Amz-Function-Error: Unhandled and the error;
 - Event: 202, then the async invoker takes over (retries, destinations);
 - DryRun: 204.
-Plus two local controls: POST /devstack/schedules/<LogicalId>/fire and GET /devstack/health.
+Plus two local controls: POST /devstack/schedules/<LogicalId>/fire and GET /devstack/health, and the
+Cognito pools' client-credentials token endpoint, POST /oauth2/token (devstack.cognito).
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ class LambdaApi:
         invoke_sync: Callable[[str, Any], Any],
         invoke_async: Callable[[str, Any], str],
         fire_schedule: Callable[[str], int],
+        issue_token: Callable[[dict[str, str], str | None], tuple[int, dict[str, Any]]] | None = None,
     ) -> None:
+        self.issue_token = issue_token
         self.resolve = resolve
         self.invoke_sync = invoke_sync
         self.invoke_async = invoke_async
@@ -65,6 +68,9 @@ class LambdaApi:
             except LookupError as error:
                 return _json({"Type": "User", "message": str(error)}, 404)
             return _json({"fired": fired}, 200)
+        if request.path == "/oauth2/token" and request.method == "POST" and self.issue_token is not None:
+            status, body = self.issue_token(dict(request.form), request.headers.get("Authorization"))
+            return Response(json.dumps(body), status=status, content_type="application/json")
         if request.path == "/devstack/health":
             return _json({"status": "ready"}, 200)
         return _json({"Type": "User", "message": f"{request.method} {request.path} is not emulated"}, 404)

@@ -25,6 +25,7 @@ import httpx
 from botocore.config import Config
 
 from devstack.async_invoke import AWS_RETRY_DELAYS, AsyncConfig, AsyncInvoker
+from devstack.cognito import ClientCredentialsTokens
 from devstack.destinations import Destinations
 from devstack.environment import LocalEnvironment
 from devstack.function_errors import FunctionError
@@ -185,6 +186,7 @@ class DevStack:
             invoke_sync=self.environment.invoke,
             invoke_async=self.async_invoker.submit,
             fire_schedule=self.fire,
+            issue_token=ClientCredentialsTokens(lambda: self.client("cognito-idp"), "us-east-1").issue,
         )
         self.lambda_api.serve(self.options.host, self.options.lambda_port)
         self._serve_function_urls()
@@ -405,6 +407,7 @@ class DevStack:
                     **self.options.function_overrides,
                     # The Function URL host is not known locally; the loopback host stands in for it.
                     "MCP_ALLOWED_HOSTS": f"{host},localhost:{port}",
+                    **self._oauth_overrides(spec.environment, f"http://{host}"),
                 }
                 lambda_runtime = self.environment.lambda_runtime
                 if lambda_runtime is not None:
@@ -416,6 +419,17 @@ class DevStack:
                 port += 1
             except (NotAWebFunction, Unsupported, LookupError) as reason:
                 self._notice(logical_id, f"Function URL not served: {reason}")
+
+    def _oauth_overrides(self, environment: dict[str, str], url: str) -> dict[str, str]:
+        """OAuth mode: this URL is the resource, and a created pool's JWKS is moto's (same keys, served locally)."""
+        if environment.get("AUTH_MODE", "apikey") == "apikey":
+            return {}
+        overrides = {} if environment.get("OAUTH_RESOURCE") else {"OAUTH_RESOURCE": f"{url}/mcp"}
+        jwks = environment.get("OAUTH_JWKS_URL", "")
+        cognito = "https://cognito-idp.us-east-1.amazonaws.com/"
+        if jwks.startswith(cognito):
+            overrides["OAUTH_JWKS_URL"] = f"{self.aws_url}/{jwks.removeprefix(cognito)}"
+        return overrides
 
     def _serve_in_lambda_runtime(
         self, runtime: LambdaRuntime, function: str, port: int, overrides: dict[str, str]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devstack import cognito
 from devstack.intrinsics import Scope, Unsupported
 from devstack.template import LOCAL_REGION, ROOT, Template, load_template
 
@@ -403,6 +404,24 @@ def _secret(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Create
     return Created(ref=arn, attributes={"Id": arn})
 
 
+def _user_pool(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    pool_id, attributes = cognito.create_user_pool(stack.client("cognito-idp"), stack.physical_name(logical_id), props)
+    return Created(ref=pool_id, attributes=attributes)
+
+
+def _user_pool_domain(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    return Created(ref=cognito.create_user_pool_domain(stack.client("cognito-idp"), props))
+
+
+def _user_pool_resource_server(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    return Created(ref=cognito.create_resource_server(stack.client("cognito-idp"), props))
+
+
+def _user_pool_client(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    client_id, attributes = cognito.create_user_pool_client(stack.client("cognito-idp"), props)
+    return Created(ref=client_id, attributes=attributes)
+
+
 def _function_version(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
     """Every local invocation runs $LATEST; versions and aliases only need to resolve."""
     function = stack.logical_id_for_name(str(props["FunctionName"]))
@@ -440,4 +459,8 @@ _CREATORS: dict[str, Callable[[LocalStack, str, dict[str, Any]], Created]] = {
     "AWS::Events::EventBus": _event_bus,
     "AWS::Events::Rule": _events_rule,
     "AWS::SecretsManager::Secret": _secret,
+    "AWS::Cognito::UserPool": _user_pool,
+    "AWS::Cognito::UserPoolDomain": _user_pool_domain,
+    "AWS::Cognito::UserPoolResourceServer": _user_pool_resource_server,
+    "AWS::Cognito::UserPoolClient": _user_pool_client,
 }

@@ -1,0 +1,125 @@
+"""The MCP endpoint in OAuth mode on the local stack, as `make dev AUTH=oauth` runs it: the template's Cognito
+pool, resource server and client-credentials client created in moto, tokens from the local token endpoint
+signed with the pool's key, the endpoint verifying them against the pool's JWKS served by moto, and the
+SDK's client sending the bearer token in both protocol eras."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from devstack.__main__ import banner, issue_dev_keys, oauth_clients
+from tests.e2e.conftest import Endpoint, mcp_client
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def oauth_stack(start_stack):
+    """The product stack with AuthMode=oauth, its served endpoint, and the created client's credentials."""
+    stack = start_stack(parameters={"AuthMode": "oauth"})
+    [web] = stack.web_functions.values()
+    [(client_id, secret)] = oauth_clients(stack)
+    return stack, web, client_id, secret
+
+
+def access_token(stack, client_id: str, secret: str, scope: str | None = None) -> str:
+    form = {"grant_type": "client_credentials", **({"scope": scope} if scope else {})}
+    response = httpx.post(f"{stack.lambda_url}/oauth2/token", data=form, auth=(client_id, secret))
+    assert response.status_code == 200, response.text
+    return response.json()["access_token"]
+
+
+def rpc(url: str, token: str | None, method: str, params: dict | None = None) -> httpx.Response:
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    if token:
+        headers["authorization"] = f"Bearer {token}"
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
+    return httpx.post(url, json=body, headers=headers, timeout=30)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+def test_an_sdk_client_with_a_client_credentials_token_submits_and_reads_its_job(oauth_stack, mode):
+    # Given the OAuth-mode stack and a token from its token endpoint
+    stack, web, client_id, secret = oauth_stack
+    token = access_token(stack, client_id, secret)
+    endpoint = Endpoint(url=f"{web.url}/mcp", alice_key=token, bob_key=token, local=stack.environment)
+
+    # When the SDK's client, in this protocol era, lists tools and submits an analysis, and the job runs
+    async def submit() -> tuple[list[str], str]:
+        async with mcp_client(endpoint, mode, token) as client:
+            tools = [tool.name for tool in (await client.list_tools()).tools]
+            result = await client.call_tool("submit_analysis", {"dataset_url": "s3://local-datasets/sales.csv"})
+            return tools, result.structured_content["jobId"]
+
+    tools, job_id = asyncio.run(submit())
+    stack.settle()
+
+    async def fetch() -> dict:
+        async with mcp_client(endpoint, mode, token) as client:
+            return (await client.call_tool("get_job", {"job_id": job_id})).structured_content
+
+    job = asyncio.run(fetch())
+
+    # Then the job belongs to the token's subject (the client) and ran through the worker
+    assert "submit_analysis" in tools
+    assert (job["status"], job["result"]["rowCount"]) == ("SUCCEEDED", 6)
+    stored = stack.client("dynamodb").scan(TableName=stack.environment.table_name("JobTable"))["Items"]
+    assert {item["userId"]["S"] for item in stored} == {client_id}
+
+
+def test_the_endpoint_publishes_its_metadata_and_challenges_with_it(oauth_stack):
+    # Given the OAuth-mode stack
+    stack, web, _, _ = oauth_stack
+    pool_id = stack.environment.stack.ensure("McpUserPool").ref
+
+    # When a client without a token fetches the metadata and calls the endpoint, and a dev API key is tried
+    metadata = httpx.get(f"{web.url}/.well-known/oauth-protected-resource/mcp")
+    unauthenticated = rpc(f"{web.url}/mcp", None, "tools/list")
+    key = issue_dev_keys(stack)  # oauth-only: no key is issued, so none is printed
+
+    # Then the metadata names the pool as authorization server and the 401 points at the metadata
+    assert metadata.status_code == 200
+    assert metadata.json()["resource"] == f"{web.url}/mcp"
+    assert metadata.json()["authorization_servers"] == [f"https://cognito-idp.us-east-1.amazonaws.com/{pool_id}"]
+    assert metadata.json()["scopes_supported"] == ["mcp/read", "mcp/submit"]
+    assert unauthenticated.status_code == 401
+    assert unauthenticated.headers["www-authenticate"] == (
+        f'Bearer resource_metadata="{web.url}/.well-known/oauth-protected-resource/mcp"'
+    )
+    assert key == {}
+    text = banner(stack, 1.0, key)
+    assert f"{stack.lambda_url}/oauth2/token" in text and "grant_type=client_credentials" in text
+
+
+def test_a_read_only_token_reads_but_may_not_submit(oauth_stack):
+    # Given a token granted only mcp/read
+    stack, web, client_id, secret = oauth_stack
+    token = access_token(stack, client_id, secret, scope="mcp/read")
+
+    # When it calls a read tool and a submit tool
+    reading = rpc(f"{web.url}/mcp", token, "tools/call", {"name": "list_endpoints", "arguments": {}})
+    submitting = rpc(
+        f"{web.url}/mcp",
+        token,
+        "tools/call",
+        {"name": "submit_analysis", "arguments": {"dataset_url": "s3://local-datasets/sales.csv"}},
+    )
+
+    # Then reading works and submitting is a 403 naming the missing scope
+    assert reading.status_code == 200
+    assert submitting.status_code == 403
+    assert 'error="insufficient_scope", scope="mcp/submit"' in submitting.headers["www-authenticate"]
+
+
+def test_the_token_endpoint_refuses_a_wrong_secret_or_scope(oauth_stack):
+    stack, _, client_id, secret = oauth_stack
+    form = {"grant_type": "client_credentials"}
+    wrong_secret = httpx.post(f"{stack.lambda_url}/oauth2/token", data=form, auth=(client_id, "nope"))
+    wrong_scope = httpx.post(
+        f"{stack.lambda_url}/oauth2/token", data={**form, "scope": "mcp/admin"}, auth=(client_id, secret)
+    )
+    assert (wrong_secret.status_code, wrong_secret.json()) == (400, {"error": "invalid_client"})
+    assert (wrong_scope.status_code, wrong_scope.json()) == (400, {"error": "invalid_scope"})
