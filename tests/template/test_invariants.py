@@ -565,3 +565,49 @@ def test_every_function_running_the_telemetry_extension_may_put_its_reports_on_t
         else:
             assert "CallLogTelemetryWriter" in attached, logical_id
             assert variables["CALL_LOG_TELEMETRY"] == {"Ref": "CallLogTelemetry"}, logical_id
+
+
+COGNITO_RESOURCES = ("McpUserPool", "McpUserPoolDomain", "McpResourceServer", "McpMachineClient")
+
+
+@pytest.mark.parametrize(
+    ("parameters", "creates_pool"),
+    [
+        ({}, False),  # apikey, the default
+        ({"AuthMode": "oauth"}, True),
+        ({"AuthMode": "both"}, True),
+        ({"AuthMode": "oauth", "OAuthIssuer": "https://tenant.auth0.com/"}, False),
+    ],
+)
+def test_the_cognito_pool_exists_only_for_oauth_without_an_external_issuer(parameters, creates_pool):
+    # Given the template evaluated for an auth configuration
+    evaluated = scope(**parameters)
+    environment = RESOURCES["McpServer"]["Properties"]["Environment"]["Variables"]
+
+    # Then the pool, its domain, resource server and client exist exactly when no external issuer is set
+    assert {evaluated.condition(RESOURCES[r]["Condition"]) for r in COGNITO_RESOURCES} == {creates_pool}
+    # And the endpoint's issuer and client allow-list follow the same choice
+    issuer = resolve(environment["OAUTH_ISSUER"], **parameters)
+    expected = "https://cognito-idp.us-east-1.amazonaws.com/ref:McpUserPool" if creates_pool else ""
+    assert issuer == (expected or parameters.get("OAuthIssuer", ""))
+    assert resolve(environment["OAUTH_CLIENT_IDS"], **parameters) == ("ref:McpMachineClient" if creates_pool else "")
+
+
+def test_the_machine_client_is_client_credentials_only_with_this_resource_servers_scopes():
+    client = RESOURCES["McpMachineClient"]["Properties"]
+    server = RESOURCES["McpResourceServer"]["Properties"]
+    scopes = [f"{server['Identifier']}/{s['ScopeName']}" for s in server["Scopes"]]
+    assert client["AllowedOAuthFlows"] == ["client_credentials"] and client["GenerateSecret"] is True
+    assert client["AllowedOAuthScopes"] == scopes
+    assert (
+        resolve(
+            RESOURCES["McpServer"]["Properties"]["Environment"]["Variables"]["OAUTH_SCOPE_PREFIX"], AuthMode="oauth"
+        )
+        == f"{server['Identifier']}/"
+    )
+
+
+def test_oauth_only_mode_does_not_register_the_api_key_self_probe():
+    variables = RESOURCES["ProbeDispatcher"]["Properties"]["Environment"]["Variables"]
+    assert resolve(variables["API_KEYS_SECRET_ID"], AuthMode="oauth") == ""
+    assert resolve(variables["API_KEYS_SECRET_ID"], AuthMode="both") == "ref:ApiKeysSecret"
