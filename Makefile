@@ -29,7 +29,7 @@ EVENT ?= events/tool_worker/healthy-batch.json
 # The layer ships everything the lock pins except what the Lambda runtime provides.
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
-.PHONY: help env lint test unit build build-local deploy deploy-built sam-cli smoke invoke dev fire bench layer-requirements expanded clean
+.PHONY: help env lint test unit build build-local deploy deploy-built sam-cli smoke invoke dev fire token bench layer-requirements expanded clean
 
 help:
 	@echo "make test     lint + all tests (creates the environment from uv.lock)"
@@ -115,6 +115,9 @@ dev: env
 
 fire: env
 	$(RUN) python -m devstack fire $(SCHEDULE)
+
+token: env
+	@$(RUN) python -m devstack token $(if $(SCOPE),--scope "$(SCOPE)")
 
 bench: env build-local
 	DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(RUN) python -m tests.bench

@@ -16,8 +16,10 @@ import time
 import warnings
 from pathlib import Path
 
+import boto3
 import httpx
 
+from devstack.cognito import machine_clients
 from devstack.lambda_runtime import DEFAULT_BUILD_DIR, LambdaRuntimeUnavailable
 from devstack.server import DevStack, DevStackOptions, PortInUse, install_log_prefixes
 from devstack.template import ROOT
@@ -44,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     dev.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR, help="sam build output (lambda runtime)")
     fire = commands.add_parser("fire", help="fire a schedule of the running stack now")
     fire.add_argument("schedule", help="logical id of the schedule (AWS::Events::Rule or AWS::Scheduler::Schedule)")
+    token = commands.add_parser("token", help="an OAuth access token from the running stack (make dev AUTH=oauth)")
+    token.add_argument("--scope", default="", help="space-separated scopes (default: all the client may have)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for chatty in ("botocore", "httpx", "werkzeug"):
@@ -52,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="No application metrics to publish")
     if args.command == "fire":
         return fire_schedule(args.schedule)
+    if args.command == "token":
+        return print_token(args.scope)
     return run_dev(args)
 
 
@@ -161,10 +167,10 @@ def banner(stack: DevStack, ready_seconds: float, dev_keys: dict[str, str] | Non
             f"{stack.aws_url} aws sqs send-message --queue-url {stack.environment.queue_url('JobQueue')} "
             f"--message-body '{job}'"
         )
-    for client_id, secret in oauth_clients(stack):
+    for client_id, secret in machine_clients(stack.client("cognito-idp")):
         lines.append(
-            f"  OAuth access token:   curl -s -u {client_id}:{secret} -d grant_type=client_credentials "
-            f"{stack.lambda_url}/oauth2/token    (then Authorization: Bearer <access_token>)"
+            f"  OAuth access token:   make token    or: curl -s -u {client_id}:{secret} -d "
+            f"grant_type=client_credentials {stack.lambda_url}/oauth2/token    (then Authorization: Bearer <token>)"
         )
     if stack.schedules:
         lines.append(f"  fire a schedule now:  make fire SCHEDULE={next(iter(stack.schedules))}")
@@ -175,16 +181,6 @@ def banner(stack: DevStack, ready_seconds: float, dev_keys: dict[str, str] | Non
         lines.append(f"  failed to start:      {error}")
     lines.append("  stop:                 Ctrl-C")
     return "\n".join(lines)
-
-
-def oauth_clients(stack: DevStack) -> list[tuple[str, str]]:
-    """(client id, secret) of each client-credentials client the template created in the local Cognito."""
-    clients = []
-    for logical_id, created in stack.environment.stack.created.items():
-        if stack.template.resource(logical_id)["Type"] == "AWS::Cognito::UserPoolClient":
-            if "client_credentials" in created.properties.get("AllowedOAuthFlows", []):
-                clients.append((str(created.ref), str(created.attributes.get("ClientSecret", ""))))
-    return clients
 
 
 def runtime_line(stack: DevStack) -> str:
@@ -219,6 +215,33 @@ def fire_schedule(schedule: str) -> int:
     response = httpx.post(f"{endpoints['lambda']}/devstack/schedules/{schedule}/fire", timeout=30)
     print(response.text)
     return 0 if response.is_success else 1
+
+
+def print_token(scope: str) -> int:
+    """`make token`: a client-credentials access token from the running stack's local token endpoint."""
+    endpoints = running_stack()
+    if endpoints is None:
+        print("error: no local stack is running; start one with `make dev AUTH=oauth`", file=sys.stderr)
+        return 2
+    cognito = boto3.client(
+        "cognito-idp",
+        endpoint_url=endpoints["aws"],
+        region_name="us-east-1",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",  # noqa: S106 - moto accepts any credentials
+    )
+    clients = machine_clients(cognito)
+    if not clients:
+        print("error: the running stack has no OAuth client; start it with `make dev AUTH=oauth`", file=sys.stderr)
+        return 2
+    client_id, secret = clients[0]
+    form = {"grant_type": "client_credentials", **({"scope": scope} if scope else {})}
+    response = httpx.post(f"{endpoints['lambda']}/oauth2/token", data=form, auth=(client_id, secret), timeout=10)
+    if not response.is_success:
+        print(f"error: {response.text}", file=sys.stderr)
+        return 1
+    print(response.json()["access_token"])
+    return 0
 
 
 if __name__ == "__main__":

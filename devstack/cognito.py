@@ -118,6 +118,18 @@ class ClientCredentialsTokens:
         return None
 
 
+def machine_clients(cognito: Any) -> list[tuple[str, str]]:
+    """(client id, secret) of every client-credentials client in the local Cognito."""
+    found = []
+    for pool in cognito.list_user_pools(MaxResults=60)["UserPools"]:
+        for listed in cognito.list_user_pool_clients(UserPoolId=pool["Id"], MaxResults=60)["UserPoolClients"]:
+            client = cognito.describe_user_pool_client(UserPoolId=pool["Id"], ClientId=listed["ClientId"])
+            client = client["UserPoolClient"]
+            if "client_credentials" in client.get("AllowedOAuthFlows", []):
+                found.append((client["ClientId"], client.get("ClientSecret", "")))
+    return found
+
+
 def _client_credentials(form: Mapping[str, str], authorization: str | None) -> tuple[str, str]:
     """HTTP Basic (what Cognito documents for a confidential client), else client_id/client_secret in the form."""
     scheme, _, value = (authorization or "").partition(" ")

@@ -10,7 +10,9 @@ import asyncio
 import httpx
 import pytest
 
-from devstack.__main__ import banner, issue_dev_keys, oauth_clients
+import devstack.__main__ as devstack_cli
+from devstack.__main__ import banner, issue_dev_keys
+from devstack.cognito import machine_clients
 from tests.e2e.conftest import Endpoint, mcp_client
 
 pytestmark = pytest.mark.e2e
@@ -21,7 +23,7 @@ def oauth_stack(start_stack):
     """The product stack with AuthMode=oauth, its served endpoint, and the created client's credentials."""
     stack = start_stack(parameters={"AuthMode": "oauth"})
     [web] = stack.web_functions.values()
-    [(client_id, secret)] = oauth_clients(stack)
+    [(client_id, secret)] = machine_clients(stack.client("cognito-idp"))
     return stack, web, client_id, secret
 
 
@@ -123,3 +125,17 @@ def test_the_token_endpoint_refuses_a_wrong_secret_or_scope(oauth_stack):
     )
     assert (wrong_secret.status_code, wrong_secret.json()) == (400, {"error": "invalid_client"})
     assert (wrong_scope.status_code, wrong_scope.json()) == (400, {"error": "invalid_scope"})
+
+
+def test_make_token_prints_a_token_the_endpoint_accepts(oauth_stack, monkeypatch, capsys):
+    # Given `make dev AUTH=oauth` running (the stack's endpoints as the running file names them)
+    stack, web, _, _ = oauth_stack
+    monkeypatch.setattr(devstack_cli, "running_stack", lambda: {"aws": stack.aws_url, "lambda": stack.lambda_url})
+
+    # When `make token SCOPE=mcp/read` runs and its token calls a read tool
+    assert devstack_cli.print_token("mcp/read") == 0
+    token = capsys.readouterr().out.strip()
+    response = rpc(f"{web.url}/mcp", token, "tools/call", {"name": "list_endpoints", "arguments": {}})
+
+    # Then the endpoint accepts it
+    assert response.status_code == 200
