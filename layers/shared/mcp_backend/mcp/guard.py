@@ -3,7 +3,8 @@
 The SDK (mcp 2.3.0) answers GET with an open SSE stream and DELETE with its own 405 (Allow: GET, POST,
 DELETE), redirects `/mcp/` with a 307, answers a non-JSON Content-Type with 400 and matches allowed
 hosts exactly (no `*.lambda-url.<region>.on.aws`). This guard answers those before the SDK sees them,
-authenticates the caller, and makes every event stream proxy-safe, kept alive and always closed.
+serves the RFC 9728 metadata in OAuth mode, authenticates the caller (and, for an access token, checks
+the called tool's scope), and makes every event stream proxy-safe, kept alive and always closed.
 Everything else (406, parse errors, both protocol eras, 202 for notifications) is the SDK's own.
 """
 
@@ -125,7 +126,7 @@ class McpHttpGuard:
         try:
             # Only the Authorization header counts: a token in the query string or body is never read.
             principal = await self.authenticator.authenticate(token, resource) if token else None
-        except Exception as error:  # noqa: BLE001 - the key store is down: say so, never a 500 with a trace
+        except Exception as error:  # noqa: BLE001 - keys or JWKS unavailable: say so, never a 500 with a trace
             retry_after = error.retry_after_seconds if isinstance(error, AuthenticationUnavailable) else 5
             if not getattr(error, "logged", False):
                 logger.error("authentication unavailable", extra={"error_type": type(error).__name__})

@@ -98,7 +98,6 @@ class JwksCache:
         self.cache_seconds = cache_seconds
         self.refresh_seconds = refresh_seconds
         self.clock = clock
-        self.fetches = 0
         self._keys: dict[str, SigningKey] | None = None
         self._fetched_at = float("-inf")
         self._attempted_at = float("-inf")
@@ -123,7 +122,6 @@ class JwksCache:
             return
         self._attempted_at = now
         try:
-            self.fetches += 1
             self._keys = self._load()
             self._fetched_at = now
         except Exception as error:
