@@ -139,3 +139,21 @@ def test_make_token_prints_a_token_the_endpoint_accepts(oauth_stack, monkeypatch
 
     # Then the endpoint accepts it
     assert response.status_code == 200
+
+
+def test_both_mode_accepts_the_dev_api_key_and_a_token(start_stack):
+    # Given the stack with AuthMode=both: a dev API key and the pool's client
+    stack = start_stack(parameters={"AuthMode": "both"})
+    [web] = stack.web_functions.values()
+    [key] = issue_dev_keys(stack).values()
+    [(client_id, secret)] = machine_clients(stack.client("cognito-idp"))
+
+    # When each credential calls a tool
+    answers = [
+        rpc(f"{web.url}/mcp", credential, "tools/call", {"name": "list_endpoints", "arguments": {}})
+        for credential in (key, access_token(stack, client_id, secret))
+    ]
+
+    # Then both are accepted, and a 401 still points at the metadata
+    assert [answer.status_code for answer in answers] == [200, 200]
+    assert "resource_metadata=" in rpc(f"{web.url}/mcp", "mcpk_wrong", "tools/list").headers["www-authenticate"]
