@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import statistics
+import threading
+import time
 import uuid
+from typing import Any
 
 import boto3
 from moto import mock_aws
 
+from devstack.server import DevStack, DevStackOptions
 from tests.bench.measure import fresh_interpreter_seconds, per_item_seconds
+from tests.e2e.conftest import BUILD_DIR, free_port
 
 RUNS = 7
 JOBS = 100
@@ -63,6 +70,7 @@ def run() -> list[str]:
         handler_path = per_item_seconds(through_handler, JOBS)
         bare = per_item_seconds(bare_loop, JOBS)
 
+    one_slow, ten_slow = _batch_with_io_latency()
     return [
         "## ToolWorker",
         "",
@@ -81,7 +89,78 @@ def run() -> list[str]:
         "the RUNNING and SUCCEEDED JobTable updates, and the parse. With moto these are in-process "
         "calls; on AWS each is a DynamoDB round trip (single-digit ms), so the ratio here is a floor.",
         "",
+        f"Records of a batch run at once: each job reads its dataset from a loopback server that answers after "
+        f"{IO_LATENCY * 1000:.0f} ms (injected I/O latency); a batch of 1 against a batch of 10 through the "
+        "handler, the build output in the local Lambda runtime (its own process; DynamoDB and Kinesis calls "
+        f"go to the stack's moto server), warm, median of {LATENCY_PASSES} passes each; the template's "
+        "`WorkerRecordConcurrency` (10).",
+        "",
+        "| batch | wall time | per record beyond the injected I/O | ratio to one record |",
+        "|---|---|---|---|",
+        f"| 1 record | {one_slow * 1000:.0f} ms | {(one_slow - IO_LATENCY) * 1000:.1f} ms | 1.00x |",
+        f"| 10 records | {ten_slow * 1000:.0f} ms | {(ten_slow - IO_LATENCY) / 10 * 1000:.1f} ms | "
+        f"{ten_slow / one_slow:.2f}x (target at most 1.3x; one after another would be about 10x) |",
+        "",
     ]
+
+
+IO_LATENCY = 0.1
+LATENCY_PASSES = 7
+
+
+class _SlowDataset(http.server.BaseHTTPRequestHandler):
+    """A loopback dataset server that waits IO_LATENCY before answering: the tool's injected I/O latency."""
+
+    CSV = b"region,amount\nnorth,1\nsouth,2\n"
+
+    def do_GET(self) -> None:
+        time.sleep(IO_LATENCY)
+        self.send_response(200)
+        self.send_header("content-type", "text/csv")
+        self.send_header("content-length", str(len(self.CSV)))
+        self.end_headers()
+        self.wfile.write(self.CSV)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _batch_with_io_latency() -> tuple[float, float]:
+    """Median wall time of a batch of 1 and of 10 jobs, each reading a dataset that answers after IO_LATENCY.
+
+    The worker runs as deployed: the build output in the local Lambda runtime, in its own process, its
+    DynamoDB and Kinesis calls crossing to the stack's moto server as they cross to AWS (moto's own work
+    stays out of the worker's process, as AWS's does)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowDataset)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/sales.csv"
+    stack = DevStack(
+        DevStackOptions(
+            aws_port=free_port(),
+            lambda_port=free_port(),
+            web_port=free_port(),
+            run_threads=False,
+            runtime="lambda",
+            build_dir=BUILD_DIR,
+            prewarm=False,
+        )
+    )
+    stack.start()
+    try:
+        timings: dict[int, list[float]] = {1: [], 10: []}
+        for attempt in range(LATENCY_PASSES + 1):
+            for size in timings:
+                jobs = [{**job, "input": {"dataset_url": url}} for job in _jobs()[:size]]
+                event = {"Records": [_record(job) for job in jobs]}
+                started = time.perf_counter()
+                response = stack.environment.invoke("ToolWorker", event)
+                if attempt:  # the first pass warms the environment (cold start, first clients)
+                    timings[size].append(time.perf_counter() - started)
+                assert not response["batchItemFailures"], response
+    finally:
+        stack.stop()
+        server.shutdown()
+    return statistics.median(timings[1]), statistics.median(timings[10])
 
 
 def _jobs() -> list[dict]:
