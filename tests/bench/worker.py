@@ -13,9 +13,7 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
-from devstack.server import DevStack, DevStackOptions
-from tests.bench.measure import fresh_interpreter_seconds, per_item_seconds
-from tests.e2e.conftest import BUILD_DIR, free_port
+from tests.bench.measure import fresh_interpreter_seconds, lambda_runtime_stack, per_item_seconds
 
 RUNS = 7
 JOBS = 100
@@ -134,18 +132,7 @@ def _batch_with_io_latency() -> tuple[float, float]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowDataset)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/sales.csv"
-    stack = DevStack(
-        DevStackOptions(
-            aws_port=free_port(),
-            lambda_port=free_port(),
-            web_port=free_port(),
-            run_threads=False,
-            runtime="lambda",
-            build_dir=BUILD_DIR,
-            prewarm=False,
-        )
-    )
-    stack.start()
+    stack = lambda_runtime_stack()
     try:
         timings: dict[int, list[float]] = {1: [], 10: []}
         for attempt in range(LATENCY_PASSES + 1):
