@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 
 from devstack.lambda_runtime import DEFAULT_BUILD_DIR, LambdaRuntimeUnavailable
+from devstack.redrive import redrive_running_stack
 from devstack.server import DevStack, DevStackOptions, PortInUse, install_log_prefixes
 from devstack.template import ROOT
 
@@ -44,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     dev.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR, help="sam build output (lambda runtime)")
     fire = commands.add_parser("fire", help="fire a schedule of the running stack now")
     fire.add_argument("schedule", help="logical id of the schedule (AWS::Events::Rule or AWS::Scheduler::Schedule)")
+    redrive = commands.add_parser("redrive", help="move the running stack's job DLQ back to JobQueue")
+    redrive.add_argument("--dry-run", action="store_true", help="list what would move; move nothing")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for chatty in ("botocore", "httpx", "werkzeug"):
@@ -52,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="No application metrics to publish")
     if args.command == "fire":
         return fire_schedule(args.schedule)
+    if args.command == "redrive":
+        endpoints = running_stack()
+        if endpoints is None:
+            print("error: no local stack is running; start one with `make dev`, or give STACK=<name>", file=sys.stderr)
+            return 2
+        return redrive_running_stack(endpoints["aws"], args.dry_run)
     return run_dev(args)
 
 

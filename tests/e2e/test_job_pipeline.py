@@ -225,3 +225,42 @@ def test_fresh_start_ignores_saved_state(start_stack, tmp_path):
 
     # Then it starts empty
     assert job(second, "job-e2e-gone-001") is None
+
+
+def test_redrive_lists_then_moves_the_dlq_back_and_the_job_runs_again_with_its_history(start_stack, capsys):
+    # Given a job that failed for good (its dataset was missing), its message in the DLQ
+    from devstack.redrive import redrive_running_stack
+
+    stack = start_stack()
+    submit(stack, "job-e2e-redrive", dataset="s3://local-datasets/late.csv")
+    stack.settle()
+    assert job(stack, "job-e2e-redrive")["status"] == "FAILED"
+
+    # When the operator lists what a redrive would move (DRY_RUN=1)
+    capsys.readouterr()  # (the worker's log lines so far)
+    assert redrive_running_stack(stack.aws_url, dry_run=True) == 0
+    listed = json.loads(capsys.readouterr().out)
+
+    # Then the job is listed with its failure, and nothing moved
+    assert [(m["jobId"], m["failureType"]) for m in listed["messages"]] == [("job-e2e-redrive", "DatasetUnreachable")]
+    assert job(stack, "job-e2e-redrive")["status"] == "FAILED"
+    assert queue_attribute(stack, "JobDeadLetterQueue", "ApproximateNumberOfMessages") == "1"
+
+    # When the data is fixed and the operator redrives
+    stack.client("s3").put_object(Bucket="local-datasets", Key="late.csv", Body=b"region,amount\nnorth,1\n")
+    capsys.readouterr()
+    assert redrive_running_stack(stack.aws_url, dry_run=False) == 0
+    moved = json.loads(capsys.readouterr().out)
+
+    # Then the move task moved the message to JobQueue and the job is PENDING with its failure in its history
+    assert moved["pendingAgain"] == ["job-e2e-redrive"]
+    assert moved["task"] == {"Status": "COMPLETED", "ApproximateNumberOfMessagesMoved": 1}
+    assert queue_attribute(stack, "JobDeadLetterQueue", "ApproximateNumberOfMessages") == "0"
+    pending = job(stack, "job-e2e-redrive")
+    assert (pending["status"], pending["runs"], "error" not in pending) == ("PENDING", 1, True)
+    assert [(f["type"], f["attempts"]) for f in pending["failures"]] == [("DatasetUnreachable", 1)]
+
+    # And when the worker runs it again, it succeeds, its history kept
+    stack.settle()
+    item = job(stack, "job-e2e-redrive")
+    assert (item["status"], item["runs"], item["result"]["rowCount"], len(item["failures"])) == ("SUCCEEDED", 2, 1, 1)
