@@ -141,6 +141,9 @@ def test_a_job_slower_than_the_visibility_timeout_is_delivered_once_and_finished
     )
     sqs = stack.client("sqs")
     queue_url = stack.environment.queue_url("JobQueue")
+    # (a warm worker: under the Lambda runtime a cold start alone can outlast a 4 s timeout)
+    submit(stack, "job-e2e-warm001")
+    stack.settle()
     sqs.set_queue_attributes(QueueUrl=queue_url, Attributes={"VisibilityTimeout": str(visibility)})
     Dataset.delay_seconds = 2.5 * visibility
     submit(stack, "job-e2e-slow001", dataset=f"{dataset_server}/slow.csv")
