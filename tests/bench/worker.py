@@ -68,7 +68,7 @@ def run() -> list[str]:
         handler_path = per_item_seconds(through_handler, JOBS)
         bare = per_item_seconds(bare_loop, JOBS)
 
-    one_slow, ten_slow = _batch_with_io_latency()
+    slow = _batch_with_io_latency()
     return [
         "## ToolWorker",
         "",
@@ -88,16 +88,26 @@ def run() -> list[str]:
         "calls; on AWS each is a DynamoDB round trip (single-digit ms), so the ratio here is a floor.",
         "",
         f"Records of a batch run at once: each job reads its dataset from a loopback server that answers after "
-        f"{IO_LATENCY * 1000:.0f} ms (injected I/O latency); a batch of 1 against a batch of 10 through the "
-        "handler, the build output in the local Lambda runtime (its own process; DynamoDB and Kinesis calls "
-        f"go to the stack's moto server), warm, median of {LATENCY_PASSES} passes each; the template's "
+        f"{IO_LATENCY * 1000:.0f} ms (injected I/O latency), or at once; a batch of 1 against a batch of 10 through "
+        "the handler, the build output in the local Lambda runtime (its own process; its DynamoDB and Kinesis "
+        f"calls go to the stack's moto server), warm, median of {LATENCY_PASSES} passes each; the template's "
         "`WorkerRecordConcurrency` (10).",
         "",
-        "| batch | wall time | per record beyond the injected I/O | ratio to one record |",
-        "|---|---|---|---|",
-        f"| 1 record | {one_slow * 1000:.0f} ms | {(one_slow - IO_LATENCY) * 1000:.1f} ms | 1.00x |",
-        f"| 10 records | {ten_slow * 1000:.0f} ms | {(ten_slow - IO_LATENCY) / 10 * 1000:.1f} ms | "
-        f"{ten_slow / one_slow:.2f}x (target at most 1.3x; one after another would be about 10x) |",
+        "| batch | wall time, 100 ms I/O | wall time, no injected I/O | I/O the batch waited | per record, "
+        "no injected I/O |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {size} record{'s' if size > 1 else ''} | {slow[(IO_LATENCY, size)] * 1000:.0f} ms | "
+            f"{slow[(0.0, size)] * 1000:.0f} ms | {(slow[(IO_LATENCY, size)] - slow[(0.0, size)]) * 1000:.0f} ms | "
+            f"{slow[(0.0, size)] / size * 1000:.1f} ms |"
+            for size in (1, 10)
+        ),
+        "",
+        f"Ratio, 10 records to 1 with 100 ms I/O each: {slow[(IO_LATENCY, 10)] / slow[(IO_LATENCY, 1)]:.2f}x "
+        "(target at most 1.3x); the I/O a batch waits is the column to read: one after another, 10 records would "
+        "wait 1000 ms. The rest of a batch's time is per-record work that does not overlap here: every DynamoDB "
+        "and Kinesis call is served by the one moto process on this shared machine, CPU-bound, where on AWS "
+        "it is a network wait (single-digit ms) that overlaps like the dataset read.",
         "",
     ]
 
@@ -111,8 +121,10 @@ class _SlowDataset(http.server.BaseHTTPRequestHandler):
 
     CSV = b"region,amount\nnorth,1\nsouth,2\n"
 
+    latency = IO_LATENCY
+
     def do_GET(self) -> None:
-        time.sleep(IO_LATENCY)
+        time.sleep(_SlowDataset.latency)
         self.send_response(200)
         self.send_header("content-type", "text/csv")
         self.send_header("content-length", str(len(self.CSV)))
@@ -123,8 +135,9 @@ class _SlowDataset(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def _batch_with_io_latency() -> tuple[float, float]:
-    """Median wall time of a batch of 1 and of 10 jobs, each reading a dataset that answers after IO_LATENCY.
+def _batch_with_io_latency() -> dict[tuple[float, int], float]:
+    """Median wall time of a batch of 1 and of 10 jobs, each reading a dataset that answers after IO_LATENCY,
+    and after no delay (what the records cost besides the injected I/O).
 
     The worker runs as deployed: the build output in the local Lambda runtime, in its own process, its
     DynamoDB and Kinesis calls crossing to the stack's moto server as they cross to AWS (moto's own work
@@ -134,20 +147,23 @@ def _batch_with_io_latency() -> tuple[float, float]:
     url = f"http://127.0.0.1:{server.server_address[1]}/sales.csv"
     stack = lambda_runtime_stack()
     try:
-        timings: dict[int, list[float]] = {1: [], 10: []}
+        timings: dict[tuple[float, int], list[float]] = {
+            (latency, size): [] for latency in (IO_LATENCY, 0.0) for size in (1, 10)
+        }
         for attempt in range(LATENCY_PASSES + 1):
-            for size in timings:
+            for latency, size in timings:
+                _SlowDataset.latency = latency
                 jobs = [{**job, "input": {"dataset_url": url}} for job in _jobs()[:size]]
                 event = {"Records": [_record(job) for job in jobs]}
                 started = time.perf_counter()
                 response = stack.environment.invoke("ToolWorker", event)
                 if attempt:  # the first pass warms the environment (cold start, first clients)
-                    timings[size].append(time.perf_counter() - started)
+                    timings[(latency, size)].append(time.perf_counter() - started)
                 assert not response["batchItemFailures"], response
     finally:
         stack.stop()
         server.shutdown()
-    return statistics.median(timings[1]), statistics.median(timings[10])
+    return {key: statistics.median(samples) for key, samples in timings.items()}
 
 
 def _jobs() -> list[dict]:
