@@ -29,7 +29,7 @@ EVENT ?= events/tool_worker/healthy-batch.json
 # The layer ships everything the lock pins except what the Lambda runtime provides.
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
-.PHONY: help env lint test unit build build-local deploy deploy-built sam-cli smoke invoke dev fire token bench layer-requirements expanded clean
+.PHONY: help env lint test unit build build-local deploy deploy-built sam-cli smoke invoke dev fire token redrive bench layer-requirements expanded clean
 
 help:
 	@echo "make test     lint + all tests (creates the environment from uv.lock)"
@@ -39,6 +39,7 @@ help:
 	@echo "              RUNTIME=lambda runs the build output as Lambda does: make build ARCH=$(HOST_ARCH) first)"
 	@echo "make invoke   FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json"
 	@echo "make fire     SCHEDULE=<LogicalId>: fire a schedule of the running stack now"
+	@echo "make redrive  [DRY_RUN=1] [STACK=<name>]: job DLQ back to JobQueue (the running local stack by default)"
 	@echo "make smoke    URL=<McpServerUrl> KEY=<API key>: the deployed stack end to end"
 	@echo "make bench    benchmarks -> docs/benchmarks.md"
 
@@ -118,6 +119,14 @@ fire: env
 
 token: env
 	@$(RUN) python -m devstack token $(if $(SCOPE),--scope "$(SCOPE)")
+# The job DLQ back to JobQueue (SQS StartMessageMoveTask), its jobs PENDING again: STACK=<name> on AWS, else
+# the running `make dev` stack; DRY_RUN=1 lists what would move.
+redrive: env
+ifdef STACK
+	PYTHONPATH=layers/shared $(RUN) python -m mcp_backend.jobs.redrive --stack $(STACK) $(if $(DRY_RUN),--dry-run)
+else
+	$(RUN) python -m devstack redrive $(if $(DRY_RUN),--dry-run)
+endif
 
 bench: env build-local
 	DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(RUN) python -m tests.bench

@@ -21,6 +21,7 @@ import httpx
 
 from devstack.cognito import machine_clients
 from devstack.lambda_runtime import DEFAULT_BUILD_DIR, LambdaRuntimeUnavailable
+from devstack.redrive import redrive_running_stack
 from devstack.server import DevStack, DevStackOptions, PortInUse, install_log_prefixes
 from devstack.template import ROOT
 
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     fire.add_argument("schedule", help="logical id of the schedule (AWS::Events::Rule or AWS::Scheduler::Schedule)")
     token = commands.add_parser("token", help="an OAuth access token from the running stack (make dev AUTH=oauth)")
     token.add_argument("--scope", default="", help="space-separated scopes (default: all the client may have)")
+    redrive = commands.add_parser("redrive", help="move the running stack's job DLQ back to JobQueue")
+    redrive.add_argument("--dry-run", action="store_true", help="list what would move; move nothing")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for chatty in ("botocore", "httpx", "werkzeug"):
@@ -58,6 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         return fire_schedule(args.schedule)
     if args.command == "token":
         return print_token(args.scope)
+    if args.command == "redrive":
+        endpoints = running_stack()
+        if endpoints is None:
+            print("error: no local stack is running; start one with `make dev`, or give STACK=<name>", file=sys.stderr)
+            return 2
+        return redrive_running_stack(endpoints["aws"], args.dry_run)
     return run_dev(args)
 
 

@@ -135,10 +135,10 @@ class DevStack:
     def start(self) -> DevStack:
         for port in (self.options.aws_port, self.options.lambda_port, self.options.web_port):
             _require_free(self.options.host, port)
-        from moto.server import ThreadedMotoServer
+        from devstack.sqs_move_task import MotoServerWithMoveTasks
 
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call is noise
-        self._moto = ThreadedMotoServer(ip_address=self.options.host, port=self.options.aws_port, verbose=False)
+        self._moto = MotoServerWithMoveTasks(ip_address=self.options.host, port=self.options.aws_port, verbose=False)
         self._moto.start()
         # moto keeps its state per process: start from nothing, then restore what state_dir holds.
         httpx.post(f"{self.aws_url}/moto-api/reset", timeout=10).raise_for_status()

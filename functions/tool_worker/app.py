@@ -1,9 +1,9 @@
-"""ToolWorker: runs tool jobs from the job queue, reporting partial batch failures."""
+"""ToolWorker: runs tool jobs from the job queue, a batch's records at once, reporting partial batch failures."""
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+from aws_lambda_powertools.utilities.batch import AsyncBatchProcessor, EventType
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from mcp_backend.batch import handle_batch
+from mcp_backend.batch import RecordThreads, handle_batch
 from mcp_backend.config import WorkerSettings, load_settings
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.observability import instrumented_handler
@@ -12,9 +12,12 @@ from mcp_backend.tools.worker import JobWorker
 settings = load_settings(WorkerSettings)
 worker = JobWorker(settings, JobStore(settings.job_table_name))
 # A batch whose records all fail is reported like any other: every id in batchItemFailures.
-processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+processor = AsyncBatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+record_threads = RecordThreads(worker.process, settings.record_concurrency)
 
 
 @instrumented_handler(correlation_id_path="Records[0].messageId")
 def handler(event: dict, context: LambdaContext) -> dict:
-    return handle_batch(event, context, event_source="aws:sqs", processor=processor, consumer=worker)
+    return handle_batch(
+        event, context, event_source="aws:sqs", processor=processor, consumer=worker, record_threads=record_threads
+    )

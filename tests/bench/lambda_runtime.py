@@ -17,10 +17,10 @@ from pathlib import Path
 
 from devstack.lambda_runtime import FunctionPool, LambdaFunction, LambdaRuntime
 from devstack.runtime import FunctionRuntime
-from devstack.server import DevStack, DevStackOptions
+from devstack.server import DevStack
 from devstack.stack import FunctionSpec
-from tests.bench.measure import ROOT
-from tests.e2e.conftest import BUILD_DIR, free_port
+from tests.bench.measure import ROOT, lambda_runtime_stack
+from tests.e2e.conftest import BUILD_DIR
 
 COLD_STARTS = 3
 WARM_CALLS = 200
@@ -29,18 +29,7 @@ PROBES = ROOT / "tests" / "e2e" / "lambda_functions"
 
 
 def run() -> list[str]:
-    stack = DevStack(
-        DevStackOptions(
-            aws_port=free_port(),
-            lambda_port=free_port(),
-            web_port=free_port(),
-            run_threads=False,
-            runtime="lambda",
-            build_dir=BUILD_DIR,
-            prewarm=False,
-        )
-    )
-    stack.start()
+    stack = lambda_runtime_stack()
     try:
         runtime = stack.environment.lambda_runtime
         assert runtime is not None

@@ -9,6 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+from devstack.server import DevStack, DevStackOptions
+from tests.e2e.conftest import BUILD_DIR, free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -39,3 +42,21 @@ def per_item_seconds(fn, items: int, repeats: int = 3) -> float:
         fn()
         samples.append((time.perf_counter() - started) / items)
     return statistics.median(samples)
+
+
+def lambda_runtime_stack() -> DevStack:
+    """The product stack, started, its functions the build output in the local Lambda runtime; the caller
+    drives the event sources (no threads) and stops it."""
+    stack = DevStack(
+        DevStackOptions(
+            aws_port=free_port(),
+            lambda_port=free_port(),
+            web_port=free_port(),
+            run_threads=False,
+            runtime="lambda",
+            build_dir=BUILD_DIR,
+            prewarm=False,
+        )
+    )
+    stack.start()
+    return stack

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import socket
 import subprocess
 import sys
+import threading
+import time
+from typing import ClassVar
 
 import pytest
 import time_machine
@@ -46,26 +50,130 @@ def test_a_job_is_processed_once(start_stack):
     assert queue_attribute(stack, "JobQueue", "ApproximateNumberOfMessages") == "0"
 
 
-def test_a_poison_job_reaches_the_dlq_after_three_receives(start_stack):
-    # Given a job whose dataset does not exist
+def test_a_permanent_failure_reaches_failed_and_the_dlq_within_one_batch_cycle(start_stack):
+    # Given a job whose dataset does not exist (no retry can change that)
     stack = start_stack()
-    message_id = submit(stack, "job-e2e-poison1", dataset="s3://local-datasets/absent.csv")
-    visibility = int(queue_attribute(stack, "JobQueue", "VisibilityTimeout"))
-    max_receives = json.loads(queue_attribute(stack, "JobQueue", "RedrivePolicy"))["maxReceiveCount"]
+    submit(stack, "job-e2e-poison1", dataset="s3://local-datasets/absent.csv")
 
-    # When each failed receive waits out the queue's visibility timeout
-    with time_machine.travel(stack.options.clock(), tick=True) as traveller:
-        for _ in range(max_receives + 1):
-            stack.settle()
-            traveller.shift(visibility + 1)
-        dead = stack.client("sqs").receive_message(
-            QueueUrl=stack.environment.queue_url("JobDeadLetterQueue"), MaxNumberOfMessages=10
-        )["Messages"]
+    # When the event source delivers one batch
+    stack.environment.sqs_source_for("ToolWorker").poll_once()
 
-    # Then the message sits in the DLQ and the job says why it failed
-    assert [m["MessageId"] for m in dead] == [message_id]
+    # Then the job is FAILED with the reason already, its message is in the DLQ with that reason, and
+    # nothing is left on the job queue to retry
     item = job(stack, "job-e2e-poison1")
-    assert (item["status"], item["runs"], item["error"]["type"]) == ("FAILED", max_receives, "DatasetUnreachable")
+    assert (item["status"], item["runs"], item["error"]["type"]) == ("FAILED", 1, "DatasetUnreachable")
+    [dead] = stack.client("sqs").receive_message(
+        QueueUrl=stack.environment.queue_url("JobDeadLetterQueue"), MessageAttributeNames=["All"]
+    )["Messages"]
+    assert dead["MessageId"] == item["failedMessageId"]
+    assert dead["MessageAttributes"]["failureType"]["StringValue"] == "DatasetUnreachable"
+    assert "does not exist" in dead["MessageAttributes"]["failureReason"]["StringValue"]
+    assert queue_attribute(stack, "JobQueue", "ApproximateNumberOfMessages") == "0"
+    assert queue_attribute(stack, "JobQueue", "ApproximateNumberOfMessagesNotVisible") == "0"
+
+
+class Dataset(http.server.BaseHTTPRequestHandler):
+    """A loopback dataset server: `/flaky.csv` answers 503 the first time, `/slow.csv` after a delay."""
+
+    CSV = b"region,amount\nnorth,1\nsouth,2\n"
+    served: ClassVar[dict[str, int]] = {}
+    delay_seconds = 0.0
+
+    def do_GET(self) -> None:
+        count = Dataset.served[self.path] = Dataset.served.get(self.path, 0) + 1
+        if self.path == "/flaky.csv" and count == 1:
+            self.send_response(503)
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
+        if self.path == "/slow.csv":
+            time.sleep(Dataset.delay_seconds)
+        self.send_response(200)
+        self.send_header("content-type", "text/csv")
+        self.send_header("content-length", str(len(self.CSV)))
+        self.end_headers()
+        self.wfile.write(self.CSV)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def dataset_server():
+    Dataset.served = {}
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Dataset)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    thread.join(timeout=10)
+
+
+def test_a_transient_failure_is_retried_and_succeeds_on_a_later_receive(start_stack, dataset_server):
+    # Given a job whose dataset server answers 503 (a transient failure) once, then the data
+    stack = start_stack()
+    submit(stack, "job-e2e-flaky01", dataset=f"{dataset_server}/flaky.csv")
+    visibility = int(queue_attribute(stack, "JobQueue", "VisibilityTimeout"))
+
+    # When the first receive fails and the message comes back after the visibility timeout
+    with time_machine.travel(stack.options.clock(), tick=True) as traveller:
+        stack.settle()
+        after_first = job(stack, "job-e2e-flaky01")
+        traveller.shift(visibility + 1)
+        stack.settle()
+
+    # Then the first attempt was left to the queue's retry (not FAILED, not dead-lettered), and the second
+    # receive succeeded, with both attempts recorded
+    assert after_first["status"] == "RUNNING" and "error" not in after_first
+    item = job(stack, "job-e2e-flaky01")
+    assert (item["status"], item["attempts"], item["runs"], item["result"]["rowCount"]) == ("SUCCEEDED", 2, 2, 2)
+    assert queue_attribute(stack, "JobDeadLetterQueue", "ApproximateNumberOfMessages") == "0"
+
+
+def test_a_job_slower_than_the_visibility_timeout_is_delivered_once_and_finished_once(start_stack, dataset_server):
+    # Given a job queue whose visibility timeout (4 s here, the worker told the same) is shorter than a job
+    visibility = 4
+    stack = start_stack(
+        function_overrides={
+            "DATASET_ALLOW_PRIVATE_HOSTS": "true",
+            "JOB_QUEUE_VISIBILITY_TIMEOUT_SECONDS": str(visibility),
+        }
+    )
+    sqs = stack.client("sqs")
+    queue_url = stack.environment.queue_url("JobQueue")
+    # (a warm worker: under the Lambda runtime a cold start alone can outlast a 4 s timeout)
+    submit(stack, "job-e2e-warm001")
+    stack.settle()
+    sqs.set_queue_attributes(QueueUrl=queue_url, Attributes={"VisibilityTimeout": str(visibility)})
+    Dataset.delay_seconds = 2.5 * visibility
+    submit(stack, "job-e2e-slow001", dataset=f"{dataset_server}/slow.csv")
+
+    # When the worker runs it while another consumer polls the queue the whole time
+    seen: list[str] = []
+    done = threading.Event()
+
+    def competing_consumer() -> None:
+        while not done.wait(0.5):
+            seen.extend(
+                m["MessageId"] for m in sqs.receive_message(QueueUrl=queue_url, VisibilityTimeout=0).get("Messages", [])
+            )
+
+    spy = threading.Thread(target=competing_consumer, daemon=True)
+    spy.start()
+    try:
+        stack.environment.sqs_source_for("ToolWorker").poll_once()
+    finally:
+        done.set()
+        spy.join(timeout=10)
+
+    # Then no one else could receive the message while the job ran, the job ran once and succeeded,
+    # and the message is gone
+    assert seen == []
+    item = job(stack, "job-e2e-slow001")
+    assert (item["status"], item["attempts"], item["runs"]) == ("SUCCEEDED", 1, 1)
+    assert Dataset.served["/slow.csv"] == 1
+    assert queue_attribute(stack, "JobQueue", "ApproximateNumberOfMessages") == "0"
+    assert queue_attribute(stack, "JobQueue", "ApproximateNumberOfMessagesNotVisible") == "0"
 
 
 def test_port_in_use_gives_a_clear_error_and_leaves_nothing_running():
@@ -120,3 +228,42 @@ def test_fresh_start_ignores_saved_state(start_stack, tmp_path):
 
     # Then it starts empty
     assert job(second, "job-e2e-gone-001") is None
+
+
+def test_redrive_lists_then_moves_the_dlq_back_and_the_job_runs_again_with_its_history(start_stack, capsys):
+    # Given a job that failed for good (its dataset was missing), its message in the DLQ
+    from devstack.redrive import redrive_running_stack
+
+    stack = start_stack()
+    submit(stack, "job-e2e-redrive", dataset="s3://local-datasets/late.csv")
+    stack.settle()
+    assert job(stack, "job-e2e-redrive")["status"] == "FAILED"
+
+    # When the operator lists what a redrive would move (DRY_RUN=1)
+    capsys.readouterr()  # (the worker's log lines so far)
+    assert redrive_running_stack(stack.aws_url, dry_run=True) == 0
+    listed = json.loads(capsys.readouterr().out)
+
+    # Then the job is listed with its failure, and nothing moved
+    assert [(m["jobId"], m["failureType"]) for m in listed["messages"]] == [("job-e2e-redrive", "DatasetUnreachable")]
+    assert job(stack, "job-e2e-redrive")["status"] == "FAILED"
+    assert queue_attribute(stack, "JobDeadLetterQueue", "ApproximateNumberOfMessages") == "1"
+
+    # When the data is fixed and the operator redrives
+    stack.client("s3").put_object(Bucket="local-datasets", Key="late.csv", Body=b"region,amount\nnorth,1\n")
+    capsys.readouterr()
+    assert redrive_running_stack(stack.aws_url, dry_run=False) == 0
+    moved = json.loads(capsys.readouterr().out)
+
+    # Then the move task moved the message to JobQueue and the job is PENDING with its failure in its history
+    assert moved["pendingAgain"] == ["job-e2e-redrive"]
+    assert moved["task"] == {"Status": "COMPLETED", "ApproximateNumberOfMessagesMoved": 1}
+    assert queue_attribute(stack, "JobDeadLetterQueue", "ApproximateNumberOfMessages") == "0"
+    pending = job(stack, "job-e2e-redrive")
+    assert (pending["status"], pending["runs"], "error" not in pending) == ("PENDING", 1, True)
+    assert [(f["type"], f["attempts"]) for f in pending["failures"]] == [("DatasetUnreachable", 1)]
+
+    # And when the worker runs it again, it succeeds, its history kept
+    stack.settle()
+    item = job(stack, "job-e2e-redrive")
+    assert (item["status"], item["runs"], item["result"]["rowCount"], len(item["failures"])) == ("SUCCEEDED", 2, 1, 1)

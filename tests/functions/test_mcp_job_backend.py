@@ -143,3 +143,20 @@ def test_an_unavailable_queue_is_a_retryable_tool_error_that_names_no_resource_a
     # And the same callId, once the queue is back, enqueues the job exactly once
     result = backend(local, FlakyBatchSqs(fail_ids=set())).submit(ALICE, request)
     assert result["status"] == "PENDING" and queued(local) == 1
+
+
+def test_every_job_message_carries_its_tool_as_the_job_type_attribute(local):
+    # Given one job submitted alone and two submitted as a batch
+    jobs = backend(local, boto3.client("sqs"))
+    jobs.submit(ALICE, analysis("call-single"))
+    jobs.submit_many(ALICE, items(2))
+
+    # When the job queue's messages are read with their attributes
+    messages = boto3.client("sqs").receive_message(
+        QueueUrl=local.queue_url("JobQueue"), MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+    )["Messages"]
+
+    # Then each names its tool in a String jobType attribute
+    assert len(messages) == 3
+    for message in messages:
+        assert message["MessageAttributes"]["jobType"] == {"StringValue": "analyze_dataset", "DataType": "String"}

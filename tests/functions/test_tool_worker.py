@@ -9,6 +9,7 @@ import uuid
 import boto3
 import pytest
 import time_machine
+from botocore.exceptions import ClientError
 
 from devstack.runtime import LocalLambdaContext
 from mcp_backend.batch import UnexpectedEventSource
@@ -41,16 +42,66 @@ class SimulatedKill(BaseException):
     """Not an Exception: like a timeout or OOM kill, nothing in the handler gets to clean up."""
 
 
-def test_batch_of_ten_with_malformed_seventh_reports_only_that_record(local):
+class ThrottlingS3:
+    """S3 as it answers under load: keys naming `unavailable` get SlowDown (HTTP 503), a transient error."""
+
+    def __init__(self, real) -> None:
+        self.real = real
+
+    def get_object(self, *, Bucket: str, Key: str):
+        if "unavailable" in Key:
+            raise ClientError(
+                {
+                    "Error": {"Code": "SlowDown", "Message": "Reduce your request rate."},
+                    "ResponseMetadata": {"HTTPStatusCode": 503},
+                },
+                "GetObject",
+            )
+        return self.real.get_object(Bucket=Bucket, Key=Key)
+
+
+@pytest.fixture
+def throttling_s3(monkeypatch):
+    from mcp_backend.tools import fetch
+
+    monkeypatch.setattr(fetch, "_default_s3_client", lambda policy: ThrottlingS3(boto3.client("s3")))
+
+
+UNAVAILABLE = "s3://local-datasets/unavailable.csv"
+
+
+def dead_letters(local) -> list[dict]:
+    return (
+        boto3.client("sqs")
+        .receive_message(
+            QueueUrl=local.queue_url("JobDeadLetterQueue"), MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+        )
+        .get("Messages", [])
+    )
+
+
+def attribute(message: dict, name: str) -> str:
+    return message["MessageAttributes"][name]["StringValue"]
+
+
+def test_batch_of_ten_with_malformed_seventh_dead_letters_only_that_record_with_its_reason(local):
     # Given the fixture batch of 10 whose 7th record is not a job
     event = load_event("tool_worker/batch-of-10-record-7-malformed.json")
-    seventh = event["Records"][6]["messageId"]
+    seventh = event["Records"][6]
 
     # When the worker handles it
     response = local.invoke(WORKER, event)
 
-    # Then exactly record 7 is reported, and the other nine jobs ran once and succeeded
-    assert response == {"batchItemFailures": [{"itemIdentifier": seventh}]}
+    # Then nothing is left to retry: the 7th message is in the DLQ with the reason, recorded under its id,
+    # and the other nine jobs ran once and succeeded
+    assert response == {"batchItemFailures": []}
+    [dead] = dead_letters(local)
+    assert dead["Body"] == seventh["body"]
+    assert attribute(dead, "failureType") == "MalformedJobMessage"
+    assert attribute(dead, "failureReason") == "message body is not valid JSON"
+    assert attribute(dead, "sourceMessageId") == seventh["messageId"]
+    failed = job_item(local, f"message-{seventh['messageId']}")
+    assert (failed["status"], failed["failedMessageId"]) == ("FAILED", dead["MessageId"])
     for job_id in record_job_ids(event):
         if job_id is None:
             continue
@@ -58,6 +109,58 @@ def test_batch_of_ten_with_malformed_seventh_reports_only_that_record(local):
         assert item["status"] == "SUCCEEDED", job_id
         assert item["runs"] == 1
         assert item["result"]["rowCount"] == 6
+
+
+def test_a_permanent_failure_fails_the_job_at_once_and_dead_letters_its_message(local):
+    # Given a healthy batch in which one job's dataset does not exist (NoSuchKey: no retry can help)
+    event = load_event("tool_worker/healthy-batch.json")
+    event["Records"] = event["Records"][:3]
+    missing = event["Records"][1]
+    missing["body"] = job_body("job-missing-once", url="s3://local-datasets/missing.csv")
+
+    # When the worker handles it on the message's first receive
+    response = local.invoke(WORKER, event)
+
+    # Then the job is FAILED with the reason now, its message is in the DLQ with that reason, and no record
+    # is left for SQS to redeliver
+    assert response == {"batchItemFailures": []}
+    item = job_item(local, "job-missing-once")
+    assert (item["status"], item["error"]["type"], item["runs"]) == ("FAILED", "DatasetUnreachable", 1)
+    [dead] = dead_letters(local)
+    assert (dead["Body"], dead["MessageId"]) == (missing["body"], item["failedMessageId"])
+    assert attribute(dead, "failureType") == "DatasetUnreachable"
+    assert "does not exist" in attribute(dead, "failureReason")
+    assert [job_item(local, job_id)["status"] for job_id in record_job_ids(event)] == [
+        "SUCCEEDED",
+        "FAILED",
+        "SUCCEEDED",
+    ]
+
+
+def test_an_unknown_job_type_fails_that_record_alone_with_a_clear_reason(local):
+    # Given a batch whose second message's jobType attribute names no job-capable tool
+    event = load_event("tool_worker/healthy-batch.json")
+    event["Records"] = event["Records"][:3]
+    unknown = event["Records"][1]
+    unknown["messageAttributes"] = {"jobType": {"stringValue": "mine_bitcoin", "dataType": "String"}}
+    for record in (event["Records"][0], event["Records"][2]):
+        record["messageAttributes"] = {"jobType": {"stringValue": "analyze_dataset", "dataType": "String"}}
+
+    # When the worker handles it
+    response = local.invoke(WORKER, event)
+
+    # Then only that job failed, with a reason naming the jobType, and its message went to the DLQ
+    assert response == {"batchItemFailures": []}
+    job_ids = record_job_ids(event)
+    item = job_item(local, job_ids[1])
+    assert item["status"] == "FAILED"
+    assert item["error"] == {
+        "type": "UnknownTool",
+        "message": "no job-capable tool named 'mine_bitcoin' (jobType attribute)",
+    }
+    [dead] = dead_letters(local)
+    assert (attribute(dead, "failureType"), attribute(dead, "jobType")) == ("UnknownTool", "mine_bitcoin")
+    assert [job_item(local, job_ids[i])["status"] for i in (0, 2)] == ["SUCCEEDED", "SUCCEEDED"]
 
 
 def test_whole_batch_delivered_twice_runs_each_job_once(local):
@@ -141,11 +244,11 @@ def test_in_progress_record_of_a_killed_invocation_blocks_retries_until_it_expir
     assert (item["status"], item["runs"]) == ("SUCCEEDED", 2)
 
 
-def test_batch_where_every_record_fails_reports_every_record(local):
-    # Given a batch whose every job points at a missing dataset
+def test_batch_where_every_record_fails_reports_every_record(local, throttling_s3):
+    # Given a batch whose every job reads from a throttling S3 (a transient failure)
     event = load_event("tool_worker/healthy-batch.json")
     for index, record in enumerate(event["Records"]):
-        record["body"] = job_body(f"job-missing-{index}", url="s3://local-datasets/missing.csv")
+        record["body"] = job_body(f"job-missing-{index}", url=UNAVAILABLE)
 
     # When the worker handles it
     response = local.invoke(WORKER, event)
@@ -175,9 +278,10 @@ def test_non_sqs_event_fails_fast_with_a_clear_error(local, event):
     assert boto3.client("dynamodb").scan(TableName=local.table_name("JobTable"))["Count"] == 0
 
 
-def test_last_attempt_poison_fixture_marks_the_job_failed_with_the_reason(local):
-    # Given the last-attempt poison fixture (ApproximateReceiveCount = maxReceiveCount)
+def test_last_attempt_of_a_transient_failure_marks_the_job_failed_with_the_reason(local, throttling_s3):
+    # Given the last-attempt fixture (ApproximateReceiveCount = maxReceiveCount), its dataset throttled
     event = load_event("tool_worker/last-attempt-poison.json")
+    event["Records"][0]["body"] = event["Records"][0]["body"].replace("missing.csv", "unavailable.csv")
 
     # When the worker handles it
     response = local.invoke(WORKER, event)
@@ -186,16 +290,18 @@ def test_last_attempt_poison_fixture_marks_the_job_failed_with_the_reason(local)
     assert response["batchItemFailures"] == [{"itemIdentifier": event["Records"][0]["messageId"]}]
     item = job_item(local, "job-0900-fixture")
     assert item["status"] == "FAILED"
-    assert item["error"]["type"] == "DatasetUnreachable"
+    assert item["error"]["type"] == "DatasetTemporarilyUnreachable"
     assert item["failedMessageId"] == event["Records"][0]["messageId"]
 
 
-def test_poison_message_is_received_three_times_then_sits_in_the_dlq_with_its_job_failed(local):
-    # Given a job message whose dataset does not exist, on the template's job queue
+def test_a_transiently_failing_message_is_received_three_times_then_sits_in_the_dlq_with_its_job_failed(
+    local, throttling_s3
+):
+    # Given a job message whose dataset S3 keeps throttling, on the template's job queue
     sqs = boto3.client("sqs")
     message_id = sqs.send_message(
         QueueUrl=local.queue_url("JobQueue"),
-        MessageBody=job_body("job-poison-0001", url="s3://local-datasets/nope.csv"),
+        MessageBody=job_body("job-poison-0001", url=UNAVAILABLE),
     )["MessageId"]
     source = local.sqs_source_for(WORKER)
     visibility = int(
@@ -223,25 +329,8 @@ def test_poison_message_is_received_three_times_then_sits_in_the_dlq_with_its_jo
     assert [m["MessageId"] for m in dead["Messages"]] == [message_id]
     item = job_item(local, "job-poison-0001")
     assert item["status"] == "FAILED"
-    assert item["error"]["type"] == "DatasetUnreachable"
+    assert item["error"]["type"] == "DatasetTemporarilyUnreachable"
     assert item["runs"] == max_receives
-
-
-def test_malformed_message_on_its_last_attempt_records_the_reason_under_its_message_id(local):
-    # Given the malformed 7th record on its last attempt
-    event = load_event("tool_worker/batch-of-10-record-7-malformed.json")
-    event["Records"] = [event["Records"][6]]
-    event["Records"][0]["attributes"]["ApproximateReceiveCount"] = "3"
-    message_id = event["Records"][0]["messageId"]
-
-    # When the worker handles it
-    response = local.invoke(WORKER, event)
-
-    # Then it fails alone and the reason is kept without the payload
-    assert response == {"batchItemFailures": [{"itemIdentifier": message_id}]}
-    item = job_item(local, f"message-{message_id}")
-    assert item["status"] == "FAILED"
-    assert item["error"] == {"type": "MalformedJobMessage", "message": "message body is not valid JSON"}
 
 
 def test_worker_logs_carry_no_payload(local, capsys):
@@ -297,7 +386,8 @@ def test_each_job_emits_its_tool_metrics_with_tool_name_and_default_dimensions(l
         assert {"Service", "Environment", "ToolName"} <= set(dimensions)
         assert record["ToolName"] == "analyze_dataset" and record["Environment"] == "dev"
         assert record["ToolDuration"][0] >= 0
-    assert [("ToolSuccess" in r, "ToolError" in r) for r in records] == [(True, False), (False, True)]
+    # (records run at once: their blobs come in either order)
+    assert sorted(("ToolSuccess" in r, "ToolError" in r) for r in records) == [(False, True), (True, False)]
 
 
 def test_a_duplicate_delivery_on_its_last_receive_while_the_job_runs_does_not_mark_it_failed(local, monkeypatch):

@@ -15,7 +15,13 @@ from pydantic import ValidationError
 from mcp_backend.tools import analyze_dataset as module
 from mcp_backend.tools.analyze_dataset import AnalyzeInput, AnalyzeOptions, analyze_dataset
 from mcp_backend.tools.dataset_stream import FetchPolicy
-from mcp_backend.tools.errors import DatasetTooLarge, DatasetUnparseable, DatasetUnreachable, UnsafeDatasetUrl
+from mcp_backend.tools.errors import (
+    DatasetTemporarilyUnreachable,
+    DatasetTooLarge,
+    DatasetUnparseable,
+    DatasetUnreachable,
+    UnsafeDatasetUrl,
+)
 
 HOST = "data.example.com"
 PEOPLE_CSV = b"id,name,score,notes\n1,alice,9.5,\n2,bob,7,x\n3,carol,,y\n"
@@ -429,3 +435,70 @@ def test_missing_s3_object_is_unreachable(s3: Any) -> None:
     # Then it is DatasetUnreachable
     with pytest.raises(DatasetUnreachable):
         analyze_dataset(request, policy=FetchPolicy(), s3_client=s3)
+
+
+# --- permanent or transient: what the job worker retries -----------------------------------------------
+
+
+def analyze_answered_by(handle: Any) -> None:
+    request = AnalyzeInput(dataset_url=f"https://{HOST}/data.csv")
+    analyze_dataset(request, policy=FetchPolicy(), transport=httpx.MockTransport(handle))
+
+
+@pytest.mark.parametrize(
+    ("answer", "transient"),
+    [
+        (lambda request: httpx.Response(403), False),
+        (lambda request: httpx.Response(404), False),
+        (lambda request: httpx.Response(410), False),
+        (lambda request: httpx.Response(429), True),
+        (lambda request: httpx.Response(408), True),
+        (lambda request: httpx.Response(500), True),
+        (lambda request: httpx.Response(503), True),
+        (lambda request: (_ for _ in ()).throw(httpx.ConnectError("refused", request=request)), False),
+        (lambda request: (_ for _ in ()).throw(httpx.ReadTimeout("slow", request=request)), True),
+        (lambda request: (_ for _ in ()).throw(httpx.RemoteProtocolError("dropped", request=request)), True),
+    ],
+    ids=["403", "404", "410", "429", "408", "500", "503", "refused", "timeout", "dropped"],
+)
+def test_http_failures_say_whether_a_retry_can_help(files: dict[str, bytes], answer: Any, transient: bool) -> None:
+    # Given a dataset server that answers with a status or fails the connection
+    # When the dataset is analysed
+    with pytest.raises(DatasetUnreachable) as raised:
+        analyze_answered_by(answer)
+
+    # Then the error's type says whether the failure is transient (4xx and refusals are not)
+    assert raised.value.transient is transient
+    assert isinstance(raised.value, DatasetTemporarilyUnreachable) is transient
+
+
+class FailingS3:
+    def __init__(self, code: str, status: int) -> None:
+        self.error = {"Error": {"Code": code, "Message": "-"}, "ResponseMetadata": {"HTTPStatusCode": status}}
+
+    def get_object(self, *, Bucket: str, Key: str) -> Any:
+        from botocore.exceptions import ClientError
+
+        raise ClientError(self.error, "GetObject")
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "transient"),
+    [
+        ("NoSuchKey", 404, False),
+        ("AccessDenied", 403, False),
+        ("SlowDown", 503, True),
+        ("InternalError", 500, True),
+        ("RequestTimeout", 408, True),
+    ],
+)
+def test_s3_failures_say_whether_a_retry_can_help(code: str, status: int, transient: bool) -> None:
+    # Given S3 answering GetObject with an error
+    request = AnalyzeInput(dataset_url="s3://datasets/data.csv")
+
+    # When the dataset is analysed
+    with pytest.raises(DatasetUnreachable) as raised:
+        analyze_dataset(request, policy=FetchPolicy(), s3_client=FailingS3(code, status))
+
+    # Then throttling and service errors are transient, a missing or forbidden object is not
+    assert raised.value.transient is transient

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 ClientFactory = Callable[[str], Any]
+_CLIENT_CREATION = threading.Lock()
 
 
 def new_client(
@@ -29,7 +30,9 @@ def new_client(
     if max_attempts is not None:
         options["retries"] = {"max_attempts": max_attempts, "mode": "standard"}
     config = Config(**{name: value for name, value in options.items() if value is not None})
-    return boto3.client(service, config=config)
+    # boto3's default session is not thread-safe while it builds a client; record threads may build some.
+    with _CLIENT_CREATION:
+        return boto3.client(service, config=config)
 
 
 class AwsClients:

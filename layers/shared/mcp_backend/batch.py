@@ -3,9 +3,17 @@ record through its consumer with Powertools Batch, and report failures as batchI
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, process_partial_response
+from aws_lambda_powertools.utilities.batch import (
+    AsyncBatchProcessor,
+    BatchProcessor,
+    async_process_partial_response,
+    process_partial_response,
+)
 
 
 class BatchConsumer(Protocol):
@@ -46,23 +54,68 @@ class StreamBatchStuck(RuntimeError):
     """
 
 
+def _record_id(record: dict[str, Any]) -> str:
+    """What Powertools reports as a record's itemIdentifier: SQS messageId, else its sequence number."""
+    if "messageId" in record:
+        return str(record["messageId"])
+    return str(_STREAM_SEQUENCE[record["eventSource"]](record))
+
+
 _STREAM_SEQUENCE = {
     "aws:kinesis": lambda record: record["kinesis"]["sequenceNumber"],
     "aws:dynamodb": lambda record: record["dynamodb"]["SequenceNumber"],
 }
 
 
+class RecordThreads:
+    """The async record handler AsyncBatchProcessor awaits: runs a blocking record handler in a pool of
+    `concurrency` threads, so a batch's records wait on I/O together, at most `concurrency` at a time.
+
+    Each record runs in a copy of the invoking context: Powertools' thread-safe log keys are context
+    variables, so one record's keys never show on another's lines. The pool lives as long as the
+    execution environment (threads are frozen between invocations, as the environment is).
+    """
+
+    def __init__(self, process: Any, concurrency: int) -> None:
+        self._process = process
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="record")
+
+    async def __call__(self, record: Any) -> Any:
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self._pool, context.run, self._process, record)
+
+
 def handle_batch(
-    event: Any, context: Any, *, event_source: str, processor: BatchProcessor, consumer: BatchConsumer
+    event: Any,
+    context: Any,
+    *,
+    event_source: str,
+    processor: BatchProcessor | AsyncBatchProcessor,
+    consumer: BatchConsumer,
+    record_threads: RecordThreads | None = None,
 ) -> dict[str, Any]:
+    """With an AsyncBatchProcessor, `record_threads` (running `consumer.process`) handles each record;
+    failures are reported the same way in both modes."""
     require_batch_from(event, event_source)
     consumer.start_invocation(context)
     try:
-        response = process_partial_response(
-            event=event, record_handler=consumer.process, processor=processor, context=context
-        )
+        if isinstance(processor, AsyncBatchProcessor):
+            if record_threads is None:
+                raise ValueError("an AsyncBatchProcessor needs record_threads")
+            response = async_process_partial_response(
+                event=event, record_handler=record_threads, processor=processor, context=context
+            )
+        else:
+            response = process_partial_response(
+                event=event, record_handler=consumer.process, processor=processor, context=context
+            )
     finally:
         consumer.finish_invocation()
+    # Records finish in any order when they run at once; the report lists them in the batch's order.
+    position = {_record_id(record): index for index, record in enumerate(event["Records"])}
+    response["batchItemFailures"] = sorted(
+        response.get("batchItemFailures", []), key=lambda item: position.get(str(item["itemIdentifier"]), len(position))
+    )
     sequence_of = _STREAM_SEQUENCE.get(event_source)
     failed = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
     if sequence_of is not None and len(event["Records"]) > 1 and sequence_of(event["Records"][0]) in failed:

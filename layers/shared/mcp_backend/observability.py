@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ metrics.set_default_dimensions(
     Service=os.environ.get("POWERTOOLS_SERVICE_NAME", "mcp-backend"),
     Environment=os.environ.get("ENVIRONMENT", "dev"),
 )
+_METRICS_LOCK = threading.Lock()
 
 
 @contextmanager
@@ -28,23 +30,25 @@ def tool_invocation(tool_name: str) -> Iterator[None]:
     """Count, time and annotate one tool run; flushes its own EMF blob so ToolName stays per-run.
 
     A batch mixes tools, so a handler-wide ToolName dimension would mislabel all but one record.
+    Records run in threads at once: the metric set is shared, so one run's dimension, metrics and
+    flush happen together under a lock, after the run.
     """
     tracer.put_annotation(key="ToolName", value=tool_name)
-    metrics.add_dimension(name="ToolName", value=tool_name)
-    metrics.add_metric(name="ToolInvocation", unit=MetricUnit.Count, value=1)
     started = time.monotonic()
+    outcome = "ToolError"
     try:
         yield
-    except Exception:
-        metrics.add_metric(name="ToolError", unit=MetricUnit.Count, value=1)
-        tracer.put_annotation(key="Status", value="error")
-        raise
-    else:
-        metrics.add_metric(name="ToolSuccess", unit=MetricUnit.Count, value=1)
-        tracer.put_annotation(key="Status", value="success")
+        outcome = "ToolSuccess"
     finally:
-        metrics.add_metric(name="ToolDuration", unit=MetricUnit.Milliseconds, value=(time.monotonic() - started) * 1000)
-        metrics.flush_metrics()
+        tracer.put_annotation(key="Status", value="success" if outcome == "ToolSuccess" else "error")
+        with _METRICS_LOCK:
+            metrics.add_dimension(name="ToolName", value=tool_name)
+            metrics.add_metric(name="ToolInvocation", unit=MetricUnit.Count, value=1)
+            metrics.add_metric(name=outcome, unit=MetricUnit.Count, value=1)
+            metrics.add_metric(
+                name="ToolDuration", unit=MetricUnit.Milliseconds, value=(time.monotonic() - started) * 1000
+            )
+            metrics.flush_metrics()
 
 
 def instrumented_handler(correlation_id_path: str | None = None) -> Callable[[Handler], Handler]:

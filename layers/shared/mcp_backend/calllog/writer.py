@@ -88,7 +88,8 @@ class CallLogWriter:
 
     def flush(self) -> PutOutcome:
         records, self._buffer = self._buffer, []
-        return self.put(records)
+        # Records added from concurrent threads: the stream keeps each caller's calls in the order they happened.
+        return self.put(sorted(records, key=lambda record: record.occurred_at))
 
     def put(self, records: Iterable[CallLogRecord]) -> PutOutcome:
         outcome = PutOutcome()

@@ -33,6 +33,10 @@ class JobMessage(BaseModel):
     def body(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True)
 
+    def attributes(self) -> dict[str, dict[str, str]]:
+        """SQS message attributes: `jobType` (the tool) lets consumers route without parsing the body."""
+        return {"jobType": {"DataType": "String", "StringValue": self.tool}}
+
 
 class JobError(BaseModel):
     """What a failed job records: the error's type and a message that carries no payload."""

@@ -92,7 +92,9 @@ class JobsService:
                 return {"jobId": job.job_id, "status": existing["status"], "repeated": True}
         # A repeat whose first attempt failed to enqueue sends again; the worker runs a job id once anyway.
         try:
-            sent = self._clients("sqs").send_message(QueueUrl=self.queues.job_queue_url, MessageBody=job.body())
+            sent = self._clients("sqs").send_message(
+                QueueUrl=self.queues.job_queue_url, MessageBody=job.body(), MessageAttributes=job.attributes()
+            )
         except (BotoCoreError, ClientError) as error:
             # The SDK's text names the queue; the caller gets a retryable error, the log the type.
             logger.error("job not enqueued", extra={"error_type": type(error).__name__})
@@ -130,7 +132,14 @@ class JobsService:
             for _attempt in range(SEND_BATCH_ATTEMPTS):
                 response = sqs.send_message_batch(
                     QueueUrl=self.queues.job_queue_url,
-                    Entries=[{"Id": entry_id, "MessageBody": to_send[entry_id][1].body()} for entry_id in chunk],
+                    Entries=[
+                        {
+                            "Id": entry_id,
+                            "MessageBody": to_send[entry_id][1].body(),
+                            "MessageAttributes": to_send[entry_id][1].attributes(),
+                        }
+                        for entry_id in chunk
+                    ],
                 )
                 for sent in response.get("Successful", []):
                     index, job = to_send[sent["Id"]]

@@ -119,6 +119,45 @@ class JobStore:
             },
         )
 
+    def mark_redriven(self, failed: dict[str, Any]) -> bool:
+        """A FAILED job (as `get` read it) whose message goes back to JobQueue is PENDING again.
+
+        Its history stays: `runs` keeps counting, and the failure (error, when, after how many receives)
+        moves to the end of `failures` (`attempts` counts the receives of the message that runs it next).
+        False when the job is no longer FAILED (already redriven, or running again).
+        """
+        error = failed.get("error") or {}
+        failure = {
+            "type": {"S": str(error.get("type", "unknown"))},
+            "message": {"S": str(error.get("message", ""))},
+            "failedAt": {"S": str(failed.get("completedAt", ""))},
+            "attempts": {"N": str(failed.get("attempts", 0))},
+        }
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key={"jobId": {"S": str(failed["jobId"])}},
+                UpdateExpression="SET #status = :pending, updatedAt = :now, "
+                "failures = list_append(if_not_exists(failures, :none), :failure), "
+                "redrives = if_not_exists(redrives, :zero) + :one "
+                "REMOVE #error, completedAt, failedMessageId",
+                ConditionExpression="userId = :user AND #status = :failed",
+                ExpressionAttributeNames={"#status": "status", "#error": "error"},
+                ExpressionAttributeValues={
+                    ":user": {"S": str(failed["userId"])},
+                    ":failed": {"S": JobStatus.FAILED},
+                    ":pending": {"S": JobStatus.PENDING},
+                    ":now": {"S": _now()},
+                    ":none": {"L": []},
+                    ":zero": {"N": "0"},
+                    ":one": {"N": "1"},
+                    ":failure": {"L": [{"M": failure}]},
+                },
+            )
+        except self._client.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
     # -- reads ----------------------------------------------------------------
     def get(self, job_id: str) -> dict[str, Any] | None:
         item = self._client.get_item(TableName=self.table_name, Key={"jobId": {"S": job_id}}, ConsistentRead=True)

@@ -1,13 +1,22 @@
 """Typed tool failures: each maps to one client-facing error type with a message safe to return.
 
 Messages name what failed and where (a redacted URL), never credentials or payload content.
+
+A failure is permanent unless its type says otherwise: the same input fails the same way again
+(bad arguments, unparseable data, a refused or missing URL, HTTP 4xx), so the job worker fails the
+job at once. A `TransientToolError` (throttling, HTTP 5xx, timeouts, a dropped connection) may
+succeed later: the worker leaves its message to the queue's retries.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class ToolError(Exception):
     """Base of every expected tool failure; anything else is a bug."""
+
+    transient: ClassVar[bool] = False
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -27,7 +36,19 @@ class UnsafeDatasetUrl(ToolError):
 
 
 class DatasetUnreachable(ToolError):
-    """The dataset could not be fetched: DNS, connection, timeout, non-2xx status or S3 error."""
+    """The dataset could not be fetched and will not be on a retry: an unresolvable host, a refused
+    connection, HTTP 4xx, a missing or forbidden S3 object."""
+
+
+class TransientToolError(ToolError):
+    """A failure that may not happen again: retrying the same input can succeed."""
+
+    transient: ClassVar[bool] = True
+
+
+class DatasetTemporarilyUnreachable(DatasetUnreachable, TransientToolError):
+    """The dataset's source may answer later: a timeout, a dropped connection, HTTP 408/429/5xx, S3
+    throttling or an S3 service error."""
 
 
 class DatasetTooLarge(ToolError):

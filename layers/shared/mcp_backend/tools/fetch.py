@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mcp_backend.aws import new_client
 from mcp_backend.netsafety import allowed_schemes, redact_url
 from mcp_backend.tools.dataset_stream import DatasetStream, FetchPolicy
-from mcp_backend.tools.errors import DatasetTooLarge, DatasetUnreachable, UnsafeDatasetUrl
+from mcp_backend.tools.errors import (
+    DatasetTemporarilyUnreachable,
+    DatasetTooLarge,
+    DatasetUnreachable,
+    UnsafeDatasetUrl,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -89,10 +94,15 @@ def _open_s3(url: str, policy: FetchPolicy, s3_client: S3Client | None) -> Itera
         obj = client.get_object(Bucket=bucket, Key=key)
     except ClientError as exc:
         code = str(exc.response.get("Error", {}).get("Code", "Unknown"))
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
         reason = _S3_MISSING_CODES.get(code, f"S3 error {code}")
-        raise DatasetUnreachable(f"Could not read dataset {shown}: {reason}") from exc
+        # A missing or forbidden object stays so; throttling (SlowDown, 503) and 5xx may pass.
+        permanent = code in _S3_MISSING_CODES or (400 <= status < 500 and status not in (408, 429))
+        error = DatasetUnreachable if permanent else DatasetTemporarilyUnreachable
+        raise error(f"Could not read dataset {shown}: {reason}") from exc
     except BotoCoreError as exc:
-        raise DatasetUnreachable(f"Could not read dataset {shown}: {type(exc).__name__}") from exc
+        # Connection errors and timeouts, after the SDK's own retries.
+        raise DatasetTemporarilyUnreachable(f"Could not read dataset {shown}: {type(exc).__name__}") from exc
     body = obj["Body"]
     try:
         content_length = obj.get("ContentLength")
@@ -109,7 +119,7 @@ def _s3_chunks(body: Any, shown: str) -> Iterator[bytes]:
     try:
         yield from body.iter_chunks(S3_CHUNK_SIZE)
     except (BotoCoreError, OSError) as exc:
-        raise DatasetUnreachable(f"Reading dataset {shown} failed ({type(exc).__name__})") from exc
+        raise DatasetTemporarilyUnreachable(f"Reading dataset {shown} failed ({type(exc).__name__})") from exc
 
 
 def _default_s3_client(policy: FetchPolicy) -> S3Client:

@@ -17,10 +17,17 @@ from mcp_backend.netsafety import (
     redact_url,
 )
 from mcp_backend.tools.dataset_stream import DatasetStream, FetchPolicy
-from mcp_backend.tools.errors import DatasetTooLarge, DatasetUnreachable, UnsafeDatasetUrl
+from mcp_backend.tools.errors import (
+    DatasetTemporarilyUnreachable,
+    DatasetTooLarge,
+    DatasetUnreachable,
+    UnsafeDatasetUrl,
+)
 
 MAX_REDIRECTS = 3
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+# Request Timeout and Too Many Requests are the 4xx answers that may change on a retry (as 5xx may).
+RETRYABLE_STATUSES = frozenset({408, 429})
 
 
 @contextmanager
@@ -40,7 +47,12 @@ def open_http(url: str, policy: FetchPolicy, transport: httpx.BaseTransport | No
         try:
             shown = redact_url(str(target))
             if not response.is_success:
-                raise DatasetUnreachable(f"Dataset {shown} returned HTTP {response.status_code}")
+                status_error = (
+                    DatasetTemporarilyUnreachable
+                    if response.status_code in RETRYABLE_STATUSES or response.status_code >= 500
+                    else DatasetUnreachable
+                )
+                raise status_error(f"Dataset {shown} returned HTTP {response.status_code}")
             content_length = parse_content_length(response.headers.get("content-length"))
             if content_length is not None and content_length > policy.max_bytes:
                 raise DatasetTooLarge(
@@ -140,5 +152,10 @@ def _http_chunks(response: httpx.Response, shown: str) -> Iterator[bytes]:
 
 def _unreachable(shown: str, exc: httpx.HTTPError) -> DatasetUnreachable:
     # The exception's class name is diagnostic enough; its text can echo the URL.
-    reason = "timed out" if isinstance(exc, httpx.TimeoutException) else f"failed ({type(exc).__name__})"
-    return DatasetUnreachable(f"Fetching dataset {shown} {reason}")
+    if isinstance(exc, httpx.TimeoutException):
+        return DatasetTemporarilyUnreachable(f"Fetching dataset {shown} timed out")
+    if isinstance(exc, httpx.ConnectError):
+        # Refused or unroutable on every checked address: nothing listens there.
+        return DatasetUnreachable(f"Fetching dataset {shown} failed ({type(exc).__name__})")
+    # A connection dropped mid-request or mid-body (ReadError, RemoteProtocolError): may work next time.
+    return DatasetTemporarilyUnreachable(f"Fetching dataset {shown} failed ({type(exc).__name__})")

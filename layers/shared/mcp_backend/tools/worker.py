@@ -1,6 +1,12 @@
-"""What ToolWorker does with one job-queue record: run the job-capable tool of the tool table that it
-names. Every failure raises: only batchItemFailures decide what SQS redelivers, and after maxReceiveCount
-receives SQS moves the message to the DLQ."""
+"""What ToolWorker does with one job-queue record: run the job-capable tool that its `jobType` attribute
+(or, on a message without one, its body) names.
+
+A permanent failure (a typed `ToolError` that is not transient, a malformed message, an unknown
+jobType) is known at once: the job is marked FAILED with the reason, the message is sent to the DLQ
+with the reason as message attributes, and the record is reported processed, so SQS deletes it and
+no retry repeats what cannot change. Every other failure raises: only batchItemFailures decide what
+SQS redelivers, and after maxReceiveCount receives SQS moves the message to the DLQ.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +28,9 @@ from mcp_backend.jobs.errors import (
     MalformedJobMessage,
     UnknownTool,
 )
+from mcp_backend.jobs.heartbeat import VisibilityHeartbeat
 from mcp_backend.jobs.models import JobError, JobMessage
+from mcp_backend.jobs.queue import JobQueueMessages, job_type_of
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.observability import logger, tool_invocation, tracer
 from mcp_backend.tools.context import ToolContext
@@ -30,6 +38,15 @@ from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.errors import ToolError
 from mcp_backend.tools.registry import TOOLS, Tool
 from mcp_backend.validation import describe_validation_error
+
+RECORD_LOG_KEYS = ["message_id", "attempt", "job_id", "tool", "correlation_id"]
+
+
+def is_permanent(error: BaseException) -> bool:
+    """A failure that the same message would hit again on every receive."""
+    if isinstance(error, ToolError):
+        return not error.transient
+    return isinstance(error, (MalformedJobMessage, UnknownTool))
 
 
 def describe_failure(error: BaseException) -> JobError:
@@ -57,6 +74,7 @@ class JobWorker:
         tools: dict[str, Tool] | None = None,
         idempotency_client: Any = None,
         call_log: CallLogWriter | None = None,
+        queue: JobQueueMessages | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -77,53 +95,87 @@ class JobWorker:
             timeout_seconds=settings.function_timeout_seconds,
             client=idempotency_client,
         )
+        self.queue = queue or JobQueueMessages(settings.job_queue_url, settings.job_dead_letter_queue_url)
+        self.heartbeat = VisibilityHeartbeat(self.queue, settings.job_queue_visibility_timeout_seconds)
 
     def start_invocation(self, lambda_context: Any) -> None:
         self._run_once.start_invocation(lambda_context)
+        self.heartbeat.start(lambda_context)
 
     def finish_invocation(self) -> None:
-        """One PutRecords for the batch's call-log records; never raises."""
+        """Stops the heartbeat; one PutRecords for the batch's call-log records; never raises."""
+        self.heartbeat.stop()
         self.call_log.flush()
 
     def process(self, record: SQSRecord) -> dict[str, Any]:
-        """Record handler for BatchProcessor: returns on success, raises on any failure."""
+        """Record handler: returns on success or on a permanent failure it has dead-lettered, raises on
+        any other failure. Runs in a record thread: log keys are this record's own (context variables)."""
         attempt = int(record.attributes.approximate_receive_count)
+        logger.thread_safe_append_keys(message_id=record.message_id, attempt=attempt)
+        try:
+            with self.heartbeat.running(record.message_id, record.receipt_handle):
+                return self._process(record, attempt)
+        finally:
+            logger.thread_safe_remove_keys(RECORD_LOG_KEYS)
+
+    def _process(self, record: SQSRecord, attempt: int) -> dict[str, Any]:
         final_attempt = attempt >= self.settings.job_max_receive_count
-        logger.append_keys(message_id=record.message_id, attempt=attempt)
-        try:
-            job = parse_job(record)
-        except MalformedJobMessage as error:
-            logger.warning("malformed job message", extra={"reason": str(error), "final_attempt": final_attempt})
-            if final_attempt:
-                # No job id to attach it to: the reason is kept under the DLQ message's own id.
-                self._record_failure(f"message-{record.message_id}", "unknown", error, record.message_id, "")
-            raise
-        logger.append_keys(job_id=job.job_id, tool=job.tool)
-        logger.set_correlation_id(job.job_id)
         started = time.monotonic()
+        job: JobMessage | None = None
         try:
+            job = self._route(record)
+            logger.thread_safe_append_keys(job_id=job.job_id, tool=job.tool, correlation_id=job.job_id)
             return self._run_once(job=job, attempt=attempt)
-        except Exception as error:
-            logger.warning(
-                "job attempt failed",
-                extra={"error_type": type(error).__name__, "final_attempt": final_attempt},
-            )
+        except IdempotencyAlreadyInProgressError:
             # A duplicate delivery while another invocation runs the job is not an outcome of the job:
             # marking it FAILED would contradict the run that is about to succeed.
-            if not isinstance(error, IdempotencyAlreadyInProgressError):
-                if final_attempt:
-                    self._record_failure(job.job_id, job.user_id, error, record.message_id, job.tool)
+            logger.warning("job is running in another invocation; retried later")
+            raise
+        except Exception as error:
+            permanent = is_permanent(error)
+            logger.warning(
+                "job attempt failed",
+                extra={"error_type": type(error).__name__, "permanent": permanent, "final_attempt": final_attempt},
+            )
+            job = job or _job_or_none(record)
+            if permanent:
+                # Raises if the DLQ refuses the message: the record then fails and stays on JobQueue.
+                failed_message_id = self.queue.dead_letter(record, describe_failure(error))
+                self._record_failure(record, job, error, failed_message_id)
+                if job is not None:
+                    self._log_call(job, CallLogEventType.JOB_FAILED, started, error_type=type(error).__name__)
+                logger.info("permanent failure: job FAILED, message sent to the DLQ")
+                return {"jobId": job.job_id if job else None, "status": "FAILED"}
+            if final_attempt:
+                # SQS moves the message itself after this receive; it keeps its MessageId there.
+                self._record_failure(record, job, error, record.message_id)
+            if job is not None:
                 outcome = CallLogEventType.JOB_FAILED if final_attempt else CallLogEventType.TOOL_ERROR
                 self._log_call(job, outcome, started, error_type=type(error).__name__)
             raise
-        finally:
-            logger.remove_keys(["job_id", "tool", "message_id", "attempt"])
+
+    def _route(self, record: SQSRecord) -> JobMessage:
+        """The job, routed on its jobType attribute before the body is read; a message without the
+        attribute is routed on the body's tool."""
+        job_type = job_type_of(record)
+        if job_type is not None and not self._runs_as_job(job_type):
+            raise UnknownTool(f"no job-capable tool named {job_type[:64]!r} (jobType attribute)")
+        job = parse_job(record)
+        if job_type is not None and job_type != job.tool:
+            raise MalformedJobMessage(
+                f"jobType attribute {job_type[:64]!r} does not match the body's tool {job.tool!r}"
+            )
+        return job
+
+    def _runs_as_job(self, name: str) -> bool:
+        tool = self.tools.get(name)
+        return tool is not None and tool.runs_as_job
 
     @tracer.capture_method(capture_response=False)
     def _run(self, job: JobMessage, attempt: int) -> dict[str, Any]:
         tool = self.tools.get(job.tool)
         if tool is None or not tool.runs_as_job:
-            raise UnknownTool(f"no tool named {job.tool!r}")
+            raise UnknownTool(f"no job-capable tool named {job.tool!r}")
         self.store.mark_running(job, attempt)
         started = time.monotonic()
         with tool_invocation(job.tool):
@@ -147,9 +199,25 @@ class JobWorker:
             )
         )
 
-    def _record_failure(self, job_id: str, user_id: str, error: BaseException, message_id: str, tool: str) -> None:
+    def _record_failure(
+        self, record: SQSRecord, job: JobMessage | None, error: BaseException, failed_message_id: str
+    ) -> None:
+        """The job is FAILED with the reason, keyed by the DLQ message's id so list_failed_jobs can match
+        the two; a message that is not a job at all is recorded under `message-<MessageId>`."""
+        if job is None:
+            job_id, user_id, tool = f"message-{record.message_id}", "unknown", ""
+        else:
+            job_id, user_id, tool = job.job_id, job.user_id, job.tool
         try:
-            self.store.mark_failed(job_id, user_id, describe_failure(error), message_id, tool)
+            self.store.mark_failed(job_id, user_id, describe_failure(error), failed_message_id, tool)
         except JobOwnershipError:
             # Another user's job id: its record stays untouched; the message still goes to the DLQ.
-            logger.warning("final failure not recorded: job belongs to another user")
+            logger.warning("failure not recorded: job belongs to another user")
+
+
+def _job_or_none(record: SQSRecord) -> JobMessage | None:
+    """The job a failed record names, when its body is one (to record the failure on it)."""
+    try:
+        return parse_job(record)
+    except MalformedJobMessage:
+        return None
