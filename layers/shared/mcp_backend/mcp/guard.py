@@ -107,6 +107,10 @@ class McpHttpGuard:
             # Stateless: no GET stream to resume and no session to DELETE.
             await _plain(send, 405, b"Method Not Allowed", [(b"allow", b"POST")])
             return
+        if sum(1 for name, _ in scope["headers"] if name.lower() == b"authorization") > 1:
+            # Ambiguous credentials: which one a proxy or framework honours differs, so none is.
+            await _json(send, 400, _rpc_error(-32600, "Bad Request: send exactly one Authorization header"))
+            return
         try:
             principal = await self._authenticate(headers.get("authorization"))
         except Exception as error:  # noqa: BLE001 - the key store is down: say so, never a 500 with a trace
