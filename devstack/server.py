@@ -81,9 +81,10 @@ class DevStackOptions:
     retry_delays: tuple[float, ...] = AWS_RETRY_DELAYS
     run_threads: bool = True  # False: the caller drives everything with settle() (tests)
     clock: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(dt.UTC))
-    # Only the local stack lets fetches and probes reach loopback/private hosts over plain http.
+    # Only the local stack lets fetches and probes reach loopback (no other private address) over plain
+    # http: a dev stack on a laptop inside a company network must not be steerable at its hosts.
     function_overrides: dict[str, str] = field(
-        default_factory=lambda: {"DATASET_ALLOW_PRIVATE_HOSTS": "true", "PROBE_ALLOW_PRIVATE_HOSTS": "true"}
+        default_factory=lambda: {"DATASET_ALLOW_LOOPBACK_HOSTS": "true", "PROBE_ALLOW_LOOPBACK_HOSTS": "true"}
     )
     # "inprocess": functions imported from their source folders; "lambda": the build output in
     # Lambda-shaped sandboxes through the Runtime Interface Client (devstack.lambda_runtime).

@@ -41,7 +41,7 @@ def product_endpoint(stack, start) -> Endpoint:
     from mcp_backend.api_keys import add_api_key
     from mcp_backend.mcp.server import create_app
 
-    environment = mcp_environment(stack.environment, PROBE_ALLOW_PRIVATE_HOSTS="true")
+    environment = mcp_environment(stack.environment, PROBE_ALLOW_LOOPBACK_HOSTS="true")
     secrets = stack.client("secretsmanager")
     alice = add_api_key(secrets, environment["API_KEYS_SECRET_ID"], "user-alice", "pro")
     bob = add_api_key(secrets, environment["API_KEYS_SECRET_ID"], "user-bob", "free")

@@ -38,7 +38,7 @@ def self_item(local) -> dict:
 
 def key_table(local) -> dict:
     secret = local.stack.function("McpServer").environment["API_KEYS_SECRET_ID"]
-    text = boto3.client("secretsmanager").get_secret_value(SecretId=secret)["SecretString"]
+    text = boto3.client("secretsmanager").get_secret_value(SecretId=secret, VersionStage="AWSCURRENT")["SecretString"]
     return ApiKeyTable.model_validate_json(text).root
 
 

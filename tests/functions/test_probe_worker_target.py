@@ -17,25 +17,12 @@ from mcp_backend.probes.worker import ProbeWorker
 
 @pytest.fixture
 def listener():
-    """Loopback HTTP servers, each recording the Authorization header of every request it gets (answering 404)."""
+    """Loopback HTTP servers, each recording (Authorization, Host) of every request it gets (answering 404)."""
     servers = []
 
     def start() -> tuple[str, list]:
-        seen: list[str | None] = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                seen.append(self.headers.get("authorization"))
-                self.rfile.read(int(self.headers.get("content-length", 0)))
-                self.send_response(404)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        seen: list[tuple[str | None, str | None]] = []
+        server = recording_server("127.0.0.1", 0, seen)
         servers.append(server)
         return f"http://127.0.0.1:{server.server_address[1]}/mcp", seen
 
@@ -49,21 +36,90 @@ def test_the_token_goes_to_the_registered_url_never_to_one_in_the_payload(local,
     # Given an endpoint registered at one URL with a token, and a payload naming another URL
     registered_url, seen_registered = listener()
     other_url, seen_other = listener()
-    boto3.client("dynamodb").put_item(
-        TableName=local.table_name("MonitorTable"),
-        Item=endpoint_item(
-            Endpoint(server_id="srv-1", owner_id="user-alice", name="one", url=registered_url),
-            auth_token="token-for-srv-1",
-            registered_at=datetime.now(UTC),
-        ),
-    )
-    environment = {**local.stack.function("ProbeWorker").environment, "PROBE_ALLOW_PRIVATE_HOSTS": "true"}
-    worker = ProbeWorker(load_settings(ProbeWorkerSettings, environment), boto3.client("dynamodb"))
+    worker = register_and_load_worker(local, "srv-1", registered_url, "token-for-srv-1")
 
     # When the worker is invoked with the other URL
     with pytest.raises(ProbeFailed):
         worker.handle({"serverId": "srv-1", "endpoint": other_url})
 
     # Then only the registered URL was called, and with the token; the other one never was
-    assert seen_registered and set(seen_registered) == {"Bearer token-for-srv-1"}
+    assert seen_registered and {auth for auth, _ in seen_registered} == {"Bearer token-for-srv-1"}
     assert seen_other == []
+
+
+def test_the_probe_connects_to_the_address_it_checked_when_dns_rebinds(local, monkeypatch):
+    # Given an endpoint registered by name, the real MCP endpoint on 127.0.0.1 and another listener on
+    # 127.0.0.2 at the same port (standing in for an internal host), and a resolver whose answer changes
+    # after the first lookup (DNS rebinding): check sees 127.0.0.1, a second lookup would see 127.0.0.2
+    import socket
+
+    checked, rebound = [], []
+    checked_server = rebound_server = None
+    for _ in range(5):  # the port probed free on 127.0.0.1 may be taken on 127.0.0.2
+        checked_server = recording_server("127.0.0.1", 0, checked)
+        try:
+            rebound_server = recording_server("127.0.0.2", checked_server.server_address[1], rebound)
+            break
+        except OSError:
+            checked_server.server_close()
+    assert checked_server is not None and rebound_server is not None
+    port = checked_server.server_address[1]
+    answers = iter(["127.0.0.1"])
+    real_getaddrinfo = socket.getaddrinfo
+
+    def rebinding_getaddrinfo(host, *args, **kwargs):
+        if host != "mcp.rebind.test":
+            return real_getaddrinfo(host, *args, **kwargs)
+        address = next(answers, "127.0.0.2")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding_getaddrinfo)
+    url = f"http://mcp.rebind.test:{port}/mcp"
+    worker = register_and_load_worker(local, "srv-2", url, "token-for-srv-2")
+
+    # When the endpoint is probed
+    try:
+        with pytest.raises(ProbeFailed):
+            worker.handle({"serverId": "srv-2", "endpoint": url})
+    finally:
+        for server in (checked_server, rebound_server):
+            server.shutdown()
+            server.server_close()
+
+    # Then every request went to the checked address, under the registered name, and the second answer got nothing
+    assert checked and {auth for auth, _ in checked} == {"Bearer token-for-srv-2"}
+    assert {host for _, host in checked} == {f"mcp.rebind.test:{port}"}
+    assert rebound == []
+
+
+def recording_server(address: str, port: int, seen: list) -> ThreadingHTTPServer:
+    """A loopback HTTP server recording (Authorization, Host) of each request and answering 404."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            seen.append((self.headers.get("authorization"), self.headers.get("host")))
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.send_response(404)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer((address, port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def register_and_load_worker(local, server_id: str, url: str, token: str) -> ProbeWorker:
+    """The endpoint registered with its token, and a ProbeWorker with the local stack's loopback policy."""
+    boto3.client("dynamodb").put_item(
+        TableName=local.table_name("MonitorTable"),
+        Item=endpoint_item(
+            Endpoint(server_id=server_id, owner_id="user-alice", name=server_id, url=url),
+            auth_token=token,
+            registered_at=datetime.now(UTC),
+        ),
+    )
+    environment = {**local.stack.function("ProbeWorker").environment, "PROBE_ALLOW_LOOPBACK_HOSTS": "true"}
+    return ProbeWorker(load_settings(ProbeWorkerSettings, environment), boto3.client("dynamodb"))

@@ -408,8 +408,9 @@ def test_the_api_key_secret_is_readable_only_by_the_mcp_server_and_the_dispatche
     ]
     assert sorted(role for role, _ in readers) == ["McpServerRole", "ProbeDispatcherRole"]
     assert all(statement["Resource"] == {"Ref": "ApiKeysSecret"} for _, statement in readers)
-    writers = [role for role, s in all_statements() if "secretsmanager:PutSecretValue" in as_list(s["Action"])]
-    assert writers == ["ProbeDispatcherRole"]
+    for write in ("secretsmanager:PutSecretValue", "secretsmanager:UpdateSecretVersionStage"):
+        writers = [role for role, s in all_statements() if write in as_list(s["Action"])]
+        assert writers == ["ProbeDispatcherRole"], write
     assert "ApiKeysSecretArn" in EXPANDED["Outputs"] and "McpServerUrl" in EXPANDED["Outputs"]
 
 

@@ -96,3 +96,60 @@ def test_a_key_added_during_rotation_works_without_waiting_for_the_cache(aws, mo
     key = add_api_key(secrets, arn, "user-bob")
 
     assert anyio.run(authenticator.authenticate, key).user_id == "user-bob"
+
+
+def test_concurrent_adds_never_lose_a_key(aws):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mcp_backend.api_keys import add_api_key, hash_api_key, list_api_keys
+
+    # Given the key secret as the template creates it, and many writers at once (operators, the dispatcher)
+    secret_id = boto3.client("secretsmanager").create_secret(Name="keys", SecretString="{}")["ARN"]
+    barrier = threading.Barrier(8)
+
+    def add(user_id: str) -> str:
+        client = boto3.client("secretsmanager")
+        barrier.wait()  # every writer reads the same table before any writes
+        return add_api_key(client, secret_id, user_id)
+
+    # When 8 writers each add 3 keys concurrently
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        keys = list(pool.map(add, [f"user-{n}" for n in range(24)]))
+
+    # Then every key that was handed out is in the table (a last-writer-wins update would keep only some)
+    stored = list_api_keys(boto3.client("secretsmanager"), secret_id)
+    assert {hash_api_key(key) for key in keys} <= set(stored)
+    assert len(stored) == 24
+
+
+def test_a_revoke_racing_adds_removes_only_its_key(aws):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mcp_backend.api_keys import add_api_key, hash_api_key, list_api_keys, revoke_api_key
+
+    # Given a table with one key to revoke, and writers adding keys while it is revoked
+    client = boto3.client("secretsmanager")
+    secret_id = client.create_secret(Name="keys", SecretString="{}")["ARN"]
+    doomed = hash_api_key(add_api_key(client, secret_id, "user-old"))
+    barrier = threading.Barrier(5)
+
+    def add(user_id: str) -> str:
+        own = boto3.client("secretsmanager")
+        barrier.wait()
+        return add_api_key(own, secret_id, user_id)
+
+    def revoke() -> bool:
+        own = boto3.client("secretsmanager")
+        barrier.wait()
+        return revoke_api_key(own, secret_id, doomed)
+
+    # When they run at once
+    with ThreadPoolExecutor(max_workers=5) as pool:
+        added = [pool.submit(add, f"user-{n}") for n in range(4)]
+        revoked = pool.submit(revoke)
+
+    # Then the revoked key is gone and every added one is there
+    stored = list_api_keys(client, secret_id)
+    assert revoked.result() is True
+    assert doomed not in stored
+    assert {hash_api_key(f.result()) for f in added} == set(stored)

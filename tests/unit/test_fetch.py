@@ -124,16 +124,61 @@ def test_schemes_other_than_https_and_s3_are_refused(dns: DNS, server: Server, u
     assert server.requests == []
 
 
-def test_plain_http_to_a_private_host_is_allowed_by_the_local_dev_policy(server: Server) -> None:
-    # Given the local stack's policy and a plain-http service on the host network
+def test_plain_http_to_loopback_is_allowed_by_the_local_dev_policy_and_pinned(dns: DNS, server: Server) -> None:
+    # Given the local stack's policy and a plain-http service on loopback
+    dns["localhost"] = ["127.0.0.1"]
     server.serve("localhost:4566", "/bucket/d.csv", b"x\n1\n")
 
     # When it is read
-    body = read_all("http://localhost:4566/bucket/d.csv", FetchPolicy(allow_private_hosts=True), server)
+    body = read_all("http://localhost:4566/bucket/d.csv", FetchPolicy(allow_loopback_hosts=True), server)
 
-    # Then it is fetched as-is (no resolution, no pinning)
+    # Then it is fetched from the loopback address that was checked, under its own Host name
     assert body == b"x\n1\n"
-    assert server.requests[0].url.host == "localhost"
+    assert server.requests[0].url.host == "127.0.0.1"
+    assert server.requests[0].headers["host"] == "localhost:4566"
+
+
+@pytest.mark.parametrize("address", ["10.0.0.5", "192.168.0.7", "169.254.169.254", "fd00::1", "100.64.0.1"])
+def test_the_local_dev_policy_refuses_private_addresses_other_than_loopback(
+    dns: DNS, server: Server, address: str
+) -> None:
+    # Given a host on the company network, or the metadata endpoint
+    dns["intranet.corp.example"] = [address]
+    server.serve("intranet.corp.example", "/d.csv", b"internal")
+
+    # When it is opened under the local stack's policy
+    with pytest.raises(UnsafeDatasetUrl):
+        read_all("http://intranet.corp.example/d.csv", FetchPolicy(allow_loopback_hosts=True), server)
+
+    # Then nothing was requested
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("allow_loopback", [False, True])
+@pytest.mark.parametrize(
+    ("url", "fault"),
+    [
+        ("https://" + "a" * 64 + ".example.com/d.csv", "63"),
+        ("https://data.example.com:99999/d.csv", "port"),
+        ("https://data.example.com:abc/d.csv", "port"),
+        ("https://[zz]/d.csv", "IPv6"),
+        ("https://[::1/d.csv", "IPv6"),
+    ],
+)
+def test_malformed_dataset_urls_are_refused_naming_the_fault(
+    dns: DNS, server: Server, url: str, fault: str, allow_loopback: bool
+) -> None:
+    # Given a URL whose host or port cannot be connected to, with credentials in its user info
+    url = url.replace("https://", "https://alice:hunter2@", 1)
+
+    # When it is opened, on AWS or under the local stack's policy
+    with pytest.raises(UnsafeDatasetUrl) as raised:
+        read_all(url, FetchPolicy(allow_loopback_hosts=allow_loopback), server)
+
+    # Then the tool error names the fault, never the credentials, and nothing was requested
+    assert fault in raised.value.message
+    assert "hunter2" not in raised.value.message
+    assert server.requests == []
 
 
 @pytest.mark.parametrize(

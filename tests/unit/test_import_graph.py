@@ -12,6 +12,7 @@ PACKAGE = ROOT / "layers" / "shared" / "mcp_backend"
 _EXTENSION = "mcp_backend.telemetry_extension.__main__"
 LAZY_FOR_COLD_START = {
     ("mcp_backend.tools.fetch", "mcp_backend.tools.http_source"),
+    ("mcp_backend.probes.client", "mcp_backend.probes.pinning"),  # httpx2 loads with the MCP client
     # The extension's init path is the standard library only; its pipeline thread loads the rest.
     (_EXTENSION, "mcp_backend.aws"),
     (_EXTENSION, "mcp_backend.calllog.writer"),

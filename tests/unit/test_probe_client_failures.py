@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 import time
 from collections.abc import Iterator
@@ -50,7 +51,14 @@ def hang(handler: BaseHTTPRequestHandler) -> None:
 
 
 def run_probe(url: str, timeout: float = 5.0) -> dict:
-    request = ProbeRequest(server_id="srv", url=url, auth_token=None, timeout_seconds=timeout, degraded_latency_ms=2000)
+    request = ProbeRequest(
+        server_id="srv",
+        url=url,
+        auth_token=None,
+        timeout_seconds=timeout,
+        degraded_latency_ms=2000,
+        addresses=(ipaddress.ip_address("127.0.0.1"),),
+    )
     return anyio.run(probe, request)
 
 

@@ -8,6 +8,12 @@ nor a log line ever holds a usable key.
 
 `add` prints the new key once; only its hash is stored. Rotation = add a new key for the same user,
 switch the client, revoke the old hash. The endpoint sees a change within API_KEYS_CACHE_SECONDS.
+
+Every change is a compare-and-swap on the secret's versions, so concurrent writers never lose each other's
+keys: the new table is put as a version without AWSCURRENT, then AWSCURRENT is moved to it only from the
+version that was read (UpdateSecretVersionStage with RemoveFromVersionId fails when the label has moved
+since: https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_UpdateSecretVersionStage.html);
+a writer that lost the race reads again and retries, with jittered backoff.
 """
 
 from __future__ import annotations
@@ -17,10 +23,13 @@ import errno
 import hashlib
 import json
 import os
+import random
 import secrets
 import sys
+import time
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -31,6 +40,14 @@ from mcp_backend.aws import new_client
 from mcp_backend.observability import logger
 
 API_KEY_PREFIX = "mcpk_"
+CURRENT_STAGE = "AWSCURRENT"
+# The label a new table version carries until AWSCURRENT moves to it (a version with no label may be
+# deleted by Secrets Manager; AWSPENDING is left to rotation).
+WRITE_STAGE = "KEYTABLE_WRITE"
+MAX_WRITE_ATTEMPTS = 12
+# The error codes of a lost race: AWSCURRENT has moved from the version read, or the version just put was
+# deprecated (its label taken by another writer) and deleted.
+_RACE_LOST_CODES = frozenset({"InvalidParameterException", "InvalidRequestException", "ResourceNotFoundException"})
 
 
 class Principal(BaseModel):
@@ -47,8 +64,16 @@ class ApiKeyTable(RootModel[dict[str, Principal]]):
     """The secret's JSON: sha256 hex of each key -> its principal."""
 
 
+class KeyTableContended(RuntimeError):
+    """Other writers changed the key table on every attempt: this change was not made (run it again)."""
+
+
 def hash_api_key(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()
+
+
+def _generate_key() -> str:
+    return API_KEY_PREFIX + secrets.token_urlsafe(32)
 
 
 def new_api_key(user_id: str, tier: str = "free", existing_secret: str | None = None) -> tuple[str, str]:
@@ -56,7 +81,7 @@ def new_api_key(user_id: str, tier: str = "free", existing_secret: str | None = 
 
     Returns (plaintext_key, secret_string). Show the key once; store only the secret string.
     """
-    key = API_KEY_PREFIX + secrets.token_urlsafe(32)
+    key = _generate_key()
     table = ApiKeyTable.model_validate_json(existing_secret) if existing_secret else ApiKeyTable({})
     entries = dict(table.root)
     entries[hash_api_key(key)] = Principal(user_id=user_id, tier=tier)  # type: ignore[arg-type]
@@ -93,7 +118,9 @@ class SecretReader:
                     logger.warning(
                         "parameters and secrets extension read failed", extra={"error_type": type(error).__name__}
                     )
-        return self._sdk().get_secret_value(SecretId=self.secret_id)["SecretString"]
+        # The stage named explicitly (AWS's default too): moto answers an unstaged read with the last version
+        # PutSecretValue made current, not the one UpdateSecretVersionStage moved AWSCURRENT to.
+        return self._sdk().get_secret_value(SecretId=self.secret_id, VersionStage=CURRENT_STAGE)["SecretString"]
 
     def _read_through_extension(self) -> str:
         query = urllib.parse.quote(self.secret_id, safe="")
@@ -113,27 +140,68 @@ class SecretReader:
 
 def add_api_key(secrets_client: Any, secret_id: str, user_id: str, tier: str = "free") -> str:
     """Store a new key's hash in the secret and return the plaintext key (the only copy)."""
-    current = secrets_client.get_secret_value(SecretId=secret_id)["SecretString"] or "{}"
-    key, updated = new_api_key(user_id, tier, existing_secret=current)
-    secrets_client.put_secret_value(SecretId=secret_id, SecretString=updated)
+    key = _generate_key()
+    principal = Principal(user_id=user_id, tier=tier)  # type: ignore[arg-type]
+    _change_table(secrets_client, secret_id, lambda table: {**table, hash_api_key(key): principal})
     return key
 
 
 def revoke_api_key(secrets_client: Any, secret_id: str, key_hash: str) -> bool:
-    table = list_api_keys(secrets_client, secret_id)
-    if key_hash not in table:
-        return False
-    remaining = {digest: principal for digest, principal in table.items() if digest != key_hash}
-    secrets_client.put_secret_value(
-        SecretId=secret_id, SecretString=ApiKeyTable(remaining).model_dump_json(by_alias=True)
-    )
-    return True
+    found = False
+
+    def without_key(table: dict[str, Principal]) -> dict[str, Principal] | None:
+        nonlocal found
+        found = key_hash in table
+        return {digest: p for digest, p in table.items() if digest != key_hash} if found else None
+
+    _change_table(secrets_client, secret_id, without_key)
+    return found
 
 
 def list_api_keys(secrets_client: Any, secret_id: str) -> dict[str, Principal]:
     """Key hash -> principal, for every stored key."""
-    text = secrets_client.get_secret_value(SecretId=secret_id)["SecretString"] or "{}"
-    return ApiKeyTable.model_validate_json(text).root
+    return _read_table(secrets_client, secret_id)[1]
+
+
+def _read_table(secrets_client: Any, secret_id: str) -> tuple[str, dict[str, Principal]]:
+    current = secrets_client.get_secret_value(SecretId=secret_id, VersionStage=CURRENT_STAGE)
+    return current["VersionId"], ApiKeyTable.model_validate_json(current.get("SecretString") or "{}").root
+
+
+def _change_table(
+    secrets_client: Any, secret_id: str, change: Callable[[dict[str, Principal]], dict[str, Principal] | None]
+) -> None:
+    """Apply `change` to the current table as a compare-and-swap (module docstring); None: nothing to write."""
+    for attempt in range(MAX_WRITE_ATTEMPTS):
+        read_version, table = _read_table(secrets_client, secret_id)
+        updated = change(dict(table))
+        if updated is None:
+            return
+        new_version = str(uuid.uuid4())
+        secrets_client.put_secret_value(
+            SecretId=secret_id,
+            SecretString=ApiKeyTable(updated).model_dump_json(by_alias=True),
+            ClientRequestToken=new_version,
+            VersionStages=[WRITE_STAGE],
+        )
+        try:
+            secrets_client.update_secret_version_stage(
+                SecretId=secret_id,
+                VersionStage=CURRENT_STAGE,
+                MoveToVersionId=new_version,
+                RemoveFromVersionId=read_version,
+            )
+            return
+        except Exception as error:  # botocore's ClientError: boto3 is the runtime's, not the layer's
+            if _error_code(error) not in _RACE_LOST_CODES:
+                raise
+        time.sleep(random.uniform(0, min(1.0, 0.02 * 2**attempt)))  # noqa: S311 - jitter, not a secret
+    raise KeyTableContended(f"the key table changed under this write {MAX_WRITE_ATTEMPTS} times")
+
+
+def _error_code(error: Exception) -> str:
+    response = getattr(error, "response", None)
+    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,8 +38,8 @@ class WorkerSettings(Settings):
     record_concurrency: int = Field(default=10, ge=1, le=10)
     idempotency_ttl_seconds: int = Field(default=86400, gt=0)
     dataset_max_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
-    # Only the local stack sets this: lets the fetcher reach loopback/private hosts and plain http.
-    dataset_allow_private_hosts: bool = False
+    # Only the local stack sets this: the fetcher may reach loopback (no other private address) and plain http.
+    dataset_allow_loopback_hosts: bool = False
     call_log_stream_name: str
 
 
@@ -76,8 +76,8 @@ class McpSettings(Settings):
     job_table_name: str
     # Registered probe endpoints (register_endpoint, list_endpoints, endpoint_status).
     monitor_table_name: str = ""
-    # Only the local stack sets this: lets register_endpoint accept loopback/private hosts and plain http.
-    probe_allow_private_hosts: bool = False
+    # Only the local stack sets this: register_endpoint accepts loopback (no other private address) and http.
+    probe_allow_loopback_hosts: bool = False
     # endpoint_status reports uptime over this many seconds of probe results.
     probe_uptime_window_seconds: int = Field(default=86400, gt=0)
     job_queue_url: str
@@ -113,7 +113,7 @@ class McpSettings(Settings):
     parameters_secrets_extension_http_port: int = 2773
     job_result_page_bytes: int = Field(default=256 * 1024, ge=64, le=4 * 1024 * 1024)  # far below the 20 MB stream cap
     dataset_max_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
-    dataset_allow_private_hosts: bool = False
+    dataset_allow_loopback_hosts: bool = False
 
     @staticmethod
     def _split(value: str) -> list[str]:
@@ -159,8 +159,8 @@ class ProbeWorkerSettings(Settings):
     function_timeout_seconds: int = Field(gt=0)
     probe_degraded_latency_ms: int = Field(default=2000, gt=0)
     probe_mode: str = "auto"  # "auto" (server/discover, then initialize) or "legacy" (initialize only)
-    # Only the local stack sets this: lets the probe reach loopback/private hosts and plain http.
-    probe_allow_private_hosts: bool = False
+    # Only the local stack sets this: the probe may reach loopback (no other private address) and plain http.
+    probe_allow_loopback_hosts: bool = False
 
     @property
     def probe_timeout_seconds(self) -> float:

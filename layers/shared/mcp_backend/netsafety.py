@@ -1,20 +1,26 @@
 """Network-safety rules for URLs a caller hands us: the dataset fetcher and the probes both call such
 URLs from inside the VPC-less Lambda network, where the runtime API and extensions listen on localhost
 and 169.254.169.254 is the metadata endpoint. So: https only (plain http only on the local stack), every
-resolved address public, and URL text that carries no credentials into logs, results or alerts.
+resolved address public, and URL text that carries no credentials into logs, results or alerts. The
+local stack's policy (`allow_loopback_hosts`) adds plain http and loopback addresses, nothing else: a dev
+stack on a laptop inside a company network must not be steerable at internal hosts.
 
 Refusals are `UnsafeUrl`; their messages never echo a resolved address (that would map the private
-network for the caller) or the URL's userinfo, query or fragment.
+network for the caller) or the URL's userinfo, query or fragment. A URL whose host or port cannot be
+connected to is `MalformedUrl`, named by its fault.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 MAX_ENDPOINT_URL_LENGTH = 2048
+# RFC 1035 section 2.3.4: labels of 63 octets or less, names of 255 octets or less on the wire (253 as text).
+MAX_LABEL_LENGTH = 63
+MAX_HOST_LENGTH = 253
 _NAT64_PREFIX = ipaddress.IPv6Network("64:ff9b::/96")
 
 
@@ -30,13 +36,52 @@ class PrivateAddress(UnsafeUrl):
     """The host resolves to at least one loopback, link-local, private or reserved address."""
 
 
+class MalformedUrl(UnsafeUrl):
+    """The URL cannot be parsed, or its host or port is not one a connection can be made to."""
+
+
 class UnsafeEndpointUrl(UnsafeUrl):
     """Not an http(s) URL a probe may call."""
 
 
-def allowed_schemes(*, allow_private_hosts: bool) -> frozenset[str]:
-    """https; plain http too only where private hosts are allowed (the local stack)."""
-    return frozenset({"https", "http"}) if allow_private_hosts else frozenset({"https"})
+def allowed_schemes(*, allow_loopback_hosts: bool) -> frozenset[str]:
+    """https; plain http too only where loopback hosts are allowed (the local stack)."""
+    return frozenset({"https", "http"}) if allow_loopback_hosts else frozenset({"https"})
+
+
+def split_url(url: str) -> SplitResult:
+    """`urlsplit(url)`, its host and port valid for a connection; MalformedUrl naming the fault otherwise.
+
+    The messages describe the fault, never the URL: its user info may hold credentials."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed "[" or a bracketed host that is no IPv6 address
+        raise MalformedUrl("host is not valid: [ ] must enclose an IPv6 address") from None
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or above 65535
+        port = 0
+    if port == 0:
+        raise MalformedUrl("port must be a number from 1 to 65535")
+    if parts.hostname:
+        _check_host_name(parts.hostname)
+    return parts
+
+
+def _check_host_name(host: str) -> None:
+    if ":" in host:
+        return  # an IPv6 literal: urlsplit has validated it
+    if len(host) > MAX_HOST_LENGTH:
+        raise MalformedUrl(f"host is longer than {MAX_HOST_LENGTH} characters")
+    labels = host.removesuffix(".").split(".")
+    if any(not label for label in labels):
+        raise MalformedUrl("host has an empty label")
+    if any(len(label) > MAX_LABEL_LENGTH for label in labels):
+        raise MalformedUrl(f"host has a label longer than {MAX_LABEL_LENGTH} characters")
+    try:
+        host.encode("idna")  # a non-ASCII label too long once encoded, or not encodable at all
+    except UnicodeError:
+        raise MalformedUrl("host is not a valid host name") from None
 
 
 def redact_url(url: str) -> str:
@@ -67,8 +112,9 @@ def is_public_address(address: IPAddress) -> bool:
     )
 
 
-def public_addresses(host: str, port: int) -> list[IPAddress]:
-    """Every address `host` resolves to, in resolver order; PrivateAddress if any one is not public.
+def public_addresses(host: str, port: int, *, allow_loopback: bool = False) -> list[IPAddress]:
+    """Every address `host` resolves to, in resolver order; PrivateAddress if any one is not public
+    (loopback excepted when `allow_loopback`: the local stack's policy).
 
     Checking all (not just the first) matters: the client may connect to any of them.
     """
@@ -76,9 +122,15 @@ def public_addresses(host: str, port: int) -> list[IPAddress]:
         addresses: list[IPAddress] = [ipaddress.ip_address(host)]
     except ValueError:
         addresses = _resolve(host, port)
-    if any(not is_public_address(address) for address in addresses):
+    if any(not (is_public_address(a) or (allow_loopback and _is_loopback(a))) for a in addresses):
         raise PrivateAddress("resolves to a private or reserved address")
     return addresses
+
+
+def _is_loopback(address: IPAddress) -> bool:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
 
 
 def _resolve(host: str, port: int) -> list[IPAddress]:
@@ -97,13 +149,35 @@ def _resolve(host: str, port: int) -> list[IPAddress]:
     return addresses
 
 
-def check_endpoint_url(url: str, *, allow_private_hosts: bool, resolve: bool = True) -> str:
-    """The URL, if a probe may call it: https (http too on the local stack), no userinfo, and a host that
-    resolves only to public addresses unless `allow_private_hosts` (the local stack's loopback endpoint)."""
+def check_endpoint_url(url: str, *, allow_loopback_hosts: bool) -> str:
+    """The URL, if a probe may call it (see `resolve_endpoint`)."""
+    resolve_endpoint(url, allow_loopback_hosts=allow_loopback_hosts)
+    return url
+
+
+def resolve_endpoint(url: str, *, allow_loopback_hosts: bool) -> tuple[SplitResult, list[IPAddress]]:
+    """The URL's parts and the addresses its host resolves to, if a probe may call it: https (http too on
+    the local stack), no userinfo, no query or fragment, and every address public (or, under the local
+    stack's policy, loopback). The probe connects to these addresses, never to a second DNS answer."""
+    parts = _endpoint_parts(url, allow_loopback_hosts)
+    assert parts.hostname is not None  # _endpoint_parts refuses a URL without one
+    default_port = 443 if parts.scheme == "https" else 80
+    try:
+        addresses = public_addresses(parts.hostname, parts.port or default_port, allow_loopback=allow_loopback_hosts)
+    except UnsafeUrl:
+        where = "public or loopback addresses" if allow_loopback_hosts else "public addresses"
+        raise UnsafeEndpointUrl(f"endpoint host does not resolve to {where} only") from None
+    return parts, addresses
+
+
+def _endpoint_parts(url: str, allow_loopback_hosts: bool) -> SplitResult:
     if len(url) > MAX_ENDPOINT_URL_LENGTH:
         raise UnsafeEndpointUrl("endpoint URL is too long")
-    parts = urlsplit(url)
-    schemes = allowed_schemes(allow_private_hosts=allow_private_hosts)
+    try:
+        parts = split_url(url)
+    except MalformedUrl as error:
+        raise UnsafeEndpointUrl(f"endpoint URL {error}") from None
+    schemes = allowed_schemes(allow_loopback_hosts=allow_loopback_hosts)
     if parts.scheme not in schemes:
         raise UnsafeEndpointUrl(f"endpoint URL must use {' or '.join(sorted(schemes))}")
     if not parts.hostname or parts.username or parts.password:
@@ -111,9 +185,4 @@ def check_endpoint_url(url: str, *, allow_private_hosts: bool, resolve: bool = T
     if parts.query or parts.fragment:
         # The URL travels into probe results, envelopes and alert e-mails: no room for a token in it.
         raise UnsafeEndpointUrl("endpoint URL must have no query string or fragment (pass credentials as auth)")
-    if resolve and not allow_private_hosts:
-        try:
-            public_addresses(parts.hostname, parts.port or 443)
-        except UnsafeUrl:
-            raise UnsafeEndpointUrl("endpoint host does not resolve to public addresses only") from None
-    return url
+    return parts

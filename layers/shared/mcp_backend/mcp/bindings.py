@@ -176,21 +176,30 @@ class ToolBindings:
 
 
 class StrictArguments:
-    """SDK ServerMiddleware: `tools/call` arguments must satisfy the tool's model, else -32602."""
+    """SDK ServerMiddleware: `tools/call` params must name a tool with a string and carry arguments that
+    satisfy its model, else -32602 naming the field. A `tools/call` notification (no id) calls nothing and
+    answers nobody: it is dropped here with a DEBUG line, before telemetry counts it or a failure is logged."""
 
     def __init__(self, input_models: Mapping[str, type[BaseModel]]) -> None:
         self.input_models = input_models
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        if ctx.method == "tools/call" and isinstance(ctx.params, dict):
-            name = ctx.params.get("name")
-            model = self.input_models.get(name) if isinstance(name, str) else None
-            arguments = ctx.params.get("arguments") or {}
-            if model is not None:
-                try:
-                    model.model_validate(arguments)
-                except ValidationError as error:
-                    raise MCPError(INVALID_PARAMS, f"{name}: {describe_validation_error(error)}") from None
+        if ctx.method != "tools/call":
+            return await call_next(ctx)
+        if ctx.request_id is None:
+            logger.debug("dropped a tools/call notification: it has no id to answer")
+            return None
+        params = ctx.params if isinstance(ctx.params, Mapping) else {}
+        name = params.get("name")
+        if not isinstance(name, str):
+            raise MCPError(INVALID_PARAMS, "tools/call: params.name must be a string naming a tool")
+        model = self.input_models.get(name)
+        arguments = params.get("arguments") or {}
+        if model is not None:
+            try:
+                model.model_validate(arguments)
+            except ValidationError as error:
+                raise MCPError(INVALID_PARAMS, f"{name}: {describe_validation_error(error)}") from None
         return await call_next(ctx)
 
 

@@ -121,6 +121,10 @@ class McpHttpGuard:
             # Stateless: no GET stream to resume and no session to DELETE.
             await _plain(send, 405, b"Method Not Allowed", [(b"allow", b"POST")])
             return
+        if sum(1 for name, _ in scope["headers"] if name.lower() == b"authorization") > 1:
+            # Ambiguous credentials: which one a proxy or framework honours differs, so none is.
+            await _json(send, 400, _rpc_error(-32600, "Bad Request: send exactly one Authorization header"))
+            return
         scheme, _, token = headers.get("authorization", "").partition(" ")
         token = token.strip() if scheme.lower() == "bearer" else ""
         try:

@@ -43,7 +43,9 @@ def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str
         clients,
     )
     endpoints = EndpointRegistry(MonitorTable.from_settings(settings, LazyClient("dynamodb", clients)))
-    policy = FetchPolicy(max_bytes=settings.dataset_max_bytes, allow_private_hosts=settings.dataset_allow_private_hosts)
+    policy = FetchPolicy(
+        max_bytes=settings.dataset_max_bytes, allow_loopback_hosts=settings.dataset_allow_loopback_hosts
+    )
 
     def context_for(user_id: str, progress: ProgressCallback | None) -> ToolContext:
         return ToolContext(
@@ -52,7 +54,7 @@ def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str
             progress=progress,
             jobs=jobs,
             endpoints=endpoints,
-            allow_private_endpoints=settings.probe_allow_private_hosts,
+            allow_loopback_endpoints=settings.probe_allow_loopback_hosts,
             uptime_window_seconds=settings.probe_uptime_window_seconds,
         )
 

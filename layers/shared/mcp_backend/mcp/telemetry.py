@@ -15,7 +15,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import anyio.to_thread
@@ -112,9 +112,10 @@ class ToolCallTelemetry:
             logger.thread_safe_append_keys(user_id=principal.user_id)
         if ctx.method != "tools/call":
             return await call_next(ctx)
-        requested = (ctx.params or {}).get("name", "")
+        requested = ctx.params.get("name") if isinstance(ctx.params, Mapping) else None
         # A metric dimension and a trace annotation: only names the server has, or one stream per typo.
-        tool_name = requested if requested in self.tool_names else "unknown"
+        # The name is untrusted JSON (a list is unhashable): only a string is looked up.
+        tool_name = requested if isinstance(requested, str) and requested in self.tool_names else "unknown"
         logger.thread_safe_append_keys(tool=tool_name)
         with tracer.provider.in_subsegment(f"## tools/call {tool_name}") as subsegment:
             if principal is not None:

@@ -7,6 +7,10 @@ Outcomes (README, "Probes"):
 - error:    the endpoint speaks MCP (the handshake succeeded) but tools/list answered a JSON-RPC error;
 - raises:   no MCP answer at all - ProbeTimeout, ProbeUnreachable, ProbeHttpStatus, ProbeProtocolError -
             so the OnFailure envelope carries errorType and errorMessage.
+
+Every request goes to the addresses the worker checked (PinnedTransport), never to a second DNS answer: a
+name that rebinds between check and connect cannot steer the probe, and its token, at another host. TLS
+still verifies the certificate for the registered name, which is also the SNI and the Host header.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mcp_backend.monitor.items import ProbeStatus
+from mcp_backend.netsafety import IPAddress
 from mcp_backend.probes.errors import ProbeHttpStatus, ProbeProtocolError, ProbeTimeout, ProbeUnreachable
 from mcp_backend.probes.schema import schema_hash
 
@@ -34,6 +39,8 @@ class ProbeRequest:
     auth_token: str | None
     timeout_seconds: float
     degraded_latency_ms: int
+    # The addresses the URL's host resolved to when it was checked: the only ones the probe connects to.
+    addresses: tuple[IPAddress, ...]
     mode: str = "auto"
 
 
@@ -42,8 +49,9 @@ async def probe(request: ProbeRequest) -> dict[str, Any]:
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
     from mcp.shared.exceptions import MCPError
+
+    from mcp_backend.probes.pinning import PinnedTransport
 
     http_errors: list[int] = []
 
@@ -60,10 +68,14 @@ async def probe(request: ProbeRequest) -> dict[str, Any]:
     try:
         with anyio.fail_after(request.timeout_seconds):
             timeout = httpx2.Timeout(request.timeout_seconds)
-            async with create_mcp_http_client(headers=headers, timeout=timeout) as http:
+            # What create_mcp_http_client builds, with the pinned transport and no proxy from the environment
+            # (a proxy would connect wherever its own DNS says).
+            transport = PinnedTransport(request.url, request.addresses)
+            async with httpx2.AsyncClient(
+                headers=headers, timeout=timeout, transport=transport, trust_env=False
+            ) as http:
                 http.event_hooks["response"].append(note_status)
-                transport = streamable_http_client(request.url, http_client=http)
-                async with Client(transport, mode=request.mode) as client:
+                async with Client(streamable_http_client(request.url, http_client=http), mode=request.mode) as client:
                     protocol_version = client.protocol_version
                     cursor = None
                     for _ in range(MAX_TOOL_PAGES):

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mcp_backend.config import ProbeWorkerSettings
 from mcp_backend.monitor.table import MonitorTable
-from mcp_backend.netsafety import UnsafeEndpointUrl, check_endpoint_url
+from mcp_backend.netsafety import UnsafeEndpointUrl, resolve_endpoint
 from mcp_backend.observability import logger
 from mcp_backend.probes.client import ProbeRequest, probe
 from mcp_backend.probes.errors import EndpointNotFound, ProbeRefused
@@ -53,7 +53,8 @@ class ProbeWorker:
         # The registered URL, not the payload's: an endpoint's token is only ever sent where it was registered.
         url, auth_token = self._registered(target.server_id)
         try:
-            check_endpoint_url(url, allow_private_hosts=self.settings.probe_allow_private_hosts)
+            # The addresses checked here are the ones the probe connects to (no second DNS answer).
+            _, addresses = resolve_endpoint(url, allow_loopback_hosts=self.settings.probe_allow_loopback_hosts)
         except UnsafeEndpointUrl as error:
             raise ProbeRefused(f"endpoint {target.server_id}: {error}") from None
         request = ProbeRequest(
@@ -62,6 +63,7 @@ class ProbeWorker:
             auth_token=auth_token,
             timeout_seconds=self.settings.probe_timeout_seconds,
             degraded_latency_ms=self.settings.probe_degraded_latency_ms,
+            addresses=tuple(addresses),
             mode=self.settings.probe_mode,
         )
         result = anyio.run(probe, request)

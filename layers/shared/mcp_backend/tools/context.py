@@ -28,8 +28,8 @@ class ToolContext:
     progress: ProgressCallback | None = None
     jobs: JobsService | None = None
     endpoints: EndpointRegistry | None = None
-    # Only the local stack allows loopback/private endpoints and plain http.
-    allow_private_endpoints: bool = False
+    # Only the local stack allows loopback endpoints (no other private address) and plain http.
+    allow_loopback_endpoints: bool = False
     uptime_window_seconds: int = 86400
 
     def job_service(self) -> JobsService:

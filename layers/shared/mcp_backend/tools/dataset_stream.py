@@ -13,8 +13,8 @@ class FetchPolicy:
     max_bytes: int = 50 * 1024 * 1024
     # Per network operation (connect, each read); the function's own timeout bounds the total.
     timeout_seconds: float = 10.0
-    # Only the local dev stack sets this: it permits loopback/private hosts and plain http://.
-    allow_private_hosts: bool = False
+    # Only the local dev stack sets this: loopback hosts (no other private address) and plain http://.
+    allow_loopback_hosts: bool = False
 
 
 class DatasetStream:

@@ -31,7 +31,7 @@ class EndpointStatusInput(StrictInput):
 
 
 def register_endpoint(request: RegisterEndpointInput, ctx: ToolContext) -> dict[str, Any]:
-    url = check_endpoint_url(request.url, allow_private_hosts=ctx.allow_private_endpoints)
+    url = check_endpoint_url(request.url, allow_loopback_hosts=ctx.allow_loopback_endpoints)
     return ctx.endpoint_registry().register(ctx.user_id, url, request.name, request.auth)
 
 

@@ -56,7 +56,7 @@ def open_dataset(
     if scheme == "s3":
         with _open_s3(url, policy, s3_client) as stream:
             yield stream
-    elif scheme in allowed_schemes(allow_private_hosts=policy.allow_private_hosts):
+    elif scheme in allowed_schemes(allow_loopback_hosts=policy.allow_loopback_hosts):
         # httpx loads only when a job fetches over https: it is a tenth of a cold start.
         from mcp_backend.tools.http_source import open_http
 

@@ -11,10 +11,12 @@ import httpx
 from mcp_backend.netsafety import (
     HostNotResolved,
     IPAddress,
+    MalformedUrl,
     PrivateAddress,
     allowed_schemes,
     public_addresses,
     redact_url,
+    split_url,
 )
 from mcp_backend.tools.dataset_stream import DatasetStream, FetchPolicy
 from mcp_backend.tools.errors import (
@@ -32,6 +34,7 @@ RETRYABLE_STATUSES = frozenset({408, 429})
 
 @contextmanager
 def open_http(url: str, policy: FetchPolicy, transport: httpx.BaseTransport | None) -> Iterator[DatasetStream]:
+    _check_syntax(url)
     try:
         target = httpx.URL(url)
     except httpx.InvalidURL:
@@ -85,24 +88,23 @@ def _get_following_redirects(
             raise DatasetUnreachable(f"Dataset {shown} redirected more than {MAX_REDIRECTS} times")
         try:
             target = target.join(location)
-        except httpx.InvalidURL:
+            split_url(str(target))
+        except (httpx.InvalidURL, MalformedUrl):
             raise DatasetUnreachable(f"Dataset {shown} redirected to an invalid URL") from None
     raise AssertionError("unreachable")  # the loop always returns or raises
 
 
 def _send_checked(client: httpx.Client, target: httpx.URL, policy: FetchPolicy) -> httpx.Response:
     shown = redact_url(str(target))
-    if target.scheme not in allowed_schemes(allow_private_hosts=policy.allow_private_hosts):
+    if target.scheme not in allowed_schemes(allow_loopback_hosts=policy.allow_loopback_hosts):
         raise UnsafeDatasetUrl(f"Dataset URL {shown} must use https://")
     host = target.raw_host.decode("ascii")  # IDNA-encoded, as DNS needs it
     if not host:
         raise UnsafeDatasetUrl(f"Dataset URL {shown} has no host")
     # Connection: close so no pooled connection (TLS-verified for another hop's host) is reused.
     headers = {"Accept-Encoding": "identity", "Connection": "close"}
-    if policy.allow_private_hosts:
-        return _send(client, client.build_request("GET", target, headers=headers), shown)
-
-    addresses = _public_addresses(host, target.port or (443 if target.scheme == "https" else 80), shown)
+    port = target.port or (443 if target.scheme == "https" else 80)
+    addresses = _public_addresses(host, port, shown, allow_loopback=policy.allow_loopback_hosts)
     headers["Host"] = target.netloc.decode("ascii")
     last_error: httpx.ConnectError | None = None
     for address in addresses:
@@ -120,9 +122,16 @@ def _send_checked(client: httpx.Client, target: httpx.URL, policy: FetchPolicy) 
     raise _unreachable(shown, last_error) from last_error
 
 
-def _public_addresses(host: str, port: int, shown: str) -> list[IPAddress]:
+def _check_syntax(url: str) -> None:
     try:
-        return public_addresses(host, port)
+        split_url(url)
+    except MalformedUrl as error:
+        raise UnsafeDatasetUrl(f"Dataset URL {redact_url(url)}: {error}") from None
+
+
+def _public_addresses(host: str, port: int, shown: str, *, allow_loopback: bool) -> list[IPAddress]:
+    try:
+        return public_addresses(host, port, allow_loopback=allow_loopback)
     except HostNotResolved:
         raise DatasetUnreachable(f"Could not resolve the host of dataset {shown}") from None
     except PrivateAddress:
@@ -133,13 +142,6 @@ def parse_content_length(value: str | None) -> int | None:
     if value is None or not value.strip().isdigit():
         return None
     return int(value)
-
-
-def _send(client: httpx.Client, request: httpx.Request, shown: str) -> httpx.Response:
-    try:
-        return client.send(request, stream=True)
-    except httpx.HTTPError as exc:
-        raise _unreachable(shown, exc) from exc
 
 
 def _http_chunks(response: httpx.Response, shown: str) -> Iterator[bytes]:

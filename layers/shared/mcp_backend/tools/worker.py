@@ -81,7 +81,7 @@ class JobWorker:
         self.tools = TOOLS if tools is None else tools
         self.fetch_policy = FetchPolicy(
             max_bytes=settings.dataset_max_bytes,
-            allow_private_hosts=settings.dataset_allow_private_hosts,
+            allow_loopback_hosts=settings.dataset_allow_loopback_hosts,
         )
         self.call_log = call_log or CallLogWriter(settings.call_log_stream_name)
         # Keyed on the job id (required), validated against the user: a reused id fails.
