@@ -16,6 +16,10 @@ STATEMENTS = ROLE_TEMPLATE["Resources"]["DeployRole"]["Properties"]["Policies"][
 CREATE_ACTION = {
     "AWS::CloudWatch::Alarm": "cloudwatch:PutMetricAlarm",
     "AWS::CloudWatch::Dashboard": "cloudwatch:PutDashboard",
+    "AWS::Cognito::UserPool": "cognito-idp:CreateUserPool",
+    "AWS::Cognito::UserPoolClient": "cognito-idp:CreateUserPoolClient",
+    "AWS::Cognito::UserPoolDomain": "cognito-idp:CreateUserPoolDomain",
+    "AWS::Cognito::UserPoolResourceServer": "cognito-idp:CreateResourceServer",
     "AWS::DynamoDB::Table": "dynamodb:CreateTable",
     "AWS::Events::Rule": "events:PutRule",
     "AWS::IAM::ManagedPolicy": "iam:CreatePolicy",
@@ -63,4 +67,4 @@ def test_the_deploy_role_is_trusted_by_one_repository_environment_and_reads_only
 
 def test_only_actions_without_resource_types_are_granted_on_every_resource():
     unscoped = {s["Sid"] for s in STATEMENTS if s["Resource"] == "*" and "Condition" not in s}
-    assert unscoped == {"ValidateTemplates", "ReadEventSourceMappings", "DescribeLogGroups", "OpsAlarmKey"}
+    assert unscoped == {"ValidateTemplates", "ReadEventSourceMappings", "DescribeLogGroups", "OpsAlarmKey", "CreateUserPools"}
