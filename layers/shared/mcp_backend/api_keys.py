@@ -44,7 +44,9 @@ CURRENT_STAGE = "AWSCURRENT"
 # The label a new table version carries until AWSCURRENT moves to it (a version with no label may be
 # deleted by Secrets Manager; AWSPENDING is left to rotation).
 WRITE_STAGE = "KEYTABLE_WRITE"
-MAX_WRITE_ATTEMPTS = 12
+# Each round of a race has one winner, so n writers at once need up to n rounds; with slow calls (a loaded
+# host, a throttled API) a dozen rounds proved too few for 8 concurrent writers.
+MAX_WRITE_ATTEMPTS = 30
 # The error codes of a lost race: AWSCURRENT has moved from the version read, or the version just put was
 # deprecated (its label taken by another writer) and deleted.
 _RACE_LOST_CODES = frozenset({"InvalidParameterException", "InvalidRequestException", "ResourceNotFoundException"})
