@@ -25,6 +25,7 @@ import httpx
 from botocore.config import Config
 
 from devstack.async_invoke import AWS_RETRY_DELAYS, AsyncConfig, AsyncInvoker
+from devstack.atomic_items import make_item_operations_atomic
 from devstack.destinations import Destinations
 from devstack.environment import LocalEnvironment
 from devstack.function_errors import FunctionError
@@ -137,6 +138,7 @@ class DevStack:
         from moto.server import ThreadedMotoServer
 
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call is noise
+        make_item_operations_atomic()
         self._moto = ThreadedMotoServer(ip_address=self.options.host, port=self.options.aws_port, verbose=False)
         self._moto.start()
         # moto keeps its state per process: start from nothing, then restore what state_dir holds.
