@@ -8,6 +8,8 @@ import functools
 import threading
 from typing import Any
 
+from moto.dynamodb.models import DynamoDBBackend
+
 _LOCK = threading.RLock()
 ITEM_OPERATIONS = ("put_item", "update_item", "delete_item", "get_item", "transact_write_items")
 _PATCHED = "_devstack_atomic"
@@ -15,8 +17,6 @@ _PATCHED = "_devstack_atomic"
 
 def make_item_operations_atomic() -> None:
     """Serialise moto's DynamoDB item operations (idempotent; for this process)."""
-    from moto.dynamodb.models import DynamoDBBackend
-
     for name in ITEM_OPERATIONS:
         operation = getattr(DynamoDBBackend, name)
         if getattr(operation, _PATCHED, False):

@@ -120,3 +120,100 @@ def test_fresh_start_ignores_saved_state(start_stack, tmp_path):
 
     # Then it starts empty
     assert job(second, "job-e2e-gone-001") is None
+
+
+def test_a_restart_keeps_each_messages_receive_count_so_a_poison_job_gets_no_extra_attempts(start_stack, tmp_path):
+    # Given a poison job received twice (of its three receives) by a stack that keeps state
+    first = start_stack(state_dir=tmp_path)
+    message_id = submit(first, "job-e2e-restart-poison", dataset="s3://local-datasets/absent.csv")
+    visibility = int(queue_attribute(first, "JobQueue", "VisibilityTimeout"))
+    max_receives = json.loads(queue_attribute(first, "JobQueue", "RedrivePolicy"))["maxReceiveCount"]
+    with time_machine.travel(first.options.clock(), tick=True) as traveller:
+        for _ in range(max_receives - 1):
+            first.settle()
+            traveller.shift(visibility + 1)
+
+        # When the stack stops and starts again from its state, and delivers until the message is gone
+        first.stop()
+        second = start_stack(state_dir=tmp_path)
+        for _ in range(2):
+            second.settle()
+            traveller.shift(visibility + 1)
+        dead = second.client("sqs").receive_message(
+            QueueUrl=second.environment.queue_url("JobDeadLetterQueue"),
+            MaxNumberOfMessages=10,
+            AttributeNames=["ApproximateReceiveCount"],
+        )["Messages"]
+
+    # Then the job ran maxReceiveCount times in all (not three more after the restart), failed once, and the
+    # same message (same id, its receive count kept) sits in the DLQ
+    item = job(second, "job-e2e-restart-poison")
+    assert (item["status"], item["runs"], item["error"]["type"]) == ("FAILED", max_receives, "DatasetUnreachable")
+    assert [m["MessageId"] for m in dead] == [message_id]
+    assert int(dead[0]["Attributes"]["ApproximateReceiveCount"]) == max_receives + 1  # this peek is one more
+
+
+def test_a_restart_keeps_visible_in_flight_and_delayed_messages_with_their_attributes(start_stack, tmp_path):
+    # Given a queue no function reads, holding a visible message with attributes and a message group, a
+    # message in flight (received once, hidden for 300 s) and one delayed by 600 s
+    first = start_stack(state_dir=tmp_path)
+    sqs, url = first.client("sqs"), first.environment.queue_url("JobDeadLetterQueue")
+    attributes = {"jobType": {"DataType": "String", "StringValue": "analyze_dataset"}}
+    visible = sqs.send_message(QueueUrl=url, MessageBody="visible", MessageAttributes=attributes, MessageGroupId="g1")
+    in_flight = sqs.send_message(QueueUrl=url, MessageBody="in flight")
+    delayed = sqs.send_message(QueueUrl=url, MessageBody="delayed", DelaySeconds=600)
+    with time_machine.travel(first.options.clock(), tick=True) as traveller:
+        sqs.receive_message(QueueUrl=url, VisibilityTimeout=0, MaxNumberOfMessages=10)  # visible: one receive
+        [hidden] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=300, MaxNumberOfMessages=1)["Messages"]
+        assert hidden["MessageId"] in (visible["MessageId"], in_flight["MessageId"])
+
+        # When the stack stops and starts again from its state
+        first.stop()
+        second = start_stack(state_dir=tmp_path)
+        sqs, url = second.client("sqs"), second.environment.queue_url("JobDeadLetterQueue")
+        counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        traveller.shift(601)
+        messages = sqs.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            AttributeNames=["All"],
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )["Messages"]
+
+    # Then one is visible, one still in flight and one still delayed, and once their time has come each is
+    # the same message: id, body, attributes, message group, and its receive count (+1 for this receive)
+    assert (
+        counts["ApproximateNumberOfMessages"],
+        counts["ApproximateNumberOfMessagesNotVisible"],
+        counts["ApproximateNumberOfMessagesDelayed"],
+    ) == ("1", "1", "1")
+    by_body = {m["Body"]: m for m in messages}
+    assert {m["MessageId"] for m in messages} == {visible["MessageId"], in_flight["MessageId"], delayed["MessageId"]}
+    assert by_body["visible"]["MessageAttributes"] == attributes
+    assert by_body["visible"]["Attributes"]["MessageGroupId"] == "g1"
+    receives = {body: int(m["Attributes"]["ApproximateReceiveCount"]) for body, m in by_body.items()}
+    hidden_body = "visible" if hidden["MessageId"] == visible["MessageId"] else "in flight"
+    assert receives[hidden_body] == 3 and receives["delayed"] == 1
+
+
+def test_a_restart_right_after_a_stop_binds_ports_that_still_have_connections_in_time_wait(start_stack):
+    # Given the AWS port of a stack that served a connection it closed first (left in TIME_WAIT)
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        served, _ = listener.accept()
+        served.close()  # the server side closes first: its end of the connection waits in TIME_WAIT
+        client.close()
+    with socket.socket() as plain, pytest.raises(OSError):
+        plain.bind(("127.0.0.1", port))  # what a bind without SO_REUSEADDR meets for about a minute
+
+    # When a stack starts on that port
+    stack = start_stack(aws_port_override=port)
+
+    # Then it starts and serves there
+    assert stack.aws_url.endswith(f":{port}")
+    assert stack.client("sqs").list_queues()["QueueUrls"]
