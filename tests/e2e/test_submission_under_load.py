@@ -18,6 +18,9 @@ from tests.e2e.conftest import Endpoint, mcp_client
 
 pytestmark = pytest.mark.e2e
 SALES = "s3://local-datasets/sales.csv"
+# No reserved concurrency: in the Lambda runtime the endpoint then runs up to 4 environments and further
+# callers wait for one, instead of 20 cold starts at once on a small machine (or 429s past the reservation).
+UNRESERVED = {"McpReservedConcurrency": "0"}
 
 
 def served_endpoint(stack) -> Endpoint:
@@ -51,7 +54,7 @@ def deliver_until_idle(stack) -> None:
 
 def test_twenty_identical_calls_at_once_through_the_endpoint_send_one_message(start_stack):
     # Given make dev's served MCP endpoint
-    stack = start_stack()
+    stack = start_stack(parameters=UNRESERVED)
     endpoint = served_endpoint(stack)
 
     # When 20 clients submit the same call at the same moment
@@ -70,7 +73,7 @@ def test_twenty_identical_calls_at_once_through_the_endpoint_send_one_message(st
 
 def test_every_acknowledged_job_finishes_exactly_once_across_a_restart_mid_run(start_stack, tmp_path):
     # Given a stack keeping its state in a folder, and clients submitting 80 jobs from 8 concurrent tasks
-    first = start_stack(state_dir=tmp_path)
+    first = start_stack(state_dir=tmp_path, parameters=UNRESERVED)
     endpoint = served_endpoint(first)
     acknowledged: list[str] = []
     refused: list[str] = []
@@ -97,7 +100,7 @@ def test_every_acknowledged_job_finishes_exactly_once_across_a_restart_mid_run(s
     first.stop()
     submitting.join(timeout=120)
     # And it starts again from the folder and delivers until nothing moves
-    second = start_stack(state_dir=tmp_path)
+    second = start_stack(state_dir=tmp_path, parameters=UNRESERVED)
     deliver_until_idle(second)
 
     # Then every job the endpoint acknowledged succeeded, its body ran exactly once, and no message is left
