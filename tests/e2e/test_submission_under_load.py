@@ -21,6 +21,7 @@ SALES = "s3://local-datasets/sales.csv"
 # No reserved concurrency: in the Lambda runtime the endpoint then runs up to 4 environments and further
 # callers wait for one, instead of 20 cold starts at once on a small machine (or 429s past the reservation).
 UNRESERVED = {"McpReservedConcurrency": "0"}
+JOBS_PER_CLIENT = 15  # a second apart: submissions outlast a delivery round, cold worker start included
 
 
 def served_endpoint(stack) -> Endpoint:
@@ -72,19 +73,19 @@ def test_twenty_identical_calls_at_once_through_the_endpoint_send_one_message(st
 
 
 def test_every_acknowledged_job_finishes_exactly_once_across_a_restart_mid_run(start_stack, tmp_path):
-    # Given a stack keeping its state in a folder, and clients submitting 80 jobs from 8 concurrent tasks
+    # Given a stack keeping its state in a folder, and clients submitting 120 jobs from 8 concurrent tasks
     first = start_stack(state_dir=tmp_path, parameters=UNRESERVED)
     endpoint = served_endpoint(first)
     acknowledged: list[str] = []
     refused: list[str] = []
 
     async def client_task(task: int) -> None:
-        for n in range(10):
+        for n in range(JOBS_PER_CLIENT):
             try:
                 acknowledged.append((await submit(endpoint, f"load-{task}-{n}"))["jobId"])
             except Exception as error:  # the stack went away: this job was never acknowledged
                 refused.append(type(error).__name__)
-            await asyncio.sleep(0.3)  # clients keep submitting through the whole stop
+            await asyncio.sleep(1.0)  # clients keep submitting through the delivery and the stop
 
     async def all_tasks() -> None:
         await asyncio.gather(*(client_task(task) for task in range(8)))
