@@ -25,6 +25,7 @@ import httpx
 from botocore.config import Config
 
 from devstack.async_invoke import AWS_RETRY_DELAYS, AsyncConfig, AsyncInvoker
+from devstack.atomic_items import make_item_operations_atomic
 from devstack.cognito import ClientCredentialsTokens
 from devstack.destinations import Destinations
 from devstack.environment import LocalEnvironment
@@ -33,6 +34,7 @@ from devstack.intrinsics import Unsupported
 from devstack.lambda_api import LambdaApi
 from devstack.lambda_runtime import DEFAULT_BUILD_DIR, LambdaRuntime
 from devstack.logs import PrefixedStream
+from devstack.queue_state import restore_messages, saved_messages
 from devstack.runtime import HandlerImportError
 from devstack.sources.streams import DynamoDBStreamEventSource, KinesisEventSource, StreamEventSource
 from devstack.template import Template, load_template
@@ -45,6 +47,8 @@ log = logging.getLogger("devstack")
 
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "local"}
 _STACK_ENVIRON = (*LOCAL_CREDENTIALS, "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_LAMBDA")
+STATE_VERSION = 2  # state.json: messages with their SQS bookkeeping (1: bodies only)
+ACCOUNT_ID, REGION = "123456789012", "us-east-1"  # moto's default account; the stack's one region
 STREAM_POLL_SECONDS = 0.25  # Lambda polls stream shards about 4 times a second
 _RATE = re.compile(r"^rate\((\d+)\s+(minute|minutes|hour|hours|day|days)\)$")
 _UNIT_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
@@ -139,6 +143,7 @@ class DevStack:
         from devstack.sqs_move_task import MotoServerWithMoveTasks
 
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call is noise
+        make_item_operations_atomic()
         self._moto = MotoServerWithMoveTasks(ip_address=self.options.host, port=self.options.aws_port, verbose=False)
         self._moto.start()
         # moto keeps its state per process: start from nothing, then restore what state_dir holds.
@@ -201,19 +206,25 @@ class DevStack:
         return self._stopping.is_set()
 
     def stop(self) -> None:
+        """Stop taking requests, let the work under way finish, then save: every job acknowledged before the
+        stop is in the saved state with its message, and nothing changes the tables after the save."""
+        for web in self.web_functions.values():
+            stop_web(web)  # no new MCP requests; the ones under way finish (and are answered) first
         self._stopping.set()
         for thread in self._threads:
-            thread.join(timeout=5)
+            # A poller finishes the batch it is delivering (its deletes included) within the timeout.
+            thread.join(timeout=self._longest_timeout() + 5)
         try:
             self._save_state()
         finally:
-            for web in self.web_functions.values():
-                stop_web(web)
             self.environment.shutdown()
             self.lambda_api.shutdown()
             if self._moto is not None:
                 self._moto.stop()
             self._restore_environ()
+
+    def _longest_timeout(self) -> float:
+        return max((float(spec.timeout) for spec in self.environment.stack.functions().values()), default=3.0)
 
     def _restore_environ(self) -> None:
         for name, value in self._saved_environ.items():
@@ -590,22 +601,21 @@ class DevStack:
         if path is None:
             return
         dynamodb = self.client("dynamodb")
-        state: dict[str, Any] = {"tables": {}, "queues": {}}
+        state: dict[str, Any] = {"version": STATE_VERSION, "tables": {}, "queues": {}}
         for logical_id in self.environment.stack.active("AWS::DynamoDB::Table"):
             items = []
-            for page in dynamodb.get_paginator("scan").paginate(TableName=self.environment.table_name(logical_id)):
+            for page in dynamodb.get_paginator("scan").paginate(
+                TableName=self.environment.table_name(logical_id), ConsistentRead=True
+            ):
                 items.extend(page["Items"])
             state["tables"][logical_id] = items
-        # Read the messages without receiving them (a receive would count towards maxReceiveCount).
-        from moto.sqs.models import sqs_backends
-
-        backend = sqs_backends["123456789012"]["us-east-1"]
         for logical_id in self.environment.stack.active("AWS::SQS::Queue"):
-            name = self.environment.queue_url(logical_id).rsplit("/", 1)[-1]
-            queue = backend.queues.get(name)
-            state["queues"][logical_id] = [m.body for m in (queue._messages if queue else [])]
+            state["queues"][logical_id] = saved_messages(ACCOUNT_ID, REGION, self._queue_name(logical_id))
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(state))
+        # Written aside and renamed: a stop cut short leaves the previous state, never half of one.
+        partial = path.with_suffix(".json.partial")
+        partial.write_text(json.dumps(state))
+        os.replace(partial, path)
 
     def _restore_state(self) -> None:
         path = self._state_file()
@@ -616,13 +626,22 @@ class DevStack:
         for logical_id, items in state.get("tables", {}).items():
             for item in items:
                 dynamodb.put_item(TableName=self.environment.table_name(logical_id), Item=item)
-        for logical_id, bodies in state.get("queues", {}).items():
-            for body in bodies:
-                sqs.send_message(QueueUrl=self.environment.queue_url(logical_id), MessageBody=body)
+        for logical_id, messages in state.get("queues", {}).items():
+            if state.get("version") == STATE_VERSION:
+                restore_messages(ACCOUNT_ID, REGION, self._queue_name(logical_id), messages)
+            else:  # a state file of an older stack kept bodies only: they come back as new messages
+                for body in messages:
+                    sqs.send_message(QueueUrl=self.environment.queue_url(logical_id), MessageBody=body)
+
+    def _queue_name(self, logical_id: str) -> str:
+        return self.environment.queue_url(logical_id).rsplit("/", 1)[-1]
 
 
 def _require_free(host: str, port: int) -> None:
+    """Refuse a port another socket listens on. Connections of a stack stopped a moment ago linger in
+    TIME_WAIT for about a minute; like the servers themselves (SO_REUSEADDR), the probe binds through them."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError:

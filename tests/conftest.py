@@ -10,6 +10,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from devstack.atomic_items import make_item_operations_atomic
+
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / "events"
 
@@ -29,6 +31,8 @@ def _shared_module_environment() -> None:
 
 
 _shared_module_environment()
+# Conditional writes race in tests as they do on AWS; DynamoDB decides each one atomically, moto must too.
+make_item_operations_atomic()
 
 
 @pytest.fixture(autouse=True)

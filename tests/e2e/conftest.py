@@ -59,14 +59,16 @@ BUILD_DIR = Path(os.environ.get("DEVSTACK_BUILD_DIR", DEFAULT_BUILD_DIR))
 def start_stack(clock) -> Iterator[Callable[..., DevStack]]:
     started: list[DevStack] = []
 
-    def start(template: Path | None = None, runtime: str | None = None, **options) -> DevStack:
+    def start(
+        template: Path | None = None, runtime: str | None = None, aws_port_override: int | None = None, **options
+    ) -> DevStack:
         # The semantics template's functions are never built: they always run in-process.
         runtime = runtime or ("inprocess" if template else PRODUCT_RUNTIME)
         # A port probed free can be taken before the stack binds it (a shared machine): try fresh ports.
         for attempt in range(3):
             stack = DevStack(
                 DevStackOptions(
-                    aws_port=free_port(),
+                    aws_port=aws_port_override or free_port(),
                     lambda_port=free_port(),
                     web_port=free_port(),
                     template=load_template(template) if template else None,

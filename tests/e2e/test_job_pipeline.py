@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import http.server
 import json
 import socket
@@ -73,7 +74,8 @@ def test_a_permanent_failure_reaches_failed_and_the_dlq_within_one_batch_cycle(s
 
 
 class Dataset(http.server.BaseHTTPRequestHandler):
-    """A loopback dataset server: `/flaky.csv` answers 503 the first time, `/slow.csv` after a delay."""
+    """A loopback dataset server: `/flaky.csv` answers 503 the first time, `/unavailable.csv` always,
+    `/slow.csv` after a delay."""
 
     CSV = b"region,amount\nnorth,1\nsouth,2\n"
     served: ClassVar[dict[str, int]] = {}
@@ -81,7 +83,7 @@ class Dataset(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         count = Dataset.served[self.path] = Dataset.served.get(self.path, 0) + 1
-        if self.path == "/flaky.csv" and count == 1:
+        if (self.path == "/flaky.csv" and count == 1) or self.path == "/unavailable.csv":
             self.send_response(503)
             self.send_header("content-length", "0")
             self.end_headers()
@@ -135,7 +137,7 @@ def test_a_job_slower_than_the_visibility_timeout_is_delivered_once_and_finished
     visibility = 4
     stack = start_stack(
         function_overrides={
-            "DATASET_ALLOW_PRIVATE_HOSTS": "true",
+            "DATASET_ALLOW_LOOPBACK_HOSTS": "true",
             "JOB_QUEUE_VISIBILITY_TIMEOUT_SECONDS": str(visibility),
         }
     )
@@ -267,3 +269,111 @@ def test_redrive_lists_then_moves_the_dlq_back_and_the_job_runs_again_with_its_h
     stack.settle()
     item = job(stack, "job-e2e-redrive")
     assert (item["status"], item["runs"], item["result"]["rowCount"], len(item["failures"])) == ("SUCCEEDED", 2, 1, 1)
+
+
+def test_a_restart_keeps_each_messages_receive_count_so_a_poison_job_gets_no_extra_attempts(
+    start_stack, tmp_path, dataset_server
+):
+    # Given a job that fails transiently every time (its dataset server answers 503), received twice (of its
+    # three receives) by a stack that keeps state
+    first = start_stack(state_dir=tmp_path)
+    message_id = submit(first, "job-e2e-restart-poison", dataset=f"{dataset_server}/unavailable.csv")
+    visibility = int(queue_attribute(first, "JobQueue", "VisibilityTimeout"))
+    max_receives = json.loads(queue_attribute(first, "JobQueue", "RedrivePolicy"))["maxReceiveCount"]
+    with time_machine.travel(first.options.clock(), tick=True) as traveller:
+        for _ in range(max_receives - 1):
+            first.settle()
+            traveller.shift(visibility + 1)
+
+        # When the stack stops and starts again from its state, and delivers until the message is gone
+        first.stop()
+        second = start_stack(state_dir=tmp_path)
+        for _ in range(2):
+            second.settle()
+            traveller.shift(visibility + 1)
+        dead = second.client("sqs").receive_message(
+            QueueUrl=second.environment.queue_url("JobDeadLetterQueue"),
+            MaxNumberOfMessages=10,
+            AttributeNames=["ApproximateReceiveCount"],
+        )["Messages"]
+
+    # Then the job ran maxReceiveCount times in all (not three more after the restart), failed once, and the
+    # same message (same id, its receive count kept) sits in the DLQ
+    item = job(second, "job-e2e-restart-poison")
+    assert (item["status"], item["runs"], item["error"]["type"]) == (
+        "FAILED",
+        max_receives,
+        "DatasetTemporarilyUnreachable",
+    )
+    assert [m["MessageId"] for m in dead] == [message_id]
+    assert int(dead[0]["Attributes"]["ApproximateReceiveCount"]) == max_receives + 1  # this peek is one more
+
+
+def test_a_restart_keeps_visible_in_flight_and_delayed_messages_with_their_attributes(start_stack, tmp_path):
+    # Given a queue no function reads, holding a visible message with attributes and a message group, a
+    # message in flight (received once, hidden for 300 s) and one delayed by 600 s
+    first = start_stack(state_dir=tmp_path)
+    sqs, url = first.client("sqs"), first.environment.queue_url("JobDeadLetterQueue")
+    attributes = {"jobType": {"DataType": "String", "StringValue": "analyze_dataset"}}
+    visible = sqs.send_message(QueueUrl=url, MessageBody="visible", MessageAttributes=attributes, MessageGroupId="g1")
+    in_flight = sqs.send_message(QueueUrl=url, MessageBody="in flight")
+    delayed = sqs.send_message(QueueUrl=url, MessageBody="delayed", DelaySeconds=600)
+    # (from now: the messages were stamped with the real time, later than the stack clock's start)
+    with time_machine.travel(dt.datetime.now(dt.UTC), tick=True) as traveller:
+        sqs.receive_message(QueueUrl=url, VisibilityTimeout=0, MaxNumberOfMessages=10)  # visible: one receive
+        [hidden] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=300, MaxNumberOfMessages=1)["Messages"]
+        assert hidden["MessageId"] in (visible["MessageId"], in_flight["MessageId"])
+
+        # When the stack stops and starts again from its state
+        first.stop()
+        second = start_stack(state_dir=tmp_path)
+        sqs, url = second.client("sqs"), second.environment.queue_url("JobDeadLetterQueue")
+        counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        traveller.shift(601)
+        messages: list[dict] = []
+        for _ in range(3):  # a receive may return fewer messages than are visible
+            messages += sqs.receive_message(
+                QueueUrl=url,
+                MaxNumberOfMessages=10,
+                VisibilityTimeout=600,
+                AttributeNames=["All"],
+                MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
+
+    # Then one is visible, one still in flight and one still delayed, and once their time has come each is
+    # the same message: id, body, attributes, message group, and its receive count (+1 for this receive)
+    assert (
+        counts["ApproximateNumberOfMessages"],
+        counts["ApproximateNumberOfMessagesNotVisible"],
+        counts["ApproximateNumberOfMessagesDelayed"],
+    ) == ("1", "1", "1")
+    by_body = {m["Body"]: m for m in messages}
+    assert {m["MessageId"] for m in messages} == {visible["MessageId"], in_flight["MessageId"], delayed["MessageId"]}
+    assert by_body["visible"]["MessageAttributes"] == attributes
+    assert by_body["visible"]["Attributes"]["MessageGroupId"] == "g1"
+    receives = {body: int(m["Attributes"]["ApproximateReceiveCount"]) for body, m in by_body.items()}
+    hidden_body = "visible" if hidden["MessageId"] == visible["MessageId"] else "in flight"
+    assert receives[hidden_body] == 3 and receives["delayed"] == 1
+
+
+def test_a_restart_right_after_a_stop_binds_ports_that_still_have_connections_in_time_wait(start_stack):
+    # Given the AWS port of a stack that served a connection it closed first (left in TIME_WAIT)
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        served, _ = listener.accept()
+        served.close()  # the server side closes first: its end of the connection waits in TIME_WAIT
+        client.close()
+    with socket.socket() as plain, pytest.raises(OSError):
+        plain.bind(("127.0.0.1", port))  # what a bind without SO_REUSEADDR meets for about a minute
+
+    # When a stack starts on that port
+    stack = start_stack(aws_port_override=port)
+
+    # Then it starts and serves there
+    assert stack.aws_url.endswith(f":{port}")
+    assert stack.client("sqs").list_queues()["QueueUrls"]

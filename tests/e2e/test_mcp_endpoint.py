@@ -32,6 +32,20 @@ def run(coroutine_function, *args):
     return anyio.run(coroutine_function, *args)
 
 
+def call_error(endpoint, tool: str, arguments: dict) -> MCPError | None:
+    """The JSON-RPC error a tools/call answers with, or None when it succeeds."""
+
+    async def call():
+        async with mcp_client(endpoint, "2026-07-28") as client:
+            try:
+                await client.call_tool(tool, arguments)
+            except MCPError as error:
+                return error
+        return None
+
+    return run(call)
+
+
 @pytest.mark.parametrize("mode", ERAS)
 def test_a_submitted_job_completes_through_the_worker_and_get_job_returns_its_result(endpoint, mode):
     # Given the SDK client connected in one protocol era
@@ -109,8 +123,7 @@ def test_the_same_call_id_returns_the_same_job_and_enqueues_it_once(endpoint):
 
 
 def test_submit_analyses_enqueues_in_batches_and_reports_each_item(endpoint):
-    # Given 12 items (two SendMessageBatch calls), one of them invalid at the tool level is impossible:
-    # the strict schema rejects the whole call, so all 12 are valid and one repeats another's callId
+    # Given 12 valid items (two SendMessageBatch calls), one repeating another's callId
     items = [{"dataset_url": SALES, "callId": f"bulk-{i}"} for i in range(11)] + [
         {"dataset_url": SALES, "callId": "bulk-0"}
     ]
@@ -127,6 +140,68 @@ def test_submit_analyses_enqueues_in_batches_and_reports_each_item(endpoint):
     assert results[11]["jobId"] == results[0]["jobId"]
     assert len({r["jobId"] for r in results}) == 11
     assert endpoint.local.queue_depth("JobQueue") == 11
+
+
+def test_an_invalid_item_is_that_items_error_and_the_valid_items_are_queued(endpoint):
+    # Given ten items of which the fourth has an ftp:// URL and the eighth an unknown field
+    items = [{"dataset_url": SALES, "callId": f"mixed-{i}"} for i in range(10)]
+    items[3]["dataset_url"] = "ftp://example.com/data.csv"
+    items[7]["colour"] = "red"
+
+    async def submit():
+        async with mcp_client(endpoint, "2026-07-28") as client:
+            return await client.call_tool("submit_analyses", {"items": items})
+
+    # When they are submitted at once
+    result = run(submit)
+
+    # Then the call succeeds with one entry per item, in order: the two invalid ones are errors naming the
+    # field (never its value), the eight valid ones are jobs, and eight messages were sent
+    assert not result.is_error
+    results = result.structured_content["results"]
+    assert [r["index"] for r in results] == list(range(10))
+    assert [i for i, r in enumerate(results) if "error" in r] == [3, 7]
+    assert results[3]["error"]["type"] == "InvalidToolInput" and "dataset_url" in results[3]["error"]["message"]
+    assert "colour" in results[7]["error"]["message"]
+    assert "ftp://" not in json.dumps(results) and "red" not in json.dumps(results)
+    assert len({r["jobId"] for r in results if "jobId" in r}) == 8
+    assert endpoint.local.queue_depth("JobQueue") == 8
+
+
+@pytest.mark.parametrize(
+    ("arguments", "names"),
+    [
+        ({"items": "not-a-list"}, ["items"]),
+        ({"items": [{"dataset_url": SALES}] * 101}, ["items"]),
+        ({"items": []}, ["items"]),
+        ({"items": [{"dataset_url": SALES}], "extra": 1}, ["extra"]),
+    ],
+)
+def test_a_batch_envelope_problem_fails_the_whole_call_and_queues_nothing(endpoint, arguments, names):
+    # Given a batch call whose envelope is wrong (not a list, more than 100 items, none, an unknown field)
+    # When it is made
+    error = call_error(endpoint, "submit_analyses", arguments)
+
+    # Then it is a -32602 naming the field, and nothing is queued
+    assert error is not None and error.code == -32602
+    assert all(name in error.message for name in names)
+    assert endpoint.local.queue_depth("JobQueue") == 0
+
+
+def test_the_batch_tool_publishes_its_items_schema(endpoint):
+    # Given a client, When it lists the tools
+    async def schema():
+        async with mcp_client(endpoint, "2026-07-28") as client:
+            tools = (await client.list_tools()).tools
+            return next(tool.input_schema for tool in tools if tool.name == "submit_analyses")
+
+    published = run(schema)
+
+    # Then submit_analyses describes each item as a submit_analysis call (strict), at most 100 of them
+    items = published["properties"]["items"]
+    assert items["maxItems"] == 100
+    item = published["$defs"][items["items"]["$ref"].rsplit("/", 1)[-1]]
+    assert item["additionalProperties"] is False and "dataset_url" in item["properties"]
 
 
 def test_another_users_job_is_not_found(endpoint):
@@ -242,15 +317,7 @@ def test_list_failed_jobs_peeks_the_dlq_without_consuming_and_shows_the_recorded
 )
 def test_invalid_tool_arguments_are_a_32602_naming_the_fields_and_nothing_is_queued(endpoint, arguments, names):
     # Given a client, When it calls submit_analysis with invalid arguments
-    async def call():
-        async with mcp_client(endpoint, "2026-07-28") as client:
-            try:
-                await client.call_tool("submit_analysis", arguments)
-            except MCPError as error:
-                return error
-        return None
-
-    error = run(call)
+    error = call_error(endpoint, "submit_analysis", arguments)
 
     # Then the call fails with -32602 naming the fields (never echoing values), and nothing is queued
     assert error is not None and error.code == -32602

@@ -3,8 +3,14 @@ SendMessageBatch reports in `Failed` (which it does without raising)."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+import json
+import threading
+
 import boto3
 import pytest
+import time_machine
 
 from mcp_backend.api_keys import Principal
 from mcp_backend.aws import AwsClients
@@ -145,18 +151,118 @@ def test_an_unavailable_queue_is_a_retryable_tool_error_that_names_no_resource_a
     assert result["status"] == "PENDING" and queued(local) == 1
 
 
+def messages_on(local, queue: str = "JobQueue") -> list[dict]:
+    """Every message on the queue, read with their attributes (each receive hides what it returned)."""
+    sqs, found = boto3.client("sqs"), []
+    while batch := sqs.receive_message(
+        QueueUrl=local.queue_url(queue),
+        MaxNumberOfMessages=10,
+        MessageAttributeNames=["All"],
+        VisibilityTimeout=60,
+        WaitTimeSeconds=0,
+    ).get("Messages", []):
+        found.extend(batch)
+    return found
+
+
+def concurrently(count: int, call) -> list:
+    """`call()` from `count` threads released together; the results (or raised errors) in thread order."""
+    barrier = threading.Barrier(count)
+    results: list = [None] * count
+
+    def one(slot: int) -> None:
+        barrier.wait()
+        try:
+            results[slot] = call()
+        except Exception as error:  # the test inspects it
+            results[slot] = error
+
+    threads = [threading.Thread(target=one, args=(slot,)) for slot in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def test_twenty_concurrent_identical_submissions_send_one_message_for_one_job(local):
+    # Given one service as the endpoint runs it (its threads share it) and one callId
+    service = backend(local, FlakyBatchSqs(fail_ids=set()))
+
+    # When 20 requests submit the same call at the same moment
+    results = concurrently(20, lambda: service.submit(ALICE, analysis("same-call")))
+
+    # Then every caller is answered with the one job, and exactly one message was sent for it
+    assert all(isinstance(result, dict) for result in results), results
+    assert len({result["jobId"] for result in results}) == 1
+    assert sum(1 for result in results if not result.get("repeated")) == 1
+    assert [json.loads(m["Body"])["jobId"] for m in messages_on(local)] == [results[0]["jobId"]]
+
+
+def test_twenty_concurrent_identical_batches_send_one_message_per_job(local):
+    # Given 20 requests each submitting the same 12 items
+    service = backend(local, FlakyBatchSqs(fail_ids=set()))
+
+    # When they all submit at once
+    results = concurrently(20, lambda: service.submit_many(ALICE, items(12)))
+
+    # Then every request names the same 12 jobs, none failed, and each job has exactly one message
+    assert all(isinstance(result, list) for result in results), results
+    assert {tuple(r["jobId"] for r in result) for result in results} == {tuple(r["jobId"] for r in results[0])}
+    assert not [r for result in results for r in result if "error" in r]
+    bodies = sorted(json.loads(m["Body"])["jobId"] for m in messages_on(local))
+    assert bodies == sorted(r["jobId"] for r in results[0])
+
+
+class KilledSqs(FlakyBatchSqs):
+    """The endpoint's process dies inside SendMessage: nothing is sent and no code after it runs."""
+
+    def send_message(self, **request):
+        raise KeyboardInterrupt  # not an Exception: no handler of the service sees it, like a kill
+
+
+def test_a_sender_killed_between_claim_and_send_is_taken_over_once_its_claim_expires(local):
+    # Given a submission whose sender was killed after recording the job and before sending its message
+    request = analysis("killed-call")
+    killed = backend(local, KilledSqs(fail_ids=set()))
+    with pytest.raises(KeyboardInterrupt):
+        killed.submit(ALICE, request)
+    retry = backend(local, FlakyBatchSqs(fail_ids=set()))
+    retry.jobs.queues = dataclasses.replace(retry.jobs.queues, enqueue_wait_seconds=0.2)
+
+    # When the same call is retried while the dead sender's claim is still live
+    from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
+
+    with pytest.raises(SdkToolError) as waiting:
+        retry.submit(ALICE, request)
+
+    # Then the caller is told to retry (nothing is acknowledged without a message) and nothing is sent
+    assert str(waiting.value).startswith("EnqueueFailed") and queued(local) == 0
+
+    # When it is retried after the claim expired (the endpoint's timeout + 5 s)
+    claim_seconds = retry.jobs.queues.enqueue_claim_seconds
+    with time_machine.travel(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=claim_seconds + 1)):
+        result = retry.submit(ALICE, request)
+        again = retry.submit(ALICE, request)
+
+    # Then that retry sends the job's one message, and later repeats send nothing
+    assert result["status"] == "PENDING" and "repeated" not in result
+    assert again["repeated"] is True and again["jobId"] == result["jobId"]
+    assert [json.loads(m["Body"])["jobId"] for m in messages_on(local)] == [result["jobId"]]
+
+
 def test_every_job_message_carries_its_tool_as_the_job_type_attribute(local):
-    # Given one job submitted alone and two submitted as a batch
-    jobs = backend(local, boto3.client("sqs"))
-    jobs.submit(ALICE, analysis("call-single"))
-    jobs.submit_many(ALICE, items(2))
+    # Given one job submitted alone and three in a batch
+    service = backend(local, FlakyBatchSqs(fail_ids=set()))
+    service.submit(ALICE, analysis("typed-one"))
+    service.submit_many(ALICE, items(3))
 
-    # When the job queue's messages are read with their attributes
-    messages = boto3.client("sqs").receive_message(
-        QueueUrl=local.queue_url("JobQueue"), MaxNumberOfMessages=10, MessageAttributeNames=["All"]
-    )["Messages"]
+    # When the queue's messages are read with their attributes
+    messages = messages_on(local)
 
-    # Then each names its tool in a String jobType attribute
-    assert len(messages) == 3
-    for message in messages:
-        assert message["MessageAttributes"]["jobType"] == {"StringValue": "analyze_dataset", "DataType": "String"}
+    # Then each carries jobType = the tool's name as a String attribute
+    assert len(messages) == 4
+    assert all(
+        m["MessageAttributes"] == {"jobType": {"DataType": "String", "StringValue": "analyze_dataset"}}
+        for m in messages
+    )

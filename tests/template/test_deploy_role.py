@@ -67,4 +67,10 @@ def test_the_deploy_role_is_trusted_by_one_repository_environment_and_reads_only
 
 def test_only_actions_without_resource_types_are_granted_on_every_resource():
     unscoped = {s["Sid"] for s in STATEMENTS if s["Resource"] == "*" and "Condition" not in s}
-    assert unscoped == {"ValidateTemplates", "ReadEventSourceMappings", "DescribeLogGroups", "OpsAlarmKey", "CreateUserPools"}
+    assert unscoped == {
+        "ValidateTemplates",
+        "ReadEventSourceMappings",
+        "DescribeLogGroups",
+        "OpsAlarmKey",
+        "CreateUserPools",
+    }

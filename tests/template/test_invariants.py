@@ -414,7 +414,8 @@ def test_the_api_key_secret_is_readable_only_by_the_mcp_server_and_the_dispatche
     assert "ApiKeysSecretArn" in EXPANDED["Outputs"] and "McpServerUrl" in EXPANDED["Outputs"]
 
 
-def test_the_mcp_server_only_peeks_the_dlq():
+def test_the_mcp_server_only_reads_the_dlqs_depth():
+    # Given the McpServer role's SQS actions
     actions = {
         action
         for role, statement in all_statements()
@@ -422,7 +423,8 @@ def test_the_mcp_server_only_peeks_the_dlq():
         for action in as_list(statement["Action"])
         if action.startswith("sqs:")
     }
-    assert actions == {"sqs:SendMessage", "sqs:ReceiveMessage", "sqs:GetQueueAttributes"}  # no DeleteMessage
+    # Then it sends jobs and reads queue attributes: no receive, no delete (the DLQ stays untouched for redrive)
+    assert actions == {"sqs:SendMessage", "sqs:GetQueueAttributes"}
 
 
 def test_alarm_topics_use_a_key_cloudwatch_may_use():

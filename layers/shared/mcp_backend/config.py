@@ -82,6 +82,9 @@ class McpSettings(Settings):
     probe_uptime_window_seconds: int = Field(default=86400, gt=0)
     job_queue_url: str
     job_dead_letter_queue_url: str
+    # The same template parameter sets the function's Timeout and this value: a job's enqueue claim
+    # outlives the request that took it (see JobQueues.enqueue_claim_seconds).
+    function_timeout_seconds: int = Field(default=120, gt=0)
     call_log_stream_name: str
     api_keys_secret_id: str
     # apikey: bearer API keys only; oauth: JWT access tokens only; both: either (mcp_backend.mcp.auth).

@@ -1,5 +1,6 @@
 """The jobs service: submit one job or many (SendMessageBatch with retries of the entries SQS reports
-failed), page a stored result, and list the caller's jobs in the dead-letter queue. The MCP job tools
+failed; one message per job however many requests submit it at once), page a stored result, and list the
+caller's failed jobs. The MCP job tools
 call it; it knows tools only by name. A caller only ever sees jobs recorded under its user id.
 """
 
@@ -12,22 +13,22 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mcp_backend.aws import AwsClients
-from mcp_backend.jobs.errors import EnqueueFailed, InvalidCursor, JobConflict, JobNotFound
-from mcp_backend.jobs.models import JOB_ID_PATTERN, JobMessage
-from mcp_backend.jobs.store import JobStore
+from mcp_backend.jobs.errors import EnqueueFailed, InvalidCursor, JobConflict, JobNotFound, JobRequestError
+from mcp_backend.jobs.models import JOB_ID_PATTERN, JobMessage, JobStatus
+from mcp_backend.jobs.store import EnqueueClaim, JobStore
 from mcp_backend.observability import logger
 
 SEND_BATCH_LIMIT = 10  # SendMessageBatch entries per call
 SEND_RETRY_BASE_SECONDS = 0.05
 SEND_BATCH_ATTEMPTS = 3
 MAX_BATCH_ITEMS = 100
-DLQ_PEEK_ROUNDS = 5
+ENQUEUE_POLL_SECONDS = 0.05  # a repeat waiting for another request's send checks the job this often
 # uuid5 namespace for client call ids: the same (user, callId) always names the same job.
 CALL_ID_NAMESPACE = uuid.UUID("6f1c9f1e-5d0e-4c59-9a55-6a3d2c1b0e41")
 
@@ -49,6 +50,11 @@ class JobQueues:
     job_queue_url: str
     job_dead_letter_queue_url: str
     result_page_bytes: int = 256 * 1024
+    # A sender's claim on a job outlives the sender's request: the endpoint's timeout + 5 s. Past it, a repeat
+    # of the job takes the claim over (its sender was killed between claim and send).
+    enqueue_claim_seconds: float = 125.0
+    # How long a repeat waits for another request's send before answering "retry".
+    enqueue_wait_seconds: float = 5.0
 
 
 class JobCursor(BaseModel):
@@ -60,15 +66,46 @@ class JobCursor(BaseModel):
     offset: int = Field(alias="o", ge=0)
 
     def encode(self) -> str:
-        return base64.urlsafe_b64encode(self.model_dump_json(by_alias=True).encode()).decode().rstrip("=")
+        return _encode_cursor(self)
 
     @classmethod
     def decode(cls, text: str) -> JobCursor:
-        try:
-            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-            return cls.model_validate_json(raw)
-        except (ValueError, binascii.Error, ValidationError):
-            raise InvalidCursor("the cursor is not one this server issued") from None
+        return _decode_cursor(cls, text)
+
+
+CursorT = TypeVar("CursorT", bound=BaseModel)
+
+
+def _encode_cursor(cursor: BaseModel) -> str:
+    return base64.urlsafe_b64encode(cursor.model_dump_json(by_alias=True).encode()).decode().rstrip("=")
+
+
+def _decode_cursor(model: type[CursorT], text: str) -> CursorT:
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        return model.model_validate_json(raw)
+    except (ValueError, binascii.Error, ValidationError):
+        raise InvalidCursor("the cursor is not one this server issued") from None
+
+
+class FailedCursor(BaseModel):
+    """What a list_failed_jobs cursor carries: the last job of the previous page. The user is the caller's,
+    never the cursor's, so a cursor cannot list anyone else's failures."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, populate_by_name=True)
+
+    job_id: str = Field(alias="j", min_length=1, max_length=128)
+    failed_at: str = Field(alias="f", min_length=1, max_length=64)
+
+    def position(self) -> dict[str, str]:
+        return {"jobId": self.job_id, "failedAt": self.failed_at}
+
+    def encode(self) -> str:
+        return _encode_cursor(self)
+
+    @classmethod
+    def decode(cls, text: str) -> FailedCursor:
+        return _decode_cursor(cls, text)
 
 
 class JobsService:
@@ -83,14 +120,11 @@ class JobsService:
     # -- submit -----------------------------------------------------------------
     def submit(self, user_id: str, submission: JobSubmission) -> dict[str, Any]:
         job = _job_for(user_id, submission)
-        store = self.store
-        if not store.create_pending(job):
-            existing = store.get(job.job_id)
-            if existing is None or existing.get("userId") != user_id:
+        outcome = self._claim(job, time.monotonic() + self.queues.enqueue_wait_seconds)
+        if not isinstance(outcome, EnqueueClaim):
+            if outcome is None or "error" in outcome:
                 raise JobConflict("this job id is taken")
-            if existing.get("enqueuedMessageId"):
-                return {"jobId": job.job_id, "status": existing["status"], "repeated": True}
-        # A repeat whose first attempt failed to enqueue sends again; the worker runs a job id once anyway.
+            return outcome
         try:
             sent = self._clients("sqs").send_message(
                 QueueUrl=self.queues.job_queue_url, MessageBody=job.body(), MessageAttributes=job.attributes()
@@ -98,34 +132,52 @@ class JobsService:
         except (BotoCoreError, ClientError) as error:
             # The SDK's text names the queue; the caller gets a retryable error, the log the type.
             logger.error("job not enqueued", extra={"error_type": type(error).__name__})
+            self.store.release_enqueue(job.job_id, user_id, outcome)
             raise EnqueueFailed("the job queue is unavailable; retry with the same callId") from None
-        store.mark_enqueued(job.job_id, job.user_id, sent["MessageId"])
+        self.store.mark_enqueued(job.job_id, job.user_id, sent["MessageId"])
         return {"jobId": job.job_id, "status": "PENDING"}
 
     def submit_many(self, user_id: str, submissions: list[JobSubmission]) -> list[dict[str, Any]]:
+        """Claim every item's job without waiting, send the claimed ones in batches, then wait (one deadline
+        for the call) for the jobs another request was sending: two concurrent identical batches each send
+        what they claimed instead of waiting on each other."""
         results: list[dict[str, Any]] = [{} for _ in submissions]
-        to_send: dict[str, tuple[int, JobMessage]] = {}
-        store = self.store
+        to_send: dict[str, tuple[int, JobMessage, EnqueueClaim]] = {}
+        contended: list[tuple[int, JobMessage]] = []
+        seen: set[str] = set()
         for index, submission in enumerate(submissions):
             job = _job_for(user_id, submission)
-            if any(pending.job_id == job.job_id for _, pending in to_send.values()):
+            if job.job_id in seen:
                 results[index] = {"index": index, "jobId": job.job_id, "status": "PENDING", "repeated": True}
                 continue
-            if not store.create_pending(job):
-                existing = store.get(job.job_id)
-                if existing is None or existing.get("userId") != user_id:
-                    results[index] = {"index": index, "error": {"type": "JobConflict", "message": "job id is taken"}}
-                    continue
-                if existing.get("enqueuedMessageId"):
-                    results[index] = {
-                        "index": index,
-                        "jobId": job.job_id,
-                        "status": existing["status"],
-                        "repeated": True,
-                    }
-                    continue
-            to_send[str(index)] = (index, job)
-        sqs = self._clients("sqs")
+            seen.add(job.job_id)
+            outcome = self._claim(job, None)
+            if isinstance(outcome, EnqueueClaim):
+                to_send[str(index)] = (index, job, outcome)
+            elif outcome is None:
+                contended.append((index, job))
+            else:
+                results[index] = {"index": index, **outcome}
+        self._send_batches(to_send, results)
+        deadline = time.monotonic() + self.queues.enqueue_wait_seconds
+        to_send = {}
+        for index, job in contended:
+            try:
+                outcome = self._claim(job, deadline)
+            except EnqueueFailed as error:
+                results[index] = {"index": index, "jobId": job.job_id, "error": _error(error)}
+                continue
+            if isinstance(outcome, EnqueueClaim):
+                to_send[str(index)] = (index, job, outcome)
+            elif outcome is not None:
+                results[index] = {"index": index, **outcome}
+        self._send_batches(to_send, results)
+        return results
+
+    def _send_batches(
+        self, to_send: dict[str, tuple[int, JobMessage, EnqueueClaim]], results: list[dict[str, Any]]
+    ) -> None:
+        sqs, store = self._clients("sqs"), self.store
         pending_ids = list(to_send)
         for start in range(0, len(pending_ids), SEND_BATCH_LIMIT):
             chunk = pending_ids[start : start + SEND_BATCH_LIMIT]
@@ -142,7 +194,7 @@ class JobsService:
                     ],
                 )
                 for sent in response.get("Successful", []):
-                    index, job = to_send[sent["Id"]]
+                    index, job, _claim = to_send[sent["Id"]]
                     store.mark_enqueued(job.job_id, job.user_id, sent["MessageId"])
                     results[index] = {"index": index, "jobId": job.job_id, "status": "PENDING"}
                 failed = response.get("Failed", [])
@@ -150,15 +202,46 @@ class JobsService:
                 chunk = [entry["Id"] for entry in failed if not entry.get("SenderFault")]
                 for entry in failed:
                     if entry.get("SenderFault"):
-                        index, job = to_send[entry["Id"]]
+                        index, job, claim = to_send[entry["Id"]]
+                        store.release_enqueue(job.job_id, job.user_id, claim)
                         results[index] = _enqueue_error(index, job, entry.get("Code", "SenderFault"))
                 if not chunk:
                     break
                 time.sleep(SEND_RETRY_BASE_SECONDS * 2**_attempt)  # service faults (throttling) need a pause
             for entry_id in chunk:  # still failing after the retries
-                index, job = to_send[entry_id]
+                index, job, claim = to_send[entry_id]
+                store.release_enqueue(job.job_id, job.user_id, claim)
                 results[index] = _enqueue_error(index, job, "RetriesExhausted")
-        return results
+
+    def _claim(self, job: JobMessage, deadline: float | None) -> EnqueueClaim | dict[str, Any] | None:
+        """The right to send this job's one message, or the answer for a caller that must not send: the job's
+        state once another sender has enqueued it (or the worker has taken it), or an error entry.
+
+        A new job is recorded holding the claim. A repeat takes the claim only when nobody enqueued the job
+        and no live claim exists (the earlier sender failed, or died and its claim expired); otherwise it
+        waits until `deadline` for the holder's message, so a caller is answered only once the job's message
+        is sent. With no deadline, a live claim of another sender returns None at once."""
+        store = self.store
+        claim = EnqueueClaim(uuid.uuid4().hex, time.time() + self.queues.enqueue_claim_seconds)
+        if store.create_pending(job, claim):
+            return claim
+        deadline = time.monotonic() + self.queues.enqueue_wait_seconds
+        while True:
+            existing = store.get(job.job_id)
+            if existing is None or existing.get("userId") != job.user_id:
+                return {"error": {"type": "JobConflict", "message": "job id is taken"}}
+            if existing.get("enqueuedMessageId") or existing["status"] != JobStatus.PENDING:
+                return {"jobId": job.job_id, "status": existing["status"], "repeated": True}
+            claim = EnqueueClaim(uuid.uuid4().hex, time.time() + self.queues.enqueue_claim_seconds)
+            if store.claim_enqueue(job.job_id, job.user_id, claim):
+                return claim
+            if deadline is None:
+                return None
+            if time.monotonic() >= deadline:
+                # The holder is slow or gone: its claim expires after the endpoint's timeout, then this
+                # same callId takes the job over and sends it.
+                raise EnqueueFailed("the job is being enqueued by another request; retry with the same callId")
+            time.sleep(ENQUEUE_POLL_SECONDS)
 
     # -- read -------------------------------------------------------------------
     def page(self, user_id: str, job_id: str, cursor_text: str | None = None) -> dict[str, Any]:
@@ -192,54 +275,32 @@ class JobsService:
             view["nextCursor"] = JobCursor(job_id=job_id, offset=offset + page).encode()
         return view
 
-    def failed(self, user_id: str, limit: int) -> dict[str, Any]:
-        """Peek the DLQ: ReceiveMessage with VisibilityTimeout=0 leaves every message visible (nothing is
-        deleted or hidden); each is joined with the failure the worker recorded on its last attempt."""
-        sqs = self._clients("sqs")
-        url = self.queues.job_dead_letter_queue_url
-        depth = int(
-            sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"][
-                "ApproximateNumberOfMessages"
-            ]
-        )
-        seen: dict[str, dict[str, Any]] = {}
-        for _ in range(DLQ_PEEK_ROUNDS):
-            messages = sqs.receive_message(
-                QueueUrl=url,
-                MaxNumberOfMessages=10,
-                VisibilityTimeout=0,
-                WaitTimeSeconds=0,
-                MessageSystemAttributeNames=["SentTimestamp"],
-            ).get("Messages", [])
-            fresh = [m for m in messages if m["MessageId"] not in seen]
-            for message in fresh:
-                seen[message["MessageId"]] = message
-            if not fresh or len(seen) >= depth:
-                break
-        store = self.store
-        failed = []
-        for message_id, message in seen.items():
-            try:
-                body = JobMessage.model_validate_json(message["Body"])
-            except ValidationError:
-                continue  # not a job: recorded under message-<id>, owned by no user
-            if body.user_id != user_id:
-                continue
-            item = store.get(body.job_id) or {}
-            failed.append(
-                {
-                    "jobId": body.job_id,
-                    "messageId": message_id,
-                    "tool": body.tool,
-                    "status": item.get("status", "UNKNOWN"),
-                    "error": item.get("error"),
-                    # The worker records the DLQ message's id with the error; False means a later run changed it.
-                    "errorIsFromThisMessage": item.get("failedMessageId") == message_id,
-                    "failedAt": item.get("completedAt"),
-                }
-            )
-        failed.sort(key=lambda job: job.get("failedAt") or "", reverse=True)
-        return {"failedJobs": failed[:limit], "deadLetterQueueDepth": depth}
+    def failed(self, user_id: str, limit: int, cursor_text: str | None = None) -> dict[str, Any]:
+        """The caller's failed jobs, newest first, `limit` per page, from JobTable's sparse index of failures
+        (so every one is listed however deep the DLQ is), with the error the worker recorded on the final
+        attempt. The DLQ is only asked for its depth: no message is received or hidden."""
+        after = FailedCursor.decode(cursor_text).position() if cursor_text is not None else None
+        items, position = self.store.failed_page(user_id, limit, after)
+        failed = [
+            {
+                "jobId": item["jobId"],
+                "messageId": item.get("failedMessageId"),
+                "tool": item.get("tool"),
+                "status": item.get("status", "UNKNOWN"),
+                "error": item.get("error"),
+                # The worker records the DLQ message's id with the error it failed with.
+                "errorIsFromThisMessage": True,
+                "failedAt": item.get("failedAt"),
+            }
+            for item in items
+        ]
+        depth = self._clients("sqs").get_queue_attributes(
+            QueueUrl=self.queues.job_dead_letter_queue_url, AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]["ApproximateNumberOfMessages"]
+        page: dict[str, Any] = {"failedJobs": failed, "deadLetterQueueDepth": int(depth)}
+        if position is not None:
+            page["nextCursor"] = FailedCursor(job_id=position["jobId"], failed_at=position["failedAt"]).encode()
+        return page
 
 
 def _job_for(user_id: str, submission: JobSubmission) -> JobMessage:
@@ -250,6 +311,10 @@ def _job_for(user_id: str, submission: JobSubmission) -> JobMessage:
     return JobMessage(
         job_id=job_id, user_id=user_id, tool=submission.tool, input=submission.input, submitted_at=datetime.now(UTC)
     )
+
+
+def _error(error: JobRequestError) -> dict[str, str]:
+    return {"type": error.error_type, "message": str(error)}
 
 
 def _enqueue_error(index: int, job: JobMessage, code: str) -> dict[str, Any]:

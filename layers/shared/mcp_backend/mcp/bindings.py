@@ -70,11 +70,35 @@ def submit_model(tool: Tool) -> type[BaseModel]:
 
 
 def submit_many_model(tool: Tool, item_model: type[BaseModel]) -> type[BaseModel]:
+    """The published schema of a batch: every item is a submission of the tool."""
     return create_model(
         _model_name(tool.submit_many_name),
         __base__=StrictInput,
         items=(list[item_model], Field(min_length=1, max_length=MAX_BATCH_ITEMS)),  # type: ignore[valid-type]
     )
+
+
+def submit_many_envelope(tool: Tool) -> type[BaseModel]:
+    """What a batch call must satisfy as a whole: a list of 1 to 100 items. Each item is validated on its own,
+    so an invalid item is that item's error entry and the valid ones are submitted."""
+    return create_model(
+        _model_name(tool.submit_many_name) + "Envelope",
+        __base__=StrictInput,
+        items=(list[Any], Field(min_length=1, max_length=MAX_BATCH_ITEMS)),
+    )
+
+
+def validated_items(model: type[BaseModel], items: list[Any]) -> tuple[list[tuple[int, BaseModel]], list[dict]]:
+    """Items that satisfy `model`, with their positions, and an error entry (field names, never values) for
+    each that does not."""
+    valid, invalid = [], []
+    for index, item in enumerate(items):
+        try:
+            valid.append((index, model.model_validate(item)))
+        except ValidationError as error:
+            message = describe_validation_error(error)
+            invalid.append({"index": index, "error": {"type": "InvalidToolInput", "message": message}})
+    return valid, invalid
 
 
 def submission(tool_name: str, request: BaseModel) -> JobSubmission:
@@ -88,9 +112,10 @@ class Binding:
 
     name: str
     description: str
-    input_model: type[BaseModel]
+    input_model: type[BaseModel]  # what StrictArguments enforces on the whole call
     call: Callable[..., Any]
     access: Access = Access.SUBMIT
+    schema_model: type[BaseModel] | None = None  # the published inputSchema, when stricter than input_model
 
 
 class ToolBindings:
@@ -113,8 +138,9 @@ class ToolBindings:
         tools = []
         for binding in self.bindings:
             tool = SdkTool.from_function(binding.call, name=binding.name, description=binding.description)
-            # Publish the strict model's schema (additionalProperties: false), the one StrictArguments enforces.
-            tool.parameters = binding.input_model.model_json_schema()
+            # Publish the strict model's schema (additionalProperties: false), the one StrictArguments enforces
+            # (a batch publishes its items' schema too; they are validated one by one).
+            tool.parameters = (binding.schema_model or binding.input_model).model_json_schema()
             tools.append(tool)
         logger.debug("mcp tools built", extra={"tools": [tool.name for tool in tools]})
         return tools
@@ -146,17 +172,19 @@ class ToolBindings:
 
     def _submit_bindings(self, tool: Tool) -> list[Binding]:
         one = submit_model(tool)
-        many = submit_many_model(tool, one)
+        many = submit_many_envelope(tool)
 
         async def submit(ctx: Context, **arguments: Any) -> dict[str, Any]:
             job = submission(tool.name, one.model_validate(arguments))
             return await anyio.to_thread.run_sync(reported, self.jobs.submit, _caller(ctx).user_id, job)
 
         async def submit_many(ctx: Context, **arguments: Any) -> dict[str, Any]:
-            items = many.model_validate(arguments).items  # type: ignore[attr-defined]
-            jobs = [submission(tool.name, item) for item in items]
-            results = await anyio.to_thread.run_sync(reported, self.jobs.submit_many, _caller(ctx).user_id, jobs)
-            return {"results": results}
+            valid, results = validated_items(one, many.model_validate(arguments).items)  # type: ignore[attr-defined]
+            jobs = [submission(tool.name, item) for _, item in valid]
+            submitted = await anyio.to_thread.run_sync(reported, self.jobs.submit_many, _caller(ctx).user_id, jobs)
+            # The service numbers the valid items it was given; answer in the caller's positions.
+            results.extend({**result, "index": valid[result["index"]][0]} for result in submitted)
+            return {"results": sorted(results, key=lambda result: result["index"])}
 
         article = "an" if tool.name[:1] in "aeiou" else "a"
         return [
@@ -168,9 +196,11 @@ class ToolBindings:
             ),
             Binding(
                 tool.submit_many_name,
-                f"Queue many {tool.name} jobs at once; returns one jobId or error per item, in order.",
+                f"Queue many {tool.name} jobs at once; returns one jobId or error per item, in order "
+                "(an invalid item is its own error; the others are queued).",
                 many,
                 _with_signature(submit_many, many),
+                schema_model=submit_many_model(tool, one),
             ),
         ]
 

@@ -39,6 +39,7 @@ def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str
             job_queue_url=settings.job_queue_url,
             job_dead_letter_queue_url=settings.job_dead_letter_queue_url,
             result_page_bytes=settings.job_result_page_bytes,
+            enqueue_claim_seconds=settings.function_timeout_seconds + 5,
         ),
         clients,
     )

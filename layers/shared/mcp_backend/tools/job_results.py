@@ -17,6 +17,7 @@ class GetJobInput(StrictInput):
 
 class ListFailedJobsInput(StrictInput):
     limit: int = Field(10, ge=1, le=50)
+    cursor: str | None = Field(None, max_length=512, description="nextCursor from the previous page")
 
 
 def get_job(request: GetJobInput, ctx: ToolContext) -> dict[str, Any]:
@@ -24,4 +25,4 @@ def get_job(request: GetJobInput, ctx: ToolContext) -> dict[str, Any]:
 
 
 def list_failed_jobs(request: ListFailedJobsInput, ctx: ToolContext) -> dict[str, Any]:
-    return ctx.job_service().failed(ctx.user_id, request.limit)
+    return ctx.job_service().failed(ctx.user_id, request.limit, request.cursor)

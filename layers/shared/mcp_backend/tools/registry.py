@@ -87,7 +87,9 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             name="list_failed_jobs",
-            description="Your jobs sitting in the dead-letter queue, with the error the worker recorded.",
+            description=(
+                "Your failed jobs, newest first, with the error the worker recorded; more pages with nextCursor."
+            ),
             input_model=job_results.ListFailedJobsInput,
             run=job_results.list_failed_jobs,
         ),

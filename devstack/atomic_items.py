@@ -1,0 +1,34 @@
+"""DynamoDB applies each item write and its condition atomically: of two concurrent conditional writes to
+one item, one fails its condition. moto's backend takes no lock, so under concurrent requests both could
+pass. The local stack (and tests that race writes) make moto's item operations atomic with one lock."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any
+
+from moto.dynamodb.models import DynamoDBBackend
+
+_LOCK = threading.RLock()
+ITEM_OPERATIONS = ("put_item", "update_item", "delete_item", "get_item", "transact_write_items")
+_PATCHED = "_devstack_atomic"
+
+
+def make_item_operations_atomic() -> None:
+    """Serialise moto's DynamoDB item operations (idempotent; for this process)."""
+    for name in ITEM_OPERATIONS:
+        operation = getattr(DynamoDBBackend, name)
+        if getattr(operation, _PATCHED, False):
+            continue
+        setattr(DynamoDBBackend, name, _atomic(operation))
+
+
+def _atomic(operation: Any) -> Any:
+    @functools.wraps(operation)
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        with _LOCK:
+            return operation(*args, **kwargs)
+
+    setattr(locked, _PATCHED, True)
+    return locked
