@@ -39,3 +39,7 @@ def per_item_seconds(fn, items: int, repeats: int = 3) -> float:
         fn()
         samples.append((time.perf_counter() - started) / items)
     return statistics.median(samples)
+
+
+# Figures for docs/benchmarks.json, filled by each section as it measures.
+RESULTS: dict = {}
