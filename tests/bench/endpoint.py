@@ -214,7 +214,8 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
         f"over {CONNECTIONS} connections; best of {ROUNDS} alternating rounds after 50 warm-up requests. Ours with "
         "bearer auth, the Host/Origin guard and telemetry on (correlation id, the request log line, the call-log "
         "record of each `tools/call` to Kinesis in moto); its `tools/call` is `get_job` of an unknown job id "
-        "(a DynamoDB GetItem in moto), the stock app's is `echo`.",
+        "(a DynamoDB GetItem in moto), the stock app's is `echo`. Where the time goes: README, \"Where a "
+        "request's time goes\" (`python -m tests.bench.profile_endpoint`).",
         "",
         "| request | phase | ours req/s | stock req/s | ratio | ours p50 / p99 | stock p50 / p99 |",
         "|---|---|---|---|---|---|---|",
