@@ -26,8 +26,8 @@ from tests.e2e.conftest import free_port, mcp_environment
 # Server output goes to files: a pipe nobody reads would block a server that logs each request.
 LOGS = ROOT / "build" / "bench-logs"
 RUN_SH = ROOT / "functions" / "mcp_server" / "run.sh"
-SEQUENTIAL = 600
-CONCURRENT = 1600
+SEQUENTIAL = 300
+CONCURRENT = 600
 CONNECTIONS = 8
 ROUNDS = 2
 PHASES = [{"requests": SEQUENTIAL, "connections": 1}, {"requests": CONCURRENT, "connections": CONNECTIONS}]

@@ -26,6 +26,8 @@ PROBE = (
     "elapsed = time.perf_counter() - t\n"
     "print(json.dumps({'seconds': elapsed, 'packages': sorted({m.split('.')[0] for m in sys.modules})}))\n"
 )
+# What the runtime sets beside the template's Environment (devstack.runtime.function_environment).
+RUNTIME_NAMES = ("AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_REGION", "_HANDLER")
 BARE_HANDLER = "import boto3\nclient = boto3.client('sqs')\ndef handler(event, context):\n    return None\n"
 
 
@@ -38,8 +40,10 @@ def _import(module: str, path: list[str], environment: dict[str, str]) -> tuple[
             cwd="/",
             capture_output=True,
             text=True,
-            check=True,
+            check=False,
         )
+        if out.returncode != 0:
+            raise RuntimeError(f"importing {module} failed: {out.stderr[-2000:]}")
         found = json.loads(out.stdout.strip().splitlines()[-1])
         samples.append(found["seconds"])
         packages = found["packages"]
@@ -66,9 +70,8 @@ def run() -> list[str]:
         else:
             module = spec.handler.rsplit(".", 1)[0]
             path = [str(spec.code_dir), *(str(d) for d in spec.layer_dirs)]
-        saved = dict(os.environ)
         with function_environment(spec, stack.region):
-            environment = {name: os.environ[name] for name in os.environ if os.environ.get(name) != saved.get(name)}
+            environment = {name: os.environ[name] for name in (*spec.environment, *RUNTIME_NAMES)}
         seconds, packages = _import(module, path, {**credentials, **environment})
         loaded = [name for name in WATCHED if name in packages]
         figures[spec.logical_id] = {"handler": spec.handler, "import_ms": seconds * 1000, "packages": packages}
