@@ -204,6 +204,7 @@ class DevStack:
 
     def stop(self) -> None:
         self._stopping.set()
+        self.writes.notify()  # wake the loops waiting for a write, so they see the stop at once
         for thread in self._threads:
             thread.join(timeout=5)
         try:
