@@ -129,7 +129,7 @@ else
 endif
 
 bench: env build-local
-	DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(RUN) python -m tests.bench
+	DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(RUN) python -m tests.bench $(BENCH)
 
 # The deployed stack end to end (tools/list, one job to SUCCEEDED). URL: the McpServerUrl output; KEY: an API key
 # (README "First deploy"); DATASET: what to analyze (default: the endpoint's own /healthz). Never part of make test.

@@ -42,6 +42,7 @@ from devstack.web import NotAWebFunction, WebFunction
 from devstack.web import serve as serve_web
 from devstack.web import stop as stop_web
 from devstack.web_adapter import serve_function_url
+from devstack.writes import WriteSignal
 
 log = logging.getLogger("devstack")
 
@@ -50,6 +51,7 @@ _STACK_ENVIRON = (*LOCAL_CREDENTIALS, "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_E
 STATE_VERSION = 2  # state.json: messages with their SQS bookkeeping (1: bodies only)
 ACCOUNT_ID, REGION = "123456789012", "us-east-1"  # moto's default account; the stack's one region
 STREAM_POLL_SECONDS = 0.25  # Lambda polls stream shards about 4 times a second
+IDLE_POLL_SECONDS = 10  # with no write to wait for, stream and tap loops still look this often
 _RATE = re.compile(r"^rate\((\d+)\s+(minute|minutes|hour|hours|day|days)\)$")
 _UNIT_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
 
@@ -135,6 +137,7 @@ class DevStack:
         self.schedules: dict[str, Schedule] = {}
         self.taps: list[Tap] = []
         self.web_functions: dict[str, WebFunction] = {}  # Function URL logical id -> served app
+        self.writes = WriteSignal()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> DevStack:
@@ -146,6 +149,8 @@ class DevStack:
         make_item_operations_atomic()
         self._moto = MotoServerWithMoveTasks(ip_address=self.options.host, port=self.options.aws_port, verbose=False)
         self._moto.start()
+        # Event-source loops wait for a write rather than poll an idle stack (devstack.writes).
+        self._moto._server.app = self.writes.wrap(self._moto._server.app)  # type: ignore[union-attr]
         # moto keeps its state per process: start from nothing, then restore what state_dir holds.
         httpx.post(f"{self.aws_url}/moto-api/reset", timeout=10).raise_for_status()
         self._saved_environ = {name: os.environ.get(name) for name in _STACK_ENVIRON}
@@ -211,6 +216,7 @@ class DevStack:
         for web in self.web_functions.values():
             stop_web(web)  # no new MCP requests; the ones under way finish (and are answered) first
         self._stopping.set()
+        self.writes.notify()  # wake the loops waiting for a write, so they see the stop at once
         for thread in self._threads:
             # A poller finishes the batch it is delivering (its deletes included) within the timeout.
             thread.join(timeout=self._longest_timeout() + 5)
@@ -554,8 +560,8 @@ class DevStack:
             for poller in range(pollers):
                 loops.append((f"{logical_id}-{poller}", lambda s=source: s.poll_once(wait=True)))
         for logical_id, stream in self.stream_sources.items():
-            loops.append((logical_id, lambda s=stream: (s.poll_once(), self._stopping.wait(STREAM_POLL_SECONDS))))
-        loops.append(("taps", lambda: (sum(self._drain_tap(t) for t in self.taps), self._stopping.wait(0.5))))
+            loops.append((logical_id, lambda s=stream: self._when_written(s.poll_once, STREAM_POLL_SECONDS)))
+        loops.append(("taps", lambda: self._when_written(lambda: sum(self._drain_tap(t) for t in self.taps), 0.5)))
         loops.append(("async", self._async_step))
         loops.append(("schedules", self._schedule_step))
         loops.append(("ttl", lambda: (self.sweep_ttl(), self._stopping.wait(5))))
@@ -571,6 +577,14 @@ class DevStack:
             except Exception:
                 log.exception("event source %s failed; retrying", name)
                 self._stopping.wait(1)
+
+    def _when_written(self, poll: Callable[[], Any], interval: float) -> None:
+        """Poll, then wait for the next write to the stack (at most IDLE_POLL_SECONDS), and at least
+        `interval` between polls: as often as Lambda polls while busy, rarely while nothing happens."""
+        generation = self.writes.generation
+        poll()
+        if not self._stopping.wait(interval):
+            self.writes.wait_after(generation, IDLE_POLL_SECONDS)
 
     def _async_step(self) -> None:
         self.async_invoker.run_due()

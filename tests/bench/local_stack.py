@@ -10,15 +10,18 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import boto3
 
 from devstack.template import load_template
-from tests.bench.measure import ROOT, fresh_interpreter_seconds
+from tests.bench.measure import RESULTS, ROOT, fresh_interpreter_seconds
 from tests.e2e.conftest import free_port
 
 STARTS = 3
 JOBS = 3
+IDLE_SECONDS = 60
+SETTLE_SECONDS = 5
 
 
 def run() -> list[str]:
@@ -41,12 +44,20 @@ def run() -> list[str]:
                     starts.append(time.perf_counter() - started)
                     break
             if attempt == 0:
+                idle_cpu = idle_cpu_seconds(process.pid)
                 latencies = [job_latency(port) for _ in range(JOBS)]
         finally:
             process.send_signal(signal.SIGINT)
             process.wait(timeout=30)
     baseline = fresh_interpreter_seconds("import boto3, moto.server", 3)
     start, latency = statistics.median(starts), statistics.median(latencies)
+    RESULTS["local_stack"] = {
+        "start_s": start,
+        "job_latency_s": latency,
+        "batching_window_s": window,
+        "idle_cpu_s": idle_cpu,
+        "idle_s": IDLE_SECONDS,
+    }
     return [
         "## Local stack",
         "",
@@ -60,8 +71,26 @@ def run() -> list[str]:
         f"| {start / baseline:.2f}x |",
         f"| job latency, submit -> SUCCEEDED | {latency:.2f} s | batching window {window} s "
         f"| {latency / window:.2f}x |",
+        f"| CPU used at rest (no requests, no jobs), over {IDLE_SECONDS} s | {idle_cpu:.2f} s | one core "
+        f"{IDLE_SECONDS} s | {idle_cpu / IDLE_SECONDS:.1%} of a core |",
+        "",
+        f"At rest: the `make dev` process's user + system CPU time (all its threads, from `/proc/<pid>/stat`) "
+        f"over {IDLE_SECONDS} s, measured {SETTLE_SECONDS} s after the banner, before any job is sent.",
         "",
     ]
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_cpu_seconds(pid: int) -> float:
+    time.sleep(SETTLE_SECONDS)
+    before = process_cpu_seconds(pid)
+    time.sleep(IDLE_SECONDS)
+    return process_cpu_seconds(pid) - before
 
 
 def job_latency(port: int) -> float:

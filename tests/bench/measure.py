@@ -60,3 +60,7 @@ def lambda_runtime_stack() -> DevStack:
     )
     stack.start()
     return stack
+
+
+# Figures for docs/benchmarks.json, filled by each section as it measures.
+RESULTS: dict = {}

@@ -1,5 +1,6 @@
 """Nothing AWS-bound at import time: loading every function's handler module (what a cold start pays
-before the first event) makes no AWS API call; client construction is all it may do."""
+before the first event) makes no AWS API call and builds no AWS client (clients are built on first use,
+so a cold start pays only for the clients its first event needs)."""
 
 from __future__ import annotations
 
@@ -24,17 +25,27 @@ def test_loading_the_handler_makes_no_aws_call(aws, monkeypatch, function_id):
 
     spec = LocalStack(boto3.client).create_all().function(function_id)
     calls: list[str] = []
+    clients: list[str] = []
     real_call = botocore.client.BaseClient._make_api_call
+    real_init = botocore.client.BaseClient.__init__
 
     def recording(client, operation, params):
         calls.append(f"{client.meta.service_model.service_name}.{operation}")
         return real_call(client, operation, params)
 
+    def recording_init(client, *args, **kwargs):
+        real_init(client, *args, **kwargs)
+        clients.append(client.meta.service_model.service_name)
+
     monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", recording)
+    monkeypatch.setattr(botocore.client.BaseClient, "__init__", recording_init)
 
     # When its handler module is imported (a fresh module, as in a new execution environment)
     handler = FunctionRuntime(spec, "us-east-1").handler()
 
-    # Then it is callable and no AWS API was called
+    # Then it is callable, no AWS API was called and no AWS client was built
     assert callable(handler)
     assert calls == []
+    # The X-Ray SDK, loaded when tracing is on, builds its own sampling client (unsigned, to the local
+    # daemon, no request at import): the SDK's, not one a handler chose to build.
+    assert [service for service in clients if service != "xray"] == []

@@ -69,17 +69,28 @@ class RunOnce:
             raise_on_no_idempotency_key=True,
             expires_after_seconds=ttl_seconds,
         )
-        persistence = DynamoDBPersistenceLayer(table_name=table_name, boto3_client=client)
-        self._call = idempotent_function(
-            data_keyword_argument=data_keyword_argument, config=self.config, persistence_store=persistence
-        )(fn)
+        self._fn = fn
+        self._data_keyword_argument = data_keyword_argument
+        self._table_name = table_name
+        self._client = client
+        self._call: Callable[..., Any] | None = None
+
+    def _idempotent(self) -> Callable[..., Any]:
+        # Built on the first record, not when the handler module loads: the persistence layer creates
+        # its DynamoDB client as it is constructed, and a cold start should pay for that only when used.
+        if self._call is None:
+            persistence = DynamoDBPersistenceLayer(table_name=self._table_name, boto3_client=self._client)
+            self._call = idempotent_function(
+                data_keyword_argument=self._data_keyword_argument, config=self.config, persistence_store=persistence
+            )(self._fn)
+        return self._call
 
     def start_invocation(self, lambda_context: Any) -> None:
         # The proxy answers like the context it wraps, except for the remaining time.
         self.config.register_lambda_context(cast(LambdaContext, InProgressWindow(lambda_context, self.timeout_seconds)))
 
     def __call__(self, **kwargs: Any) -> Any:
-        return self._call(**kwargs)
+        return self._idempotent()(**kwargs)
 
 
 def run_once_or_none(

@@ -77,7 +77,9 @@ class ApiKeyAuthenticator:
         if not bearer_token.startswith(API_KEY_PREFIX) or len(bearer_token) > 256:
             return None
         digest = hash_api_key(bearer_token)
-        table = await anyio.to_thread.run_sync(self._current_table, False)
+        # A fresh cached table is read on the event loop; only a read of the secret goes to a thread.
+        fresh = self._table and time.monotonic() - self._loaded_at <= self.cache_seconds
+        table = self._table if fresh else await anyio.to_thread.run_sync(self._current_table, False)
         found = _lookup(table, digest)
         if found is None and time.monotonic() - self._loaded_at > min(self.cache_seconds, 30.0):
             found = _lookup(await anyio.to_thread.run_sync(self._current_table, True), digest)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from mcp.server.mcpserver import MCPServer
+from mcp_types import Tool as McpTool
 from starlette.types import ASGIApp
 
 from mcp_backend.api_keys import SecretReader
@@ -29,6 +31,18 @@ from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.registry import TOOLS, Tool
 
 SERVER_NAME = "mcp-backend"
+
+
+class FixedToolsServer(MCPServer):
+    """The SDK server for a tool set fixed when the app is built: tools/list answers with the tool
+    descriptions built for the first request, instead of re-validating every tool's schema each time."""
+
+    _listed: list[McpTool] | None = None
+
+    async def list_tools(self) -> list[McpTool]:
+        if self._listed is None:
+            self._listed = await super().list_tools()
+        return self._listed
 
 
 def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str, Tool] = TOOLS) -> ToolBindings:
@@ -70,7 +84,6 @@ def create_app(
     """Build the endpoint. Settings default to the environment (the McpServer function's template entry);
     AWS clients are created on first use, from `client_factory` when given, else boto3."""
     from mcp.server import _streamable_http_modern as modern_http
-    from mcp.server.mcpserver import MCPServer
     from mcp.server.transport_security import TransportSecuritySettings
 
     settings = settings or load_settings(McpSettings)
@@ -93,7 +106,7 @@ def create_app(
     modern_http._SSE_PING_INTERVAL = settings.sse_keepalive_seconds
 
     root_handlers = list(logging.root.handlers)
-    server = MCPServer(
+    server = FixedToolsServer(
         SERVER_NAME,
         instructions="Analyse CSV/JSON datasets: synchronously (analyze_dataset) or as queued jobs.",
         tools=bindings.sdk_tools(),

@@ -1,0 +1,230 @@
+"""The MCP endpoint against the official SDK's stock stateless app, served the same way and loaded the same way.
+
+Each server runs in its own process, started as McpServer's run.sh starts uvicorn (ours through run.sh
+itself, the stock app with the same uvicorn command line); the load client (tests.bench.load) runs in
+another process; the moto server the endpoint's AWS calls reach runs in a third. With two cores or more,
+the server is pinned to one core and the client and moto to another, so neither steals the server's CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import boto3
+import httpx
+
+from tests.bench.measure import RESULTS, ROOT
+from tests.e2e.conftest import free_port, mcp_environment
+
+# Server output goes to files: a pipe nobody reads would block a server that logs each request.
+LOGS = ROOT / "build" / "bench-logs"
+RUN_SH = ROOT / "functions" / "mcp_server" / "run.sh"
+SEQUENTIAL = 300
+CONCURRENT = 600
+CONNECTIONS = 8
+ROUNDS = 2
+PHASES = [{"requests": SEQUENTIAL, "connections": 1}, {"requests": CONCURRENT, "connections": CONNECTIONS}]
+UNKNOWN_JOB = "00000000-0000-4000-8000-000000000000"
+
+
+def cores() -> tuple[set[int], set[int]]:
+    """The server's core and the client's (and moto's): separate when the machine has two."""
+    available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(available) < 2:
+        return set(available), set(available)
+    return {available[0]}, set(available[1:])
+
+
+def pinned(cpus: set[int]):
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def uvicorn_command(factory: str, port: int) -> list[str]:
+    """run.sh's uvicorn command line, with another factory (the stock app) and a port."""
+    exec_line = " ".join(
+        line.strip().rstrip("\\").strip()
+        for line in RUN_SH.read_text().split("\nexec ", 1)[1].splitlines()
+        if line.strip()
+    )
+    words = shlex.split(exec_line.replace('"${PORT:-8080}"', str(port)))
+    words[words.index("mcp_backend.mcp.server:create_app")] = factory
+    return [sys.executable if words[0] == "python3" else words[0], *words[1:]]
+
+
+def logs(name: str) -> IO[bytes]:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    return (LOGS / f"{name}.log").open("wb")
+
+
+def wait_for(port: int, process: subprocess.Popen, path: str = "/") -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server on {port} exited with {process.returncode}: see {LOGS}")
+        try:
+            httpx.get(f"http://127.0.0.1:{port}{path}", timeout=1)
+            return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing answered on 127.0.0.1:{port}")
+
+
+def load(url: str, headers: dict[str, str], body: dict[str, Any], cpus: set[int]) -> list[dict[str, Any]]:
+    job = {"url": url, "headers": headers, "body": body, "phases": PHASES}
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.bench.load"],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        preexec_fn=pinned(cpus),
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"load on {url} failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout)
+
+
+def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+
+
+LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+# What the Lambda Web Adapter forwards with each Function URL request (request id; an unsampled trace).
+ADAPTER_HEADERS = {
+    "x-amzn-request-context": json.dumps({"requestId": "0b1c2d3e-bench"}),
+    "x-amzn-trace-id": "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=0",
+}
+
+
+def run() -> list[str]:
+    server_cpus, client_cpus = cores()
+    moto_port = free_port()
+    moto_url = f"http://127.0.0.1:{moto_port}"
+    moto = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(moto_port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=pinned(client_cpus),
+    )
+    processes = [moto]
+    try:
+        wait_for(moto_port, moto, "/moto-api/")
+        results = _measure(moto_url, server_cpus, client_cpus, processes)
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=10)
+    return _section(results, server_cpus, client_cpus)
+
+
+def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], processes: list) -> dict[str, Any]:
+    from devstack.environment import LocalEnvironment
+    from mcp_backend.api_keys import add_api_key
+
+    def client(service: str) -> Any:
+        return boto3.client(service, endpoint_url=moto_url, region_name="us-east-1")
+
+    local = LocalEnvironment(client)
+    environment = mcp_environment(local, SSE_KEEPALIVE_SECONDS="15")
+    key = add_api_key(client("secretsmanager"), environment["API_KEYS_SECRET_ID"], "bench-user", "pro")
+
+    ours_port, stock_port = free_port(), free_port()
+    base_env = {
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    ours = subprocess.Popen(
+        ["bash", str(RUN_SH)],
+        cwd=ROOT,
+        env={
+            **base_env,
+            **environment,
+            "AWS_ENDPOINT_URL": moto_url,
+            "PORT": str(ours_port),
+            "LAMBDA_TASK_ROOT": str(RUN_SH.parent),
+            "PYTHONPATH": str(ROOT / "layers" / "shared"),
+        },
+        stdout=logs("ours"),
+        stderr=subprocess.STDOUT,
+        preexec_fn=pinned(server_cpus),
+    )
+    processes.append(ours)
+    stock = subprocess.Popen(
+        uvicorn_command("tests.bench.stock_app:create_app", stock_port),
+        cwd=ROOT,
+        env={**base_env, "PYTHONPATH": str(ROOT)},
+        stdout=logs("stock"),
+        stderr=subprocess.STDOUT,
+        preexec_fn=pinned(server_cpus),
+    )
+    processes.append(stock)
+    wait_for(ours_port, ours, "/healthz")
+    wait_for(stock_port, stock)
+
+    ours_url, stock_url = f"http://127.0.0.1:{ours_port}/mcp", f"http://127.0.0.1:{stock_port}/mcp"
+    ours_headers = {**HEADERS, **ADAPTER_HEADERS, "authorization": f"Bearer {key}"}
+    cases = {
+        "tools/list": (LIST, LIST),
+        "tools/call": (call("get_job", {"job_id": UNKNOWN_JOB}), call("echo", {"text": "bench"})),
+    }
+    results: dict[str, Any] = {}
+    for case, (ours_body, stock_body) in cases.items():
+        runs: dict[str, list[list[dict[str, Any]]]] = {"ours": [], "stock": []}
+        for _ in range(ROUNDS):  # alternate, so drift on a shared machine hits both
+            runs["stock"].append(load(stock_url, HEADERS, stock_body, client_cpus))
+            runs["ours"].append(load(ours_url, ours_headers, ours_body, client_cpus))
+        results[case] = {name: _best(rounds) for name, rounds in runs.items()}
+    RESULTS["endpoint"] = {"server_cpus": sorted(server_cpus), "client_cpus": sorted(client_cpus), **results}
+    return results
+
+
+def _best(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per phase, the round with the highest rate (the least disturbed by other work on the machine)."""
+    return [max((r[i] for r in rounds), key=lambda phase: phase["rps"]) for i in range(len(PHASES))]
+
+
+def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[int]) -> list[str]:
+    pinning = (
+        f"server on CPU {sorted(server_cpus)}, load client and moto on CPU {sorted(client_cpus)}"
+        if server_cpus != client_cpus
+        else "one core: server, client and moto share it"
+    )
+    lines = [
+        "## MCP endpoint against the stock SDK app",
+        "",
+        "Each server in its own process, started as `functions/mcp_server/run.sh` starts uvicorn (ours through "
+        "run.sh with the McpServer template environment; the stock app, `tests/bench/stock_app.py`: the SDK's "
+        "`MCPServer.streamable_http_app(stateless_http=True)` with defaults and one `echo` tool, with the same "
+        f"uvicorn command line). The load client (`tests/bench/load.py`, httpx) in another process; {pinning}. "
+        f"Per server and request: {SEQUENTIAL} sequential requests on one keep-alive connection, then {CONCURRENT} "
+        f"over {CONNECTIONS} connections; best of {ROUNDS} alternating rounds after 50 warm-up requests. Ours with "
+        "bearer auth, the Host/Origin guard and telemetry on (correlation id, the request log line, the call-log "
+        "record of each `tools/call` to Kinesis in moto); its `tools/call` is `get_job` of an unknown job id "
+        "(a DynamoDB GetItem in moto), the stock app's is `echo`. Where the time goes: README, \"Where a "
+        "request's time goes\" (`python -m tests.bench.profile_endpoint`).",
+        "",
+        "| request | phase | ours req/s | stock req/s | ratio | ours p50 / p99 | stock p50 / p99 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for case, runs in results.items():
+        for ours, stock in zip(runs["ours"], runs["stock"], strict=True):
+            phase = "sequential" if ours["connections"] == 1 else f"{ours['connections']} connections"
+            lines.append(
+                f"| `{case}` | {phase} | {ours['rps']:.0f} | {stock['rps']:.0f} | {ours['rps'] / stock['rps']:.2f}x "
+                f"| {ours['p50_ms']:.1f} / {ours['p99_ms']:.1f} ms | {stock['p50_ms']:.1f} / {stock['p99_ms']:.1f} ms |"
+            )
+    return [*lines, ""]

@@ -1,0 +1,95 @@
+"""Every function's cold import, each in a fresh interpreter with its template environment and only its
+code and layers on the path: what it loads (top-level packages, for the structural check in
+tests/template/test_bench_figures.py) and how long it takes, against a bare handler that imports boto3
+and creates its one client."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+import boto3
+from moto import mock_aws
+
+from tests.bench.measure import RESULTS, ROOT
+
+RUNS = 5
+# Packages whose presence says what a function pays for (the MCP stack, the AWS SDK, tracing).
+WATCHED = ("mcp", "mcp_types", "starlette", "uvicorn", "sse_starlette", "httpx", "anyio", "boto3", "aws_xray_sdk")
+PROBE = (
+    "import sys, time, json, importlib\n"
+    "t = time.perf_counter()\n"
+    "module = importlib.import_module(sys.argv[1])\n"
+    "elapsed = time.perf_counter() - t\n"
+    "print(json.dumps({'seconds': elapsed, 'packages': sorted({m.split('.')[0] for m in sys.modules})}))\n"
+)
+# What the runtime sets beside the template's Environment (devstack.runtime.function_environment).
+RUNTIME_NAMES = ("AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_REGION", "_HANDLER")
+BARE_HANDLER = "import boto3\nclient = boto3.client('sqs')\ndef handler(event, context):\n    return None\n"
+
+
+def _import(module: str, path: list[str], environment: dict[str, str]) -> tuple[float, list[str]]:
+    samples, packages = [], []
+    for _ in range(RUNS):
+        out = subprocess.run(
+            [sys.executable, "-c", PROBE, module],
+            env={"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(path), **environment},
+            cwd="/",
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"importing {module} failed: {out.stderr[-2000:]}")
+        found = json.loads(out.stdout.strip().splitlines()[-1])
+        samples.append(found["seconds"])
+        packages = found["packages"]
+    return statistics.median(samples), packages
+
+
+def run() -> list[str]:
+    from devstack.runtime import function_environment
+    from devstack.stack import LocalStack
+
+    with mock_aws():
+        stack = LocalStack(boto3.client).create_all()
+        specs = [stack.function(logical_id) for logical_id in stack.functions()]
+    credentials = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+    bare_dir = ROOT / "build" / "bench-bare-handler"
+    bare_dir.mkdir(parents=True, exist_ok=True)
+    (bare_dir / "bare.py").write_text(BARE_HANDLER)
+    bare, _ = _import("bare", [str(bare_dir)], credentials)
+
+    rows, figures = [], {}
+    for spec in specs:
+        if spec.handler.endswith(".sh"):
+            module, path = "mcp_backend.mcp.server", [str(d) for d in spec.layer_dirs]
+        else:
+            module = spec.handler.rsplit(".", 1)[0]
+            path = [str(spec.code_dir), *(str(d) for d in spec.layer_dirs)]
+        with function_environment(spec, stack.region):
+            environment = {name: os.environ[name] for name in (*spec.environment, *RUNTIME_NAMES)}
+        seconds, packages = _import(module, path, {**credentials, **environment})
+        loaded = [name for name in WATCHED if name in packages]
+        figures[spec.logical_id] = {"handler": spec.handler, "import_ms": seconds * 1000, "packages": packages}
+        rows.append(
+            f"| {spec.logical_id} | `{module}` | {seconds * 1000:.0f} ms | {seconds / bare:.2f}x | "
+            f"{', '.join(loaded) or '-'} |"
+        )
+    RESULTS["functions"] = {"bare_handler_import_ms": bare * 1000, "functions": figures}
+    return [
+        "## Functions: cold import and what each loads",
+        "",
+        f"Each function's handler module (McpServer: its app module) imported in a fresh interpreter with its "
+        f"template environment and only its code and layers on the path, median of {RUNS}; baseline a bare "
+        f"handler that imports boto3 and creates its one client ({bare * 1000:.0f} ms). Loaded: the packages of "
+        f"interest found in `sys.modules` afterwards (the full list is in `docs/benchmarks.json`).",
+        "",
+        "| function | module | cold import | vs bare boto3 handler | loaded |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+    ]

@@ -1,0 +1,60 @@
+"""The figures `make bench` writes to docs/benchmarks.json, checked for structure, never for speed: every
+function of the template is measured, only the functions that serve MCP load the MCP stack, and the
+endpoint is measured against the stock SDK app in both phases."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from devstack.template import load_template
+
+FIGURES = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.json"
+MCP_STACK = {"mcp", "mcp_types", "starlette", "uvicorn", "sse_starlette"}
+
+
+@pytest.fixture(scope="module")
+def figures() -> dict:
+    return json.loads(FIGURES.read_text())
+
+
+def functions_of_template() -> dict[str, dict]:
+    return load_template().resources("AWS::Lambda::Function")
+
+
+def serves_mcp(function: dict) -> bool:
+    # The MCP endpoint is the function started by a start script (the web adapter runs its uvicorn).
+    return function["Properties"]["Handler"].endswith(".sh")
+
+
+def test_every_function_of_the_template_is_measured(figures):
+    # Given the functions the template declares
+    declared = set(functions_of_template())
+    # When the bench's per-function figures are read
+    measured = figures["functions"]["functions"]
+    # Then each one was imported, and what it loaded was recorded (its own package at least)
+    assert set(measured) == declared
+    assert all("mcp_backend" in entry["packages"] for entry in measured.values())
+
+
+@pytest.mark.parametrize("function_id", sorted(functions_of_template()))
+def test_only_functions_that_serve_mcp_load_the_mcp_stack(figures, function_id):
+    # Given a function and the packages its cold import loaded
+    function = functions_of_template()[function_id]
+    loaded = set(figures["functions"]["functions"][function_id]["packages"])
+    # Then it loads the MCP SDK, starlette and uvicorn exactly when it serves MCP
+    if serves_mcp(function):
+        assert MCP_STACK & loaded
+    else:
+        assert not MCP_STACK & loaded, f"{function_id} loads {sorted(MCP_STACK & loaded)}"
+
+
+def test_the_endpoint_is_measured_against_the_stock_app_in_both_phases(figures):
+    endpoint = figures["endpoint"]
+    for request in ("tools/list", "tools/call"):
+        for server in ("ours", "stock"):
+            phases = endpoint[request][server]
+            assert [phase["connections"] for phase in phases] == [1, 8]
+            assert all({"rps", "p50_ms", "p99_ms", "requests"} <= set(phase) for phase in phases)
