@@ -117,10 +117,27 @@ def test_every_failed_job_of_each_user_is_listed_newest_first_however_deep_the_d
         "DatasetUnreachable",
         "analyze_dataset",
     )
-    assert first["messageId"] == f"msg-{first['jobId']}"
-    # And the DLQ was only asked for its depth: its messages are all still visible
-    assert alice[0]["deadLetterQueueDepth"] == 120
-    assert local.queue_depth("JobDeadLetterQueue") == 120
+    # And the DLQ was only asked for its depth: its messages (the 120 dead-lettered jobs and 120 others) are all
+    # still visible
+    assert alice[0]["deadLetterQueueDepth"] == 240
+    assert local.queue_depth("JobDeadLetterQueue") == 240
+    # And the listed message id is the dead-lettered copy of the job's message
+    assert dead_letter_sources(local)[first["messageId"]] == f"msg-{first['jobId']}"
+
+
+def dead_letter_sources(local) -> dict[str, str]:
+    """The DLQ's messages: message id -> the id of the job message it dead-letters (sourceMessageId)."""
+    sqs, sources = boto3.client("sqs"), {}
+    while batch := sqs.receive_message(
+        QueueUrl=local.queue_url("JobDeadLetterQueue"),
+        MaxNumberOfMessages=10,
+        MessageAttributeNames=["All"],
+        VisibilityTimeout=60,
+    ).get("Messages", []):
+        for message in batch:
+            source = message.get("MessageAttributes", {}).get("sourceMessageId", {}).get("StringValue", "")
+            sources[message["MessageId"]] = source
+    return sources
 
 
 def test_a_cursor_lists_only_the_callers_jobs_and_a_forged_one_is_refused(local, a_few_failed_jobs):
