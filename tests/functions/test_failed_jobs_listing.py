@@ -1,5 +1,6 @@
 """list_failed_jobs against the template's JobTable (its FailedJobsByUser index) on moto: failures recorded by
-the real ToolWorker (a missing dataset is a permanent failure: FAILED and dead-lettered at once), listed through the tool table's list_failed_jobs tool."""
+the real ToolWorker (a missing dataset is a permanent failure: FAILED and dead-lettered at once), listed
+through the tool table's list_failed_jobs tool."""
 
 from __future__ import annotations
 
