@@ -14,6 +14,28 @@ import boto3
 # settings from the environment once, and at collection time the function environment is not set yet.
 
 
+# moto's in-process Secrets Manager is not thread-safe (a read can iterate a secret's versions while another
+# thread adds one); on AWS each API call is atomic. Serialising each call keeps that atomicity and leaves the
+# races between calls, which are what these tests are about.
+MOTO_CALL_LOCK = threading.Lock()
+
+
+class AtomicCalls:
+    def __init__(self, client) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str):
+        attribute = getattr(self._client, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args, **kwargs):
+            with MOTO_CALL_LOCK:
+                return attribute(*args, **kwargs)
+
+        return call
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -108,8 +130,8 @@ def test_concurrent_adds_never_lose_a_key(aws):
     barrier = threading.Barrier(8)
 
     def add(user_id: str) -> str:
-        client = boto3.client("secretsmanager")
-        barrier.wait()  # every writer reads the same table before any writes
+        client = AtomicCalls(boto3.client("secretsmanager"))
+        barrier.wait(timeout=60)  # every writer reads the same table before any writes
         return add_api_key(client, secret_id, user_id)
 
     # When 8 writers each add 3 keys concurrently
@@ -134,13 +156,13 @@ def test_a_revoke_racing_adds_removes_only_its_key(aws):
     barrier = threading.Barrier(5)
 
     def add(user_id: str) -> str:
-        own = boto3.client("secretsmanager")
-        barrier.wait()
+        own = AtomicCalls(boto3.client("secretsmanager"))
+        barrier.wait(timeout=60)
         return add_api_key(own, secret_id, user_id)
 
     def revoke() -> bool:
-        own = boto3.client("secretsmanager")
-        barrier.wait()
+        own = AtomicCalls(boto3.client("secretsmanager"))
+        barrier.wait(timeout=60)
         return revoke_api_key(own, secret_id, doomed)
 
     # When they run at once
