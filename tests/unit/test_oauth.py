@@ -158,13 +158,14 @@ def test_es256_tokens_and_a_configured_user_claim_work():
 @pytest.mark.parametrize(
     ("case", "overrides"),
     [
-        ("expired", {"exp": int(time.time()) - 120}),
-        ("not yet valid", {"nbf": int(time.time()) + 120}),
-        ("wrong issuer", {"iss": "https://evil.example.com/"}),
-        ("wrong audience", {"aud": "https://other.example.com/mcp"}),
-        ("no expiry", {"exp": None}),
-        ("an id token", {"token_use": "id"}),
-        ("no subject", {"sub": None}),
+        # (claims made when the test runs, not when the suite is collected: a long suite would age them)
+        ("expired", lambda: {"exp": int(time.time()) - 120}),
+        ("not yet valid", lambda: {"nbf": int(time.time()) + 120}),
+        ("wrong issuer", lambda: {"iss": "https://evil.example.com/"}),
+        ("wrong audience", lambda: {"aud": "https://other.example.com/mcp"}),
+        ("no expiry", lambda: {"exp": None}),
+        ("an id token", lambda: {"token_use": "id"}),
+        ("no subject", lambda: {"sub": None}),
     ],
 )
 def test_a_token_with_bad_claims_is_a_401_with_the_metadata_challenge(case, overrides):
@@ -172,7 +173,7 @@ def test_a_token_with_bad_claims_is_a_401_with_the_metadata_challenge(case, over
     app = guard(oauth(StubIssuer(jwk(RSA_KEY, "k1"))))
 
     # When a correctly signed token with a bad claim arrives
-    response = call(app, token(**overrides))
+    response = call(app, token(**overrides()))
 
     # Then it is refused with the RFC 9728 challenge, whatever the case
     assert_unauthorized(response)
