@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import http.server
 import ipaddress
 import socket
+import ssl
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -508,3 +511,47 @@ def test_s3_url_without_bucket_or_key_is_refused(s3: Any, url: str) -> None:
     # Then it is refused as unsafe/invalid
     with pytest.raises(UnsafeDatasetUrl), open_dataset(url, FetchPolicy(), s3_client=s3):
         pass
+
+
+# --- cost per fetch ----------------------------------------------------------------------------------
+
+
+class _LoopbackCsv(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("content-length", "4")
+        self.end_headers()
+        self.wfile.write(b"a\n1\n")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_fetches_share_one_tls_context_instead_of_loading_the_ca_bundle_each_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a plain-http dataset server on loopback (the local stack's policy) and a count of the TLS
+    # contexts built: each one loads the CA bundle, tens of ms of CPU that a batch's records, each on its
+    # own thread, would otherwise pay one after another under the GIL
+    built: list[ssl.SSLContext] = []
+    create_default_context = ssl.create_default_context
+
+    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        built.append(create_default_context(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _LoopbackCsv)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/d.csv"
+    try:
+        # When three datasets are fetched with the real network transport
+        bodies = []
+        for _ in range(3):
+            with open_dataset(url, FetchPolicy(allow_loopback_hosts=True)) as stream:
+                bodies.append(b"".join(stream))
+    finally:
+        server.shutdown()
+    # Then each was read, and at most one TLS context was built for the three
+    assert bodies == [b"a\n1\n"] * 3
+    assert len(built) <= 1

@@ -4,6 +4,9 @@ between check and connect cannot steer the probe, and the endpoint's token, at a
 
 from __future__ import annotations
 
+import functools
+import ssl
+
 import httpx2
 
 from mcp_backend.netsafety import IPAddress
@@ -21,7 +24,7 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
     ) -> None:
         self.origin = _origin(httpx2.URL(url))
         self.addresses = addresses
-        self.inner = inner if inner is not None else httpx2.AsyncHTTPTransport()
+        self.inner = inner if inner is not None else httpx2.AsyncHTTPTransport(verify=_tls_context())
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         if _origin(request.url) != self.origin or not self.addresses:
@@ -44,6 +47,13 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """What `AsyncHTTPTransport()` builds by default, built once per process instead of once per probe (it
+    loads the CA bundle: tens of ms of CPU each time)."""
+    return httpx2.create_ssl_context()
 
 
 def _origin(url: httpx2.URL) -> tuple[str, str, int]:
