@@ -6,6 +6,7 @@ Jobs are keyed on jobId (validated against userId); stream records on their posi
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -74,23 +75,30 @@ class RunOnce:
         self._table_name = table_name
         self._client = client
         self._call: Callable[..., Any] | None = None
+        self._building = threading.Lock()
 
-    def _idempotent(self) -> Callable[..., Any]:
-        # Built on the first record, not when the handler module loads: the persistence layer creates
-        # its DynamoDB client as it is constructed, and a cold start should pay for that only when used.
-        if self._call is None:
+    def idempotent_call(self) -> Callable[..., Any]:
+        """`fn` wrapped by Powertools, built on the first record, not when the handler module loads: the
+        persistence layer creates its DynamoDB client as it is constructed, and a cold start should pay
+        for that only when used. Built once even when a batch's records arrive at once, each on its own
+        thread (without the lock each would build a client of its own)."""
+        if self._call is not None:
+            return self._call
+        with self._building:
+            if self._call is not None:
+                return self._call
             persistence = DynamoDBPersistenceLayer(table_name=self._table_name, boto3_client=self._client)
             self._call = idempotent_function(
                 data_keyword_argument=self._data_keyword_argument, config=self.config, persistence_store=persistence
             )(self._fn)
-        return self._call
+            return self._call
 
     def start_invocation(self, lambda_context: Any) -> None:
         # The proxy answers like the context it wraps, except for the remaining time.
         self.config.register_lambda_context(cast(LambdaContext, InProgressWindow(lambda_context, self.timeout_seconds)))
 
     def __call__(self, **kwargs: Any) -> Any:
-        return self._idempotent()(**kwargs)
+        return self.idempotent_call()(**kwargs)
 
 
 def run_once_or_none(
