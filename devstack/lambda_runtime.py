@@ -542,6 +542,11 @@ class ExecutionEnvironment:
             except ProcessLookupError:
                 pass
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the runtime process has used: the function's own work, without its
+        extensions'; 0 once it is gone."""
+        return _cpu_seconds(self.process.pid) if self.process is not None else 0.0
+
     def max_memory_mb(self) -> int:
         """The runtime process's peak resident memory (VmHWM), in MB."""
         return math.ceil(_peak_rss_kb(self.process.pid) / 1024) if self.process is not None else 0
@@ -642,6 +647,14 @@ def _peak_rss_kb(pid: int) -> int:
     return 0
 
 
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def _group_members(pgid: int) -> list[int]:
     members = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -711,6 +724,12 @@ class FunctionPool:
             finally:
                 env.close_invocation(request_id, started, status, init_ms)
         return json.loads(response) if response else None
+
+    def cpu_seconds(self) -> float:
+        """CPU time the function's live environments have used (benchmarks)."""
+        with self._condition:
+            environments = list(self._all)
+        return sum(env.cpu_seconds() for env in environments)
 
     def shutdown(self) -> None:
         with self._condition:

@@ -44,20 +44,21 @@ def per_item_seconds(fn, items: int, repeats: int = 3) -> float:
     return statistics.median(samples)
 
 
-def lambda_runtime_stack() -> DevStack:
+def lambda_runtime_stack(function_environment: dict[str, str] | None = None) -> DevStack:
     """The product stack, started, its functions the build output in the local Lambda runtime; the caller
-    drives the event sources (no threads) and stops it."""
-    stack = DevStack(
-        DevStackOptions(
-            aws_port=free_port(),
-            lambda_port=free_port(),
-            web_port=free_port(),
-            run_threads=False,
-            runtime="lambda",
-            build_dir=BUILD_DIR,
-            prewarm=False,
-        )
+    drives the event sources (no threads) and stops it. `function_environment` is added to every
+    function's environment (e.g. a service-specific AWS_ENDPOINT_URL_<SERVICE>)."""
+    options = DevStackOptions(
+        aws_port=free_port(),
+        lambda_port=free_port(),
+        web_port=free_port(),
+        run_threads=False,
+        runtime="lambda",
+        build_dir=BUILD_DIR,
+        prewarm=False,
     )
+    options.function_overrides.update(function_environment or {})
+    stack = DevStack(options)
     stack.start()
     return stack
 
