@@ -22,6 +22,7 @@ BUILD_DIR ?= .aws-sam/build
 # (the same dir on an arm64 host) in the local Lambda runtime.
 LOCAL_BUILD_DIR := $(if $(filter arm64,$(HOST_ARCH)),.aws-sam/build,.aws-sam/build-$(HOST_ARCH))
 LAYER_REQUIREMENTS ?= layers/shared/requirements.txt
+MCP_LAYER_REQUIREMENTS ?= layers/mcp/requirements.txt
 FUNCTION ?= ToolWorker
 PORT ?= 4566
 RUNTIME ?= inprocess
@@ -55,9 +56,15 @@ sam-cli: $(SAM)
 env: $(UV)
 	$(UV) sync --frozen --quiet
 
+# The core layer: the project's dependencies. The MCP layer: the mcp-layer group without what the core layer
+# already ships (both are on the functions that have the MCP layer).
 layer-requirements: $(UV)
-	$(UV) export --frozen --no-dev --no-hashes --no-header --no-emit-project \
+	$(UV) export --frozen --no-default-groups --no-hashes --no-header --no-emit-project \
 		$(addprefix --no-emit-package ,$(RUNTIME_PROVIDED)) --output-file $(LAYER_REQUIREMENTS) --quiet
+	$(UV) export --frozen --only-group mcp-layer --no-hashes --no-header --no-emit-project \
+		$(addprefix --no-emit-package ,$(RUNTIME_PROVIDED)) \
+		$$(sed -n 's/^\([A-Za-z0-9._-]*\)==.*/--no-emit-package \1/p' $(LAYER_REQUIREMENTS)) \
+		--output-file $(MCP_LAYER_REQUIREMENTS) --quiet
 
 build/expanded-template.json: template.yaml env
 	$(RUN) python -m devstack.template $@

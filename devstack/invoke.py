@@ -25,7 +25,6 @@ def main(argv: list[str] | None = None) -> int:
         "AWS_ACCESS_KEY_ID": "local",
         "AWS_SECRET_ACCESS_KEY": "local",
         "AWS_DEFAULT_REGION": "us-east-1",
-        "POWERTOOLS_TRACE_DISABLED": "1",
     }.items():
         os.environ.setdefault(name, value)
     event = json.loads(args.event.read_text())

@@ -53,6 +53,7 @@ from devstack.sandbox import (
     SandboxLayout,
     emulated_paths,
     namespaces_available,
+    opt_dir,
     sandbox_command,
     unavailable_reason,
 )
@@ -400,7 +401,8 @@ class ExecutionEnvironment:
             for sandbox_path, host_path in paths.items():
                 value = value.replace(sandbox_path, host_path)
             environment[name] = value
-        layer_python = [str(layer / "python") for layer in self.function.layer_dirs if (layer / "python").is_dir()]
+        opt = opt_dir(self.function.layer_dirs)
+        layer_python = [str(opt / "python")] if opt is not None and (opt / "python").is_dir() else []
         environment["PYTHONPATH"] = os.pathsep.join(
             [*layer_python, str(self.image.runtime_dir), str(self.image.provided_packages)]
         )

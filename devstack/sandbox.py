@@ -3,7 +3,8 @@
 With Linux user and mount namespaces (`unshare --user --map-root-user --mount`, no privileges needed)
 the environment sees what a Lambda python3.13 sandbox shows its code:
 - /var/task  the function's build output, read-only;
-- /opt       the function's layers merged (top-level entries), read-only;
+- /opt       the function's layers merged as Lambda extracts them (in the function's order, a later
+             layer's file over an earlier one's), read-only;
 - /var/runtime  AWS's Runtime Interface Client and the runtime's bootstrap, read-only;
 - /var/lang  the python3.13 interpreter, its site-packages holding what the runtime provides (boto3);
 - /tmp       private, writable, the size of the function's ephemeral storage;
@@ -16,11 +17,14 @@ at the host folders instead; that run does not prove read-only code, the /opt la
 
 from __future__ import annotations
 
+import atexit
 import functools
+import os
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +54,47 @@ class SandboxLayout:
     hosts_file: Path | None = None  # -> /etc/hosts
 
 
+def opt_dir(layer_dirs: tuple[Path, ...]) -> Path | None:
+    """The host folder that stands for /opt: the one layer itself, or the layers merged file by file.
+
+    Lambda merges a function's layers into /opt in the order the function lists them
+    (https://docs.aws.amazon.com/lambda/latest/dg/adding-layers.html): folders (python/, extensions/)
+    merge, and a file that two layers both ship is the later layer's, as extracting them in turn leaves it.
+    """
+    if not layer_dirs:
+        return None
+    if len(layer_dirs) == 1:
+        return layer_dirs[0]
+    return _merged(layer_dirs)
+
+
+@functools.cache
+def _merged(layer_dirs: tuple[Path, ...]) -> Path:
+    # Hard links where the file system allows (no copy of the layers' bytes); removed when this process ends.
+    merged = Path(tempfile.mkdtemp(prefix="lambda-opt-"))
+    atexit.register(shutil.rmtree, merged, True)
+    for layer in layer_dirs:
+        for source in sorted(layer.rglob("*")):
+            target = merged / source.relative_to(layer)
+            if source.is_dir() and not source.is_symlink():
+                if target.exists() and not target.is_dir():
+                    target.unlink()
+                target.mkdir(exist_ok=True)
+                continue
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            elif target.exists() or target.is_symlink():
+                target.unlink()
+            if source.is_symlink():
+                target.symlink_to(source.readlink())
+                continue
+            try:
+                os.link(source, target)
+            except OSError:
+                shutil.copy2(source, target)
+    return merged
+
+
 @functools.cache
 def namespaces_available() -> bool:
     """True when this machine lets an unprivileged process make user + mount namespaces."""
@@ -76,12 +121,8 @@ def unavailable_reason() -> str:
 def sandbox_command(layout: SandboxLayout, root: Path, argv: list[str], environment: dict[str, str]) -> list[str]:
     """The command that builds the sandbox at `root` (an empty host folder) and execs argv inside it,
     in /var/task, with exactly `environment`."""
-    layers: list[tuple[str, Path]] = []
-    for layer in layout.layer_dirs:
-        for entry in sorted(layer.iterdir()):
-            if any(name == entry.name for name, _ in layers):
-                raise SandboxUnavailable(f"two layers both ship /opt/{entry.name}; merging them is not emulated")
-            layers.append((entry.name, entry))
+    opt = opt_dir(layout.layer_dirs)
+    layers = [(entry.name, entry) for entry in sorted(opt.iterdir())] if opt is not None else []
     site = f"{LANG_DIR}/lib/python{layout.python_version}/site-packages"
     q = shlex.quote
     lines = [
@@ -148,5 +189,5 @@ def emulated_paths(layout: SandboxLayout) -> dict[str, str]:
         TASK_ROOT: str(layout.task_dir),
         RUNTIME_DIR: str(layout.runtime_dir),
         LANG_DIR: str(layout.interpreter_prefix),
-        OPT_DIR: str(layout.layer_dirs[0]) if layout.layer_dirs else OPT_DIR,
+        OPT_DIR: str(opt_dir(layout.layer_dirs) or OPT_DIR),
     }

@@ -42,7 +42,6 @@ def _offline_aws(monkeypatch: pytest.MonkeyPatch) -> None:
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_SESSION_TOKEN": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
-        "POWERTOOLS_TRACE_DISABLED": "1",
         "POWERTOOLS_DEV": "false",
     }.items():
         monkeypatch.setenv(name, value)

@@ -25,7 +25,6 @@ def main() -> int:
         AWS_ACCESS_KEY_ID="bench",
         AWS_SECRET_ACCESS_KEY="bench",
         AWS_DEFAULT_REGION="us-east-1",
-        POWERTOOLS_TRACE_DISABLED="1",
     )
     from tests.bench import endpoint, functions, lambda_runtime, local_stack, mcp, streams, worker
     from tests.bench.measure import RESULTS

@@ -1,15 +1,19 @@
 """Every function's cold import, each in a fresh interpreter with its template environment and only its
 code and layers on the path: what it loads (top-level packages, for the structural check in
 tests/template/test_bench_figures.py) and how long it takes, against a bare handler that imports boto3
-and creates its one client."""
+and creates its one client; and what each ships: its code and each of its layers, unzipped and zipped."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import statistics
 import subprocess
 import sys
+import zipfile
+from functools import cache
+from pathlib import Path
 
 import boto3
 from moto import mock_aws
@@ -19,6 +23,8 @@ from tests.bench.measure import RESULTS, ROOT
 RUNS = 5
 # Packages whose presence says what a function pays for (the MCP stack, the AWS SDK, tracing).
 WATCHED = ("mcp", "mcp_types", "starlette", "uvicorn", "sse_starlette", "httpx", "anyio", "boto3", "aws_xray_sdk")
+MCP_STACK = {"mcp", "mcp_types", "starlette", "uvicorn", "sse_starlette"}
+MB = 1024 * 1024
 PROBE = (
     "import sys, time, json, importlib\n"
     "t = time.perf_counter()\n"
@@ -50,6 +56,30 @@ def _import(module: str, path: list[str], environment: dict[str, str]) -> tuple[
     return statistics.median(samples), packages
 
 
+@cache
+def _size(folder: Path) -> tuple[int, int]:
+    """Bytes of a built folder unzipped, and as the zip sam uploads (deflated)."""
+    files = sorted(path for path in folder.rglob("*") if path.is_file())
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in files:
+            archive.write(path, path.relative_to(folder))
+    return sum(path.stat().st_size for path in files), buffer.tell()
+
+
+def _shipped(code_dir: Path, layer_ids: list[str], layer_dirs: list[Path]) -> dict:
+    code, code_zipped = _size(code_dir)
+    layers = {layer_id: _size(folder) for layer_id, folder in zip(layer_ids, layer_dirs, strict=True)}
+    return {
+        "code_bytes": code,
+        "code_zipped_bytes": code_zipped,
+        "layer_bytes": {layer_id: size[0] for layer_id, size in layers.items()},
+        "layer_zipped_bytes": {layer_id: size[1] for layer_id, size in layers.items()},
+        "total_bytes": code + sum(size[0] for size in layers.values()),
+        "total_zipped_bytes": code_zipped + sum(size[1] for size in layers.values()),
+    }
+
+
 def run() -> list[str]:
     from devstack.runtime import function_environment
     from devstack.stack import LocalStack
@@ -63,7 +93,11 @@ def run() -> list[str]:
     (bare_dir / "bare.py").write_text(BARE_HANDLER)
     bare, _ = _import("bare", [str(bare_dir)], credentials)
 
-    rows, figures = [], {}
+    build_dir = Path(os.environ.get("DEVSTACK_BUILD_DIR", ".aws-sam/build-x86_64"))
+    build_dir = build_dir if build_dir.is_absolute() else ROOT / build_dir
+    code_paths = stack.template.code_paths
+    by_source = {str(path): logical_id for logical_id, path in code_paths.items()}
+    rows, size_rows, figures = [], [], {}
     for spec in specs:
         if spec.handler.endswith(".sh"):
             module, path = "mcp_backend.mcp.server", [str(d) for d in spec.layer_dirs]
@@ -74,7 +108,31 @@ def run() -> list[str]:
             environment = {name: os.environ[name] for name in (*spec.environment, *RUNTIME_NAMES)}
         seconds, packages = _import(module, path, {**credentials, **environment})
         loaded = [name for name in WATCHED if name in packages]
-        figures[spec.logical_id] = {"handler": spec.handler, "import_ms": seconds * 1000, "packages": packages}
+        # The stack's own layers, in the function's order (published ones such as the Web Adapter are not ours).
+        layer_ids = [by_source[ref] for ref in spec.layer_refs if ref in by_source]
+        shipped = (
+            _shipped(build_dir / spec.logical_id, layer_ids, [build_dir / layer_id for layer_id in layer_ids])
+            if (build_dir / spec.logical_id).is_dir()
+            else None
+        )
+        figures[spec.logical_id] = {
+            "handler": spec.handler,
+            "import_ms": seconds * 1000,
+            "packages": packages,
+            "layers": layer_ids,
+            "imports_mcp": bool(MCP_STACK & set(packages)),
+            "shipped": shipped,
+        }
+        if shipped is not None:
+            layer_text = ", ".join(
+                f"{layer_id} {shipped['layer_bytes'][layer_id] / MB:.1f} MB "
+                f"({shipped['layer_zipped_bytes'][layer_id] / MB:.1f} zipped)"
+                for layer_id in layer_ids
+            )
+            size_rows.append(
+                f"| {spec.logical_id} | {shipped['code_bytes'] / 1024:.1f} KB | {layer_text} | "
+                f"{shipped['total_bytes'] / MB:.1f} MB ({shipped['total_zipped_bytes'] / MB:.1f} zipped) |"
+            )
         rows.append(
             f"| {spec.logical_id} | `{module}` | {seconds * 1000:.0f} ms | {seconds / bare:.2f}x | "
             f"{', '.join(loaded) or '-'} |"
@@ -91,5 +149,13 @@ def run() -> list[str]:
         "| function | module | cold import | vs bare boto3 handler | loaded |",
         "|---|---|---|---|---|",
         *rows,
+        "",
+        f"What each function ships (the build in `{build_dir.relative_to(ROOT)}`, with its .pyc): its code "
+        "and each of the stack's layers it lists, unzipped and as deflated zips; published layers (the Web Adapter, "
+        "the Parameters and Secrets extension) are not counted.",
+        "",
+        "| function | code | layers | total |",
+        "|---|---|---|---|",
+        *size_rows,
         "",
     ]

@@ -1,6 +1,7 @@
 """The figures `make bench` writes to docs/benchmarks.json, checked for structure, never for speed: every
 function of the template is measured, only the functions that serve MCP load the MCP stack, and the
-endpoint is measured against the stock SDK app in both phases."""
+endpoint is measured against the stock SDK app in both phases; a function that imports the MCP stack has the
+MCP layer, and nothing loads the X-Ray SDK."""
 
 from __future__ import annotations
 
@@ -49,6 +50,25 @@ def test_only_functions_that_serve_mcp_load_the_mcp_stack(figures, function_id):
         assert MCP_STACK & loaded
     else:
         assert not MCP_STACK & loaded, f"{function_id} loads {sorted(MCP_STACK & loaded)}"
+
+
+@pytest.mark.parametrize("function_id", sorted(functions_of_template()))
+def test_a_function_that_imports_the_mcp_stack_has_the_mcp_layer(figures, function_id):
+    # Given a function's measured cold import and the layers the template gives it
+    entry = figures["functions"]["functions"][function_id]
+    names = {
+        ref: layer["Properties"]["LayerName"]
+        for ref, layer in load_template().resources("AWS::Lambda::LayerVersion").items()
+    }
+    refs = [ref["Ref"] for ref in functions_of_template()[function_id]["Properties"].get("Layers", []) if "Ref" in ref]
+    # Then the bench recorded the stack's layers the template gives it, in order
+    assert entry["layers"] == [names[ref] for ref in refs if ref in names]
+    # and the MCP layer is there whenever it imports the MCP stack
+    assert entry["imports_mcp"] == bool(MCP_STACK & set(entry["packages"]))
+    if entry["imports_mcp"]:
+        assert "McpLayer" in entry["layers"], f"{function_id} imports the MCP stack without the MCP layer"
+    # and no function pays for a tracing SDK at import
+    assert "aws_xray_sdk" not in entry["packages"]
 
 
 def test_the_endpoint_is_measured_against_the_stock_app_in_both_phases(figures):

@@ -1,5 +1,5 @@
-"""What `sam build` produced (make test builds before it tests): a layer for python3.13 on arm64
-that ships no boto3/botocore, and one-file function artifacts."""
+"""What `sam build` produced (make test builds before it tests): the core and MCP layers for python3.13
+on arm64, neither shipping boto3/botocore, the core one without the MCP stack, and one-file function artifacts."""
 
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ BUILD = Path(__file__).resolve().parents[2] / ".aws-sam" / "build"
 pytestmark = pytest.mark.skipif(not BUILD.exists(), reason="run `make build` (make test does) to check artifacts")
 
 
-def layer_dir() -> Path:
-    return BUILD / "SharedLayer" / "python"
+LAYERS = ("SharedLayer", "McpLayer")
+
+
+def layer_dir(layer: str = "SharedLayer") -> Path:
+    return BUILD / layer / "python"
 
 
 def test_layer_has_the_shared_package_and_pinned_dependencies():
@@ -23,14 +26,23 @@ def test_layer_has_the_shared_package_and_pinned_dependencies():
     assert {"mcp_backend", "aws_lambda_powertools", "pydantic", "pydantic_core", "httpx"} <= names
 
 
-def test_layer_ships_no_sdk_the_runtime_provides():
-    names = {p.name for p in layer_dir().iterdir()}
+def test_the_mcp_stack_is_in_the_mcp_layer_only():
+    core, mcp = ({p.name for p in layer_dir(layer).iterdir()} for layer in LAYERS)
+    stack = {"mcp", "starlette", "uvicorn", "sse_starlette", "jwt", "cryptography"}
+    assert stack <= mcp
+    assert not (stack | {"aws_xray_sdk", "wrapt"}) & core
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_layer_ships_no_sdk_the_runtime_provides(layer):
+    names = {p.name for p in layer_dir(layer).iterdir()}
     assert not {"boto3", "botocore", "s3transfer"} & names
 
 
-def test_compiled_wheels_target_cpython313_on_arm64():
-    extensions = list(layer_dir().rglob("*.so"))
-    assert extensions, "expected compiled extensions (pydantic_core)"
+@pytest.mark.parametrize("layer", LAYERS)
+def test_compiled_wheels_target_cpython313_on_arm64(layer):
+    extensions = list(layer_dir(layer).rglob("*.so"))
+    assert extensions, "expected compiled extensions (pydantic_core, cryptography)"
     assert all("cpython-313-aarch64-linux-gnu" in p.name or "abi3" in p.name for p in extensions), extensions
 
 

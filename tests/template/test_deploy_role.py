@@ -74,3 +74,15 @@ def test_only_actions_without_resource_types_are_granted_on_every_resource():
         "OpsAlarmKey",
         "CreateUserPools",
     }
+
+
+def test_the_deploy_role_may_publish_every_layer_of_the_stack():
+    # Given the stack's own layers, by the names SAM gives them (their logical ids)
+    layers = [r["Properties"]["LayerName"] for r in RESOURCES.values() if r["Type"] == "AWS::Lambda::LayerVersion"]
+    assert layers
+    # When the deploy role's layer statements are read
+    publishable = {r["Fn::Sub"] for s in granted("lambda:PublishLayerVersion") for r in as_list(s["Resource"])}
+    # Then each layer, and its versions, may be published
+    for name in layers:
+        prefix = "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:layer:"
+        assert {f"{prefix}{name}", f"{prefix}{name}:*"} <= publishable, name

@@ -1,4 +1,4 @@
-"""Logger, Tracer and Metrics shared by every handler (the handler decorator stack below builds on these)."""
+"""Logger and Metrics shared by every handler (the handler decorator stack below builds on these)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 Handler = Callable[[Any, Any], Any]
 
 logger = Logger()
-tracer = Tracer()
 metrics = Metrics()
 # Constant labels only: per-tool labels are per-record dimensions (bounded metric streams).
 metrics.set_default_dimensions(
@@ -27,20 +26,18 @@ _METRICS_LOCK = threading.Lock()
 
 @contextmanager
 def tool_invocation(tool_name: str) -> Iterator[None]:
-    """Count, time and annotate one tool run; flushes its own EMF blob so ToolName stays per-run.
+    """Count and time one tool run; flushes its own EMF blob so ToolName stays per-run.
 
     A batch mixes tools, so a handler-wide ToolName dimension would mislabel all but one record.
     Records run in threads at once: the metric set is shared, so one run's dimension, metrics and
     flush happen together under a lock, after the run.
     """
-    tracer.put_annotation(key="ToolName", value=tool_name)
     started = time.monotonic()
     outcome = "ToolError"
     try:
         yield
         outcome = "ToolSuccess"
     finally:
-        tracer.put_annotation(key="Status", value="success" if outcome == "ToolSuccess" else "error")
         with _METRICS_LOCK:
             metrics.add_dimension(name="ToolName", value=tool_name)
             metrics.add_metric(name="ToolInvocation", unit=MetricUnit.Count, value=1)
@@ -55,14 +52,11 @@ def instrumented_handler(correlation_id_path: str | None = None) -> Callable[[Ha
     """The decorator stack every Lambda handler carries, in its order (outermost first):
     - inject_lambda_context(clear_state=True, log_event=False): context keys on every line, no state
       leaking between warm invocations, and no event (payloads) in the logs;
-    - capture_lambda_handler(capture_response=False, capture_error=True): tool outputs can exceed the
-      64 KB segment, errors are kept;
     - log_metrics(capture_cold_start_metric=True): flushes even when the handler raises.
     """
 
     def decorate(handler: Handler) -> Handler:
         handler = metrics.log_metrics(capture_cold_start_metric=True)(handler)
-        handler = tracer.capture_lambda_handler(capture_response=False, capture_error=True)(handler)
         return logger.inject_lambda_context(clear_state=True, correlation_id_path=correlation_id_path, log_event=False)(
             handler
         )

@@ -26,9 +26,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jwt
 from mcp.shared.auth import ProtectedResourceMetadata
 from pydantic import ValidationError
 
@@ -37,6 +36,9 @@ from mcp_backend.config import McpSettings
 from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
 from mcp_backend.observability import logger
 from mcp_backend.tools.registry import Access
+
+if TYPE_CHECKING:
+    import jwt
 
 METADATA_PATH = "/.well-known/oauth-protected-resource"
 MAX_TOKEN_CHARS = 8192
@@ -134,6 +136,9 @@ class JwksCache:
         return max(1, math.ceil(self._attempted_at + self.refresh_seconds - now))
 
     def _load(self) -> dict[str, SigningKey]:
+        # pyjwt and cryptography load with the first OAuth token, not with the app (API keys need neither).
+        import jwt
+
         if not self.jwks_url:
             discovery = json.loads(self.fetch(self.issuer.rstrip("/") + "/.well-known/openid-configuration"))
             if discovery.get("issuer") != self.issuer or not isinstance(discovery.get("jwks_uri"), str):
@@ -211,6 +216,8 @@ class OAuthAuthenticator:
 
     def verify(self, token: str, resource: str) -> ScopedPrincipal:
         """The principal of a valid token; TokenRejected otherwise, JwksUnavailable when keys cannot be had."""
+        import jwt
+
         if len(token) > MAX_TOKEN_CHARS:
             raise TokenRejected("too long")
         try:

@@ -4,8 +4,8 @@ handler to decorate).
 - RequestTelemetry (ASGI, outermost): correlation id on every log line, from `x-correlation-id` or the
   Lambda request id the adapter forwards in `x-amzn-request-context`; the X-Ray trace header; the
   ColdStart metric once per process.
-- ToolCallTelemetry (SDK ServerMiddleware, per tools/call): ToolName / Status / UserTier annotations,
-  the per-run ToolName metrics (mcp_backend.observability.tool_invocation), no payloads anywhere.
+- ToolCallTelemetry (SDK ServerMiddleware, per tools/call): the call log record and the per-run
+  ToolName metrics (mcp_backend.observability.tool_invocation), no payloads anywhere.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.mcp.guard import principal_of
-from mcp_backend.observability import logger, metrics, tool_invocation, tracer
+from mcp_backend.observability import logger, metrics, tool_invocation
 
 _CORRELATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _cold_start = True
@@ -71,8 +71,8 @@ class RequestTelemetry:
         correlation_id = correlation_id_for(headers)
         trace_header = headers.get("x-amzn-trace-id")
         if trace_header:
-            # The adapter passes the trace header per request; the X-Ray SDK reads it from here (one
-            # request at a time per Lambda environment, as with the managed runtime).
+            # The adapter passes the trace header per request; botocore forwards it on AWS calls from
+            # here (one request at a time per Lambda environment, as with the managed runtime).
             os.environ["_X_AMZN_TRACE_ID"] = trace_header
         # Context-local keys: each request (asyncio task) logs its own correlation id.
         logger.thread_safe_append_keys(correlation_id=correlation_id)
@@ -113,28 +113,25 @@ class ToolCallTelemetry:
         if ctx.method != "tools/call":
             return await call_next(ctx)
         requested = ctx.params.get("name") if isinstance(ctx.params, Mapping) else None
-        # A metric dimension and a trace annotation: only names the server has, or one stream per typo.
+        # A metric dimension: only names the server has, or one stream per typo.
         # The name is untrusted JSON (a list is unhashable): only a string is looked up.
         tool_name = requested if isinstance(requested, str) and requested in self.tool_names else "unknown"
         logger.thread_safe_append_keys(tool=tool_name)
-        with tracer.provider.in_subsegment(f"## tools/call {tool_name}") as subsegment:
-            if principal is not None:
-                subsegment.put_annotation(key="UserTier", value=principal.tier)
-            started = time.monotonic()
-            error_type = ""
-            try:
-                with tool_invocation(tool_name):
-                    result = await call_next(ctx)
-                    if _is_tool_error(result):
-                        raise _ReportedToolError(result)
-            except _ReportedToolError as reported:
-                error_type = "ToolError"
-                result = reported.result
-            except Exception as error:
-                error_type = type(error).__name__
-                raise
-            finally:
-                await self._log_call(principal, tool_name, started, error_type)
+        started = time.monotonic()
+        error_type = ""
+        try:
+            with tool_invocation(tool_name):
+                result = await call_next(ctx)
+                if _is_tool_error(result):
+                    raise _ReportedToolError(result)
+        except _ReportedToolError as reported:
+            error_type = "ToolError"
+            result = reported.result
+        except Exception as error:
+            error_type = type(error).__name__
+            raise
+        finally:
+            await self._log_call(principal, tool_name, started, error_type)
         return result
 
     async def _log_call(self, principal: Any, tool_name: str, started: float, error_type: str) -> None:

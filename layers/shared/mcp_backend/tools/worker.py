@@ -32,7 +32,7 @@ from mcp_backend.jobs.heartbeat import VisibilityHeartbeat
 from mcp_backend.jobs.models import JobError, JobMessage
 from mcp_backend.jobs.queue import JobQueueMessages, job_type_of
 from mcp_backend.jobs.store import JobStore
-from mcp_backend.observability import logger, tool_invocation, tracer
+from mcp_backend.observability import logger, tool_invocation
 from mcp_backend.tools.context import ToolContext
 from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.errors import ToolError
@@ -171,7 +171,6 @@ class JobWorker:
         tool = self.tools.get(name)
         return tool is not None and tool.runs_as_job
 
-    @tracer.capture_method(capture_response=False)
     def _run(self, job: JobMessage, attempt: int) -> dict[str, Any]:
         tool = self.tools.get(job.tool)
         if tool is None or not tool.runs_as_job:

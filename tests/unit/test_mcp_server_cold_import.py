@@ -1,0 +1,48 @@
+"""What McpServer's cold start pays for: importing the app module and building the app loads neither the AWS SDK
+(clients are built on first use) nor pyjwt (OAuth token checks load it with the first token) under the default
+AuthMode, and no tracing SDK."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from devstack.template import ROOT
+
+PROBE = (
+    "import json, sys\n"
+    "import mcp_backend.mcp.server as server\n"
+    "server.create_app()\n"
+    "print(json.dumps(sorted({name.split('.')[0] for name in sys.modules})))\n"
+)
+
+
+def test_building_the_app_loads_no_aws_sdk_no_jwt_and_no_tracing_sdk(aws):
+    # Given a fresh interpreter with the layer's package and McpServer's template environment (default
+    # AuthMode: API keys)
+    import boto3
+
+    from devstack.runtime import function_environment
+    from devstack.stack import LocalStack
+
+    stack = LocalStack(boto3.client).create_all()
+    spec = stack.function("McpServer")
+    with function_environment(spec, stack.region):
+        variables = {name: os.environ[name] for name in spec.environment}
+    environment = {
+        **variables,
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(ROOT / "layers" / "shared"),
+        "AWS_REGION": stack.region,
+    }
+
+    # When the app module is imported and the app built
+    out = subprocess.run([sys.executable, "-c", PROBE], env=environment, capture_output=True, text=True, cwd="/")
+    assert out.returncode == 0, out.stderr[-2000:]
+    loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+    # Then the app is built without the AWS SDK, pyjwt or a tracing SDK in the process
+    assert "mcp_backend" in loaded and "starlette" in loaded
+    assert not {"boto3", "jwt", "aws_xray_sdk"} & loaded, sorted({"boto3", "jwt", "aws_xray_sdk"} & loaded)
