@@ -252,8 +252,8 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
     lines += [
         "",
         "Server CPU time per request (the server process's user + system time over a round, warm-up included, "
-        "least of the rounds; Linux only): what the server itself spends, which the load on a shared machine "
-        "hardly moves.",
+        "least of the rounds; Linux only): what the server itself spends, less disturbed than req/s by other "
+        "work on the machine, though not immune to it.",
         "",
         "| request | ours CPU / request | stock CPU / request | ratio (stock / ours) |",
         "|---|---|---|---|",
