@@ -20,6 +20,7 @@ from typing import IO, Any
 import boto3
 import httpx
 
+from tests.bench.load import WARM_UP_REQUESTS
 from tests.bench.measure import RESULTS, ROOT
 from tests.e2e.conftest import free_port, mcp_environment
 
@@ -78,8 +79,11 @@ def wait_for(port: int, process: subprocess.Popen, path: str = "/") -> None:
     raise TimeoutError(f"nothing answered on 127.0.0.1:{port}")
 
 
-def load(url: str, headers: dict[str, str], body: dict[str, Any], cpus: set[int]) -> list[dict[str, Any]]:
+def load(url: str, headers: dict[str, str], body: dict[str, Any], cpus: set[int], server_pid: int) -> dict[str, Any]:
+    """One round: the phases' figures, and the server process's CPU time per request over the round (user +
+    system, warm-up included): unlike req/s, it hardly moves when other work shares the machine."""
     job = {"url": url, "headers": headers, "body": body, "phases": PHASES}
+    cpu_before = cpu_seconds(server_pid)
     out = subprocess.run(
         [sys.executable, "-m", "tests.bench.load"],
         input=json.dumps(job),
@@ -91,7 +95,19 @@ def load(url: str, headers: dict[str, str], body: dict[str, Any], cpus: set[int]
     )
     if out.returncode != 0:
         raise RuntimeError(f"load on {url} failed: {out.stderr[-2000:]}")
-    return json.loads(out.stdout)
+    requests = WARM_UP_REQUESTS + sum(phase["requests"] for phase in PHASES)
+    cpu_after = cpu_seconds(server_pid)
+    cpu_ms = None if cpu_before is None or cpu_after is None else (cpu_after - cpu_before) / requests * 1000
+    return {"phases": json.loads(out.stdout), "server_cpu_ms": cpu_ms}
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """A process's user + system CPU time from /proc (Linux; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -183,11 +199,12 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
     }
     results: dict[str, Any] = {}
     for case, (ours_body, stock_body) in cases.items():
-        runs: dict[str, list[list[dict[str, Any]]]] = {"ours": [], "stock": []}
+        runs: dict[str, list[dict[str, Any]]] = {"ours": [], "stock": []}
         for _ in range(ROUNDS):  # alternate, so drift on a shared machine hits both
-            runs["stock"].append(load(stock_url, HEADERS, stock_body, client_cpus))
-            runs["ours"].append(load(ours_url, ours_headers, ours_body, client_cpus))
-        results[case] = {name: _best(rounds) for name, rounds in runs.items()}
+            runs["stock"].append(load(stock_url, HEADERS, stock_body, client_cpus, stock.pid))
+            runs["ours"].append(load(ours_url, ours_headers, ours_body, client_cpus, ours.pid))
+        results[case] = {name: _best([r["phases"] for r in rounds]) for name, rounds in runs.items()}
+        results[case]["server_cpu_ms"] = {name: _least_cpu(rounds) for name, rounds in runs.items()}
     RESULTS["endpoint"] = {"server_cpus": sorted(server_cpus), "client_cpus": sorted(client_cpus), **results}
     return results
 
@@ -195,6 +212,11 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
 def _best(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Per phase, the round with the highest rate (the least disturbed by other work on the machine)."""
     return [max((r[i] for r in rounds), key=lambda phase: phase["rps"]) for i in range(len(PHASES))]
+
+
+def _least_cpu(rounds: list[dict[str, Any]]) -> float | None:
+    measured = [r["server_cpu_ms"] for r in rounds if r["server_cpu_ms"] is not None]
+    return min(measured) if measured else None
 
 
 def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[int]) -> list[str]:
@@ -227,4 +249,17 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
                 f"| `{case}` | {phase} | {ours['rps']:.0f} | {stock['rps']:.0f} | {ours['rps'] / stock['rps']:.2f}x "
                 f"| {ours['p50_ms']:.1f} / {ours['p99_ms']:.1f} ms | {stock['p50_ms']:.1f} / {stock['p99_ms']:.1f} ms |"
             )
+    lines += [
+        "",
+        "Server CPU time per request (the server process's user + system time over a round, warm-up included, "
+        "least of the rounds; Linux only): what the server itself spends, less disturbed than req/s by other "
+        "work on the machine, though not immune to it.",
+        "",
+        "| request | ours CPU / request | stock CPU / request | ratio (stock / ours) |",
+        "|---|---|---|---|",
+    ]
+    for case, runs in results.items():
+        ours_cpu, stock_cpu = runs["server_cpu_ms"]["ours"], runs["server_cpu_ms"]["stock"]
+        if ours_cpu and stock_cpu:
+            lines.append(f"| `{case}` | {ours_cpu:.2f} ms | {stock_cpu:.2f} ms | {stock_cpu / ours_cpu:.2f}x |")
     return [*lines, ""]

@@ -164,6 +164,38 @@ def test_json_rpc_errors_carry_the_standard_codes(endpoint, era, body, code):
     assert_safe(response)
 
 
+def test_repeated_tool_lists_in_alternating_eras_each_answer_their_eras_list_and_bad_params_stay_errors(endpoint):
+    """tools/list answers are kept per protocol version and params: never one era's answer for another,
+    never an answer for params the SDK rejects."""
+
+    def list_tools(era: str, params: dict | None = None) -> dict:
+        headers = endpoint.headers(endpoint.alice_key)
+        body: dict = {**LIST_TOOLS, "params": dict(params or {})}
+        if era == MODERN:
+            body["params"]["_meta"] = MODERN_META
+            headers.update({"mcp-protocol-version": MODERN, "mcp-method": "tools/list"})
+        response = httpx.post(endpoint.url, json=body, headers=headers)
+        assert_safe(response)
+        return (sse_messages(response.text) or [response.json()])[-1]
+
+    # Given a tools/list answered once in each era
+    first = {era: list_tools(era) for era in ("legacy", MODERN)}
+
+    # When both eras ask again, interleaved, and then with a malformed cursor
+    again = {era: list_tools(era) for era in (MODERN, "legacy")}
+    malformed = {era: list_tools(era, {"cursor": 5}) for era in ("legacy", MODERN)}
+
+    # Then each era gets its own era's list again: the modern one stamped complete, the legacy one not
+    assert again == first
+    assert first[MODERN]["result"]["resultType"] == "complete"
+    assert "resultType" not in first["legacy"]["result"]
+    assert {t["name"] for t in first["legacy"]["result"]["tools"]} == {
+        t["name"] for t in first[MODERN]["result"]["tools"]
+    }
+    # And malformed params are still the SDK's invalid-params error
+    assert [malformed[era]["error"]["code"] for era in ("legacy", MODERN)] == [-32602, -32602]
+
+
 def test_a_modern_request_whose_mcp_method_header_disagrees_with_its_body_is_rejected(endpoint):
     body = {**LIST_TOOLS, "params": {"_meta": MODERN_META}}
     headers = endpoint.headers(endpoint.alice_key, **{"mcp-protocol-version": MODERN, "mcp-method": "tools/call"})

@@ -2,14 +2,17 @@
 
 Layers, outermost first: RequestTelemetry (correlation id, cold start) -> McpHttpGuard (host, origin,
 405, auth, 415, event-stream hygiene) -> the SDK's stateless Streamable HTTP app (both protocol eras)
--> SDK middleware StrictArguments and ToolCallTelemetry -> the tools generated from the tool table.
+-> SDK middleware StrictArguments, ToolCallTelemetry and ToolListCache -> the tools generated from the tool table.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
+from typing import Any
 
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp_types import Tool as McpTool
 from starlette.types import ASGIApp
@@ -43,6 +46,34 @@ class FixedToolsServer(MCPServer):
         if self._listed is None:
             self._listed = await super().list_tools()
         return self._listed
+
+
+class ToolListCache:
+    """SDK ServerMiddleware, innermost: a tools/list answer is the wire form the SDK produced for the first
+    request with the same protocol version and params. Shaping it is most of a tools/list's time (the SDK
+    validates and dumps every tool's input schema against the version's result surface on each request),
+    and with a fixed tool set it never changes. Only answers the SDK returned are kept, so malformed params
+    still reach the SDK and get its -32602; distinct params beyond `max_entries` are answered uncached."""
+
+    def __init__(self, max_entries: int = 64) -> None:
+        self.max_entries = max_entries
+        self._answers: dict[tuple[str, str], dict[str, Any]] = {}
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method != "tools/list":
+            return await call_next(ctx)
+        try:
+            key = (ctx.protocol_version, json.dumps(ctx.params, sort_keys=True))
+        except (TypeError, ValueError):
+            return await call_next(ctx)
+        cached = self._answers.get(key)
+        if cached is None:
+            result = await call_next(ctx)
+            if not isinstance(result, dict) or len(self._answers) >= self.max_entries:
+                return result
+            self._answers[key] = cached = result
+        # The SDK copies the top level of a returned dict; nothing downstream writes into nested values.
+        return dict(cached)
 
 
 def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str, Tool] = TOOLS) -> ToolBindings:
@@ -115,6 +146,7 @@ def create_app(
             ToolCallTelemetry(
                 CallLogWriter(settings.call_log_stream_name, LazyClient("kinesis", clients)), bindings.input_models
             ),
+            ToolListCache(),
         ],
         log_level="WARNING",
     )
