@@ -225,7 +225,8 @@ class DevStack:
         self.async_invoker.close()
         # An SQS poller finishes the batch it is delivering (its deletes included) within the timeout; one
         # waiting in a long poll delivers nothing more and is left to end with its poll (a daemon thread).
-        self._deliveries.close(timeout=self._longest_timeout() + 5)
+        if not self._deliveries.close(timeout=self._longest_timeout() + 5):
+            log.warning("an SQS batch was still being delivered when the stop gave up waiting for it")
         for thread in self._threads:
             thread.join(timeout=self._longest_timeout() + 5)
         try:
