@@ -98,8 +98,7 @@ def run_dev(args: argparse.Namespace) -> int:
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
-        while not stopping.wait(0.5):
-            pass
+        stopping.wait()  # Ctrl-C interrupts the wait (KeyboardInterrupt); SIGTERM sets the event
     except KeyboardInterrupt:
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the shutdown short

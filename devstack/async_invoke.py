@@ -92,6 +92,7 @@ class AsyncInvoker:
         self._queue: list[_Pending] = []
         self._order = itertools.count()
         self._lock = threading.Condition()
+        self._closed = False  # close(): the stack is stopping
 
     def submit(self, function: str, payload: Any, queued_at: dt.datetime | None = None) -> str:
         """Accept an event (Lambda answers 202 here); returns the request id."""
@@ -120,9 +121,18 @@ class AsyncInvoker:
                 return None
             return max(0.0, (self._queue[0].due - self.clock()).total_seconds())
 
-    def wait_for_work(self, timeout: float) -> None:
+    def wait_for_work(self, timeout: float | None) -> None:
+        """Sleep until an event is due (`timeout`, None: none queued), one is submitted, or close()."""
         with self._lock:
-            self._lock.wait(timeout)
+            self._lock.wait_for(
+                lambda: self._closed or bool(self._queue and self._queue[0].due <= self.clock()), timeout
+            )
+
+    def close(self) -> None:
+        """Wake wait_for_work for good (the stack is stopping)."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
 
     # ------------------------------------------------------------------ internals
     def _attempt(self, pending: _Pending) -> AsyncResult | None:

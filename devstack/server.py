@@ -27,6 +27,7 @@ from botocore.config import Config
 from devstack.async_invoke import AWS_RETRY_DELAYS, AsyncConfig, AsyncInvoker
 from devstack.atomic_items import make_item_operations_atomic
 from devstack.cognito import ClientCredentialsTokens
+from devstack.deliveries import Deliveries
 from devstack.destinations import Destinations
 from devstack.environment import LocalEnvironment
 from devstack.function_errors import FunctionError
@@ -36,6 +37,7 @@ from devstack.lambda_runtime import DEFAULT_BUILD_DIR, LambdaRuntime
 from devstack.logs import PrefixedStream
 from devstack.queue_state import restore_messages, saved_messages
 from devstack.runtime import HandlerImportError
+from devstack.sources.sqs import SqsEventSource
 from devstack.sources.streams import DynamoDBStreamEventSource, KinesisEventSource, StreamEventSource
 from devstack.template import Template, load_template
 from devstack.web import NotAWebFunction, WebFunction
@@ -52,6 +54,7 @@ STATE_VERSION = 2  # state.json: messages with their SQS bookkeeping (1: bodies 
 ACCOUNT_ID, REGION = "123456789012", "us-east-1"  # moto's default account; the stack's one region
 STREAM_POLL_SECONDS = 0.25  # Lambda polls stream shards about 4 times a second
 IDLE_POLL_SECONDS = 10  # with no write to wait for, stream and tap loops still look this often
+TTL_SWEEP_SECONDS = 5  # at most one TTL sweep per this many seconds while items are written
 _RATE = re.compile(r"^rate\((\d+)\s+(minute|minutes|hour|hours|day|days)\)$")
 _UNIT_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
 
@@ -126,7 +129,9 @@ class DevStack:
         self.lambda_url = f"http://{self.options.host}:{self.options.lambda_port}"
         self.notices: list[str] = []
         self.broken_functions: dict[str, str] = {}
-        self._threads: list[threading.Thread] = []
+        self._threads: list[threading.Thread] = []  # joined at the stop
+        self._deliveries = Deliveries()  # SQS pollers' batches: waited for at the stop, not their long polls
+        self._next_ttl_expiry: float | None = None  # the earliest TTL still in the future, as of the last sweep
         self._stopping = threading.Event()
         self._moto: Any = None
         self._saved_environ: dict[str, str | None] = {}
@@ -217,8 +222,12 @@ class DevStack:
             stop_web(web)  # no new MCP requests; the ones under way finish (and are answered) first
         self._stopping.set()
         self.writes.notify()  # wake the loops waiting for a write, so they see the stop at once
+        self.async_invoker.close()
+        # An SQS poller finishes the batch it is delivering (its deletes included) within the timeout; one
+        # waiting in a long poll delivers nothing more and is left to end with its poll (a daemon thread).
+        if not self._deliveries.close(timeout=self._longest_timeout() + 5):
+            log.warning("an SQS batch was still being delivered when the stop gave up waiting for it")
         for thread in self._threads:
-            # A poller finishes the batch it is delivering (its deletes included) within the timeout.
             thread.join(timeout=self._longest_timeout() + 5)
         try:
             self._save_state()
@@ -280,6 +289,7 @@ class DevStack:
         """Delete items whose TTL attribute has passed, as DynamoDB's TTL process does."""
         deleted = 0
         now = self.options.clock().timestamp()
+        next_expiry: float | None = None
         dynamodb = self.client("dynamodb")
         for logical_id, properties in self.environment.stack.active("AWS::DynamoDB::Table").items():
             ttl = properties.get("TimeToLiveSpecification", {})
@@ -290,13 +300,17 @@ class DevStack:
             for page in dynamodb.get_paginator("scan").paginate(TableName=table):
                 for item in page["Items"]:
                     expires = item.get(ttl["AttributeName"], {}).get("N")
-                    if expires is None or float(expires) > now:
+                    if expires is None:
+                        continue
+                    if float(expires) > now:
+                        next_expiry = min(float(expires), next_expiry or float(expires))
                         continue
                     key = {name: item[name] for name in keys}
                     with self._ttl_lock:
                         self._ttl_deleted.add(_key_id(key))
                     dynamodb.delete_item(TableName=table, Key=key)
                     deleted += 1
+        self._next_ttl_expiry = next_expiry
         return deleted
 
     # ------------------------------------------------------------------ wiring
@@ -558,13 +572,19 @@ class DevStack:
                     self.environment.function_logical_id(source.mapping["FunctionName"])
                 )
             for poller in range(pollers):
-                loops.append((f"{logical_id}-{poller}", lambda s=source: s.poll_once(wait=True)))
+                thread = threading.Thread(
+                    target=self._loop,
+                    args=(logical_id, lambda s=source: self._sqs_step(s)),
+                    name=f"devstack-{logical_id}-{poller}",
+                    daemon=True,
+                )
+                thread.start()  # not joined at the stop: see self._deliveries
         for logical_id, stream in self.stream_sources.items():
             loops.append((logical_id, lambda s=stream: self._when_written(s.poll_once, STREAM_POLL_SECONDS)))
         loops.append(("taps", lambda: self._when_written(lambda: sum(self._drain_tap(t) for t in self.taps), 0.5)))
         loops.append(("async", self._async_step))
         loops.append(("schedules", self._schedule_step))
-        loops.append(("ttl", lambda: (self.sweep_ttl(), self._stopping.wait(5))))
+        loops.append(("ttl", self._ttl_step))
         for name, step in loops:
             thread = threading.Thread(target=self._loop, args=(name, step), name=f"devstack-{name}", daemon=True)
             thread.start()
@@ -575,25 +595,48 @@ class DevStack:
             try:
                 step()
             except Exception:
+                if self._stopping.is_set():
+                    return  # the stop closed what the step was using (moto's server, a client)
                 log.exception("event source %s failed; retrying", name)
                 self._stopping.wait(1)
 
-    def _when_written(self, poll: Callable[[], Any], interval: float) -> None:
-        """Poll, then wait for the next write to the stack (at most IDLE_POLL_SECONDS), and at least
-        `interval` between polls: as often as Lambda polls while busy, rarely while nothing happens."""
+    def _when_written(
+        self, poll: Callable[[], Any], interval: float, idle: Callable[[], float | None] = lambda: IDLE_POLL_SECONDS
+    ) -> None:
+        """Poll, then wait for the next write to the stack (at most `idle()` seconds, None: no limit), and at
+        least `interval` between polls: as often as Lambda polls while busy, rarely while nothing happens."""
         generation = self.writes.generation
         poll()
         if not self._stopping.wait(interval):
-            self.writes.wait_after(generation, IDLE_POLL_SECONDS)
+            self.writes.wait_after(generation, idle())
+
+    def _sqs_step(self, source: SqsEventSource) -> None:
+        """Long-poll the queue, then deliver what came unless the stack began stopping meanwhile."""
+        messages = source.receive(wait=True)
+        if messages and self._deliveries.admit():
+            try:
+                source.deliver(messages)
+            finally:
+                self._deliveries.done()
+
+    def _ttl_step(self) -> None:
+        """Sweep, then sleep until the next item expires or a write may have added one."""
+        self._when_written(self.sweep_ttl, TTL_SWEEP_SECONDS, self._until_next_expiry)
+
+    def _until_next_expiry(self) -> float | None:
+        expiry = self._next_ttl_expiry
+        return None if expiry is None else max(0.0, expiry - self.options.clock().timestamp())
 
     def _async_step(self) -> None:
         self.async_invoker.run_due()
-        wait = self.async_invoker.next_due_in()
-        self.async_invoker.wait_for_work(0.5 if wait is None else min(wait, 0.5))
+        self.async_invoker.wait_for_work(self.async_invoker.next_due_in())
 
     def _schedule_step(self) -> None:
+        """Fire what is due, then sleep until the next rate schedule is (a stack without one: until the stop)."""
         self.fire_due()
-        self._stopping.wait(1)
+        now = self.options.clock().timestamp()
+        due = [schedule.next_fire for schedule in self.schedules.values() if schedule.period]
+        self._stopping.wait(max(0.0, min(due) - now) if due else None)
 
     def fire_due(self) -> list[str]:
         """Fire every rate schedule whose time has come; returns the ones fired."""

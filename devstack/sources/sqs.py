@@ -2,6 +2,9 @@
 
 https://docs.aws.amazon.com/lambda/latest/dg/with-sqs.html
 - polls up to BatchSize messages, waiting up to MaximumBatchingWindowInSeconds to fill a batch;
+  an idle queue is long-polled (ReceiveMessage WaitTimeSeconds 20, the maximum:
+  https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/best-practices-setting-up-long-polling.html),
+  so a poller waits in the queue for its next message instead of asking again and again;
 - deletes messages that match no FilterCriteria pattern without invoking the function;
 - an invocation that raises leaves the whole batch on the queue (visible again after the queue's
   visibility timeout); with ReportBatchItemFailures only the reported messages stay, and a
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +28,7 @@ from devstack.function_errors import error_document, error_type
 log = logging.getLogger("devstack.sqs")
 
 MAX_RECEIVE = 10  # ReceiveMessage returns at most 10 messages per call
+LONG_POLL_SECONDS = 20  # ReceiveMessage's longest WaitTimeSeconds
 
 
 @dataclass
@@ -58,7 +63,38 @@ class SqsEventSource:
 
     def poll_once(self, wait: bool = False) -> BatchOutcome:
         """Receive one batch and deliver it. wait=True honours the batching window (long-running mode)."""
-        messages = self._receive_batch(wait)
+        return self.deliver(self.receive(wait))
+
+    def receive(self, wait: bool = False) -> list[dict[str, Any]]:
+        """Without wait: what is visible now. With wait: long-poll for the first message (an empty list
+        when a whole long poll passes without one), then keep gathering until the batch is full or
+        MaximumBatchingWindowInSeconds has passed."""
+        messages: list[dict[str, Any]] = []
+        deadline: float | None = None
+        while len(messages) < self.batch_size:
+            wait_seconds = 0
+            if wait:
+                remaining = LONG_POLL_SECONDS if deadline is None else deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                # WaitTimeSeconds is whole seconds: the window may close up to a second late.
+                wait_seconds = min(LONG_POLL_SECONDS, math.ceil(remaining))
+            received = self.sqs.receive_message(
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=min(MAX_RECEIVE, self.batch_size - len(messages)),
+                WaitTimeSeconds=wait_seconds,
+                AttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
+            messages.extend(received)
+            if not received and (not wait or not messages):
+                break
+            if wait and deadline is None:
+                deadline = time.monotonic() + self.window
+        return messages
+
+    def deliver(self, messages: list[dict[str, Any]]) -> BatchOutcome:
+        """Filter a received batch and invoke the function with what matches, as Lambda does."""
         outcome = BatchOutcome(received=len(messages))
         records = []
         for message in messages:
@@ -94,30 +130,6 @@ class SqsEventSource:
         return outcomes
 
     # ------------------------------------------------------------------ internals
-    def _receive_batch(self, wait: bool) -> list[dict[str, Any]]:
-        """Without wait: what is visible now. With wait: long-poll for the first message, then keep
-        gathering until the batch is full or MaximumBatchingWindowInSeconds has passed."""
-        messages: list[dict[str, Any]] = []
-        deadline: float | None = None
-        while len(messages) < self.batch_size:
-            received = self.sqs.receive_message(
-                QueueUrl=self.queue_url,
-                MaxNumberOfMessages=min(MAX_RECEIVE, self.batch_size - len(messages)),
-                WaitTimeSeconds=1 if wait else 0,
-                AttributeNames=["All"],
-                MessageAttributeNames=["All"],
-            ).get("Messages", [])
-            messages.extend(received)
-            if not wait:
-                if not received:
-                    break
-                continue
-            if messages and deadline is None:
-                deadline = time.monotonic() + self.window
-            if not messages or deadline is None or time.monotonic() >= deadline:
-                break
-        return messages
-
     def _record(self, message: dict[str, Any]) -> dict[str, Any]:
         return {
             "messageId": message["MessageId"],

@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +31,19 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def make_dev(port: int, *options: str) -> subprocess.Popen[str]:
+    """`python -m devstack dev` (what make dev runs) from the repository root, output as text on stdout."""
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.Popen(
+        [sys.executable, "-m", "devstack", "dev", "--port", str(port), *options],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": f"{root / 'layers' / 'shared'}:{root}"},
+    )
 
 
 class ManualClock:
@@ -72,7 +87,7 @@ def start_stack(clock) -> Iterator[Callable[..., DevStack]]:
                     lambda_port=free_port(),
                     web_port=free_port(),
                     template=load_template(template) if template else None,
-                    run_threads=False,
+                    run_threads=options.pop("run_threads", False),  # True: the event sources run as in make dev
                     retry_delays=(0.0,),
                     clock=clock,
                     runtime=runtime,
