@@ -22,7 +22,15 @@ from mcp_backend.api_keys import new_api_key
 from mcp_backend.config import McpSettings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard, _buffered, principal_of
-from mcp_backend.mcp.oauth import EitherAuthenticator, JwksCache, OAuthAuthenticator, TokenPolicy, required_access
+from mcp_backend.mcp.oauth import (
+    EitherAuthenticator,
+    JwksCache,
+    OAuthAuthenticator,
+    TokenPolicy,
+    fetch_url,
+    required_access,
+)
+from mcp_backend.netsafety import is_loopback_host
 from mcp_backend.tools.registry import Access
 
 ISSUER = "https://issuer.example.com/"
@@ -451,3 +459,30 @@ def test_symmetric_or_no_algorithms_are_a_configuration_error(algorithms):
         McpSettings.model_validate({**environment, "OAUTH_ISSUER": ISSUER, "OAUTH_ALGORITHMS": algorithms})
     with pytest.raises(ValidationError):
         McpSettings.model_validate(environment)  # oauth without an issuer
+
+
+@pytest.mark.parametrize("url", ["http://issuer.example/jwks", "http://10.0.0.1/jwks", "ftp://localhost/jwks"])
+def test_the_issuers_urls_are_https_unless_on_loopback(url):
+    """Given an issuer URL in plain http off loopback (or another scheme), when its keys are fetched, then the
+    fetch is refused before any connection is made."""
+    with pytest.raises(ValueError, match="must be https"):
+        fetch_url(url)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("localhost", True),
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("10.0.0.1", False),
+        ("::ffff:10.0.0.1", False),
+        ("issuer.example", False),
+        ("", False),
+    ],
+)
+def test_loopback_hosts_are_localhost_and_loopback_literals(host, loopback):
+    """Given a URL's host, then it is loopback when it names localhost or a loopback address (IPv4-mapped too)."""
+    assert is_loopback_host(host) is loopback

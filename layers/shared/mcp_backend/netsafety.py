@@ -133,6 +133,16 @@ def _is_loopback(address: IPAddress) -> bool:
     return address.is_loopback
 
 
+def is_loopback_host(host: str) -> bool:
+    """`localhost` or a loopback address literal, as a URL names its host (no resolution)."""
+    if host == "localhost":
+        return True
+    try:
+        return _is_loopback(ipaddress.ip_address(host))
+    except ValueError:
+        return False
+
+
 def _resolve(host: str, port: int) -> list[IPAddress]:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)

@@ -17,7 +17,6 @@ Retry-After, logged once per refresh interval. No token, claim value or key mate
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import math
 import threading
@@ -34,6 +33,7 @@ from pydantic import ValidationError
 from mcp_backend.api_keys import API_KEY_PREFIX, Principal
 from mcp_backend.config import McpSettings
 from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
+from mcp_backend.netsafety import is_loopback_host
 from mcp_backend.observability import logger
 from mcp_backend.tools.registry import Access
 
@@ -55,20 +55,11 @@ class JwksUnavailable(AuthenticationUnavailable):
 def fetch_url(url: str, timeout: float = 3.0) -> bytes:
     """GET a JSON document from the authorization server: https only (plain http only on loopback)."""
     parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme != "https" and not (parsed.scheme == "http" and _is_loopback(parsed.hostname or "")):
+    if parsed.scheme != "https" and not (parsed.scheme == "http" and is_loopback_host(parsed.hostname or "")):
         raise ValueError("the issuer's URLs must be https")
     request = urllib.request.Request(url, headers={"accept": "application/json"})  # noqa: S310 - checked above
     with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - scheme checked above
         return response.read(1024 * 1024)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)
