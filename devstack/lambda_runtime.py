@@ -588,8 +588,15 @@ class ExecutionEnvironment:
         return self.process is not None and self.process.poll() is None
 
     def print(self, text: str) -> None:
-        self.output.write(f"{self.prefix}{text}\n")
-        self.output.flush()
+        self._write(f"{self.prefix}{text}\n")
+
+    def _write(self, text: str) -> None:
+        """To the console; one that has been closed (a test's captured output, at its end) gets no more."""
+        try:
+            self.output.write(text)
+            self.output.flush()
+        except ValueError:  # I/O operation on closed file
+            pass
 
     def _wait_exit(self, seconds: float) -> None:
         if self.process is not None:
@@ -604,8 +611,7 @@ class ExecutionEnvironment:
         for raw in self.process.stdout:
             # The RIC writes one multi-line log event with \r between its lines (one CloudWatch event).
             lines = raw.decode(errors="replace").rstrip().split("\r")
-            self.output.write("".join(f"{self.prefix}{line}\n" for line in lines))
-            self.output.flush()
+            self._write("".join(f"{self.prefix}{line}\n" for line in lines))
             self.extensions.emit("function", "\n".join(lines))
         self._output_done.set()
 
