@@ -179,3 +179,21 @@ def test_analyze_dataset_with_an_overlong_host_label_is_a_clear_tool_error(endpo
     assert "UnsafeDatasetUrl: " in text and "63" in text, text
     assert_safe(response)
     assert error_records(caplog) == []
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("name", ["get_job", "no_such_prompt"])
+def test_an_unknown_prompt_is_a_32602_without_an_error_log(endpoint, caplog, era, name):
+    # Given a prompts/get naming a prompt the server does not have (it has none; a tool's name is not one)
+    request = {"jsonrpc": "2.0", "id": 9, "method": "prompts/get", "params": {"name": name, "arguments": {}}}
+
+    # When it is sent
+    response = rpc(endpoint, era, request)
+
+    # Then it is the spec's invalid-params error for an unknown prompt, not an internal error, and nothing
+    # logged an error or a traceback
+    error = last_message(response)["error"]
+    assert error["code"] == -32602, error
+    assert error["message"] == "Unknown prompt"
+    assert_safe(response)
+    assert error_records(caplog) == []

@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, GetPromptResult, InputRequiredResult
 from mcp_types import Tool as McpTool
 from starlette.types import ASGIApp
 
@@ -46,6 +48,15 @@ class FixedToolsServer(MCPServer):
         if self._listed is None:
             self._listed = await super().list_tools()
         return self._listed
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
+    ) -> GetPromptResult | InputRequiredResult:
+        # The SDK raises a plain ValueError for an unknown name, which goes out as an internal error (with a
+        # logged traceback) or as code 0 with the name echoed; the spec's answer is invalid params.
+        if name not in {prompt.name for prompt in await self.list_prompts()}:
+            raise MCPError(INVALID_PARAMS, "Unknown prompt")
+        return await super().get_prompt(name, arguments, context)
 
 
 class ToolListCache:
