@@ -632,21 +632,31 @@ class ExecutionEnvironment:
 
     def _freeze_if_idle(self) -> None:
         with self._freeze_lock:
-            if not self._parked or self.frozen or self._stopped or self.process is None or not self.alive():
+            if not self._idle_now():
+                if self._parked and not self.frozen and not self._stopped and self.alive():
+                    self._arm_freeze()  # not yet at its next event: look again later
                 return
-            # A handler function's runtime waits in invocation/next; behind the web adapter nothing polls
-            # the Runtime API and the app is idle once no request holds the environment.
-            runtime_waits = self.function.exec_wrapper is not None or self.api.waiting.is_set()
-            if not (runtime_waits and self.extensions.ready(self.expected_extensions)):
-                self._arm_freeze()  # not yet at its next event: look again later
-                return
-            self.extensions.flush()  # buffered telemetry reaches the extensions while they still run
+        # Buffered telemetry reaches the extensions while they still run; outside the lock, so a thaw for
+        # the next invocation never waits for a delivery.
+        self.extensions.flush()
+        with self._freeze_lock:
+            if not self._idle_now() or self.process is None:
+                return  # taken for an invocation meanwhile (or stopped)
             try:
                 os.killpg(self.process.pid, signal.SIGSTOP)
             except OSError as error:  # not allowed to signal it here: it stays running, as before
                 log.debug("%s could not be frozen: %s", self.prefix, error)
                 return
             self.frozen = True
+
+    def _idle_now(self) -> bool:
+        """In its pool, not frozen yet, and the runtime and every extension wait for their next event.
+        A handler function's runtime waits in invocation/next; behind the web adapter nothing polls the
+        Runtime API and the app is idle once no request holds the environment."""
+        if not self._parked or self.frozen or self._stopped or not self.alive():
+            return False
+        runtime_waits = self.function.exec_wrapper is not None or self.api.waiting.is_set()
+        return runtime_waits and self.extensions.ready(self.expected_extensions)
 
     def print(self, text: str) -> None:
         self.output.write(f"{self.prefix}{text}\n")
