@@ -13,6 +13,10 @@ environment, started by the runtime's own bootstrap and AWS's Runtime Interface 
 - Each environment's output is prefixed `[LogicalId/env] `; each invocation ends with a REPORT line.
 - Exec-wrapper functions behind the Lambda Web Adapter are started through the wrapper, which runs
   their start script; devstack.web_adapter then plays the adapter's part (readiness check, proxying).
+- An idle environment is frozen (SIGSTOP to its process group: the runtime, its extensions and what a
+  start script launched) and thawed (SIGCONT) before its next event: an invocation, a proxied request or
+  SHUTDOWN. "Lambda freezes the execution environment when the runtime and each extension have completed
+  and there are no pending events" (lambda-runtime-environment.html); here after FREEZE_AFTER_SECONDS.
 
 https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html (lifecycle, init, timeouts)
 https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html (defined runtime variables)
@@ -28,6 +32,7 @@ import math
 import os
 import platform
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -84,6 +89,12 @@ INIT_LIMIT_SECONDS = 10.0
 # The Shutdown phase's limit: 2,000 ms, of which up to 300 ms go to the runtime and the rest to external
 # extensions (runtimes-extensions-api.html, Shutdown phase). Here the runtime is killed at once.
 SHUTDOWN_GRACE_SECONDS = 2.0
+# How long an environment stays idle (back in its pool, the runtime and every extension waiting for their
+# next event) before it is frozen. Lambda freezes at once; the grace lets what an extension does after
+# an invocation (the call-log extension ships a platform.report within about a second) finish while the
+# stack is in use, which on Lambda resumes at the next thaw, and spares back-to-back invocations a
+# freeze and thaw each.
+FREEZE_AFTER_SECONDS = 2.0
 # The sandbox's first process: every external extension in the background, then the runtime in its place.
 _START_EXTENSIONS_THEN_RUNTIME = (
     'for extension in /opt/extensions/*; do [ -f "$extension" ] && [ -x "$extension" ] && "$extension" & done; '
@@ -299,6 +310,10 @@ class ExecutionEnvironment:
         self._root: Path | None = None
         self._output_done = threading.Event()
         self._stopped = False
+        self._freeze_lock = threading.Lock()
+        self._parked = False  # in its pool, waiting for an invocation
+        self._freeze_timer: threading.Timer | None = None
+        self.frozen = False
 
     @property
     def prefix(self) -> str:
@@ -565,6 +580,7 @@ class ExecutionEnvironment:
         if self._stopped:
             return
         self._stopped = True
+        self.thaw()  # a frozen environment gets its SHUTDOWN like a running one
         if self.extensions.extensions and self.process is not None:
             # SHUTDOWN: the runtime goes first, then each extension gets the event and up to 2 s to finish.
             self.end_runtime()
@@ -586,6 +602,61 @@ class ExecutionEnvironment:
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    # ------------------------------------------------------------------ freeze and thaw
+    def park(self) -> None:
+        """The environment is back in its pool: freeze it once it has been idle for FREEZE_AFTER_SECONDS."""
+        with self._freeze_lock:
+            self._parked = True
+            self._arm_freeze()
+
+    def thaw(self) -> None:
+        """Before the environment's next event (an invocation, a request, SHUTDOWN): let it run again."""
+        with self._freeze_lock:
+            self._parked = False
+            if self._freeze_timer is not None:
+                self._freeze_timer.cancel()
+                self._freeze_timer = None
+            if self.frozen and self.process is not None:
+                self.frozen = False
+                try:
+                    os.killpg(self.process.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+
+    def _arm_freeze(self) -> None:
+        self._freeze_timer = threading.Timer(FREEZE_AFTER_SECONDS, self._freeze_if_idle)
+        self._freeze_timer.name = f"freeze-{self.id}"
+        self._freeze_timer.daemon = True
+        self._freeze_timer.start()
+
+    def _freeze_if_idle(self) -> None:
+        with self._freeze_lock:
+            if not self._idle_now():
+                if self._parked and not self.frozen and not self._stopped and self.alive():
+                    self._arm_freeze()  # not yet at its next event: look again later
+                return
+        # Buffered telemetry reaches the extensions while they still run; outside the lock, so a thaw for
+        # the next invocation never waits for a delivery.
+        self.extensions.flush()
+        with self._freeze_lock:
+            if not self._idle_now() or self.process is None:
+                return  # taken for an invocation meanwhile (or stopped)
+            try:
+                os.killpg(self.process.pid, signal.SIGSTOP)
+            except OSError as error:  # not allowed to signal it here: it stays running, as before
+                log.debug("%s could not be frozen: %s", self.prefix, error)
+                return
+            self.frozen = True
+
+    def _idle_now(self) -> bool:
+        """In its pool, not frozen yet, and the runtime and every extension wait for their next event.
+        A handler function's runtime waits in invocation/next; behind the web adapter nothing polls the
+        Runtime API and the app is idle once no request holds the environment."""
+        if not self._parked or self.frozen or self._stopped or not self.alive():
+            return False
+        runtime_waits = self.function.exec_wrapper is not None or self.api.waiting.is_set()
+        return runtime_waits and self.extensions.ready(self.expected_extensions)
 
     def print(self, text: str) -> None:
         self._write(f"{self.prefix}{text}\n")
@@ -736,9 +807,12 @@ class FunctionPool:
 
     def cpu_seconds(self) -> float:
         """CPU time the function's live environments have used (benchmarks)."""
+        return sum(env.cpu_seconds() for env in self.environments())
+
+    def environments(self) -> list[ExecutionEnvironment]:
+        """The function's environments now: busy, idle and frozen ones."""
         with self._condition:
-            environments = list(self._all)
-        return sum(env.cpu_seconds() for env in environments)
+            return list(self._all)
 
     def release_all(self) -> list[ExecutionEnvironment]:
         """Every environment of the function, none idle any more (the caller stops them)."""
@@ -752,6 +826,7 @@ class FunctionPool:
                 while self._idle:
                     env = self._idle.pop()
                     if env.alive():
+                        env.thaw()
                         return env
                     self._forget(env)
                 if self._count < self.function.concurrency:
@@ -782,7 +857,9 @@ class FunctionPool:
         return env
 
     def _release(self, env: ExecutionEnvironment, healthy: bool) -> None:
-        if not healthy:
+        if healthy:
+            env.park()  # before it is idle in the pool: whoever takes it next thaws it
+        else:
             env.stop()
         with self._condition:
             if healthy:

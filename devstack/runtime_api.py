@@ -58,6 +58,7 @@ class RuntimeApi:
         self._invocations: dict[str, Invocation] = {}
         self._lock = threading.Lock()
         self.polling = threading.Event()  # the runtime finished init and asked for work
+        self.waiting = threading.Event()  # the runtime is blocked in invocation/next now
         self.init_error: InitError | None = None
         self.init_failed = threading.Event()
         api = self
@@ -86,7 +87,10 @@ class RuntimeApi:
     # ------------------------------------------------------------------ called by the handler
     def next_invocation(self) -> Invocation | None:
         self.polling.set()
-        return self._pending.get()
+        self.waiting.set()
+        invocation = self._pending.get()
+        self.waiting.clear()
+        return invocation
 
     def finish(self, request_id: str, kind: str, body: bytes, error_type: str | None) -> bool:
         with self._lock:

@@ -35,6 +35,7 @@ from devstack.intrinsics import Unsupported
 from devstack.lambda_api import LambdaApi
 from devstack.lambda_runtime import DEFAULT_BUILD_DIR, LambdaRuntime
 from devstack.logs import PrefixedStream
+from devstack.pollers import PollerGate
 from devstack.queue_state import restore_messages, saved_messages
 from devstack.runtime import HandlerImportError
 from devstack.sources.sqs import SqsEventSource
@@ -130,6 +131,7 @@ class DevStack:
         self.notices: list[str] = []
         self.broken_functions: dict[str, str] = {}
         self._threads: list[threading.Thread] = []  # joined at the stop
+        self._poller_gates: list[PollerGate] = []  # per SQS mapping: one long poll while its queue is idle
         self._deliveries = Deliveries()  # SQS pollers' batches: waited for at the stop, not their long polls
         self._next_ttl_expiry: float | None = None  # the earliest TTL still in the future, as of the last sweep
         self._stopping = threading.Event()
@@ -222,6 +224,8 @@ class DevStack:
             stop_web(web)  # no new MCP requests; the ones under way finish (and are answered) first
         self._stopping.set()
         self.writes.notify()  # wake the loops waiting for a write, so they see the stop at once
+        for gate in self._poller_gates:
+            gate.close()  # SQS pollers waiting for their turn end
         self.async_invoker.close()
         # An SQS poller finishes the batch it is delivering (its deletes included) within the timeout; one
         # waiting in a long poll delivers nothing more and is left to end with its poll (a daemon thread).
@@ -571,10 +575,12 @@ class DevStack:
                 pollers = self.environment.concurrency(
                     self.environment.function_logical_id(source.mapping["FunctionName"])
                 )
+            gate = PollerGate(pollers)
+            self._poller_gates.append(gate)
             for poller in range(pollers):
                 thread = threading.Thread(
                     target=self._loop,
-                    args=(logical_id, lambda s=source: self._sqs_step(s)),
+                    args=(logical_id, lambda s=source, g=gate: self._sqs_step(s, g)),
                     name=f"devstack-{logical_id}-{poller}",
                     daemon=True,
                 )
@@ -610,9 +616,16 @@ class DevStack:
         if not self._stopping.wait(interval):
             self.writes.wait_after(generation, idle())
 
-    def _sqs_step(self, source: SqsEventSource) -> None:
-        """Long-poll the queue, then deliver what came unless the stack began stopping meanwhile."""
-        messages = source.receive(wait=True)
+    def _sqs_step(self, source: SqsEventSource, gate: PollerGate) -> None:
+        """Long-poll the queue when its turn comes, then deliver what came unless the stack began stopping
+        meanwhile."""
+        if not gate.enter():
+            return
+        messages: list[dict[str, Any]] = []
+        try:
+            messages = source.receive(wait=True, on_first=gate.active)
+        finally:
+            gate.leave(received=bool(messages))
         if messages and self._deliveries.admit():
             try:
                 source.deliver(messages)

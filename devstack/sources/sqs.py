@@ -65,10 +65,10 @@ class SqsEventSource:
         """Receive one batch and deliver it. wait=True honours the batching window (long-running mode)."""
         return self.deliver(self.receive(wait))
 
-    def receive(self, wait: bool = False) -> list[dict[str, Any]]:
+    def receive(self, wait: bool = False, on_first: Callable[[], None] | None = None) -> list[dict[str, Any]]:
         """Without wait: what is visible now. With wait: long-poll for the first message (an empty list
         when a whole long poll passes without one), then keep gathering until the batch is full or
-        MaximumBatchingWindowInSeconds has passed."""
+        MaximumBatchingWindowInSeconds has passed. on_first is called when the first messages arrive."""
         messages: list[dict[str, Any]] = []
         deadline: float | None = None
         while len(messages) < self.batch_size:
@@ -91,6 +91,8 @@ class SqsEventSource:
                 break
             if wait and deadline is None:
                 deadline = time.monotonic() + self.window
+                if on_first is not None:
+                    on_first()
         return messages
 
     def deliver(self, messages: list[dict[str, Any]]) -> BatchOutcome:

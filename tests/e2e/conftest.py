@@ -20,7 +20,7 @@ import boto3
 import pytest
 import uvicorn
 
-from devstack.lambda_runtime import DEFAULT_BUILD_DIR, LambdaRuntimeUnavailable
+from devstack.lambda_runtime import DEFAULT_BUILD_DIR, ExecutionEnvironment, LambdaRuntimeUnavailable
 from devstack.server import DevStack, DevStackOptions, PortInUse
 from devstack.template import load_template
 
@@ -31,6 +31,28 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def process_states(env: ExecutionEnvironment) -> list[str]:
+    """The state letter (/proc/<pid>/stat) of every process of the environment's process group."""
+    states = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == env.process.pid and fields[0] != "Z":  # pgrp
+            states.append(fields[0])
+    return states
+
+
+def wait_until(condition, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def make_dev(port: int, *options: str) -> subprocess.Popen[str]:

@@ -13,9 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from devstack import lambda_runtime
 from devstack.function_errors import FunctionError
-from devstack.lambda_runtime import LambdaFunction, LambdaRuntime, LambdaRuntimeUnavailable, prepare_runtime_image
+from devstack.lambda_runtime import (
+    LambdaFunction,
+    LambdaRuntime,
+    LambdaRuntimeUnavailable,
+    prepare_runtime_image,
+)
 from devstack.stack import FunctionSpec
+from tests.e2e.conftest import process_states, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -140,3 +147,29 @@ def test_a_subscription_outside_the_documented_buffering_limits_is_refused(with_
     # Then the subscription was answered 400 with the field named, and the function still ran
     [subscription] = recorder.of("subscribe")
     assert subscription["status"] == 400 and "maxItems" in subscription["answer"]["errorMessage"]
+
+
+def test_an_idle_environment_is_frozen_thawed_for_its_next_invocation_and_still_shut_down(
+    with_extension, recorder, monkeypatch
+):
+    # Given a function whose layer ships an external extension, frozen soon after it goes idle
+    monkeypatch.setattr(lambda_runtime, "FREEZE_AFTER_SECONDS", 0.1)
+    runtime = with_extension()
+    first = runtime.invoke("Probe", {})
+    [env] = runtime.pool("Probe").environments()
+
+    # When it is left idle: then the runtime and the extension (its whole process group) are stopped
+    assert wait_until(lambda: set(process_states(env)) == {"T"}), process_states(env)
+    assert len(process_states(env)) >= 2  # the runtime and the extension
+
+    # When it is invoked again: then the same environment is thawed and answers
+    assert runtime.invoke("Probe", {}) == first
+    assert runtime.pool("Probe").environments() == [env]
+
+    # When it is frozen again and the runtime shuts down: then the extension still gets its SHUTDOWN
+    assert wait_until(lambda: set(process_states(env)) == {"T"}), process_states(env)
+    runtime.shutdown()
+    assert [e["shutdownReason"] for e in recorder.of("event") if e["eventType"] == "SHUTDOWN"] == ["spindown"]
+    assert process_states(env) == []
+    # and the platform reports of both invocations reached it (flushed before each freeze)
+    assert len(recorder.telemetry("platform.report")) == 2

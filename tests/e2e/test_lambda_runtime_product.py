@@ -13,8 +13,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
+from devstack import lambda_runtime
 from devstack.__main__ import banner, issue_dev_keys
 from mcp_backend.jobs.store import JobStore
+from tests.e2e.conftest import process_states, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -43,6 +45,30 @@ def test_mcp_server_starts_from_its_start_script_with_only_what_lambda_provides(
     # Then the app the start script launched answers, with the job tools
     assert response.status_code == 200, response.text
     assert "submit_analysis" in response.text
+
+
+def test_mcp_server_answers_after_its_idle_environment_was_frozen(start_stack, monkeypatch):
+    # Given the product stack in the Lambda runtime, environments frozen soon after they go idle
+    monkeypatch.setattr(lambda_runtime, "FREEZE_AFTER_SECONDS", 0.1)
+    stack = start_stack(runtime="lambda")
+    [key] = issue_dev_keys(stack).values()
+    [web] = stack.web_functions.values()
+    [env] = stack.environment.lambda_runtime.pool(web.spec.logical_id).environments()
+
+    # When McpServer's environment (the start script's uvicorn and the extension) has been frozen
+    assert wait_until(lambda: set(process_states(env)) == {"T"}), process_states(env)
+
+    # Then a request through the Function URL thaws it and the app answers, twice in a row
+    for request_id in (1, 2):
+        response = httpx.post(
+            f"{web.url}/mcp",
+            json={"jsonrpc": "2.0", "id": request_id, "method": "tools/list"},
+            headers={**MCP_HEADERS, "authorization": f"Bearer {key}"},
+            timeout=60,
+        )
+        assert response.status_code == 200, response.text
+        assert "submit_analysis" in response.text
+        assert wait_until(lambda: set(process_states(env)) == {"T"}), process_states(env)
 
 
 def test_every_function_of_the_template_initializes_from_its_build_output(lambda_stack):
