@@ -107,7 +107,7 @@ def cold_starts(runtime: LambdaRuntime, scratch: Path) -> dict[str, tuple[float,
                 pool = FunctionPool(variant_function, runtime.image, io.StringIO())
                 with pool.environment() as env:
                     samples.append(env.init_duration_ms or 0.0)
-                pool.shutdown()
+                _stop(pool)
             medians.append(statistics.median(samples))
         results[logical_id] = (medians[0], medians[1])
     return results
@@ -129,7 +129,7 @@ def extension_cost(runtime: LambdaRuntime, scratch: Path) -> tuple[float, float,
                 samples.append(env.init_duration_ms or 0.0)
                 if variant == layer:
                     memory = max(memory, env.extension_memory_mb())
-            pool.shutdown()
+            _stop(pool)
         results.append(statistics.median(samples))
     return results[0], results[1], memory
 
@@ -156,7 +156,7 @@ def warm_overhead(runtime: LambdaRuntime) -> tuple[float, float]:
     for _ in range(WARM_CALLS):
         pool.invoke({})
     in_lambda = (time.perf_counter() - started) / WARM_CALLS
-    pool.shutdown()
+    _stop(pool)
     local = FunctionRuntime(spec, "us-east-1")
     local.invoke({})
     started = time.perf_counter()
@@ -214,5 +214,11 @@ def drain_seconds(stack: DevStack, runtime: LambdaRuntime, concurrency: int) -> 
         thread.join()
     elapsed = time.perf_counter() - started
     source.invoke = original
-    pool.shutdown()
+    _stop(pool)
     return elapsed
+
+
+def _stop(pool: FunctionPool) -> None:
+    """Every environment of the pool stopped (SHUTDOWN to its extensions), as the stack's stop does."""
+    for env in pool.release_all():
+        env.stop()
