@@ -49,6 +49,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from devstack import procfs
 from devstack.extensions_api import SANDBOX_HOST, ExtensionsApi
 from devstack.function_errors import FunctionError
 from devstack.interpreter import RUNTIME_VERSION, UV, InterpreterNotFound, find_runtime_python
@@ -563,18 +564,18 @@ class ExecutionEnvironment:
     def cpu_seconds(self) -> float:
         """CPU time (user + system) the runtime process has used: the function's own work, without its
         extensions'; 0 once it is gone."""
-        return _cpu_seconds(self.process.pid) if self.process is not None else 0.0
+        return (procfs.cpu_seconds(self.process.pid) or 0.0) if self.process is not None else 0.0
 
     def max_memory_mb(self) -> int:
         """The runtime process's peak resident memory (VmHWM), in MB."""
-        return math.ceil(_peak_rss_kb(self.process.pid) / 1024) if self.process is not None else 0
+        return math.ceil(procfs.peak_rss_kb(self.process.pid) / 1024) if self.process is not None else 0
 
     def extension_memory_mb(self) -> int:
         """Peak resident memory of the environment's other processes (its external extensions), in MB."""
         if self.process is None:
             return 0
-        others = [pid for pid in _group_members(self.process.pid) if pid != self.process.pid]
-        return math.ceil(sum(_peak_rss_kb(pid) for pid in others) / 1024)
+        others = [pid for pid in procfs.group_states(self.process.pid) if pid != self.process.pid]
+        return math.ceil(sum(procfs.peak_rss_kb(pid) for pid in others) / 1024)
 
     def stop(self) -> None:
         if self._stopped:
@@ -711,40 +712,9 @@ def _wait_group_exit(pgid: int, seconds: float) -> None:
     """Wait until no process of the group is left (or the time is up)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if not _group_members(pgid):
+        if not procfs.group_states(pgid):
             return
         time.sleep(0.02)
-
-
-def _peak_rss_kb(pid: int) -> int:
-    """VmHWM of a process (0 once it is gone)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def _cpu_seconds(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-
-
-def _group_members(pgid: int) -> list[int]:
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:  # state, ppid, pgrp
-            members.append(int(stat.parent.name))
-    return members
 
 
 def timeout_document(request_id: str, timeout: int) -> dict[str, Any]:

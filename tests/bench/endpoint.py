@@ -20,6 +20,7 @@ from typing import IO, Any
 import boto3
 import httpx
 
+from devstack.procfs import cpu_seconds
 from tests.bench.load import WARM_UP_REQUESTS
 from tests.bench.measure import RESULTS, ROOT
 from tests.e2e.conftest import free_port, mcp_environment
@@ -99,15 +100,6 @@ def load(url: str, headers: dict[str, str], body: dict[str, Any], cpus: set[int]
     cpu_after = cpu_seconds(server_pid)
     cpu_ms = None if cpu_before is None or cpu_after is None else (cpu_after - cpu_before) / requests * 1000
     return {"phases": json.loads(out.stdout), "server_cpu_ms": cpu_ms}
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """A process's user + system CPU time from /proc (Linux; None elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:

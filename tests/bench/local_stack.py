@@ -4,16 +4,15 @@ it uses at rest in each runtime."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import statistics
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import boto3
 
+from devstack import procfs
 from devstack.template import load_template
 from tests.bench.measure import RESULTS, fresh_interpreter_seconds
 from tests.e2e.conftest import BUILD_DIR, free_port, make_dev
@@ -113,22 +112,16 @@ def tree_cpu_seconds(root: int) -> float:
     """User + system CPU time of a process and all its descendants, live ones and reaped ones (Linux /proc)."""
     parents: dict[int, list[int]] = {}
     times: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    for pid, fields in procfs.all_stat_fields().items():
+        parents.setdefault(int(fields[procfs.PPID]), []).append(pid)
         # utime, stime, and cutime, cstime: the children it has waited for (each counted once, by its parent)
-        times[int(entry.name)] = sum(int(value) for value in fields[11:15])
+        times[pid] = sum(int(fields[field]) for field in (procfs.UTIME, procfs.STIME, procfs.CUTIME, procfs.CSTIME))
     tree, ticks = [root], 0
     while tree:
         pid = tree.pop()
         ticks += times.get(pid, 0)
         tree.extend(parents.get(pid, []))
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return procfs.ticks_to_seconds(ticks)
 
 
 def job_latency(port: int) -> float:

@@ -20,6 +20,7 @@ import boto3
 import pytest
 import uvicorn
 
+from devstack import procfs
 from devstack.lambda_runtime import DEFAULT_BUILD_DIR, ExecutionEnvironment, LambdaRuntimeUnavailable
 from devstack.server import DevStack, DevStackOptions, PortInUse
 from devstack.template import load_template
@@ -35,15 +36,8 @@ def free_port() -> int:
 
 def process_states(env: ExecutionEnvironment) -> list[str]:
     """The state letter (/proc/<pid>/stat) of every process of the environment's process group."""
-    states = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == env.process.pid and fields[0] != "Z":  # pgrp
-            states.append(fields[0])
-    return states
+    assert env.process is not None
+    return list(procfs.group_states(env.process.pid).values())
 
 
 def wait_until(condition, seconds: float = 30.0) -> bool:
