@@ -150,7 +150,7 @@ def test_a_job_slower_than_the_visibility_timeout_is_delivered_once_and_finished
     submit(stack, "job-e2e-warm001")
     stack.settle()
     sqs.set_queue_attributes(QueueUrl=queue_url, Attributes={"VisibilityTimeout": str(visibility)})
-    Dataset.delay_seconds = 2.5 * visibility
+    Dataset.delay_seconds = 1.5 * visibility  # past the visibility timeout, inside FetchPolicy.timeout_seconds
     submit(stack, "job-e2e-slow001", dataset=f"{dataset_server}/slow.csv")
 
     # When the worker runs it while another consumer polls the queue the whole time
