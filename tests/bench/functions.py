@@ -1,7 +1,7 @@
-"""Every function's cold import, each in a fresh interpreter with its template environment and only its
-code and layers on the path: what it loads (top-level packages, for the structural check in
-tests/template/test_bench_figures.py) and how long it takes, against a bare handler that imports boto3
-and creates its one client; and what each ships: its code and each of its layers, unzipped and zipped."""
+"""Every function's cold import, each in a fresh interpreter of the deploy's runtime with its template
+environment and only its built code and layers on the path: what it loads (top-level packages, for the
+structural check in tests/template/test_bench_figures.py) and how long it takes, against a bare handler
+that imports boto3 and creates its one client; and what each ships: its code and each of its layers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import zipfile
 from functools import cache
 from pathlib import Path
@@ -18,7 +17,8 @@ from pathlib import Path
 import boto3
 from moto import mock_aws
 
-from tests.bench.measure import RESULTS, ROOT
+from devstack.interpreter import RUNTIME_VERSION
+from tests.bench.measure import RESULTS, ROOT, DeployedPython
 
 RUNS = 5
 # Packages whose presence says what a function pays for (the MCP stack, the AWS SDK, tracing).
@@ -37,23 +37,19 @@ RUNTIME_NAMES = ("AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", 
 BARE_HANDLER = "import boto3\nclient = boto3.client('sqs')\ndef handler(event, context):\n    return None\n"
 
 
-def _import(module: str, path: list[str], environment: dict[str, str]) -> tuple[float, list[str]]:
-    samples, packages = [], []
-    for _ in range(RUNS):
-        out = subprocess.run(
-            [sys.executable, "-c", PROBE, module],
-            env={"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(path), **environment},
-            cwd="/",
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(f"importing {module} failed: {out.stderr[-2000:]}")
-        found = json.loads(out.stdout.strip().splitlines()[-1])
-        samples.append(found["seconds"])
-        packages = found["packages"]
-    return statistics.median(samples), packages
+def _import(python: Path, module: str, environment: dict[str, str]) -> tuple[float, list[str]]:
+    out = subprocess.run(
+        [str(python), "-c", PROBE, module],
+        env=environment,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"importing {module} failed: {out.stderr[-2000:]}")
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    return found["seconds"], found["packages"]
 
 
 @cache
@@ -87,34 +83,38 @@ def run() -> list[str]:
     with mock_aws():
         stack = LocalStack(boto3.client).create_all()
         specs = [stack.function(logical_id) for logical_id in stack.functions()]
+    deployed = DeployedPython.prepare(stack.template)
     credentials = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
     bare_dir = ROOT / "build" / "bench-bare-handler"
     bare_dir.mkdir(parents=True, exist_ok=True)
     (bare_dir / "bare.py").write_text(BARE_HANDLER)
-    bare, _ = _import("bare", [str(bare_dir)], credentials)
+    bare_environment = deployed.environment(None, [], **credentials)
+    bare_environment["PYTHONPATH"] = f"{bare_dir}{os.pathsep}{bare_environment['PYTHONPATH']}"
 
-    build_dir = Path(os.environ.get("DEVSTACK_BUILD_DIR", ".aws-sam/build-x86_64"))
-    build_dir = build_dir if build_dir.is_absolute() else ROOT / build_dir
+    build_dir = deployed.build_dir
     code_paths = stack.template.code_paths
     by_source = {str(path): logical_id for logical_id, path in code_paths.items()}
-    rows, size_rows, figures = [], [], {}
+    rows, size_rows, figures, bare_samples, imported = [], [], {}, [], {}
     for spec in specs:
-        if spec.handler.endswith(".sh"):
-            module, path = "mcp_backend.mcp.server", [str(d) for d in spec.layer_dirs]
-        else:
-            module = spec.handler.rsplit(".", 1)[0]
-            path = [str(spec.code_dir), *(str(d) for d in spec.layer_dirs)]
-        with function_environment(spec, stack.region):
-            environment = {name: os.environ[name] for name in (*spec.environment, *RUNTIME_NAMES)}
-        seconds, packages = _import(module, path, {**credentials, **environment})
-        loaded = [name for name in WATCHED if name in packages]
+        module = "mcp_backend.mcp.server" if spec.handler.endswith(".sh") else spec.handler.rsplit(".", 1)[0]
         # The stack's own layers, in the function's order (published ones such as the Web Adapter are not ours).
         layer_ids = [by_source[ref] for ref in spec.layer_refs if ref in by_source]
-        shipped = (
-            _shipped(build_dir / spec.logical_id, layer_ids, [build_dir / layer_id for layer_id in layer_ids])
-            if (build_dir / spec.logical_id).is_dir()
-            else None
-        )
+        with function_environment(spec, stack.region):
+            environment = {name: os.environ[name] for name in (*spec.environment, *RUNTIME_NAMES)}
+        samples, packages = [], []
+        for _ in range(RUNS):  # alternate with the baseline, so drift on a shared machine hits both
+            bare_samples.append(_import(deployed.python, "bare", bare_environment)[0])
+            variables = {**credentials, **environment}
+            seconds, packages = _import(
+                deployed.python, module, deployed.environment(spec.logical_id, layer_ids, **variables)
+            )
+            samples.append(seconds)
+        imported[spec.logical_id] = (module, statistics.median(samples), packages, layer_ids)
+    bare = statistics.median(bare_samples)
+    for spec in specs:
+        module, seconds, packages, layer_ids = imported[spec.logical_id]
+        loaded = [name for name in WATCHED if name in packages]
+        shipped = _shipped(build_dir / spec.logical_id, layer_ids, [build_dir / layer_id for layer_id in layer_ids])
         figures[spec.logical_id] = {
             "handler": spec.handler,
             "import_ms": seconds * 1000,
@@ -123,16 +123,15 @@ def run() -> list[str]:
             "imports_mcp": bool(MCP_STACK & set(packages)),
             "shipped": shipped,
         }
-        if shipped is not None:
-            layer_text = ", ".join(
-                f"{layer_id} {shipped['layer_bytes'][layer_id] / MB:.1f} MB "
-                f"({shipped['layer_zipped_bytes'][layer_id] / MB:.1f} zipped)"
-                for layer_id in layer_ids
-            )
-            size_rows.append(
-                f"| {spec.logical_id} | {shipped['code_bytes'] / 1024:.1f} KB | {layer_text} | "
-                f"{shipped['total_bytes'] / MB:.1f} MB ({shipped['total_zipped_bytes'] / MB:.1f} zipped) |"
-            )
+        layer_text = ", ".join(
+            f"{layer_id} {shipped['layer_bytes'][layer_id] / MB:.1f} MB "
+            f"({shipped['layer_zipped_bytes'][layer_id] / MB:.1f} zipped)"
+            for layer_id in layer_ids
+        )
+        size_rows.append(
+            f"| {spec.logical_id} | {shipped['code_bytes'] / 1024:.1f} KB | {layer_text} | "
+            f"{shipped['total_bytes'] / MB:.1f} MB ({shipped['total_zipped_bytes'] / MB:.1f} zipped) |"
+        )
         rows.append(
             f"| {spec.logical_id} | `{module}` | {seconds * 1000:.0f} ms | {seconds / bare:.2f}x | "
             f"{', '.join(loaded) or '-'} |"
@@ -141,16 +140,19 @@ def run() -> list[str]:
     return [
         "## Functions: cold import and what each loads",
         "",
-        f"Each function's handler module (McpServer: its app module) imported in a fresh interpreter with its "
-        f"template environment and only its code and layers on the path, median of {RUNS}; baseline a bare "
-        f"handler that imports boto3 and creates its one client ({bare * 1000:.0f} ms). Loaded: the packages of "
-        f"interest found in `sys.modules` afterwards (the full list is in `docs/benchmarks.json`).",
+        f"Each function's handler module (McpServer: its app module) imported in a fresh interpreter of the "
+        f"deploy's runtime (python{RUNTIME_VERSION}, with the boto3 the runtime provides) with its template "
+        f"environment and only its built code and layers on the path (`{build_dir.relative_to(ROOT)}`, "
+        f".pyc precompiled for that runtime), median of {RUNS}; baseline, alternating with each function's runs: "
+        f"a bare handler that imports boto3 and creates its one client ({bare * 1000:.0f} ms, same runtime). "
+        f"Loaded: the packages of interest found in `sys.modules` afterwards (the full list is in "
+        f"`docs/benchmarks.json`).",
         "",
         "| function | module | cold import | vs bare boto3 handler | loaded |",
         "|---|---|---|---|---|",
         *rows,
         "",
-        f"What each function ships (the build in `{build_dir.relative_to(ROOT)}`, with its .pyc): its code "
+        "What each function ships (the same build, with its .pyc): its code "
         "and each of the stack's layers it lists, unzipped and as deflated zips; published layers (the Web Adapter, "
         "the Parameters and Secrets extension) are not counted.",
         "",

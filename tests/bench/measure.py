@@ -7,9 +7,12 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from devstack.lambda_runtime import check_build, host_architecture, prepare_runtime_image
 from devstack.server import DevStack, DevStackOptions
+from devstack.template import Template
 from tests.e2e.conftest import BUILD_DIR, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,22 +20,57 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def fresh_interpreter_seconds(code: str, runs: int, env: dict[str, str] | None = None) -> float:
     """Median wall time of `code`, each run in a new interpreter (what a cold start pays)."""
-    samples = []
-    for _ in range(runs):
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                f"import time; _t=time.perf_counter()\n{code}\nprint(time.perf_counter()-_t)",
-            ],
-            cwd=ROOT,
-            env={**os.environ, **(env or {})},
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        samples.append(float(out.stdout.strip().splitlines()[-1]))
-    return statistics.median(samples)
+    environment = {**os.environ, **(env or {})}
+    return statistics.median(timed_in_new_interpreter(sys.executable, code, environment) for _ in range(runs))
+
+
+def timed_in_new_interpreter(python: os.PathLike[str] | str, code: str, env: dict[str, str]) -> float:
+    """Wall time of `code` in a new interpreter, from its first line (the interpreter's own start excluded)."""
+    out = subprocess.run(
+        [str(python), "-c", f"import time; _t=time.perf_counter()\n{code}\nprint(time.perf_counter()-_t)"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{python} failed: {out.stderr[-2000:]}")
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+@dataclass(frozen=True)
+class DeployedPython:
+    """Where cold imports are measured: the deploy's runtime (python3.13, the local Lambda runtime's
+    interpreter, with the packages the runtime provides: boto3) importing the build output, its .pyc
+    precompiled for that runtime, in Lambda's module path order: function code, each layer's python/, then
+    the runtime's own packages. What ships, loaded the way Lambda loads it, not the sources in the dev venv."""
+
+    python: Path
+    provided: Path
+    build_dir: Path
+
+    @classmethod
+    def prepare(cls, template: Template) -> DeployedPython:
+        check_build(BUILD_DIR, host_architecture(), template.code_paths)
+        image = prepare_runtime_image()
+        return cls(image.python, image.provided_packages, BUILD_DIR if BUILD_DIR.is_absolute() else ROOT / BUILD_DIR)
+
+    def environment(self, code: str | None, layer_ids: list[str], **variables: str) -> dict[str, str]:
+        """A new interpreter's environment: the module path below, and no .pyc written: Lambda's code and
+        layers are read-only, so what the build did not precompile is compiled again on every cold start."""
+        return {
+            "PATH": os.environ["PATH"],
+            "PYTHONPATH": self.module_path(code, layer_ids),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **variables,
+        }
+
+    def module_path(self, code: str | None, layer_ids: list[str]) -> str:
+        """PYTHONPATH for a function's code folder in the build and its layers, or for layers alone."""
+        folders = [self.build_dir / code] if code else []
+        folders += [self.build_dir / layer_id / "python" for layer_id in layer_ids]
+        return os.pathsep.join(str(folder) for folder in [*folders, self.provided])
 
 
 def per_item_seconds(fn, items: int, repeats: int = 3) -> float:
