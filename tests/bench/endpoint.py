@@ -147,7 +147,7 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
     environment = mcp_environment(local, SSE_KEEPALIVE_SECONDS="15")
     key = add_api_key(client("secretsmanager"), environment["API_KEYS_SECRET_ID"], "bench-user", "pro")
 
-    ours_port, stock_port = free_port(), free_port()
+    ours_port = free_port()
     base_env = {
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
         "HOME": os.environ.get("HOME", "/tmp"),
@@ -171,19 +171,25 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
         preexec_fn=pinned(server_cpus),
     )
     processes.append(ours)
-    stock = subprocess.Popen(
-        uvicorn_command("tests.bench.stock_app:create_app", stock_port),
-        cwd=ROOT,
-        env={**base_env, "PYTHONPATH": str(ROOT)},
-        stdout=logs("stock"),
-        stderr=subprocess.STDOUT,
-        preexec_fn=pinned(server_cpus),
-    )
-    processes.append(stock)
+    # The stock app twice: with its defaults (the baseline), and answering JSON (what the event stream costs).
+    stock_servers: dict[str, tuple[subprocess.Popen, int]] = {}
+    for name, factory in (("stock", "create_app"), ("stock_json", "create_json_app")):
+        port = free_port()
+        process = subprocess.Popen(
+            uvicorn_command(f"tests.bench.stock_app:{factory}", port),
+            cwd=ROOT,
+            env={**base_env, "PYTHONPATH": str(ROOT)},
+            stdout=logs(name),
+            stderr=subprocess.STDOUT,
+            preexec_fn=pinned(server_cpus),
+        )
+        processes.append(process)
+        stock_servers[name] = (process, port)
     wait_for(ours_port, ours, "/healthz")
-    wait_for(stock_port, stock)
+    for process, port in stock_servers.values():
+        wait_for(port, process)
 
-    ours_url, stock_url = f"http://127.0.0.1:{ours_port}/mcp", f"http://127.0.0.1:{stock_port}/mcp"
+    ours_url = f"http://127.0.0.1:{ours_port}/mcp"
     ours_headers = {**HEADERS, **ADAPTER_HEADERS, "authorization": f"Bearer {key}"}
     cases = {
         "tools/list": (LIST, LIST),
@@ -191,9 +197,10 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
     }
     results: dict[str, Any] = {}
     for case, (ours_body, stock_body) in cases.items():
-        runs: dict[str, list[dict[str, Any]]] = {"ours": [], "stock": []}
-        for _ in range(ROUNDS):  # alternate, so drift on a shared machine hits both
-            runs["stock"].append(load(stock_url, HEADERS, stock_body, client_cpus, stock.pid))
+        runs: dict[str, list[dict[str, Any]]] = {"ours": [], **{name: [] for name in stock_servers}}
+        for _ in range(ROUNDS):  # alternate, so drift on a shared machine hits every server
+            for name, (process, port) in stock_servers.items():
+                runs[name].append(load(f"http://127.0.0.1:{port}/mcp", HEADERS, stock_body, client_cpus, process.pid))
             runs["ours"].append(load(ours_url, ours_headers, ours_body, client_cpus, ours.pid))
         results[case] = {name: _best([r["phases"] for r in rounds]) for name, rounds in runs.items()}
         results[case]["server_cpu_ms"] = {name: _least_cpu(rounds) for name, rounds in runs.items()}
@@ -254,4 +261,22 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
         ours_cpu, stock_cpu = runs["server_cpu_ms"]["ours"], runs["server_cpu_ms"]["stock"]
         if ours_cpu and stock_cpu:
             lines.append(f"| `{case}` | {ours_cpu:.2f} ms | {stock_cpu:.2f} ms | {stock_cpu / ours_cpu:.2f}x |")
+    lines += [
+        "",
+        "What the event stream costs: the same stock app with `json_response=True` (each result one "
+        "`application/json` body instead of an SSE stream), measured in the same rounds. Ours answers every "
+        'request with a result as an event stream (README, "Streaming"), like the stock app\'s default.',
+        "",
+        "| request | phase | JSON req/s | SSE req/s | ratio | JSON CPU / request | SSE CPU / request |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for case, runs in results.items():
+        json_cpu, stock_cpu = runs["server_cpu_ms"]["stock_json"], runs["server_cpu_ms"]["stock"]
+        cpu = f"{json_cpu:.2f} ms | {stock_cpu:.2f} ms" if json_cpu and stock_cpu else "- | -"
+        for answered, stock in zip(runs["stock_json"], runs["stock"], strict=True):
+            phase = "sequential" if stock["connections"] == 1 else f"{stock['connections']} connections"
+            lines.append(
+                f"| `{case}` | {phase} | {answered['rps']:.0f} | {stock['rps']:.0f} | "
+                f"{answered['rps'] / stock['rps']:.2f}x | {cpu} |"
+            )
     return [*lines, ""]
