@@ -92,13 +92,10 @@ def run() -> list[str]:
     bare_environment["PYTHONPATH"] = f"{bare_dir}{os.pathsep}{bare_environment['PYTHONPATH']}"
 
     build_dir = deployed.build_dir
-    code_paths = stack.template.code_paths
-    by_source = {str(path): logical_id for logical_id, path in code_paths.items()}
     rows, size_rows, figures, bare_samples, imported = [], [], {}, [], {}
     for spec in specs:
         module = "mcp_backend.mcp.server" if spec.handler.endswith(".sh") else spec.handler.rsplit(".", 1)[0]
-        # The stack's own layers, in the function's order (published ones such as the Web Adapter are not ours).
-        layer_ids = [by_source[ref] for ref in spec.layer_refs if ref in by_source]
+        layer_ids = deployed.layer_ids(spec.layer_refs)
         with function_environment(spec, stack.region):
             environment = {name: os.environ[name] for name in (*spec.environment, *RUNTIME_NAMES)}
         samples, packages = [], []

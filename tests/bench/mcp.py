@@ -56,8 +56,7 @@ def run() -> list[str]:
 
     # Both in the deploy's runtime with the built layers (.pyc precompiled), alternating runs.
     deployed = DeployedPython.prepare(local.stack.template)
-    by_source = {str(path): logical_id for logical_id, path in local.stack.template.code_paths.items()}
-    layer_ids = [by_source[ref] for ref in spec.layer_refs if ref in by_source]
+    layer_ids = deployed.layer_ids(spec.layer_refs)
     app_env = deployed.environment(
         spec.logical_id, layer_ids, **{name: environment[name] for name in spec.environment}, AWS_REGION="us-east-1"
     )

@@ -7,6 +7,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,16 +50,26 @@ class DeployedPython:
     python: Path
     provided: Path
     build_dir: Path
+    code_paths: dict[str, Path]
 
     @classmethod
     def prepare(cls, template: Template) -> DeployedPython:
         check_build(BUILD_DIR, host_architecture(), template.code_paths)
         image = prepare_runtime_image()
-        return cls(image.python, image.provided_packages, BUILD_DIR if BUILD_DIR.is_absolute() else ROOT / BUILD_DIR)
+        build_dir = BUILD_DIR if BUILD_DIR.is_absolute() else ROOT / BUILD_DIR
+        return cls(image.python, image.provided_packages, build_dir, dict(template.code_paths))
+
+    def layer_ids(self, layer_refs: Sequence[str]) -> list[str]:
+        """The stack's own layers among a function's, in its order (published ones, such as the Web Adapter,
+        are not ours and not in the build)."""
+        by_source = {str(path): logical_id for logical_id, path in self.code_paths.items()}
+        return [by_source[ref] for ref in layer_refs if ref in by_source]
 
     def environment(self, code: str | None, layer_ids: list[str], **variables: str) -> dict[str, str]:
         """A new interpreter's environment: the module path below, and no .pyc written: Lambda's code and
-        layers are read-only, so what the build did not precompile is compiled again on every cold start."""
+        layers are read-only (/tmp is the writable directory: "Lambda isolation technologies",
+        https://docs.aws.amazon.com/whitepapers/latest/security-overview-aws-lambda/lambda-isolation-technologies.html),
+        so what the build did not precompile is compiled again on every cold start."""
         return {
             "PATH": os.environ["PATH"],
             "PYTHONPATH": self.module_path(code, layer_ids),
