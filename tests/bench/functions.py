@@ -88,8 +88,7 @@ def run() -> list[str]:
     bare_dir = ROOT / "build" / "bench-bare-handler"
     bare_dir.mkdir(parents=True, exist_ok=True)
     (bare_dir / "bare.py").write_text(BARE_HANDLER)
-    bare_environment = deployed.environment(None, [], **credentials)
-    bare_environment["PYTHONPATH"] = f"{bare_dir}{os.pathsep}{bare_environment['PYTHONPATH']}"
+    bare_environment = deployed.environment(bare_dir, [], **credentials)
 
     build_dir = deployed.build_dir
     rows, size_rows, figures, bare_samples, imported = [], [], {}, [], {}
@@ -103,7 +102,7 @@ def run() -> list[str]:
             bare_samples.append(_import(deployed.python, "bare", bare_environment)[0])
             variables = {**credentials, **environment}
             seconds, packages = _import(
-                deployed.python, module, deployed.environment(spec.logical_id, layer_ids, **variables)
+                deployed.python, module, deployed.environment(build_dir / spec.logical_id, layer_ids, **variables)
             )
             samples.append(seconds)
         imported[spec.logical_id] = (module, statistics.median(samples), packages, layer_ids)

@@ -57,11 +57,9 @@ def run() -> list[str]:
     # Both in the deploy's runtime with the built layers (.pyc precompiled), alternating runs.
     deployed = DeployedPython.prepare(local.stack.template)
     layer_ids = deployed.layer_ids(spec.layer_refs)
-    app_env = deployed.environment(
-        spec.logical_id, layer_ids, **{name: environment[name] for name in spec.environment}, AWS_REGION="us-east-1"
-    )
-    stock_env = deployed.environment(None, layer_ids)
-    stock_env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{stock_env['PYTHONPATH']}"
+    variables = {name: environment[name] for name in spec.environment}
+    app_env = deployed.environment(deployed.build_dir / spec.logical_id, layer_ids, **variables, AWS_REGION="us-east-1")
+    stock_env = deployed.environment(ROOT, layer_ids)
     ours_samples, stock_samples = [], []
     for _ in range(RUNS):
         stock_samples.append(timed_in_new_interpreter(deployed.python, STOCK_APP_BUILD, stock_env))

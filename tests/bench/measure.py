@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from devstack.lambda_runtime import check_build, host_architecture, prepare_runtime_image
+from devstack.lambda_runtime import check_build, host_architecture, layer_dirs_for, prepare_runtime_image
 from devstack.server import DevStack, DevStackOptions
 from devstack.template import Template
 from tests.e2e.conftest import BUILD_DIR, free_port
@@ -60,28 +60,25 @@ class DeployedPython:
         return cls(image.python, image.provided_packages, build_dir, dict(template.code_paths))
 
     def layer_ids(self, layer_refs: Sequence[str]) -> list[str]:
-        """The stack's own layers among a function's, in its order (published ones, such as the Web Adapter,
-        are not ours and not in the build)."""
-        by_source = {str(path): logical_id for logical_id, path in self.code_paths.items()}
-        return [by_source[ref] for ref in layer_refs if ref in by_source]
+        """The stack's own layers among a function's, in its order: the ones built into the build folder
+        (published ones, such as the Web Adapter, are not ours)."""
+        dirs = layer_dirs_for(list(layer_refs), self.build_dir, self.code_paths)
+        return [folder.name for folder in dirs if folder.parent == self.build_dir]
 
-    def environment(self, code: str | None, layer_ids: list[str], **variables: str) -> dict[str, str]:
-        """A new interpreter's environment: the module path below, and no .pyc written: Lambda's code and
-        layers are read-only (/tmp is the writable directory: "Lambda isolation technologies",
+    def environment(self, first: Path | None, layer_ids: list[str], **variables: str) -> dict[str, str]:
+        """A new interpreter's environment. Module path: `first` (a function's code folder in the build), each
+        layer's python/, the runtime's packages. No .pyc written: Lambda's code and layers are read-only (/tmp
+        is the writable directory: "Lambda isolation technologies",
         https://docs.aws.amazon.com/whitepapers/latest/security-overview-aws-lambda/lambda-isolation-technologies.html),
         so what the build did not precompile is compiled again on every cold start."""
+        folders = [first] if first else []
+        folders += [self.build_dir / layer_id / "python" for layer_id in layer_ids]
         return {
             "PATH": os.environ["PATH"],
-            "PYTHONPATH": self.module_path(code, layer_ids),
+            "PYTHONPATH": os.pathsep.join(str(folder) for folder in [*folders, self.provided]),
             "PYTHONDONTWRITEBYTECODE": "1",
             **variables,
         }
-
-    def module_path(self, code: str | None, layer_ids: list[str]) -> str:
-        """PYTHONPATH for a function's code folder in the build and its layers, or for layers alone."""
-        folders = [self.build_dir / code] if code else []
-        folders += [self.build_dir / layer_id / "python" for layer_id in layer_ids]
-        return os.pathsep.join(str(folder) for folder in [*folders, self.provided])
 
 
 def per_item_seconds(fn, items: int, repeats: int = 3) -> float:

@@ -38,7 +38,9 @@ def run() -> list[str]:
     # A fresh interpreter of the deploy's runtime with the function's declared environment imports the built
     # app.py the way the runtime does: its code and layer on the module path, nothing of devstack or moto loaded.
     deployed = DeployedPython.prepare(environment.stack.template)
-    worker_env = deployed.environment(spec.logical_id, deployed.layer_ids(spec.layer_refs), **spec.environment)
+    worker_env = deployed.environment(
+        deployed.build_dir / spec.logical_id, deployed.layer_ids(spec.layer_refs), **spec.environment
+    )
     boto3_env = deployed.environment(None, [])
     imports, boto3_imports = [], []
     for _ in range(RUNS):  # alternating, so drift on a shared machine hits both
