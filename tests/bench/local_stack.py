@@ -15,7 +15,7 @@ import boto3
 from devstack import procfs
 from devstack.template import load_template
 from tests.bench.measure import RESULTS, fresh_interpreter_seconds
-from tests.e2e.conftest import BUILD_DIR, free_port, make_dev
+from tests.e2e.conftest import BUILD_DIR, start_make_dev
 
 STARTS = 3
 JOBS = 3
@@ -29,15 +29,11 @@ def run() -> list[str]:
     window = load_template().resource("ToolWorkerJobQueueMapping")["Properties"]["MaximumBatchingWindowInSeconds"]
     starts, latencies = [], []
     for attempt in range(STARTS):
-        port = free_port()
         started = time.perf_counter()
-        process = make_dev(port)
+        process, port, line = start_make_dev()
         try:
-            assert process.stdout is not None
-            for line in process.stdout:
-                if "local stack ready" in line:
-                    starts.append(time.perf_counter() - started)
-                    break
+            assert "local stack ready" in line, line
+            starts.append(time.perf_counter() - started)
             if attempt == 0:
                 latencies = [job_latency(port) for _ in range(JOBS)]
         finally:
@@ -89,12 +85,9 @@ def run() -> list[str]:
 
 def idle_cpu_seconds(runtime: str) -> tuple[float | None, str]:
     """CPU seconds of a fresh `make dev RUNTIME=runtime` process tree over IDLE_SECONDS at rest."""
-    process = make_dev(free_port(), "--runtime", runtime, "--build-dir", str(BUILD_DIR), "--parameter", QUIET_PROBES)
+    process, _, line = start_make_dev("--runtime", runtime, "--build-dir", str(BUILD_DIR), "--parameter", QUIET_PROBES)
     try:
         assert process.stdout is not None
-        for line in process.stdout:
-            if "local stack ready" in line or line.startswith("error:"):
-                break
         if "local stack ready" not in line:
             return None, line.strip()
         # Drain the output meanwhile: a full pipe would block the stack's writes and stall it.

@@ -4,6 +4,7 @@ environment against the local stack (moto is active in-process, so the server th
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import socket
@@ -47,6 +48,40 @@ def wait_until(condition, seconds: float = 30.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def free_port_block(count: int = 3) -> int:
+    """The first of `count` consecutive loopback ports that are free now (make dev takes port, port+1 and
+    port+2)."""
+    while True:
+        port = free_port()
+        with contextlib.ExitStack() as probes:
+            try:
+                for offset in range(1, count):
+                    probe = probes.enter_context(socket.socket())
+                    probe.bind(("127.0.0.1", port + offset))
+            except OSError:
+                continue
+            return port
+
+
+def start_make_dev(*options: str) -> tuple[subprocess.Popen[str], int, str]:
+    """`python -m devstack dev` started on free ports and read up to its banner or its error line: the
+    process, its AWS endpoint port and that line. Ports probed free can be taken before the stack binds
+    them (the machine's other connections take ephemeral ports too): then it starts again on fresh ones."""
+    for attempt in range(3):
+        port = free_port_block()
+        process = make_dev(port, *options)
+        assert process.stdout is not None
+        line = ""
+        for line in process.stdout:
+            if "local stack ready" in line or line.startswith("error:"):
+                break
+        if "already in use" in line and attempt < 2:
+            process.wait(timeout=60)
+            continue
+        return process, port, line
+    raise AssertionError("unreachable")
 
 
 def make_dev(port: int, *options: str) -> subprocess.Popen[str]:

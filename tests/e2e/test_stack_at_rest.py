@@ -11,7 +11,7 @@ import pytest
 
 from devstack.sources.sqs import LONG_POLL_SECONDS
 from mcp_backend.jobs.store import JobStore
-from tests.e2e.conftest import BUILD_DIR, PRODUCT_RUNTIME, free_port, make_dev
+from tests.e2e.conftest import BUILD_DIR, PRODUCT_RUNTIME, start_make_dev
 
 pytestmark = pytest.mark.e2e
 
@@ -59,12 +59,8 @@ def test_a_stop_does_not_wait_for_the_pollers_long_polls(start_stack):
 
 def test_ctrl_c_stops_make_dev_at_rest_and_exits_cleanly():
     # Given `python -m devstack dev` (what make dev runs) started and at rest
-    process = make_dev(free_port(), "--runtime", PRODUCT_RUNTIME, "--build-dir", str(BUILD_DIR))
+    process, _, line = start_make_dev("--runtime", PRODUCT_RUNTIME, "--build-dir", str(BUILD_DIR))
     try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if "local stack ready" in line or "error:" in line:
-                break
         assert "local stack ready" in line, line
         time.sleep(SETTLE_SECONDS)
 
