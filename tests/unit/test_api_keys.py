@@ -71,8 +71,8 @@ def test_the_secret_is_read_through_the_extension_with_the_session_token(monkeyp
         def log_message(self, *args):
             pass
 
-    port = free_port()
-    server = http.server.HTTPServer(("127.0.0.1", port), Extension)
+    server = http.server.HTTPServer(("127.0.0.1", 0), Extension)
+    port = server.server_address[1]
     threading.Thread(target=server.handle_request, daemon=True).start()
     monkeypatch.setenv("AWS_SESSION_TOKEN", "session-token-xyz")
 

@@ -15,7 +15,7 @@ from devstack import interpreter
 from devstack.interpreter import InterpreterNotFound, find_runtime_python
 from devstack.lambda_runtime import LambdaRuntimeUnavailable, check_build
 from devstack.template import ROOT
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import free_port_block
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_no_python313_anywhere_says_how_to_get_one(monkeypatch, tmp_path):
 def test_make_dev_with_the_lambda_runtime_and_no_build_stops_with_one_line_and_status_2(tmp_path):
     # Given no build where the Lambda runtime is told to look
     # When the local stack is started with the Lambda runtime
-    command = ["dev", "--port", str(free_port()), "--runtime", "lambda", "--build-dir", str(tmp_path)]
+    command = ["dev", "--port", str(free_port_block()), "--runtime", "lambda", "--build-dir", str(tmp_path)]
     result = subprocess.run(
         [sys.executable, "-m", "devstack", *command],
         cwd=ROOT,
