@@ -22,10 +22,8 @@ import httpx
 from devstack.cognito import machine_clients
 from devstack.lambda_runtime import DEFAULT_BUILD_DIR, LambdaRuntimeUnavailable
 from devstack.redrive import redrive_running_stack
+from devstack.running import announce, running_stack, withdraw
 from devstack.server import DevStack, DevStackOptions, PortInUse, install_log_prefixes
-from devstack.template import ROOT
-
-RUNNING_FILE = ROOT / ".devstack" / "running.json"  # how `make invoke` and `make fire` find the stack
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,8 +90,7 @@ def run_dev(args: argparse.Namespace) -> int:
         return 2
     ready_seconds = time.perf_counter() - started
     dev_keys = issue_dev_keys(stack)
-    RUNNING_FILE.parent.mkdir(exist_ok=True)
-    RUNNING_FILE.write_text(json.dumps({"aws": stack.aws_url, "lambda": stack.lambda_url}))
+    announce(stack.aws_url, stack.lambda_url)
     print(banner(stack, ready_seconds, dev_keys), flush=True)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
@@ -103,7 +100,7 @@ def run_dev(args: argparse.Namespace) -> int:
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the shutdown short
     print("\nstopping the local stack ...", flush=True)
-    RUNNING_FILE.unlink(missing_ok=True)
+    withdraw()
     stack.stop()
     print("stopped.", flush=True)
     return 0
@@ -201,18 +198,6 @@ def runtime_line(stack: DevStack) -> str:
         else "emulated paths (no namespaces: read-only code unproven)"
     )
     return f"lambda: {stack.options.build_dir} in {where}, awslambdaric, {runtime.image.python}"
-
-
-def running_stack() -> dict[str, str] | None:
-    """The running `make dev` stack's endpoints, if one answers."""
-    if not RUNNING_FILE.exists():
-        return None
-    endpoints = json.loads(RUNNING_FILE.read_text())
-    try:
-        httpx.get(f"{endpoints['lambda']}/devstack/health", timeout=2).raise_for_status()
-    except httpx.HTTPError:
-        return None
-    return endpoints
 
 
 def fire_schedule(schedule: str) -> int:

@@ -13,6 +13,11 @@ import sys
 from pathlib import Path
 
 import boto3
+from moto import mock_aws
+
+from devstack.environment import LocalEnvironment
+from devstack.running import running_stack
+from devstack.runtime import HandlerImportError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,16 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault(name, value)
     event = json.loads(args.event.read_text())
 
-    from devstack.__main__ import running_stack
-
     endpoints = running_stack()
     if endpoints is not None:
         return invoke_running(endpoints, args.function, event)
-
-    from moto import mock_aws
-
-    from devstack.environment import LocalEnvironment
-    from devstack.runtime import HandlerImportError
 
     with mock_aws():
         environment = LocalEnvironment(boto3.client)

@@ -40,6 +40,7 @@ from devstack.queue_state import restore_messages, saved_messages
 from devstack.runtime import HandlerImportError
 from devstack.sources.sqs import SqsEventSource
 from devstack.sources.streams import DynamoDBStreamEventSource, KinesisEventSource, StreamEventSource
+from devstack.sqs_move_task import MotoServerWithMoveTasks
 from devstack.template import Template, load_template
 from devstack.web import NotAWebFunction, WebFunction
 from devstack.web import serve as serve_web
@@ -150,8 +151,6 @@ class DevStack:
     def start(self) -> DevStack:
         for port in (self.options.aws_port, self.options.lambda_port, self.options.web_port):
             _require_free(self.options.host, port)
-        from devstack.sqs_move_task import MotoServerWithMoveTasks
-
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call is noise
         make_item_operations_atomic()
         self._moto = MotoServerWithMoveTasks(ip_address=self.options.host, port=self.options.aws_port, verbose=False)

@@ -1,13 +1,16 @@
-"""The shared package's import graph: no cycles between modules or between its top-level parts, and no
-first-party import hidden inside a function (where it could hide a cycle) unless it is there for cold start."""
+"""First-party import graphs: in the shared package and in the local stack, no cycles between modules, and
+no first-party import hidden inside a function (where it could hide a cycle) unless it is there for cold
+start; in the shared package, no cycles between its top-level parts either."""
 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "layers" / "shared" / "mcp_backend"
 # Imported in a function so a cold start that never fetches over https skips httpx.
 _EXTENSION = "mcp_backend.telemetry_extension.__main__"
 LAZY_FOR_COLD_START = {
@@ -21,34 +24,45 @@ LAZY_FOR_COLD_START = {
 }
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+@dataclass
+class Package:
+    """A first-party package's modules and the imports between them."""
+
+    directory: Path
+    modules: dict[str, Path] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.modules = {self.module_name(path): path for path in self.directory.rglob("*.py")}
+
+    def module_name(self, path: Path) -> str:
+        parts = path.relative_to(self.directory.parent).with_suffix("").parts
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    def imports_of(self, module: str) -> list[tuple[str, bool]]:
+        """(imported first-party module, imported inside a function) for every import statement."""
+        found: list[tuple[str, bool]] = []
+
+        def visit(node: ast.AST, in_function: bool) -> None:
+            for child in ast.iter_child_nodes(node):
+                nested = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+                if isinstance(child, ast.Import):
+                    found.extend((alias.name, nested) for alias in child.names)
+                elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                    for alias in child.names:
+                        candidate = f"{child.module}.{alias.name}"
+                        found.append((candidate if candidate in self.modules else child.module, nested))
+                visit(child, nested)
+
+        visit(ast.parse(self.modules[module].read_text()), False)
+        return [(name, nested) for name, nested in found if name in self.modules and name != module]
+
+    def graph(self) -> dict[str, set[str]]:
+        return {module: {name for name, _ in self.imports_of(module)} for module in self.modules}
 
 
-MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
-
-
-def imports_of(module: str) -> list[tuple[str, bool]]:
-    """(imported first-party module, imported inside a function) for every import statement."""
-    found: list[tuple[str, bool]] = []
-
-    def visit(node: ast.AST, in_function: bool) -> None:
-        for child in ast.iter_child_nodes(node):
-            nested = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
-            if isinstance(child, ast.Import):
-                found.extend((alias.name, nested) for alias in child.names)
-            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
-                for alias in child.names:
-                    candidate = f"{child.module}.{alias.name}"
-                    found.append((candidate if candidate in MODULES else child.module, nested))
-            visit(child, nested)
-
-    visit(ast.parse(MODULES[module].read_text()), False)
-    return [(name, nested) for name, nested in found if name in MODULES and name != module]
-
-
-GRAPH = {module: {name for name, _ in imports_of(module)} for module in MODULES}
+SHARED = Package(ROOT / "layers" / "shared" / "mcp_backend")
+LOCAL_STACK = Package(ROOT / "devstack")
+PACKAGES = pytest.mark.parametrize("package", [SHARED, LOCAL_STACK], ids=["mcp_backend", "devstack"])
 
 
 def part(module: str) -> str:
@@ -88,27 +102,29 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_module_imports_itself_through_others():
+@PACKAGES
+def test_no_module_imports_itself_through_others(package: Package):
     # Given every first-party import, at module level or inside a function
     # When the module graph is searched for cycles
     # Then there are none
-    assert cycles(GRAPH) == []
+    assert cycles(package.graph()) == []
 
 
-def test_no_two_parts_of_the_package_import_each_other():
+def test_no_two_parts_of_the_shared_package_import_each_other():
     # Given the graph between the package's top-level parts (jobs, tools, mcp, probes, monitor, ...)
     parts: dict[str, set[str]] = {}
-    for module, targets in GRAPH.items():
+    for module, targets in SHARED.graph().items():
         parts.setdefault(part(module), set()).update(part(t) for t in targets if part(t) != part(module))
 
     # Then no part depends on itself through another
     assert cycles(parts) == []
 
 
-def test_first_party_imports_are_at_module_level():
+@PACKAGES
+def test_first_party_imports_are_at_module_level(package: Package):
     # Given the imports made inside functions
     hidden = {
-        (module, name) for module in MODULES for name, nested in imports_of(module) if nested
+        (module, name) for module in package.modules for name, nested in package.imports_of(module) if nested
     } - LAZY_FOR_COLD_START
 
     # Then none is first-party, except the ones a cold start must not pay for
