@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from tests.unit.test_import_graph import MODULES, ROOT
+from tests.unit.test_import_graph import ROOT, SHARED
 
 OWNERS = {"mcp_backend.jobs.store": "JobTable", "mcp_backend.monitor.table": "MonitorTable"}
 MONITOR_OWNER = "mcp_backend.monitor.table"
@@ -27,7 +27,10 @@ DYNAMODB_OPERATIONS = {
 PAGINATED_OPERATIONS = {"query", "scan"}
 # MonitorTable's keys and its index: what a direct read or write of the table would need.
 MONITOR_KEY_NAMES = {"key", "endpoint_item", "ENDPOINT_SORT_KEY", "ENDPOINTS_BY_OWNER_INDEX"}
-SOURCES = {**MODULES, **{f"functions.{path.parent.name}": path for path in (ROOT / "functions").glob("*/app.py")}}
+SOURCES = {
+    **SHARED.modules,
+    **{f"functions.{path.parent.name}": path for path in (ROOT / "functions").glob("*/app.py")},
+}
 
 
 def trees() -> dict[str, ast.AST]:
