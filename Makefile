@@ -1,13 +1,15 @@
 # One entry point for developers and CI. Needs only Python 3.11+ and the package registries:
 # uv is bootstrapped into .tools/, the test environment comes from uv.lock, and aws-sam-cli
-# (which pins its own boto3) lives in an isolated uv tool environment.
+# (which pins its own boto3) and checkov live in isolated uv tool environments.
 SHELL := /bin/bash
 PYTHON ?= python3
 TOOLS := $(CURDIR)/.tools
 UV := $(TOOLS)/bin/uv
 SAM := $(TOOLS)/bin/sam
+CHECKOV := $(TOOLS)/bin/checkov
 UV_VERSION := 0.13.8
 SAM_CLI_VERSION := 1.170.0
+CHECKOV_VERSION := 3.3.30
 RUN := $(UV) run --frozen --no-sync
 export UV_TOOL_DIR := $(TOOLS)/uv-tools
 export UV_TOOL_BIN_DIR := $(TOOLS)/bin
@@ -53,6 +55,9 @@ $(SAM): | $(UV)
 
 sam-cli: $(SAM)
 
+$(CHECKOV): | $(UV)
+	$(UV) tool install --quiet checkov==$(CHECKOV_VERSION)
+
 env: $(UV)
 	$(UV) sync --frozen --quiet
 
@@ -71,7 +76,7 @@ build/expanded-template.json: template.yaml env
 
 expanded: build/expanded-template.json
 
-lint: env $(SAM) build/expanded-template.json
+lint: env $(SAM) $(CHECKOV) build/expanded-template.json
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) mypy
@@ -80,6 +85,7 @@ lint: env $(SAM) build/expanded-template.json
 	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- build/expanded-template.json
 	$(RUN) cfn-lint -- deploy/github-oidc-role.yaml
 	$(SAM) validate --lint --template template.yaml --region us-east-1
+	$(CHECKOV) --config-file .checkov.yaml --file template.yaml --file build/expanded-template.json
 
 # The end-to-end suite runs the product's functions in the Lambda runtime: the host-architecture build
 # in Lambda-shaped sandboxes, through AWS's Runtime Interface Client (README "The local stack").
