@@ -67,7 +67,7 @@ def run() -> list[str]:
             for event in batches():
                 for record in event["Records"]:
                     job = json.loads(record["body"])
-                    tool(job["input"], ToolContext(user_id=job["userId"]))
+                    tool(job["input"], ToolContext(tool_name=job["tool"], user_id=job["userId"]))
 
         # Warm: the handler imports the layer inside its own environment first (Powertools reads its
         # namespace and service from it when the module loads), then the bare loop uses the same modules.

@@ -265,7 +265,15 @@ def test_a_slow_tool_gets_keepalives_and_a_raising_tool_still_closes_its_stream(
         time.sleep(float(TEST_KEEPALIVE_SECONDS) * 4)
         raise RuntimeError("secret-bearing internal detail")
 
-    broken = Tool("analyze_dataset", "test double", registry.TOOLS["analyze_dataset"].input_model, silent_then_broken)
+    original = registry.TOOLS["analyze_dataset"]
+    broken = Tool(
+        name="analyze_dataset",
+        description="test double",
+        input_model=original.input_model,
+        run=silent_then_broken,
+        access=original.access,
+        services=original.services,
+    )
     monkeypatch.setitem(registry.TOOLS, "analyze_dataset", broken)
     call = {
         "jsonrpc": "2.0",

@@ -8,7 +8,7 @@ import pytest
 from pydantic import Field
 
 from mcp_backend.tools.context import StrictInput, ToolContext
-from mcp_backend.tools.registry import TOOLS, Mode, Tool
+from mcp_backend.tools.registry import TOOLS, Access, Mode, Tool
 from tests.e2e.conftest import mcp_client
 
 pytestmark = pytest.mark.e2e
@@ -26,7 +26,15 @@ def test_a_throwaway_tool_added_by_one_entry_is_listed_submitted_run_by_the_work
     endpoint_factory, monkeypatch
 ):
     # Given one new entry in the tool table, runnable as a job
-    tool = Tool("count_words", "Count the words of a text.", CountWordsInput, count_words, mode=Mode.JOB)
+    tool = Tool(
+        name="count_words",
+        description="Count the words of a text.",
+        input_model=CountWordsInput,
+        run=count_words,
+        access=Access.SUBMIT,
+        services=frozenset(),
+        mode=Mode.JOB,
+    )
     monkeypatch.setitem(TOOLS, tool.name, tool)
     endpoint = endpoint_factory()
 

@@ -18,7 +18,6 @@ from mcp_backend.jobs.errors import InvalidCursor
 from mcp_backend.jobs.models import JobMessage
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.mcp.server import tool_bindings
-from mcp_backend.tools.context import ToolContext
 from mcp_backend.tools.registry import TOOLS
 from tests.conftest import load_event
 
@@ -87,8 +86,9 @@ def newest_first(listed: list[str], batches: list[set[str]]) -> bool:
 
 def list_failed(local, user: str, **arguments) -> dict:
     settings = load_settings(McpSettings, local.stack.function("McpServer").environment)
-    jobs = tool_bindings(settings, AwsClients(boto3.client)).jobs
-    return TOOLS["list_failed_jobs"](arguments, ToolContext(user_id=user, jobs=jobs))
+    tool = TOOLS["list_failed_jobs"]
+    services = tool_bindings(settings, AwsClients(boto3.client)).services
+    return tool(arguments, services.context_for(tool, user))
 
 
 def every_page(local, user: str, limit: int) -> list[dict]:

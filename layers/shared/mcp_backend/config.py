@@ -22,25 +22,41 @@ class Settings(BaseModel):
     environment: str = "dev"
 
 
-class WorkerSettings(Settings):
+class ToolSettings(Settings):
+    """What tools may be given wherever they run (mcp_backend.tools.services builds it): the endpoint and
+    the worker both read these. A service whose variable is absent is not built, and a tool that declares it
+    stops the function at start."""
+
     job_table_name: str
+    job_queue_url: str
+    job_dead_letter_queue_url: str
+    # The same template parameter sets the function's Timeout and this value: a job's enqueue claim
+    # outlives the request that took it (see JobQueues.enqueue_claim_seconds).
+    function_timeout_seconds: int = Field(default=120, gt=0)
+    job_result_page_bytes: int = Field(default=256 * 1024, ge=64, le=4 * 1024 * 1024)  # far below the 20 MB stream cap
+    # Registered probe endpoints (register_endpoint, list_endpoints, endpoint_status).
+    monitor_table_name: str = ""
+    # Only the local stack sets this: register_endpoint accepts loopback (no other private address) and http.
+    probe_allow_loopback_hosts: bool = False
+    # endpoint_status reports uptime over this many seconds of probe results.
+    probe_uptime_window_seconds: int = Field(default=86400, gt=0)
+    dataset_max_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
+    # Only the local stack sets this: the fetcher may reach loopback (no other private address) and plain http.
+    dataset_allow_loopback_hosts: bool = False
+    call_log_stream_name: str
+
+
+class WorkerSettings(ToolSettings):
     idempotency_table_name: str
     # The same template parameter sets the function's Timeout and this value.
     function_timeout_seconds: int = Field(gt=0)
     # The same template parameter sets the queue's RedrivePolicy.maxReceiveCount and this value.
     job_max_receive_count: int = Field(gt=0)
-    # The worker extends running jobs' messages on JobQueue and sends permanent failures to its DLQ.
-    job_queue_url: str
-    job_dead_letter_queue_url: str
     # The same mapping entry sets JobQueue's VisibilityTimeout and this value.
     job_queue_visibility_timeout_seconds: int = Field(gt=0, le=43200)
     # Records of one batch that run at once (their I/O overlaps); 1 runs them one after another.
     record_concurrency: int = Field(default=10, ge=1, le=10)
     idempotency_ttl_seconds: int = Field(default=86400, gt=0)
-    dataset_max_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
-    # Only the local stack sets this: the fetcher may reach loopback (no other private address) and plain http.
-    dataset_allow_loopback_hosts: bool = False
-    call_log_stream_name: str
 
 
 class StreamConsumerSettings(Settings):
@@ -70,22 +86,9 @@ class DriftDetectorSettings(MonitorStreamSettings):
     call_log_stream_name: str
 
 
-class McpSettings(Settings):
+class McpSettings(ToolSettings):
     """The McpServer function's environment (template.yaml sets every variable)."""
 
-    job_table_name: str
-    # Registered probe endpoints (register_endpoint, list_endpoints, endpoint_status).
-    monitor_table_name: str = ""
-    # Only the local stack sets this: register_endpoint accepts loopback (no other private address) and http.
-    probe_allow_loopback_hosts: bool = False
-    # endpoint_status reports uptime over this many seconds of probe results.
-    probe_uptime_window_seconds: int = Field(default=86400, gt=0)
-    job_queue_url: str
-    job_dead_letter_queue_url: str
-    # The same template parameter sets the function's Timeout and this value: a job's enqueue claim
-    # outlives the request that took it (see JobQueues.enqueue_claim_seconds).
-    function_timeout_seconds: int = Field(default=120, gt=0)
-    call_log_stream_name: str
     api_keys_secret_id: str
     # apikey: bearer API keys only; oauth: JWT access tokens only; both: either (mcp_backend.mcp.auth).
     auth_mode: Literal["apikey", "oauth", "both"] = "apikey"
@@ -114,9 +117,6 @@ class McpSettings(Settings):
     api_keys_cache_seconds: float = Field(default=300.0, ge=0)
     # The Parameters and Secrets extension listens here when its layer is attached; absent locally.
     parameters_secrets_extension_http_port: int = 2773
-    job_result_page_bytes: int = Field(default=256 * 1024, ge=64, le=4 * 1024 * 1024)  # far below the 20 MB stream cap
-    dataset_max_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
-    dataset_allow_loopback_hosts: bool = False
 
     @staticmethod
     def _split(value: str) -> list[str]:

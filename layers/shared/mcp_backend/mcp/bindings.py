@@ -32,15 +32,15 @@ from mcp_backend.jobs.service import MAX_BATCH_ITEMS, JobsService, JobSubmission
 from mcp_backend.mcp.guard import principal_of
 from mcp_backend.netsafety import UnsafeUrl
 from mcp_backend.observability import logger
-from mcp_backend.tools.context import ProgressCallback, StrictInput, ToolContext
+from mcp_backend.tools.context import ProgressCallback, StrictInput
 from mcp_backend.tools.errors import ToolError
 from mcp_backend.tools.registry import Access, Tool
+from mcp_backend.tools.services import MissingToolService, ToolServices
 from mcp_backend.validation import describe_validation_error
 
 # Failures whose type and message are written to be shown to the caller.
 REPORTED_ERRORS = (ToolError, JobRequestError, UnsafeUrl)
 T = TypeVar("T")
-ContextFor = Callable[[str, ProgressCallback | None], ToolContext]
 
 
 def reported(call: Callable[..., T], *args: Any) -> T:
@@ -114,18 +114,20 @@ class Binding:
     description: str
     input_model: type[BaseModel]  # what StrictArguments enforces on the whole call
     call: Callable[..., Any]
-    access: Access = Access.SUBMIT
+    access: Access
     schema_model: type[BaseModel] | None = None  # the published inputSchema, when stricter than input_model
 
 
 class ToolBindings:
     """The MCP surface of a tool table. Tools are looked up by name when called, so the table is the truth."""
 
-    def __init__(self, table: Mapping[str, Tool], jobs: JobsService, context_for: ContextFor) -> None:
+    def __init__(self, table: Mapping[str, Tool], services: ToolServices) -> None:
         self.table = table
-        self.jobs = jobs
-        self.context_for = context_for
+        self.services = services
         jobbed = [tool for tool in table.values() if tool.runs_as_job]
+        if jobbed and services.jobs is None:
+            raise MissingToolService("McpServer: job tools are submitted through the jobs service (JOB_TABLE_NAME)")
+        self.jobs: JobsService = services.jobs  # type: ignore[assignment]
         self.bindings: list[Binding] = []
         for tool in jobbed:
             self.bindings.extend(self._submit_bindings(tool))
@@ -159,8 +161,9 @@ class ToolBindings:
                 def progress(fraction: float, message: str) -> None:
                     anyio.from_thread.run(ctx.report_progress, min(max(fraction, 0.0), 1.0), 1.0, message)
 
-            context = self.context_for(principal.user_id, progress)
-            result = await anyio.to_thread.run_sync(reported, self.table[name], arguments, context)
+            current = self.table[name]
+            context = self.services.context_for(current, principal.user_id, progress)
+            result = await anyio.to_thread.run_sync(reported, current, arguments, context)
             if streams_progress:
                 await ctx.report_progress(1.0, 1.0, "done")
             return result
@@ -193,6 +196,7 @@ class ToolBindings:
                 f"Queue {article} {tool.name} job; returns {{jobId, status}}. Pass callId to make it idempotent.",
                 one,
                 _with_signature(submit, one),
+                Access.SUBMIT,
             ),
             Binding(
                 tool.submit_many_name,
@@ -200,6 +204,7 @@ class ToolBindings:
                 "(an invalid item is its own error; the others are queued).",
                 many,
                 _with_signature(submit_many, many),
+                Access.SUBMIT,
                 schema_model=submit_many_model(tool, one),
             ),
         ]

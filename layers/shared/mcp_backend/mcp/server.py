@@ -23,17 +23,13 @@ from mcp_backend.api_keys import SecretReader
 from mcp_backend.aws import AwsClients, ClientFactory, LazyClient
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import McpSettings, load_settings
-from mcp_backend.jobs.service import JobQueues, JobsService
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 from mcp_backend.mcp.oauth import EitherAuthenticator, OAuthAuthenticator
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
-from mcp_backend.monitor.table import MonitorTable
-from mcp_backend.probes.registry import EndpointRegistry
-from mcp_backend.tools.context import ProgressCallback, ToolContext
-from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.registry import TOOLS, Tool
+from mcp_backend.tools.services import ToolServices
 
 SERVER_NAME = "mcp-backend"
 
@@ -88,34 +84,10 @@ class ToolListCache:
 
 
 def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str, Tool] = TOOLS) -> ToolBindings:
-    """The table's MCP tools, with the services the endpoint gives them (AWS clients built on first use)."""
-    jobs = JobsService(
-        JobQueues(
-            job_table_name=settings.job_table_name,
-            job_queue_url=settings.job_queue_url,
-            job_dead_letter_queue_url=settings.job_dead_letter_queue_url,
-            result_page_bytes=settings.job_result_page_bytes,
-            enqueue_claim_seconds=settings.function_timeout_seconds + 5,
-        ),
-        clients,
-    )
-    endpoints = EndpointRegistry(MonitorTable.from_settings(settings, LazyClient("dynamodb", clients)))
-    policy = FetchPolicy(
-        max_bytes=settings.dataset_max_bytes, allow_loopback_hosts=settings.dataset_allow_loopback_hosts
-    )
-
-    def context_for(user_id: str, progress: ProgressCallback | None) -> ToolContext:
-        return ToolContext(
-            user_id=user_id,
-            fetch_policy=policy,
-            progress=progress,
-            jobs=jobs,
-            endpoints=endpoints,
-            allow_loopback_endpoints=settings.probe_allow_loopback_hosts,
-            uptime_window_seconds=settings.probe_uptime_window_seconds,
-        )
-
-    return ToolBindings(table, jobs, context_for)
+    """The table's MCP tools, with the services each declares (AWS clients built on first use)."""
+    services = ToolServices.from_settings(settings, clients)
+    services.require([tool for tool in table.values() if tool.runs_sync], "McpServer")
+    return ToolBindings(table, services)
 
 
 def create_app(

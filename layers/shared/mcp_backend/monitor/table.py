@@ -59,6 +59,11 @@ class MonitorTable:
         self._client = client_or_lazy(client, "dynamodb")
         self._sleep = sleep
 
+    @staticmethod
+    def is_configured(settings: MonitorTableSettings) -> bool:
+        """The function's environment names the table (only the functions that use it have it)."""
+        return bool(settings.monitor_table_name)
+
     @classmethod
     def from_settings(
         cls, settings: MonitorTableSettings, client: Any = None, sleep: Callable[[float], None] = time.sleep

@@ -1,5 +1,6 @@
-"""What a tool may use besides its input. The worker gives job tools the caller and the fetch policy; the
-MCP endpoint also gives its synchronous tools a progress sink, the jobs service and the endpoint registry."""
+"""What a tool may use besides its input: the caller, the fetch policy, on the endpoint a progress sink, and
+the services it declares in the tool table (built by mcp_backend.tools.services, the same on the endpoint
+and in the worker)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from mcp_backend.jobs.service import JobsService
 from mcp_backend.probes.registry import EndpointRegistry
 from mcp_backend.tools.dataset_stream import FetchPolicy
+from mcp_backend.tools.errors import ToolError
 
 ProgressCallback = Callable[[float, str], None]
 
@@ -21,8 +23,14 @@ class StrictInput(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
 
+class ServiceNotDeclared(ToolError):
+    """A tool reached for a service it does not declare in the tool table: a wiring bug that every retry
+    would hit again, so the job fails at once (permanent) instead of being retried into the DLQ."""
+
+
 @dataclass(frozen=True)
 class ToolContext:
+    tool_name: str
     user_id: str
     fetch_policy: FetchPolicy = field(default_factory=FetchPolicy)
     progress: ProgressCallback | None = None
@@ -33,11 +41,11 @@ class ToolContext:
     uptime_window_seconds: int = 86400
 
     def job_service(self) -> JobsService:
-        if self.jobs is None:  # a tool that reads jobs runs on the endpoint only; reaching here is a wiring bug
-            raise RuntimeError("this tool needs the jobs service")
+        if self.jobs is None:
+            raise ServiceNotDeclared(f"tool {self.tool_name!r} does not declare the jobs service")
         return self.jobs
 
     def endpoint_registry(self) -> EndpointRegistry:
         if self.endpoints is None:
-            raise RuntimeError("this tool needs the endpoint registry")
+            raise ServiceNotDeclared(f"tool {self.tool_name!r} does not declare the endpoints service")
         return self.endpoints

@@ -1,9 +1,11 @@
 """The tool table: every tool the backend offers, declared once. The MCP endpoint's tools
 (mcp_backend.mcp.bindings) and the worker's (mcp_backend.tools.worker) are generated from it.
 
-Adding a tool: a module with a strict input model and a `run(request, ctx)` function, plus one entry in
-TOOLS below. A tool that runs as a job also gets two MCP tools that submit it (one, and up to 100 at once),
-and the worker runs it; its results are read back with get_job.
+Adding a tool (docs/adding-a-tool.md): a module with a strict input model and a `run(request, ctx)` function,
+plus one entry in TOOLS below. Every entry says what it may do (`access`: there is no default, so a tool that
+writes cannot slip in as a read) and which services it uses (`services`: it gets those and no others, on the
+endpoint and in the worker alike). A tool that runs as a job also gets two MCP tools that submit it (one, and
+up to 100 at once), and the worker runs it; its results are read back with get_job.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from mcp_backend.tools import analyze_dataset, endpoints, job_results
 from mcp_backend.tools.context import ToolContext
 from mcp_backend.tools.errors import InvalidToolInput
+from mcp_backend.tools.services import Service
 from mcp_backend.validation import describe_validation_error
 
 
@@ -28,25 +31,28 @@ class Mode(StrEnum):
 
 
 class Access(StrEnum):
-    """What an OAuth caller needs to call a tool: the scope <prefix>read or <prefix>submit."""
+    """What an OAuth caller needs to call a tool: the scope <prefix>read or <prefix>submit (API keys carry
+    both). A tool that writes anything, queues work or spends compute on the caller's behalf is SUBMIT."""
 
-    READ = "read"  # reads the caller's own jobs and endpoints
+    READ = "read"  # only reads the caller's own jobs and endpoints
     SUBMIT = "submit"  # queues or runs work, or writes (every submit tool is SUBMIT)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Tool:
     name: str
     description: str
     input_model: type[BaseModel]
     run: Callable[[Any, ToolContext], dict[str, Any]]
+    # Required, no default: the scope its synchronous MCP tool needs; submitting it as a job always needs SUBMIT.
+    access: Access
+    # Required, no default: what it uses besides its input (an empty set for a tool that needs none).
+    services: frozenset[Service]
     mode: Mode = Mode.SYNC
     # The MCP tools that submit it as a job (one, many); default submit_<name> and submit_<name>_batch.
     submit_names: tuple[str, str] | None = None
     # Synchronous calls send progress notifications ("started" before run, "done" after, and the tool's own).
     streams_progress: bool = False
-    # The scope its synchronous MCP tool needs (API keys carry every scope); submitting a job needs SUBMIT.
-    access: Access = Access.READ
 
     @property
     def runs_sync(self) -> bool:
@@ -84,6 +90,8 @@ TOOLS: dict[str, Tool] = {
             ),
             input_model=job_results.GetJobInput,
             run=job_results.get_job,
+            access=Access.READ,
+            services=frozenset({Service.JOBS}),
         ),
         Tool(
             name="list_failed_jobs",
@@ -92,6 +100,8 @@ TOOLS: dict[str, Tool] = {
             ),
             input_model=job_results.ListFailedJobsInput,
             run=job_results.list_failed_jobs,
+            access=Access.READ,
+            services=frozenset({Service.JOBS}),
         ),
         Tool(
             name="analyze_dataset",
@@ -102,6 +112,7 @@ TOOLS: dict[str, Tool] = {
             submit_names=("submit_analysis", "submit_analyses"),
             streams_progress=True,
             access=Access.SUBMIT,  # fetches and computes on the endpoint
+            services=frozenset(),
         ),
         Tool(
             name="register_endpoint",
@@ -109,18 +120,23 @@ TOOLS: dict[str, Tool] = {
             input_model=endpoints.RegisterEndpointInput,
             run=endpoints.register_endpoint,
             access=Access.SUBMIT,
+            services=frozenset({Service.ENDPOINTS}),
         ),
         Tool(
             name="list_endpoints",
             description="Your registered MCP endpoints (serverId, name, url).",
             input_model=endpoints.ListEndpointsInput,
             run=endpoints.list_endpoints,
+            access=Access.READ,
+            services=frozenset({Service.ENDPOINTS}),
         ),
         Tool(
             name="endpoint_status",
             description="One endpoint's latest probe, uptime over the window and last schema change.",
             input_model=endpoints.EndpointStatusInput,
             run=endpoints.endpoint_status,
+            access=Access.READ,
+            services=frozenset({Service.ENDPOINTS}),
         ),
     )
 }

@@ -19,6 +19,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAl
 from aws_lambda_powertools.utilities.parser import parse
 from pydantic import ValidationError
 
+from mcp_backend.aws import AwsClients
 from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import WorkerSettings
@@ -33,10 +34,9 @@ from mcp_backend.jobs.models import JobError, JobMessage
 from mcp_backend.jobs.queue import JobQueueMessages, job_type_of
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.observability import logger, tool_invocation
-from mcp_backend.tools.context import ToolContext
-from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.errors import ToolError
-from mcp_backend.tools.registry import TOOLS, Tool
+from mcp_backend.tools.registry import TOOLS, Tool, job_tools
+from mcp_backend.tools.services import ToolServices
 from mcp_backend.validation import describe_validation_error
 
 RECORD_LOG_KEYS = ["message_id", "attempt", "job_id", "tool", "correlation_id"]
@@ -75,14 +75,14 @@ class JobWorker:
         idempotency_client: Any = None,
         call_log: CallLogWriter | None = None,
         queue: JobQueueMessages | None = None,
+        services: ToolServices | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.tools = TOOLS if tools is None else tools
-        self.fetch_policy = FetchPolicy(
-            max_bytes=settings.dataset_max_bytes,
-            allow_loopback_hosts=settings.dataset_allow_loopback_hosts,
-        )
+        # Built as the endpoint builds them; a job tool declaring a service this function lacks stops the start.
+        self.services = services or ToolServices.from_settings(settings, AwsClients())
+        self.services.require(job_tools(self.tools), "ToolWorker")
         self.call_log = call_log or CallLogWriter(settings.call_log_stream_name)
         # Keyed on the job id (required), validated against the user: a reused id fails.
         self._run_once = RunOnce(
@@ -178,7 +178,7 @@ class JobWorker:
         self.store.mark_running(job, attempt)
         started = time.monotonic()
         with tool_invocation(job.tool):
-            result = tool(job.input, ToolContext(user_id=job.user_id, fetch_policy=self.fetch_policy))
+            result = tool(job.input, self.services.context_for(tool, job.user_id))
         self.store.mark_succeeded(job, result)
         # Inside the run-once body: a redelivered, already completed job logs no second call.
         self._log_call(job, CallLogEventType.TOOL_CALL, started)

@@ -1,0 +1,109 @@
+"""The services a tool may declare, built by one factory for both places tools run: the MCP endpoint
+(synchronous tools, and the submit tools of job tools) and ToolWorker (job tools).
+
+A tool gets exactly the services it declares: an undeclared one is a permanent `ServiceNotDeclared`
+when the tool reaches for it. A declared service that a function cannot build (its environment lacks
+the table or queue) stops that function at start, naming the tool, the service and the variable, so a
+wiring mistake is a failed cold start and a failed contract test, never a job retried into the DLQ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from mcp_backend.aws import AwsClients, LazyClient
+from mcp_backend.config import ToolSettings
+from mcp_backend.jobs.service import JobQueues, JobsService
+from mcp_backend.monitor.table import MonitorTable
+from mcp_backend.probes.registry import EndpointRegistry
+from mcp_backend.tools.context import ProgressCallback, ToolContext
+from mcp_backend.tools.dataset_stream import FetchPolicy
+
+
+class Service(StrEnum):
+    """What a tool can be given besides its input and the caller."""
+
+    JOBS = "jobs"  # the caller's jobs: JobTable and the job queues
+    ENDPOINTS = "endpoints"  # the caller's registered probe endpoints: MonitorTable
+
+
+# The environment variable each service is built from, for the error that names what is missing.
+SERVICE_VARIABLES = {Service.JOBS: "JOB_TABLE_NAME", Service.ENDPOINTS: "MONITOR_TABLE_NAME"}
+
+
+class DeclaredTool(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def services(self) -> frozenset[Service]: ...
+
+
+class MissingToolService(RuntimeError):
+    """A tool declares a service this function's environment cannot build."""
+
+
+@dataclass(frozen=True)
+class ToolServices:
+    """The services of one function, built once; AWS clients are created on first use."""
+
+    fetch_policy: FetchPolicy
+    jobs: JobsService | None = None
+    endpoints: EndpointRegistry | None = None
+    allow_loopback_endpoints: bool = False
+    uptime_window_seconds: int = 86400
+
+    @classmethod
+    def from_settings(cls, settings: ToolSettings, clients: AwsClients) -> ToolServices:
+        jobs = None
+        if settings.job_table_name and settings.job_queue_url and settings.job_dead_letter_queue_url:
+            queues = JobQueues(
+                job_table_name=settings.job_table_name,
+                job_queue_url=settings.job_queue_url,
+                job_dead_letter_queue_url=settings.job_dead_letter_queue_url,
+                result_page_bytes=settings.job_result_page_bytes,
+                # A job's enqueue claim outlives the request that took it.
+                enqueue_claim_seconds=settings.function_timeout_seconds + 5,
+            )
+            jobs = JobsService(queues, clients)
+        endpoints = None
+        if MonitorTable.is_configured(settings):
+            endpoints = EndpointRegistry(MonitorTable.from_settings(settings, LazyClient("dynamodb", clients)))
+        return cls(
+            fetch_policy=FetchPolicy(
+                max_bytes=settings.dataset_max_bytes, allow_loopback_hosts=settings.dataset_allow_loopback_hosts
+            ),
+            jobs=jobs,
+            endpoints=endpoints,
+            allow_loopback_endpoints=settings.probe_allow_loopback_hosts,
+            uptime_window_seconds=settings.probe_uptime_window_seconds,
+        )
+
+    def available(self) -> frozenset[Service]:
+        built = {Service.JOBS: self.jobs, Service.ENDPOINTS: self.endpoints}
+        return frozenset(service for service, instance in built.items() if instance is not None)
+
+    def require(self, tools: Iterable[DeclaredTool], function: str) -> None:
+        """Raises MissingToolService for the first tool that declares a service this function lacks."""
+        available = self.available()
+        for tool in tools:
+            for service in sorted(tool.services - available):
+                raise MissingToolService(
+                    f"{function}: tool {tool.name!r} declares the {service} service, but the function's "
+                    f"environment has no {SERVICE_VARIABLES[service]} (docs/adding-a-tool.md)"
+                )
+
+    def context_for(self, tool: DeclaredTool, user_id: str, progress: ProgressCallback | None = None) -> ToolContext:
+        """What `tool` may use for `user_id`: the services it declares, nothing else."""
+        return ToolContext(
+            tool_name=tool.name,
+            user_id=user_id,
+            fetch_policy=self.fetch_policy,
+            progress=progress,
+            jobs=self.jobs if Service.JOBS in tool.services else None,
+            endpoints=self.endpoints if Service.ENDPOINTS in tool.services else None,
+            allow_loopback_endpoints=self.allow_loopback_endpoints,
+            uptime_window_seconds=self.uptime_window_seconds,
+        )
