@@ -32,19 +32,11 @@ EVENT ?= events/tool_worker/healthy-batch.json
 # The layer ships everything the lock pins except what the Lambda runtime provides.
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
-.PHONY: help env lint test unit build build-local deploy deploy-built sam-cli smoke invoke dev fire token redrive bench layer-requirements expanded clean
+.PHONY: help env lint test unit integration e2e build build-local deploy deploy-built sam-cli smoke invoke dev fire token redrive bench layer-requirements expanded clean
 
-help:
-	@echo "make test     lint + all tests (creates the environment from uv.lock)"
-	@echo "make build    sam build (no Docker, no python3.13 needed)"
-	@echo "make deploy   sam build + deploy (ENV=default|prod, from samconfig.toml; guided for an environment it lacks)"
-	@echo "make dev      the whole template on 127.0.0.1 (PORT=4566, STATE=<dir> keeps data, FRESH=1,"
-	@echo "              RUNTIME=lambda runs the build output as Lambda does: make build ARCH=$(HOST_ARCH) first)"
-	@echo "make invoke   FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json"
-	@echo "make fire     SCHEDULE=<LogicalId>: fire a schedule of the running stack now"
-	@echo "make redrive  [DRY_RUN=1] [STACK=<name>]: job DLQ back to JobQueue (the running local stack by default)"
-	@echo "make smoke    URL=<McpServerUrl> KEY=<API key>: the deployed stack end to end"
-	@echo "make bench    benchmarks -> docs/benchmarks.md"
+# `make help`: every target with the text after its `##`.
+help: ## this list
+	@awk -F':.*## ' '/^[a-zA-Z0-9_-]+:.*## / {printf "  make %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -53,17 +45,17 @@ $(UV):
 $(SAM): | $(UV)
 	$(UV) tool install --quiet aws-sam-cli==$(SAM_CLI_VERSION)
 
-sam-cli: $(SAM)
+sam-cli: $(SAM) ## the pinned aws-sam-cli in its own tool environment (.tools/bin/sam)
 
 $(CHECKOV): | $(UV)
 	$(UV) tool install --quiet checkov==$(CHECKOV_VERSION)
 
-env: $(UV)
+env: $(UV) ## the test environment (.venv) from uv.lock; uv bootstrapped into .tools/
 	$(UV) sync --frozen --quiet
 
 # The core layer: the project's dependencies. The MCP layer: the mcp-layer group without what the core layer
 # already ships (both are on the functions that have the MCP layer).
-layer-requirements: $(UV)
+layer-requirements: $(UV) ## export both layers' pinned requirements from uv.lock
 	$(UV) export --frozen --no-default-groups --no-hashes --no-header --no-emit-project \
 		$(addprefix --no-emit-package ,$(RUNTIME_PROVIDED)) --output-file $(LAYER_REQUIREMENTS) --quiet
 	$(UV) export --frozen --only-group mcp-layer --no-hashes --no-header --no-emit-project \
@@ -74,9 +66,9 @@ layer-requirements: $(UV)
 build/expanded-template.json: template.yaml env
 	$(RUN) python -m devstack.template $@
 
-expanded: build/expanded-template.json
+expanded: build/expanded-template.json ## write the SAM expansion of template.yaml (what tests and make dev read)
 
-lint: env $(SAM) $(CHECKOV) build/expanded-template.json
+lint: env $(SAM) $(CHECKOV) build/expanded-template.json ## ruff, mypy, import-graph, cfn-lint, sam validate --lint, checkov
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) mypy
@@ -88,27 +80,37 @@ lint: env $(SAM) $(CHECKOV) build/expanded-template.json
 	$(CHECKOV) --config-file .checkov.yaml --file template.yaml --file build/expanded-template.json \
 		--file deploy/github-oidc-role.yaml
 
-# The end-to-end suite runs the product's functions in the Lambda runtime: the host-architecture build
-# in Lambda-shaped sandboxes, through AWS's Runtime Interface Client (README "The local stack").
-unit: env build-local
-	DEVSTACK_RUNTIME=lambda DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(RUN) pytest -q
+# Test tiers, fastest first (docs/testing.md). unit: no build, no sandbox, no moto stack. integration: the
+# handlers and the local stack on moto, in-process, on both cores. e2e: the host-architecture build in
+# Lambda-shaped sandboxes through AWS's Runtime Interface Client, and the checks of the deploy build.
+PYTEST := $(RUN) pytest -q -p no:cacheprovider
 
-test: lint build unit
+unit: env ## unit tier: no build, no sandbox, no moto stack (under a minute)
+	$(PYTEST) tests/unit tests/template -m "not build"
 
-build-local:
+integration: env ## integration tier: handlers and the local stack on moto, in-process
+	$(PYTEST) -n 2 tests/functions
+
+e2e: env build-local ## e2e tier: the build output in the Lambda-shaped runtime, and the deploy build's checks
+	DEVSTACK_RUNTIME=lambda DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(PYTEST) tests/e2e
+	$(PYTEST) tests/template -m build
+
+test: lint unit integration build e2e ## lint + build + every tier (what CI runs)
+
+build-local: ## sam build for this machine's architecture (what the e2e tier and RUNTIME=lambda run)
 	@$(MAKE) --no-print-directory build ARCH=$(HOST_ARCH) BUILD_DIR=$(LOCAL_BUILD_DIR)
 
-build: $(SAM) layer-requirements env
+build: $(SAM) layer-requirements env ## sam build for arm64, no Docker (ARCH=x86_64 for an x86_64 host)
 	@case "$(ARCH)" in arm64|x86_64) ;; *) echo "ARCH must be arm64 or x86_64, not $(ARCH)" >&2; exit 2;; esac
 	LAMBDA_ARCHITECTURE=$(ARCH) LAMBDA_PYTHON="$$($(RUN) python -m devstack.interpreter 2>/dev/null)" \
 		$(SAM) build --template template.yaml --build-dir $(BUILD_DIR) --cache-dir .aws-sam/cache-$(ARCH) \
 		--parameter-overrides Architecture=$(ARCH)
 
-deploy: build deploy-built
+deploy: build deploy-built ## sam build + sam deploy (ENV=default|prod from samconfig.toml)
 
 # Deploys what `make build` left in $(BUILD_DIR): CI builds in a job without AWS credentials and deploys the
 # artifact. Guided only for an environment samconfig.toml lacks, and only in a terminal.
-deploy-built: $(SAM)
+deploy-built: $(SAM) ## sam deploy of what make build left in BUILD_DIR
 	@if [ "$(ARCH)" = arm64 ] && find $(BUILD_DIR) -name '*-x86_64-linux-gnu.so' -print -quit | grep -q .; then \
 		echo "$(BUILD_DIR) holds an x86_64 build (make build ARCH=x86_64): run 'make build' before deploying" >&2; \
 		exit 2; fi
@@ -121,37 +123,37 @@ deploy-built: $(SAM)
 		exit 1; \
 	fi
 
-invoke: env
+invoke: env ## FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json: one function against a fixture
 	$(RUN) python -m devstack.invoke $(FUNCTION) $(EVENT)
 
-dev: env
+dev: env ## the whole template on 127.0.0.1 (PORT, STATE, FRESH=1, RUNTIME=lambda, AUTH)
 	$(RUN) python -m devstack dev --port $(PORT) $(if $(STATE),--state $(STATE)) $(if $(FRESH),--fresh) \
 		--runtime $(RUNTIME) --build-dir $(BUILD_DIR) $(if $(AUTH),--parameter AuthMode=$(AUTH))
 
-fire: env
+fire: env ## SCHEDULE=<LogicalId>: fire a schedule of the running stack now
 	$(RUN) python -m devstack fire $(SCHEDULE)
 
-token: env
+token: env ## an OAuth access token from the running stack (SCOPE=...)
 	@$(RUN) python -m devstack token $(if $(SCOPE),--scope "$(SCOPE)")
 # The job DLQ back to JobQueue (SQS StartMessageMoveTask), its jobs PENDING again: STACK=<name> on AWS, else
 # the running `make dev` stack; DRY_RUN=1 lists what would move.
-redrive: env
+redrive: env ## [DRY_RUN=1] [STACK=<name>]: the job DLQ back to JobQueue
 ifdef STACK
 	PYTHONPATH=layers/shared $(RUN) python -m mcp_backend.jobs.redrive --stack $(STACK) $(if $(DRY_RUN),--dry-run)
 else
 	$(RUN) python -m devstack redrive $(if $(DRY_RUN),--dry-run)
 endif
 
-bench: env build-local
+bench: env build-local ## benchmarks into docs/benchmarks.md (BENCH='section ...')
 	DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(RUN) python -m tests.bench $(BENCH)
 
 # The deployed stack end to end (tools/list, one job to SUCCEEDED). URL: the McpServerUrl output; KEY: an API key
 # (README "First deploy"); DATASET: what to analyze (default: the endpoint's own /healthz). Never part of make test.
-smoke: env
+smoke: env ## URL=<McpServerUrl> KEY=<API key>: the deployed stack end to end
 	@if [ -z "$(URL)" ] || [ -z "$(KEY)" ]; then \
 		echo "usage: make smoke URL=<McpServerUrl output> KEY=<API key> [DATASET=s3://... | https://...]" >&2; exit 2; fi
 	@MCP_SMOKE_URL="$(URL)" MCP_SMOKE_KEY="$(KEY)" MCP_SMOKE_DATASET="$(DATASET)" \
 		$(RUN) pytest -q -p no:cacheprovider tests/deployed
 
-clean:
+clean: ## remove builds, environments and caches
 	rm -rf .aws-sam build .venv .pytest_cache .ruff_cache

@@ -45,10 +45,10 @@ class LocalEnvironment:
         build_dir: Path = DEFAULT_BUILD_DIR,
         endpoints: dict[str, str] | None = None,
     ) -> None:
-        self.client = client_factory
         # Environment the local stack adds to every function (e.g. allowing loopback datasets).
         self.function_overrides = function_overrides or {}
         self.stack = LocalStack(client_factory, template=template, parameters=parameters).create_all()
+        self.client = self.stack.client
         self.runtime_mode = runtime
         self._runtimes: dict[str, FunctionRuntime] = {}
         self.lambda_runtime: LambdaRuntime | None = None

@@ -49,7 +49,7 @@ from typing import Any, TextIO
 
 import httpx
 
-from devstack import procfs
+from devstack import leases, procfs
 from devstack.extensions_api import SANDBOX_HOST, ExtensionsApi
 from devstack.function_errors import FunctionError
 from devstack.interpreter import RUNTIME_VERSION, UV, InterpreterNotFound, find_runtime_python
@@ -355,6 +355,7 @@ class ExecutionEnvironment:
             env=None if self.image.namespaces else environment,
             start_new_session=True,  # one process group: a timeout kills everything the function started
         )
+        leases.take(self.process.pid, self._root)
         threading.Thread(target=self._pump_output, name=f"output-{self.id}", daemon=True).start()
 
     def variables(self) -> dict[str, str]:
@@ -595,6 +596,7 @@ class ExecutionEnvironment:
                 os.killpg(self.process.pid, 9)
             except ProcessLookupError:
                 pass
+            leases.give_back(self.process.pid)
         self._wait_exit(5)
         self.api.close()
         if self._root is not None:
@@ -856,6 +858,9 @@ class LambdaRuntime:
         self.functions = functions
         self.image = image
         self.output = output or sys.stdout
+        # Environments left frozen by an owner that was killed (a `kill -9` of make dev or of a test run).
+        for pgid in leases.reap():
+            self.output.write(f"ended environment process group {pgid}: its owner is gone\n")
         self._pools: dict[str, FunctionPool] = {}
         self._lock = threading.Lock()
         if not image.namespaces:

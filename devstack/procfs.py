@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 # Fields of /proc/<pid>/stat after the command name, counted from 0 (proc(5) numbers them from 3).
-STATE, PPID, PGRP, UTIME, STIME, CUTIME, CSTIME = 0, 1, 2, 11, 12, 13, 14
+STATE, PPID, PGRP, UTIME, STIME, CUTIME, CSTIME, STARTTIME = 0, 1, 2, 11, 12, 13, 14, 19
 
 
 def stat_fields(pid: int | str) -> list[str] | None:
@@ -27,6 +27,13 @@ def all_stat_fields() -> dict[int, list[str]]:
         if fields is not None:
             found[int(entry.name)] = fields
     return found
+
+
+def start_time(pid: int) -> int | None:
+    """When the process started (clock ticks since boot): with the pid, it names one process, never a later one
+    that reused the pid. None once it is gone."""
+    fields = stat_fields(pid)
+    return None if fields is None or fields[STATE] == "Z" else int(fields[STARTTIME])
 
 
 def ticks_to_seconds(ticks: int) -> float:

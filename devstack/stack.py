@@ -7,6 +7,7 @@ FunctionSpecs that devstack.runtime runs in-process.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -70,7 +71,8 @@ class LocalStack:
         stack_name: str = LOCAL_STACK_NAME,
     ) -> None:
         self.template = template or load_template()
-        self.client = client_factory
+        # One client per service for the stack's life: building a boto3 client costs more than most calls.
+        self.client = functools.cache(client_factory)
         self.region = region
         self.stack_name = stack_name
         values = {**self.template.parameter_defaults(), **(parameters or {})}

@@ -82,7 +82,7 @@ def test_a_timeout_reaches_the_call_log_as_a_timeout_report_and_the_analyzer_ale
     assert (alert["alert"], alert["function"], alert["timeoutsInBatch"]) == ("timeout_burst", "local-Probe", 1)
 
 
-def test_a_stream_that_does_not_answer_never_fails_or_slows_an_invocation(start_stack):
+def test_a_stream_that_does_not_answer_never_fails_an_invocation_and_its_records_are_counted_as_dropped(start_stack):
     # Given the extension pointed at a Kinesis endpoint where nothing listens
     stack = start_stack(runtime="lambda")
     runtime, output = probe_runtime(stack, AWS_ENDPOINT_URL_KINESIS=f"http://127.0.0.1:{free_port()}")

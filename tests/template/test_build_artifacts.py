@@ -12,7 +12,10 @@ from devstack.template import load_template
 
 BUILD = Path(__file__).resolve().parents[2] / ".aws-sam" / "build"
 
-pytestmark = pytest.mark.skipif(not BUILD.exists(), reason="run `make build` (make test does) to check artifacts")
+pytestmark = [
+    pytest.mark.build,
+    pytest.mark.skipif(not BUILD.exists(), reason="run `make build` (make test does) to check artifacts"),
+]
 
 
 LAYERS = ("SharedLayer", "McpLayer")

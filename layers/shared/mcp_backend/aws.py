@@ -32,7 +32,8 @@ def new_client(
     config = Config(**{name: value for name, value in options.items() if value is not None})
     # boto3's default session is not thread-safe while it builds a client; record threads may build some.
     with _CLIENT_CREATION:
-        return boto3.client(service, config=config)
+        # The service is a runtime string; the stubs type clients per literal service name.
+        return boto3.client(service, config=config)  # type: ignore[call-overload]
 
 
 class AwsClients:
