@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from devstack.__main__ import banner, issue_dev_keys
-from tests.e2e.conftest import Endpoint, mcp_client
+from tests.e2e.conftest import Endpoint, mcp_client, wait_until
 from tests.kinesis import stream_json
 
 pytestmark = pytest.mark.e2e
@@ -79,8 +79,13 @@ def test_each_mcp_tool_call_puts_one_call_log_record_for_its_caller(dev_endpoint
 
     asyncio.run(calls())
 
-    # Then the call log holds one tool_call and one tool_error record for that user, without payloads
+    # Then the call log holds (once the endpoint's shipper has sent them, off the request path) one tool_call and
+    # one tool_error record for that user, without payloads
+    def mine() -> list[tuple[str, str]]:
+        records = stream_json(stack.environment.stack.ensure("CallLogStream").ref)
+        return sorted((r["eventType"], r["toolName"]) for r in records if r.get("userId") == "dev-user")
+
+    assert wait_until(lambda: len(mine()) >= 2)
+    assert mine() == [("tool_call", "submit_analysis"), ("tool_error", "get_job")]
     records = stream_json(stack.environment.stack.ensure("CallLogStream").ref)
-    mine = sorted((r["eventType"], r["toolName"]) for r in records if r.get("userId") == "dev-user")
-    assert mine == [("tool_call", "submit_analysis"), ("tool_error", "get_job")]
     assert all("local-datasets" not in json.dumps(r) for r in records)

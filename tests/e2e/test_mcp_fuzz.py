@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devstack.__main__ import issue_dev_keys
-from tests.e2e.test_mcp_http import MODERN, MODERN_META, sse_messages
+from tests.e2e.test_mcp_http import MODERN, MODERN_META, rpc_messages
 
 pytestmark = pytest.mark.e2e
 
@@ -194,7 +194,7 @@ def assert_clean(response: httpx.Response, key: str) -> None:
         return
     content_type = response.headers.get("content-type", "")
     assert content_type.startswith(("application/json", "text/event-stream")), (response.status_code, content_type)
-    messages = sse_messages(response.text) if content_type.startswith("text/event-stream") else [response.json()]
+    messages = rpc_messages(response)
     for message in messages:
         if isinstance(message, dict) and "error" in message:
             assert_valid_error(message)
@@ -223,7 +223,7 @@ def test_generated_requests_get_clean_json_rpc_answers_and_leave_no_traceback(ca
     # another environment's cold start.
     with httpx.Client(timeout=90) as http:
         listing = http.post(url, json={"jsonrpc": "2.0", "id": 0, "method": "tools/list"}, headers=base)
-        tools = sse_messages(listing.text)[-1]["result"]["tools"]
+        tools = rpc_messages(listing)[-1]["result"]["tools"]
         assert {tool["name"] for tool in tools} >= {"analyze_dataset", "register_endpoint", "submit_analysis"}
 
         @settings(

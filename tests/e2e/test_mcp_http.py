@@ -24,6 +24,13 @@ def sse_messages(body: str) -> list[dict]:
     return [json.loads(line[len("data: ") :]) for line in body.splitlines() if line.startswith("data: ")]
 
 
+def rpc_messages(response: httpx.Response) -> list[dict]:
+    """The JSON-RPC messages of an answer, whichever form the server chose: one JSON body or an event stream."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        return sse_messages(response.text)
+    return [response.json()]
+
+
 def assert_safe(response: httpx.Response) -> None:
     """No server error status and nothing of a stack trace, whatever the request."""
     assert response.status_code < 500, (response.status_code, response.text)
@@ -48,7 +55,7 @@ def test_trailing_slash_is_the_same_endpoint_never_a_redirect(endpoint):
     response = httpx.post(endpoint.url + "/", json=LIST_TOOLS, headers=endpoint.headers(endpoint.alice_key))
 
     assert response.status_code == 200
-    assert [m["id"] for m in sse_messages(response.text)] == [1]
+    assert [m["id"] for m in rpc_messages(response)] == [1]
     assert_safe(response)
 
 
@@ -128,7 +135,7 @@ def test_json_with_a_charset_parameter_is_accepted(endpoint):
     response = httpx.post(endpoint.url, content=json.dumps(LIST_TOOLS).encode(), headers=headers)
 
     assert response.status_code == 200
-    assert sse_messages(response.text)[0]["result"]["tools"]
+    assert rpc_messages(response)[0]["result"]["tools"]
 
 
 @pytest.mark.parametrize("era", ["legacy", MODERN])
@@ -159,7 +166,7 @@ def test_json_rpc_errors_carry_the_standard_codes(endpoint, era, body, code):
 
     response = httpx.post(endpoint.url, content=body, headers=headers)
 
-    messages = sse_messages(response.text) or [response.json()]
+    messages = rpc_messages(response)
     assert messages[-1]["error"]["code"] == code
     assert_safe(response)
 
@@ -176,7 +183,7 @@ def test_repeated_tool_lists_in_alternating_eras_each_answer_their_eras_list_and
             headers.update({"mcp-protocol-version": MODERN, "mcp-method": "tools/list"})
         response = httpx.post(endpoint.url, json=body, headers=headers)
         assert_safe(response)
-        return (sse_messages(response.text) or [response.json()])[-1]
+        return rpc_messages(response)[-1]
 
     # Given a tools/list answered once in each era
     first = {era: list_tools(era) for era in ("legacy", MODERN)}
@@ -213,7 +220,7 @@ def test_server_discover_answers_without_initialize_and_lists_both_eras(endpoint
 
     response = httpx.post(endpoint.url, json=body, headers=headers)
 
-    result = (sse_messages(response.text) or [response.json()])[-1]["result"]
+    result = rpc_messages(response)[-1]["result"]
     assert MODERN in result["supportedVersions"]
 
 
@@ -229,7 +236,7 @@ def test_no_session_id_is_issued_and_a_sent_one_is_ignored(endpoint, era):
 
     assert response.status_code == 200
     assert "mcp-session-id" not in response.headers
-    assert (sse_messages(response.text) or [response.json()])[-1]["result"]["tools"]
+    assert rpc_messages(response)[-1]["result"]["tools"]
 
 
 def test_a_legacy_initialize_negotiates_a_handshake_version_without_a_session(endpoint):
@@ -244,11 +251,89 @@ def test_a_legacy_initialize_negotiates_a_handshake_version_without_a_session(en
 
     assert response.status_code == 200
     assert "mcp-session-id" not in response.headers
-    assert sse_messages(response.text)[-1]["result"]["protocolVersion"] == "2025-03-26"
+    assert rpc_messages(response)[-1]["result"]["protocolVersion"] == "2025-03-26"
+
+
+def analysis_call(request_id: int = 9, meta: dict | None = None) -> dict:
+    params = {"name": "analyze_dataset", "arguments": {"dataset_url": "s3://local-datasets/sales.csv"}}
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {**params, **({"_meta": meta} if meta else {})},
+    }
+
+
+READY_AT_ONCE = [
+    ("legacy", LIST_TOOLS),
+    ("legacy", {"jsonrpc": "2.0", "id": 2, "method": "ping"}),
+    (
+        "legacy",
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list_endpoints", "arguments": {}}},
+    ),
+    (MODERN, LIST_TOOLS),
+    (MODERN, {"jsonrpc": "2.0", "id": 5, "method": "server/discover"}),
+    (
+        MODERN,
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list_endpoints", "arguments": {}}},
+    ),
+]
+
+
+@pytest.mark.parametrize(("era", "request_body"), READY_AT_ONCE, ids=lambda v: v if isinstance(v, str) else v["method"])
+def test_an_answer_ready_at_once_is_one_json_body(endpoint, era, request_body):
+    # Given a request whose result is ready at once, in either protocol era
+    body = json.loads(json.dumps(request_body))
+    headers = endpoint.headers(endpoint.alice_key)
+    if era == MODERN:
+        body.setdefault("params", {})["_meta"] = MODERN_META
+        headers.update({"mcp-protocol-version": MODERN, "mcp-method": body["method"]})
+        if body["method"] == "tools/call":
+            headers["mcp-name"] = body["params"]["name"]
+
+    # When it is posted
+    response = httpx.post(endpoint.url, json=body, headers=headers)
+
+    # Then the answer is one application/json body (the specification allows it for every POST), not a stream
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json()["id"] == body["id"]
+    assert "result" in response.json()
+
+
+def test_a_call_with_a_progress_token_is_answered_as_a_stream(endpoint):
+    # Given a quiet tool called with a progress token
+    body = {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "list_endpoints", "arguments": {}}}
+    body["params"]["_meta"] = {"progressToken": "p-1"}
+
+    # When it is posted
+    response = httpx.post(endpoint.url, json=body, headers=endpoint.headers(endpoint.alice_key))
+
+    # Then it is an event stream that opens before the work, and ends with the result
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.text.startswith(": stream open")
+    assert rpc_messages(response)[-1]["id"] == 4
+
+
+def test_a_streaming_tool_in_the_modern_era_opens_its_stream_before_the_work(endpoint):
+    # Given a call of a tool that streams progress, in the 2026-07-28 era, with a progress token
+    body = analysis_call()
+    body["params"]["_meta"] = {**MODERN_META, "progressToken": "p-2"}
+    headers = endpoint.headers(endpoint.alice_key)
+    headers.update({"mcp-protocol-version": MODERN, "mcp-method": "tools/call", "mcp-name": "analyze_dataset"})
+
+    # When it is posted
+    response = httpx.post(endpoint.url, json=body, headers=headers, timeout=30)
+
+    # Then the answer is an event stream: progress first, the result last
+    assert response.headers["content-type"].startswith("text/event-stream")
+    messages = rpc_messages(response)
+    assert messages[0]["method"] == "notifications/progress"
+    assert messages[-1]["id"] == body["id"]
 
 
 def test_streamed_responses_are_proxy_safe_and_open_with_an_event(endpoint):
-    response = httpx.post(endpoint.url, json=LIST_TOOLS, headers=endpoint.headers(endpoint.alice_key))
+    response = httpx.post(endpoint.url, json=analysis_call(), headers=endpoint.headers(endpoint.alice_key))
 
     assert response.headers["content-type"].startswith("text/event-stream")
     assert response.headers["cache-control"] == "no-cache"

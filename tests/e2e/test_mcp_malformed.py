@@ -9,7 +9,7 @@ import logging
 import httpx
 import pytest
 
-from tests.e2e.test_mcp_http import MODERN, MODERN_META, assert_safe, sse_messages
+from tests.e2e.test_mcp_http import MODERN, MODERN_META, assert_safe, rpc_messages
 
 ERAS = ["legacy", MODERN]
 
@@ -27,7 +27,7 @@ def rpc(endpoint, era: str, body: dict, **extra_headers: str) -> httpx.Response:
 
 
 def last_message(response: httpx.Response) -> dict:
-    return (sse_messages(response.text) or [response.json()])[-1]
+    return rpc_messages(response)[-1]
 
 
 def error_records(caplog) -> list[logging.LogRecord]:

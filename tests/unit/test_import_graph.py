@@ -20,7 +20,7 @@ LAZY_FOR_COLD_START = {
     (_EXTENSION, "mcp_backend.aws"),
     (_EXTENSION, "mcp_backend.calllog.writer"),
     (_EXTENSION, "mcp_backend.telemetry_extension.reports"),
-    (_EXTENSION, "mcp_backend.telemetry_extension.shipper"),
+    (_EXTENSION, "mcp_backend.calllog.shipper"),
 }
 
 

@@ -10,9 +10,9 @@ import time
 from botocore.exceptions import EndpointConnectionError
 
 from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
+from mcp_backend.calllog.shipper import RecordShipper
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.telemetry_extension.reports import ReportFolder
-from mcp_backend.telemetry_extension.shipper import RecordShipper
 
 
 def report(request_id: str, *, init: float | None = None, status: str | None = None) -> dict:

@@ -135,6 +135,10 @@ class ToolBindings:
         self.input_models = {binding.name: binding.input_model for binding in self.bindings}
         # The scope each tool needs from an OAuth caller (the HTTP guard checks it before the SDK runs).
         self.access = {binding.name: binding.access for binding in self.bindings}
+        # Tools whose calls are answered as an event stream: progress flows before the result.
+        self.streaming_tools = frozenset(
+            tool.name for tool in table.values() if tool.runs_sync and tool.streams_progress
+        )
 
     def sdk_tools(self) -> list[SdkTool]:
         tools = []

@@ -1,8 +1,9 @@
 """The MCP endpoint as one ASGI app: `uvicorn --factory mcp_backend.mcp.server:create_app`.
 
 Layers, outermost first: RequestTelemetry (correlation id, cold start) -> McpHttpGuard (host, origin,
-405, auth, 415, event-stream hygiene) -> the SDK's stateless Streamable HTTP app (both protocol eras)
--> SDK middleware StrictArguments, ToolCallTelemetry and ToolListCache -> the tools generated from the tool table.
+405, auth, 415, event-stream hygiene) -> ResponseModes (JSON for answers ready at once, an event stream for
+calls that report progress) -> the SDK's stateless Streamable HTTP apps (both protocol eras) -> SDK middleware
+StrictArguments, ToolCallTelemetry and ToolListCache -> the tools generated from the tool table.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, GetPromptResult, InputRequiredResult
 from mcp_types import Tool as McpTool
@@ -21,17 +23,20 @@ from starlette.types import ASGIApp
 
 from mcp_backend.api_keys import SecretReader
 from mcp_backend.aws import AwsClients, ClientFactory, LazyClient
+from mcp_backend.calllog.shipper import RecordShipper
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 from mcp_backend.mcp.oauth import EitherAuthenticator, OAuthAuthenticator
+from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.tools.registry import TOOLS, Tool
 from mcp_backend.tools.services import ToolServices
 
 SERVER_NAME = "mcp-backend"
+CALL_LOG_SHUTDOWN_BUDGET_SECONDS = 0.25
 
 
 class FixedToolsServer(MCPServer):
@@ -97,9 +102,6 @@ def create_app(
 ) -> ASGIApp:
     """Build the endpoint. Settings default to the environment (the McpServer function's template entry);
     AWS clients are created on first use, from `client_factory` when given, else boto3."""
-    from mcp.server import _streamable_http_modern as modern_http
-    from mcp.server.transport_security import TransportSecuritySettings
-
     settings = settings or load_settings(McpSettings)
     clients = AwsClients(client_factory)
     bindings = tool_bindings(settings, clients)
@@ -115,10 +117,9 @@ def create_app(
             oauth = OAuthAuthenticator.from_settings(settings)
             authenticator = oauth if settings.auth_mode == "oauth" else EitherAuthenticator(api_keys, oauth)
 
-    # The 2026-07-28 entry defers its response until a notification or this interval; the SDK exposes it
-    # only as a module constant, so the configured keepalive is applied there too.
-    modern_http._SSE_PING_INTERVAL = settings.sse_keepalive_seconds
-
+    call_log = RecordShipper(
+        CallLogWriter(settings.call_log_stream_name, LazyClient("kinesis", clients)), name="mcp-call-log"
+    )
     root_handlers = list(logging.root.handlers)
     server = FixedToolsServer(
         SERVER_NAME,
@@ -126,22 +127,25 @@ def create_app(
         tools=bindings.sdk_tools(),
         middleware=[
             StrictArguments(bindings.input_models),
-            ToolCallTelemetry(
-                CallLogWriter(settings.call_log_stream_name, LazyClient("kinesis", clients)), bindings.input_models
-            ),
+            ToolCallTelemetry(call_log, bindings.input_models),
             ToolListCache(),
         ],
         log_level="WARNING",
     )
     # MCPServer calls logging.basicConfig; Powertools' JSON logger propagates, so every line would print twice.
     logging.root.handlers[:] = root_handlers
-    sdk_app = server.streamable_http_app(
-        streamable_http_path=settings.mcp_path,
-        stateless_http=True,
-        json_response=False,  # SSE, so progress notifications can stream before the result
-        # Host and Origin are checked by McpHttpGuard, which also knows the Function URL's wildcard host.
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    # Host and Origin are checked by McpHttpGuard, which also knows the Function URL's wildcard host.
+    transport_security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    json_app, stream_app = (
+        server.streamable_http_app(
+            streamable_http_path=settings.mcp_path,
+            stateless_http=True,
+            json_response=json_response,
+            transport_security=transport_security,
+        )
+        for json_response in (True, False)
     )
+    sdk_app = ResponseModes(json_app, stream_app, bindings.streaming_tools)
     guard = McpHttpGuard(
         sdk_app,
         path=settings.mcp_path,
@@ -151,4 +155,6 @@ def create_app(
         resource=settings.oauth_resource,
         tool_access=bindings.access,
     )
-    return RequestTelemetry(guard)
+    # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached
+    # (https://github.com/aws-samples/graceful-shutdown-with-aws-lambda): pending call-log records go out then.
+    return RequestTelemetry(guard, on_shutdown=[lambda: call_log.close(CALL_LOG_SHUTDOWN_BUDGET_SECONDS)])

@@ -5,7 +5,9 @@ handler to decorate).
   Lambda request id the adapter forwards in `x-amzn-request-context`; the X-Ray trace header; the
   ColdStart metric once per process.
 - ToolCallTelemetry (SDK ServerMiddleware, per tools/call): the call log record and the per-run
-  ToolName metrics (mcp_backend.observability.tool_invocation), no payloads anywhere.
+  ToolName metrics (mcp_backend.observability.tool_invocation), no payloads anywhere. Records go to a
+  RecordShipper: no request waits for Kinesis; what is pending when the environment shuts down is flushed
+  on SIGTERM (uvicorn's lifespan shutdown, which RequestTelemetry hooks).
 """
 
 from __future__ import annotations
@@ -15,17 +17,16 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-import anyio.to_thread
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp_types import CallToolResult
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
-from mcp_backend.calllog.writer import CallLogWriter
+from mcp_backend.calllog.shipper import RecordShipper
 from mcp_backend.mcp.guard import principal_of
 from mcp_backend.observability import logger, metrics, tool_invocation
 
@@ -59,10 +60,16 @@ def _record_cold_start() -> None:
 
 
 class RequestTelemetry:
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, on_shutdown: Collection[Callable[[], None]] = ()) -> None:
         self.app = app
+        # Run when the server shuts down (uvicorn's lifespan, on the SIGTERM Lambda sends before it ends the
+        # environment), before the inner app's shutdown completes.
+        self.on_shutdown = tuple(on_shutdown)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, self._before_shutdown_completes(send))
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -96,12 +103,21 @@ class RequestTelemetry:
             )
             logger.thread_safe_remove_keys(["correlation_id", "user_id", "tool"])
 
+    def _before_shutdown_completes(self, send: Send) -> Send:
+        async def send_after_hooks(message: Any) -> None:
+            if message["type"] == "lifespan.shutdown.complete":
+                for hook in self.on_shutdown:
+                    hook()
+            await send(message)
+
+        return send_after_hooks
+
 
 class ToolCallTelemetry:
     """SDK ServerMiddleware: runs around every MCP request inside the SDK, before params validation.
     Each tools/call also puts one tool_call or tool_error record on the call log."""
 
-    def __init__(self, call_log: CallLogWriter | None = None, tool_names: Collection[str] = ()) -> None:
+    def __init__(self, call_log: RecordShipper | None = None, tool_names: Collection[str] = ()) -> None:
         self.call_log = call_log
         self.tool_names = frozenset(tool_names)
 
@@ -131,10 +147,10 @@ class ToolCallTelemetry:
             error_type = type(error).__name__
             raise
         finally:
-            await self._log_call(principal, tool_name, started, error_type)
+            self._log_call(principal, tool_name, started, error_type)
         return result
 
-    async def _log_call(self, principal: Any, tool_name: str, started: float, error_type: str) -> None:
+    def _log_call(self, principal: Any, tool_name: str, started: float, error_type: str) -> None:
         if self.call_log is None or principal is None or not tool_name:
             return
         record = CallLogRecord(
@@ -144,8 +160,8 @@ class ToolCallTelemetry:
             latency_ms=round((time.monotonic() - started) * 1000, 3),
             error_type=error_type or None,
         )
-        # PutRecords is blocking; the writer never raises (a lost call log is logged and counted).
-        await anyio.to_thread.run_sync(self.call_log.put, [record])
+        # Handed to the shipper's thread: the response never waits for PutRecords.
+        self.call_log.add([record])
 
 
 class _ReportedToolError(Exception):

@@ -57,9 +57,9 @@ def run_pipeline(inbox: queue.Queue[Any], function_name: str, stream: str) -> No
     """Fold deliveries into records and ship them until the inbox is closed, then flush."""
     # Loaded here, off the init path (see the module docstring), not to break an import cycle.
     from mcp_backend.aws import new_client
+    from mcp_backend.calllog.shipper import RecordShipper
     from mcp_backend.calllog.writer import CallLogWriter
     from mcp_backend.telemetry_extension.reports import ReportFolder
-    from mcp_backend.telemetry_extension.shipper import RecordShipper
 
     folder = ReportFolder(function_name)
     # Short timeouts and one SDK attempt per call (the writer retries): a stalled stream costs records,

@@ -1,6 +1,7 @@
-"""Ships call-log records from the extension on its own thread, so no invocation waits for Kinesis.
-Records are batched (a PutRecords per flush interval or batch), a slow or failing stream costs
-records (counted, logged), never an invocation; SHUTDOWN flushes within its budget."""
+"""Ships call-log records on their own thread, so no invocation or request waits for Kinesis: the telemetry
+extension's platform reports and the MCP endpoint's tool calls. Records are batched (a PutRecords per flush
+interval or batch), a slow or failing stream costs records (counted, logged), never a request; the owner's
+shutdown (the extension's SHUTDOWN, the endpoint's SIGTERM) flushes within its budget."""
 
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ MAX_PENDING = 5000
 
 
 class RecordShipper:
-    def __init__(self, writer: CallLogWriter, interval_seconds: float = 1.0, batch: int = 200) -> None:
+    def __init__(
+        self, writer: CallLogWriter, interval_seconds: float = 1.0, batch: int = 200, name: str = "call-log-telemetry"
+    ) -> None:
         self.writer = writer
+        self.name = name
         self.interval = interval_seconds
         self.batch = batch
         self.written = 0
@@ -49,9 +53,7 @@ class RecordShipper:
         with self._condition:
             self.dropped += len(self._pending) + (self._in_flight if self._thread.is_alive() else 0)
             self._pending.clear()
-        print(
-            f"call-log-telemetry: {self.written} records written, {self.dropped} dropped", file=sys.stderr, flush=True
-        )
+        print(f"{self.name}: {self.written} records written, {self.dropped} dropped", file=sys.stderr, flush=True)
 
     def _run(self) -> None:
         while True:

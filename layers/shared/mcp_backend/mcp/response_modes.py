@@ -1,0 +1,105 @@
+"""Each MCP POST answered the way its result is produced: as one `application/json` body when it is ready at
+once, as an event stream when progress will flow before it.
+
+The specification lets a server answer any POST with either (Streamable HTTP, "Sending Messages to the
+Server"), and the SDK offers both as transports of one server (`streamable_http_app(json_response=...)`).
+Both are built on the same server and this app picks one per request: a `tools/call` that carries a progress
+token, or that names a tool which streams progress, goes to the event-stream transport (its first byte leaves
+before the work starts); every other request (initialize, ping, tools/list, server/discover, listings, quiet
+tool calls) goes to the JSON transport, which answers in the request's own task without a stream. The
+protocol handling, both eras included, stays the SDK's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Collection
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.types import Message, Receive, Scope, Send
+
+
+def streams_its_answer(message: Any, streaming_tools: Collection[str]) -> bool:
+    """A `tools/call` with a progress token, or of a tool that streams progress."""
+    if not isinstance(message, dict) or message.get("method") != "tools/call":
+        return False
+    params = message.get("params")
+    if not isinstance(params, dict):
+        return False
+    meta = params.get("_meta")
+    if isinstance(meta, dict) and meta.get("progressToken") is not None:
+        return True
+    name = params.get("name")
+    return isinstance(name, str) and name in streaming_tools
+
+
+def accepts_both(scope: Scope) -> bool:
+    """Clients must accept both forms (Streamable HTTP, "Sending Messages to the Server"): a POST that does not
+    is refused with 406 by the event-stream transport, whichever form its answer would take."""
+    accept = b",".join(value for name, value in scope["headers"] if name.lower() == b"accept").lower()
+    return b"text/event-stream" in accept or b"*/*" in accept
+
+
+class ResponseModes:
+    """ASGI app over the SDK's JSON and event-stream apps of one server; runs both transports' lifespans."""
+
+    def __init__(self, json_app: Starlette, stream_app: Starlette, streaming_tools: Collection[str]) -> None:
+        self.json_app = json_app
+        self.stream_app = stream_app
+        self.streaming_tools = frozenset(streaming_tools)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.json_app(scope, receive, send)
+            return
+        body, replay = await read_body(receive)
+        try:
+            message = json.loads(body)
+        except (ValueError, RecursionError):
+            message = None  # the SDK answers it with its parse error
+        streams = streams_its_answer(message, self.streaming_tools) or not accepts_both(scope)
+        app = self.stream_app if streams else self.json_app
+        await app(scope, replay, send)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Both transports' session managers, as each app's own lifespan starts them."""
+        async with AsyncExitStack() as stack:
+            for app in (self.json_app, self.stream_app):
+                await stack.enter_async_context(app.router.lifespan_context(app))
+            yield
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        await receive()  # lifespan.startup
+        async with self.running():
+            await send({"type": "lifespan.startup.complete"})
+            await receive()  # lifespan.shutdown
+        await send({"type": "lifespan.shutdown.complete"})
+
+
+async def read_body(receive: Receive) -> tuple[bytes, Receive]:
+    """The whole request body, and a receive that replays it to the next app."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = b"".join(chunks)
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return body, replay

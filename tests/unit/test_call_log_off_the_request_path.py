@@ -1,0 +1,105 @@
+"""The endpoint's call-log records leave the request path: a tools/call is answered while Kinesis has not
+answered yet, and what is still pending when the server shuts down (Lambda's SIGTERM, uvicorn's lifespan
+shutdown) is put before the shutdown completes."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import anyio
+import httpx
+
+from mcp_backend.api_keys import Principal
+from mcp_backend.config import McpSettings
+from mcp_backend.mcp.server import create_app
+
+HOST = "abc.lambda-url.us-east-1.on.aws"
+SETTINGS = McpSettings.model_validate(
+    {
+        "JOB_TABLE_NAME": "jobs",
+        "JOB_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/jobs",
+        "JOB_DEAD_LETTER_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/jobs-dlq",
+        "CALL_LOG_STREAM_NAME": "calls",
+        "MONITOR_TABLE_NAME": "monitor",
+        "API_KEYS_SECRET_ID": "keys",
+    }
+)
+
+
+class SlowKinesis:
+    """PutRecords that blocks until the test releases it, and remembers what it was given."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls_started = threading.Event()
+        self.records: list[dict[str, Any]] = []
+
+    def put_records(self, StreamName: str, Records: list[dict[str, Any]]) -> dict[str, Any]:
+        self.calls_started.set()
+        self.release.wait(10)
+        self.records.extend(Records)
+        return {"FailedRecordCount": 0, "Records": [{"SequenceNumber": "1", "ShardId": "s"} for _ in Records]}
+
+
+class EveryoneIsAlice:
+    async def authenticate(self, bearer_token: str, resource: str) -> Principal:
+        return Principal(user_id="alice")
+
+    def challenge(self, resource: str, token_presented: bool) -> str:
+        return "Bearer"
+
+    def metadata(self, resource: str) -> None:
+        return None
+
+    def insufficient_scope(self, resource: str, scope: str) -> str:
+        return "Bearer"
+
+
+def test_a_tool_call_is_answered_before_its_call_log_record_is_put_and_shutdown_flushes_it():
+    # Given the endpoint over a Kinesis stream that does not answer until released
+    kinesis = SlowKinesis()
+    app = create_app(SETTINGS, authenticator=EveryoneIsAlice(), client_factory=lambda service: kinesis)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "no_such_tool", "arguments": {}}}
+    headers = {
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+        "authorization": "Bearer key",
+    }
+
+    async def scenario() -> tuple[int, bool, list[str]]:
+        startup, shutdown = anyio.Event(), anyio.Event()
+        sent: list[str] = []
+        inbox = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+
+        async def receive() -> dict[str, Any]:
+            if len(inbox) == 1:
+                await shutdown.wait()
+            return inbox.pop(0)
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message["type"])
+            if message["type"] == "lifespan.startup.complete":
+                startup.set()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(app, {"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
+            await startup.wait()
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url=f"https://{HOST}") as client:
+                # When a tool is called
+                response = await client.post("/mcp", json=body, headers=headers)
+            # (the record may or may not have reached the stream's thread yet; it is not put until released)
+            put_before_answer = bool(kinesis.records)
+            # And the server shuts down while the put is released
+            kinesis.release.set()
+            shutdown.set()
+        return response.status_code, put_before_answer, sent
+
+    status, put_before_answer, sent = anyio.run(scenario)
+
+    # Then the call was answered with nothing put yet, and the record was put before the shutdown completed
+    assert status == 200
+    assert not put_before_answer
+    assert sent[-1] == "lifespan.shutdown.complete"
+    assert len(kinesis.records) == 1
