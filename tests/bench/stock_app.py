@@ -1,10 +1,16 @@
-"""The baseline the endpoint is measured against: the official SDK's stateless Streamable HTTP app with
+"""The baselines the endpoint is measured against: the official SDK's stateless Streamable HTTP app with
 its defaults, serving one trivial tool. Started exactly as McpServer's run.sh starts ours:
 `python -m uvicorn --factory tests.bench.stock_app:create_app`. `create_json_app` is the same app
-answering with JSON instead of an event stream, to show what the stream costs per request."""
+answering with JSON instead of an event stream. `create_getitem_app` answers JSON and its one tool,
+`get_job`, makes the single DynamoDB GetItem ours makes for an unknown job: the honest baseline for
+ours' `get_job` (auth, guard, telemetry and the call log are what ours adds)."""
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
+import boto3
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
 
@@ -26,3 +32,17 @@ def _server() -> MCPServer:
         return text
 
     return server
+
+
+def create_getitem_app() -> Starlette:
+    server = MCPServer("bench-stock-getitem")
+    table = os.environ["JOB_TABLE_NAME"]
+    dynamodb = boto3.client("dynamodb")
+
+    @server.tool()
+    def get_job(job_id: str) -> dict[str, Any]:
+        """The job's item, or not found."""
+        item = dynamodb.get_item(TableName=table, Key={"jobId": {"S": job_id}}).get("Item")
+        return {"found": item is not None}
+
+    return server.streamable_http_app(stateless_http=True, json_response=True)
