@@ -20,10 +20,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jwt
-from moto.utilities.utils import load_resource
+
+from devstack.moto_internals import cognito_signing_key
 
 # moto signs every pool's tokens with this key (kid "dummy") and serves its public half as every pool's JWKS.
-_MOTO_SIGNING_KEY = load_resource("cognitoidp/resources/jwks-private.json")
+_MOTO_SIGNING_KEY = cognito_signing_key()
 _UNIT_SECONDS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
 _CLIENT_PROPERTIES = (
     "ClientName", "GenerateSecret", "AllowedOAuthFlows", "AllowedOAuthFlowsUserPoolClient", "AllowedOAuthScopes",

@@ -12,7 +12,7 @@ import binascii
 import json
 from typing import Any
 
-from moto.events.models import EventPattern
+from devstack.moto_internals import EventPattern
 
 
 class RecordFilter:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from moto.sqs.models import Message, Queue, sqs_backends
+from devstack.moto_internals import Message, queue_messages, sqs_queue
 
 _FIELDS = (
     "sender_id",
@@ -28,16 +28,12 @@ _FIELDS = (
 )
 
 
-def _queue(account_id: str, region: str, name: str) -> Queue | None:
-    return sqs_backends[account_id][region].queues.get(name)
-
-
 def saved_messages(account_id: str, region: str, name: str) -> list[dict[str, Any]]:
-    queue = _queue(account_id, region, name)
+    queue = sqs_queue(account_id, region, name)
     if queue is None:
         return []
-    with queue._messages_lock:
-        messages = list(queue._messages)
+    with queue_messages(queue) as messages_of_queue:
+        messages = list(messages_of_queue)
     return [
         {
             "id": message.id,
@@ -52,7 +48,7 @@ def saved_messages(account_id: str, region: str, name: str) -> list[dict[str, An
 
 def restore_messages(account_id: str, region: str, name: str, saved: list[dict[str, Any]]) -> int:
     """Put saved messages back as they were; returns how many. A message not visible yet is in flight."""
-    queue = _queue(account_id, region, name)
+    queue = sqs_queue(account_id, region, name)
     if queue is None:
         return 0
     for entry in saved:
@@ -60,11 +56,10 @@ def restore_messages(account_id: str, region: str, name: str, saved: list[dict[s
         message.message_attributes = {key: _decoded(value) for key, value in entry["message_attributes"].items()}
         for field in _FIELDS:
             setattr(message, field, entry[field])
-        with queue._messages_lock:
-            queue._messages.append(message)
+        with queue_messages(queue) as messages_of_queue:
+            messages_of_queue.append(message)
             if not message.visible:
                 queue.pending_messages.add(message)
-            queue._messages_lock.notify_all()
     return len(saved)
 
 

@@ -19,9 +19,14 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import boto3
-from moto.moto_server.threaded_moto_server import ThreadedMotoServer
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
+
+from devstack.moto_internals import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    ThreadedMotoServer,
+    create_backend_app,
+)
 
 TARGET_PREFIX = "AmazonSQS."
 BATCH = 10

@@ -65,6 +65,19 @@ LOCAL_STACK = Package(ROOT / "devstack")
 PACKAGES = pytest.mark.parametrize("package", [SHARED, LOCAL_STACK], ids=["mcp_backend", "devstack"])
 
 
+# The shared package's layers, top (entry points) to bottom (foundations): a part imports only parts of its own
+# layer or below (docs/architecture.md, "Layering"). A new part goes into one of them.
+LAYERS: list[set[str]] = [
+    {"mcp", "telemetry_extension"},  # entry points: the MCP endpoint, the call-log telemetry extension
+    {"tools"},  # the tool table, the tools, the job worker generated from it
+    {"jobs", "probes"},  # the job pipeline's service and JobTable; probes and the endpoint registry
+    {"monitor", "api_keys"},  # MonitorTable's owner and its consumers; the API-key table
+    {"calllog"},  # call-log records, the writer and shipper, the analyzer
+    {"streams", "batch", "idempotency"},  # record-handler plumbing over Powertools
+    {"config", "aws", "observability", "netsafety", "validation"},  # foundations
+]
+
+
 def part(module: str) -> str:
     """The top-level part a module belongs to: mcp_backend.jobs.store -> mcp_backend.jobs."""
     return ".".join(module.split(".")[:2])
@@ -129,3 +142,25 @@ def test_first_party_imports_are_at_module_level(package: Package):
 
     # Then none is first-party, except the ones a cold start must not pay for
     assert hidden == set()
+
+
+def layer_of(part_name: str) -> int:
+    short = part_name.removeprefix("mcp_backend").lstrip(".")
+    for depth, members in enumerate(LAYERS):
+        if short in members:
+            return depth
+    raise AssertionError(f"{part_name} is in no layer: add it to LAYERS (and docs/architecture.md)")
+
+
+def test_every_part_imports_only_its_own_layer_or_below():
+    # Given every import between two parts of the shared package
+    upward = sorted(
+        f"{part(module)} -> {part(target)}"
+        for module, targets in SHARED.graph().items()
+        if part(module) != "mcp_backend"
+        for target in targets
+        if part(target) not in (part(module), "mcp_backend") and layer_of(part(target)) < layer_of(part(module))
+    )
+
+    # Then none reaches up to a layer above its own
+    assert upward == []
