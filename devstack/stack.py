@@ -34,7 +34,22 @@ _NO_LOCAL_EFFECT = {
     "AWS::SNS::TopicPolicy",
     "AWS::Events::Archive",
     "AWS::CloudWatch::Dashboard",
+    # Gradual deploys: every local invocation runs $LATEST, so there is no traffic to shift.
+    "AWS::CodeDeploy::Application",
+    "AWS::CodeDeploy::DeploymentGroup",
+    # A custom resource runs its function at deploy; locally nothing is deployed (the self-probe's key is
+    # issued by a deploy only).
+    "Custom::SelfProbeKey",
 }
+
+
+def unqualified(function_name: str) -> str:
+    """A function name or ARN without its qualifier (version, alias or $LATEST): arn:aws:lambda:<region>:
+    <account>:function:<name>[:<qualifier>], or <name>[:<qualifier>]."""
+    parts = function_name.split(":")
+    if function_name.startswith("arn:"):
+        return ":".join(parts[:7])
+    return parts[0]
 
 
 @dataclass
@@ -162,6 +177,7 @@ class LocalStack:
 
     def logical_id_for_name(self, name: str) -> str:
         """A function's logical id from the name a Ref gave (or its logical id)."""
+        name = unqualified(name)
         for logical_id, created in self.created.items():
             if name in (created.ref, logical_id) and "Spec" in created.attributes:
                 return logical_id
