@@ -13,7 +13,8 @@ CHECKOV := $(TOOLS)/bin/checkov
 SAM_PYTHON := $(TOOLS)/aws-sam-cli/bin/python
 # Each tool's version is pinned in tools/<tool>/pyproject.toml; its lock and hashed export sit beside it.
 TOOL_NAMES := uv aws-sam-cli checkov
-PIP_HASHED := --quiet --disable-pip-version-check --require-hashes
+# --no-deps: the file is the whole locked environment (pip would re-resolve extras it cannot hash-check).
+PIP_HASHED := --quiet --disable-pip-version-check --require-hashes --no-deps
 RUN := $(UV) run --frozen --no-sync
 export UV_PROJECT_ENVIRONMENT := $(CURDIR)/.venv
 ENV ?= default
