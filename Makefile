@@ -105,10 +105,10 @@ lint: env $(SAM) $(CHECKOV) build/expanded-template.json
 	$(RUN) pytest -q -p no:cacheprovider tests/unit/test_import_graph.py tests/unit/test_table_owners.py
 	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
 	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- build/expanded-template.json
-	$(RUN) cfn-lint -- deploy/github-oidc-role.yaml
+	$(RUN) cfn-lint -- deploy/github-oidc-role.yaml deploy/permissions-boundary.yaml
 	$(SAM) validate --lint --template template.yaml --region us-east-1
 	$(CHECKOV) --config-file .checkov.yaml --file template.yaml --file build/expanded-template.json \
-		--file deploy/github-oidc-role.yaml
+		--file deploy/github-oidc-role.yaml --file deploy/permissions-boundary.yaml
 
 # The end-to-end suite runs the product's functions in the Lambda runtime: the host-architecture build
 # in Lambda-shaped sandboxes, through AWS's Runtime Interface Client (README "The local stack").

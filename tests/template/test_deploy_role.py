@@ -66,6 +66,10 @@ EXCEPTIONS = {
     "PublishedLayers": "GetLayerVersion of AWS's published Web Adapter and Parameters and Secrets layers",
     "PredefinedDeploymentConfigs": "GetDeploymentConfig of AWS's CodeDeployDefault.Lambda* configurations",
     "DescribeLogGroups": "logs:DescribeLogGroups has no resource-level permissions",
+    "EventSourceMappingTags": "a mapping's ARN is a random id; tagging one grants nothing",
+    "StreamEncryptionKey": "names the aws/kinesis key to Kinesis; allows no KMS action",
+    "Subscriptions": "SNS subscription actions have no resource type",
+    "DescribeUserPoolDomains": "cognito-idp:DescribeUserPoolDomain has no resource type",
     "OpsAlarmKey": "a key's ARN is random; only calls made through CloudFormation (aws:CalledVia), no imports",
 }
 
@@ -194,7 +198,13 @@ def test_the_deploy_role_is_trusted_by_one_repository_environment_and_reads_only
 
 def test_only_actions_without_resource_types_are_granted_on_every_resource_without_a_condition():
     unscoped = {s["Sid"] for s in ALLOWS if s["Resource"] == "*" and "Condition" not in s}
-    assert unscoped == {"ValidateTemplates", "ReadEventSourceMappings", "DescribeLogGroups"}
+    assert unscoped == {
+        "ValidateTemplates",
+        "ReadEventSourceMappings",
+        "DescribeLogGroups",
+        "Subscriptions",
+        "DescribeUserPoolDomains",
+    }
 
 
 def test_the_secret_and_the_artifacts_are_this_stacks_only():
