@@ -37,10 +37,11 @@ _NO_LOCAL_EFFECT = {
     # Gradual deploys: every local invocation runs $LATEST, so there is no traffic to shift.
     "AWS::CodeDeploy::Application",
     "AWS::CodeDeploy::DeploymentGroup",
-    # A custom resource runs its function at deploy; locally nothing is deployed (the self-probe's key is
-    # issued by a deploy only).
     "Custom::SelfProbeKey",
 }
+# Custom resources run their function at deploy; locally nothing is deployed (the self-probe's key is issued by
+# a deploy only), and nothing reads their properties, which may name what has no local value (a Function URL).
+_DEPLOY_TIME_ONLY = {"Custom::SelfProbeKey"}
 
 
 def unqualified(function_name: str) -> str:
@@ -122,7 +123,8 @@ class LocalStack:
         self._creating.add(logical_id)
         try:
             creator = _CREATORS.get(resource["Type"])
-            properties = self.scope.resolve(resource.get("Properties", {}))
+            unresolved = resource["Type"] in _DEPLOY_TIME_ONLY
+            properties = {} if unresolved else self.scope.resolve(resource.get("Properties", {}))
             if creator is not None:
                 created = creator(self, logical_id, properties)
             else:
