@@ -9,7 +9,7 @@ import json
 
 import boto3
 
-from devstack.template import ROOT
+from devstack.template import ROOT, load_template
 
 _SPEC = importlib.util.spec_from_file_location("deploy_parameters", ROOT / "deploy" / "deploy_parameters.py")
 assert _SPEC and _SPEC.loader
@@ -50,3 +50,21 @@ def test_the_makefile_checks_the_boundary_before_sam_deploy():
     makefile = (ROOT / "Makefile").read_text()
     recipe = makefile.split("\ndeploy-built:")[1].split("\n\n")[0]
     assert recipe.index("check-boundary") < recipe.index("$(SAM) deploy")
+
+
+def test_make_delete_lists_every_store_the_stack_keeps_with_its_removal():
+    # Given every resource the template keeps when the stack is deleted (SAM's function versions go with
+    # their function, so they keep nothing)
+    template = load_template().expanded
+    kept = {
+        logical_id
+        for logical_id, resource in template["Resources"].items()
+        if resource.get("DeletionPolicy") == "Retain" and resource["Type"] != "AWS::Lambda::Version"
+    }
+    assert kept == {"JobTable", "MonitorTable", "ApiKeysSecret"}
+    # Then `make delete` reads each one's name from an output and prints how to remove it
+    recipe = (ROOT / "Makefile").read_text().split("\ndelete:")[1].split("\n\n")[0]
+    for logical_id in kept:
+        [output] = [name for name, o in template["Outputs"].items() if o["Value"] == {"Ref": logical_id}]
+        assert f"value {output}" in recipe, logical_id
+    assert "delete-table" in recipe and "delete-secret" in recipe and "$(SAM) delete" in recipe
