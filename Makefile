@@ -183,7 +183,9 @@ smoke: env
 
 # The deployed stack ENV (samconfig.toml) end to end with a key created for this run and revoked after it,
 # pass or fail (tests/deployed/key_session.py). deploy.yml runs it after every deploy; a failure fails the run.
-smoke-deployed: env
+# It installs nothing (run `make env` first): in CI it runs with AWS credentials, after every install.
+smoke-deployed:
+	@[ -x .venv/bin/python ] || { echo "run 'make env' first (before any AWS credentials exist)" >&2; exit 2; }
 	PYTHONPATH=layers/shared $(RUN) python -m tests.deployed.key_session $(ENV)
 
 # Deletes the stack ENV (sam asks first). What the stack keeps is listed, with the commands that remove it on
