@@ -1,18 +1,21 @@
 # One entry point for developers and CI. Needs only Python 3.11+ and the package registries:
 # uv is bootstrapped into .tools/, the test environment comes from uv.lock, and aws-sam-cli
-# (which pins its own boto3) and checkov live in isolated uv tool environments.
+# (which pins its own boto3) and checkov live in isolated environments of their own. Everything installed is
+# pinned by hash: uv, the sam CLI and checkov from tools/<tool>/requirements.txt (exported from
+# tools/<tool>/uv.lock by `make tool-requirements`), the layers from uv.lock's export with hashes.
 SHELL := /bin/bash
 PYTHON ?= python3
 TOOLS := $(CURDIR)/.tools
 UV := $(TOOLS)/bin/uv
 SAM := $(TOOLS)/bin/sam
 CHECKOV := $(TOOLS)/bin/checkov
-UV_VERSION := 0.13.8
-SAM_CLI_VERSION := 1.170.0
-CHECKOV_VERSION := 3.3.30
+# The sam CLI's own interpreter (it has boto3): the deploy steps run with it, so a deploy job needs nothing else.
+SAM_PYTHON := $(TOOLS)/aws-sam-cli/bin/python
+# Each tool's version is pinned in tools/<tool>/pyproject.toml; its lock and hashed export sit beside it.
+TOOL_NAMES := uv aws-sam-cli checkov
+# --no-deps: the file is the whole locked environment (pip would re-resolve extras it cannot hash-check).
+PIP_HASHED := --quiet --disable-pip-version-check --require-hashes --no-deps
 RUN := $(UV) run --frozen --no-sync
-export UV_TOOL_DIR := $(TOOLS)/uv-tools
-export UV_TOOL_BIN_DIR := $(TOOLS)/bin
 export UV_PROJECT_ENVIRONMENT := $(CURDIR)/.venv
 ENV ?= default
 # Instruction set of the build: arm64 deploys; `make build ARCH=x86_64` builds for an x86_64 host so the
@@ -32,33 +35,50 @@ EVENT ?= events/tool_worker/healthy-batch.json
 # The layer ships everything the lock pins except what the Lambda runtime provides.
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
-.PHONY: help env lint test unit integration e2e build build-local deploy deploy-built sam-cli smoke invoke dev fire token redrive bench layer-requirements expanded clean
+.PHONY: help env lint test unit integration e2e build build-local deploy deploy-built sam-cli smoke smoke-deployed \
+	delete invoke dev fire token redrive bench layer-requirements tool-requirements expanded clean
 
 # `make help`: every target with the text after its `##`.
 help: ## this list
 	@awk -F':.*## ' '/^[a-zA-Z0-9_-]+:.*## / {printf "  make %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(UV):
+$(UV): tools/uv/requirements.txt
 	$(PYTHON) -m venv $(TOOLS)
-	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(TOOLS)/bin/pip install $(PIP_HASHED) -r tools/uv/requirements.txt
+	@touch $@
 
-$(SAM): | $(UV)
-	$(UV) tool install --quiet aws-sam-cli==$(SAM_CLI_VERSION)
+# Each tool in a virtual environment of its own (the sam CLI pins an older boto3 than the project), installed
+# only from its hashed requirement file; .tools/bin/<tool> links to it.
+$(SAM): tools/aws-sam-cli/requirements.txt | $(UV)
+	rm -rf $(TOOLS)/aws-sam-cli && $(PYTHON) -m venv $(TOOLS)/aws-sam-cli
+	$(TOOLS)/aws-sam-cli/bin/pip install $(PIP_HASHED) -r tools/aws-sam-cli/requirements.txt
+	ln -sf $(TOOLS)/aws-sam-cli/bin/sam $@
 
 sam-cli: $(SAM) ## the pinned aws-sam-cli in its own tool environment (.tools/bin/sam)
 
-$(CHECKOV): | $(UV)
-	$(UV) tool install --quiet checkov==$(CHECKOV_VERSION)
+$(CHECKOV): tools/checkov/requirements.txt | $(UV)
+	rm -rf $(TOOLS)/checkov && $(PYTHON) -m venv $(TOOLS)/checkov
+	$(TOOLS)/checkov/bin/pip install $(PIP_HASHED) -r tools/checkov/requirements.txt
+	ln -sf $(TOOLS)/checkov/bin/checkov $@
+
+# Re-lock a tool after changing its pin in tools/<tool>/pyproject.toml (or to take its dependencies' fixes),
+# and export every lock with hashes. A test holds each requirements.txt equal to its lock's export.
+tool-requirements: $(UV) ## re-lock the isolated tools and export their hashed requirement files
+	@for tool in $(TOOL_NAMES); do \
+		$(UV) lock --quiet --project tools/$$tool && \
+		$(UV) export --quiet --frozen --project tools/$$tool --no-emit-project --no-header \
+			--output-file tools/$$tool/requirements.txt || exit 1; \
+	done
 
 env: $(UV) ## the test environment (.venv) from uv.lock; uv bootstrapped into .tools/
 	$(UV) sync --frozen --quiet
 
 # The core layer: the project's dependencies. The MCP layer: the mcp-layer group without what the core layer
 # already ships (both are on the functions that have the MCP layer).
-layer-requirements: $(UV) ## export both layers' pinned requirements from uv.lock
-	$(UV) export --frozen --no-default-groups --no-hashes --no-header --no-emit-project \
+layer-requirements: $(UV) ## export both layers' pinned requirements (with hashes) from uv.lock
+	$(UV) export --frozen --no-default-groups --no-header --no-emit-project \
 		$(addprefix --no-emit-package ,$(RUNTIME_PROVIDED)) --output-file $(LAYER_REQUIREMENTS) --quiet
-	$(UV) export --frozen --only-group mcp-layer --no-hashes --no-header --no-emit-project \
+	$(UV) export --frozen --only-group mcp-layer --no-header --no-emit-project \
 		$(addprefix --no-emit-package ,$(RUNTIME_PROVIDED)) \
 		$$(sed -n 's/^\([A-Za-z0-9._-]*\)==.*/--no-emit-package \1/p' $(LAYER_REQUIREMENTS)) \
 		--output-file $(MCP_LAYER_REQUIREMENTS) --quiet
@@ -75,10 +95,10 @@ lint: env $(SAM) $(CHECKOV) build/expanded-template.json ## ruff, mypy, import-g
 	$(RUN) pytest -q -p no:cacheprovider tests/unit/test_import_graph.py tests/unit/test_table_owners.py
 	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
 	$(RUN) cfn-lint --append-rules cfn_lint_serverless.rules -- build/expanded-template.json
-	$(RUN) cfn-lint -- deploy/github-oidc-role.yaml
+	$(RUN) cfn-lint -- deploy/github-oidc-role.yaml deploy/permissions-boundary.yaml
 	$(SAM) validate --lint --template template.yaml --region us-east-1
 	$(CHECKOV) --config-file .checkov.yaml --file template.yaml --file build/expanded-template.json \
-		--file deploy/github-oidc-role.yaml
+		--file deploy/github-oidc-role.yaml --file deploy/permissions-boundary.yaml
 
 # Test tiers, fastest first (docs/testing.md). unit: no build, no sandbox, no moto stack. integration: the
 # handlers and the local stack on moto, in-process, on both cores. e2e: the host-architecture build in
@@ -110,12 +130,18 @@ deploy: build deploy-built ## sam build + sam deploy (ENV=default|prod from samc
 
 # Deploys what `make build` left in $(BUILD_DIR): CI builds in a job without AWS credentials and deploys the
 # artifact. Guided only for an environment samconfig.toml lacks, and only in a terminal.
+# PERMISSIONS_BOUNDARY_ARN (CI sets it; the GitHub deploy role can create roles only with it) is added to the
+# environment's parameter_overrides, after checking the policy exists: a wrong ARN stops here, before anything
+# is created, instead of failing the first role halfway through the deploy.
 deploy-built: $(SAM) ## sam deploy of what make build left in BUILD_DIR
 	@if [ "$(ARCH)" = arm64 ] && find $(BUILD_DIR) -name '*-x86_64-linux-gnu.so' -print -quit | grep -q .; then \
 		echo "$(BUILD_DIR) holds an x86_64 build (make build ARCH=x86_64): run 'make build' before deploying" >&2; \
 		exit 2; fi
+	@if [ -n "$(PERMISSIONS_BOUNDARY_ARN)" ]; then \
+		$(SAM_PYTHON) deploy/deploy_parameters.py check-boundary "$(PERMISSIONS_BOUNDARY_ARN)" || exit 2; fi
 	@if grep -q "^\[$(ENV).deploy.parameters\]" samconfig.toml; then \
-		$(SAM) deploy --config-env $(ENV) $(SAM_DEPLOY_FLAGS); \
+		$(SAM) deploy --config-env $(ENV) $(SAM_DEPLOY_FLAGS) $(if $(PERMISSIONS_BOUNDARY_ARN),--parameter-overrides \
+			"$$($(SAM_PYTHON) deploy/deploy_parameters.py overrides $(ENV) PermissionsBoundaryArn=$(PERMISSIONS_BOUNDARY_ARN))"); \
 	elif [ -t 0 ]; then \
 		$(SAM) deploy --guided --config-env $(ENV); \
 	else \
@@ -154,6 +180,30 @@ smoke: env ## URL=<McpServerUrl> KEY=<API key>: the deployed stack end to end
 		echo "usage: make smoke URL=<McpServerUrl output> KEY=<API key> [DATASET=s3://... | https://...]" >&2; exit 2; fi
 	@MCP_SMOKE_URL="$(URL)" MCP_SMOKE_KEY="$(KEY)" MCP_SMOKE_DATASET="$(DATASET)" \
 		$(RUN) pytest -q -p no:cacheprovider tests/deployed
+
+# The deployed stack ENV (samconfig.toml) end to end with a key created for this run and revoked after it,
+# pass or fail (tests/deployed/key_session.py). deploy.yml runs it after every deploy; a failure fails the run.
+# It installs nothing (run `make env` first): in CI it runs with AWS credentials, after every install.
+smoke-deployed: ## ENV=default|prod: the deployed stack end to end with a throwaway key
+	@[ -x .venv/bin/python ] || { echo "run 'make env' first (before any AWS credentials exist)" >&2; exit 2; }
+	PYTHONPATH=layers/shared $(RUN) python -m tests.deployed.key_session $(ENV)
+
+# Deletes the stack ENV (sam asks first). What the stack keeps is listed, with the commands that remove it on
+# purpose: the tables and the key secret are DeletionPolicy Retain (docs/deploy.md "Deleting everything").
+delete: $(SAM) ## ENV=default|prod: delete the stack and list what it keeps
+	@grep -q "^\[$(ENV).global.parameters\]" samconfig.toml || { echo "samconfig.toml has no [$(ENV)]" >&2; exit 2; }
+	@stack=$$(sed -n '/^\[$(ENV).global.parameters\]/,/^\[/s/^stack_name = "\(.*\)"/\1/p' samconfig.toml); \
+	outputs=$$($(SAM) list stack-outputs --stack-name "$$stack" --config-env $(ENV) --output json) || exit 1; \
+	value() { echo "$$outputs" | $(SAM_PYTHON) -c 'import json,sys; print(next(o["OutputValue"] for o in json.load(sys.stdin) if o["OutputKey"] == sys.argv[1]))' "$$1"; }; \
+	jobs=$$(value JobTableName) monitor=$$(value MonitorTableName) keys=$$(value ApiKeysSecretArn); \
+	$(SAM) delete --stack-name "$$stack" --config-env $(ENV) || exit 1; \
+	echo "Deleted $$stack. It keeps, on purpose (DeletionPolicy Retain), until you remove them:"; \
+	echo "  JobTable        $$jobs      aws dynamodb delete-table --table-name $$jobs"; \
+	echo "  MonitorTable    $$monitor      aws dynamodb delete-table --table-name $$monitor"; \
+	echo "  ApiKeysSecret   $$keys"; \
+	echo "                  aws secretsmanager delete-secret --secret-id $$keys --recovery-window-in-days 7"; \
+	echo "  The secret's name ($$stack/api-keys) stays taken until it is gone: to deploy $$stack again at once,"; \
+	echo "  delete it with --force-delete-without-recovery instead (its keys are lost)."
 
 clean: ## remove builds, environments and caches
 	rm -rf .aws-sam build .venv .pytest_cache .ruff_cache

@@ -26,7 +26,7 @@ from devstack.lambda_runtime import (
 )
 from devstack.runtime import FunctionRuntime
 from devstack.sources.sqs import SqsEventSource
-from devstack.stack import LocalStack
+from devstack.stack import LocalStack, unqualified
 from devstack.template import ROOT, Template
 
 # Sample datasets for analyze_dataset jobs: events/datasets/* is uploaded to this bucket.
@@ -163,9 +163,12 @@ class LocalEnvironment:
 
     def function_logical_id(self, function_name: str) -> str:
         """FunctionName as templates and APIs give it (name, ARN, ARN with qualifier) -> logical id."""
-        return self._function_logical_id(function_name.split(":$LATEST")[0])
+        return self._function_logical_id(function_name)
 
     def _function_logical_id(self, function_name: str) -> str:
+        # Every local invocation runs $LATEST: an alias or version ARN (a trigger through AutoPublishAlias)
+        # or "name:qualifier" is its function.
+        function_name = unqualified(function_name)
         for logical_id, spec in self.stack.functions().items():
             if function_name in (spec.name, spec.arn, logical_id):
                 return logical_id

@@ -35,7 +35,23 @@ _NO_LOCAL_EFFECT = {
     "AWS::SNS::TopicPolicy",
     "AWS::Events::Archive",
     "AWS::CloudWatch::Dashboard",
+    # Gradual deploys: every local invocation runs $LATEST, so there is no traffic to shift.
+    "AWS::CodeDeploy::Application",
+    "AWS::CodeDeploy::DeploymentGroup",
+    "Custom::SelfProbeKey",
 }
+# Custom resources run their function at deploy; locally nothing is deployed (the self-probe's key is issued by
+# a deploy only), and nothing reads their properties, which may name what has no local value (a Function URL).
+_DEPLOY_TIME_ONLY = {"Custom::SelfProbeKey"}
+
+
+def unqualified(function_name: str) -> str:
+    """A function name or ARN without its qualifier (version, alias or $LATEST): arn:aws:lambda:<region>:
+    <account>:function:<name>[:<qualifier>], or <name>[:<qualifier>]."""
+    parts = function_name.split(":")
+    if function_name.startswith("arn:"):
+        return ":".join(parts[:7])
+    return parts[0]
 
 
 @dataclass
@@ -109,7 +125,8 @@ class LocalStack:
         self._creating.add(logical_id)
         try:
             creator = _CREATORS.get(resource["Type"])
-            properties = self.scope.resolve(resource.get("Properties", {}))
+            unresolved = resource["Type"] in _DEPLOY_TIME_ONLY
+            properties = {} if unresolved else self.scope.resolve(resource.get("Properties", {}))
             if creator is not None:
                 created = creator(self, logical_id, properties)
             else:
@@ -164,6 +181,7 @@ class LocalStack:
 
     def logical_id_for_name(self, name: str) -> str:
         """A function's logical id from the name a Ref gave (or its logical id)."""
+        name = unqualified(name)
         for logical_id, created in self.created.items():
             if name in (created.ref, logical_id) and "Spec" in created.attributes:
                 return logical_id

@@ -1,21 +1,33 @@
-"""deploy/github-oidc-role.yaml grants the deploy role what creating every resource type of the stack needs,
-so a new resource type fails here instead of in the first CI deploy after it."""
+"""deploy/github-oidc-role.yaml grants the deploy role what creating every resource type of the stack needs, on
+that stack only, and cannot make itself administrator: every role it creates or changes carries the stack's
+permissions boundary (deploy/permissions-boundary.yaml), which allows what the stack's roles do and no IAM."""
 
 from __future__ import annotations
 
+import fnmatch
+import json
 from typing import Any
 
+import pytest
 from samtranslator.yaml_helper import yaml_parse
 
 from devstack.template import ROOT
-from tests.template.test_invariants import RESOURCES, as_list
+from tests.template.test_invariants import RESOURCES, all_statements, as_list, of_type
 
 ROLE_TEMPLATE = yaml_parse((ROOT / "deploy" / "github-oidc-role.yaml").read_text())
 STATEMENTS = ROLE_TEMPLATE["Resources"]["DeployRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+ALLOWS = [s for s in STATEMENTS if s["Effect"] == "Allow"]
+DENIES = [s for s in STATEMENTS if s["Effect"] == "Deny"]
+BOUNDARY_TEMPLATE = yaml_parse((ROOT / "deploy" / "permissions-boundary.yaml").read_text())
+BOUNDARY = BOUNDARY_TEMPLATE["Resources"]["PermissionsBoundary"]["Properties"]
+BOUNDARY_ARN = "arn:${AWS::Partition}:iam::${AWS::AccountId}:policy/boundaries/${StackName}-permissions-boundary"
+
 # The call CloudFormation makes (as the deploy role) to create each resource type of the expanded template.
 CREATE_ACTION = {
     "AWS::CloudWatch::Alarm": "cloudwatch:PutMetricAlarm",
     "AWS::CloudWatch::Dashboard": "cloudwatch:PutDashboard",
+    "AWS::CodeDeploy::Application": "codedeploy:CreateApplication",
+    "AWS::CodeDeploy::DeploymentGroup": "codedeploy:CreateDeploymentGroup",
     "AWS::Cognito::UserPool": "cognito-idp:CreateUserPool",
     "AWS::Cognito::UserPoolClient": "cognito-idp:CreateUserPoolClient",
     "AWS::Cognito::UserPoolDomain": "cognito-idp:CreateUserPoolDomain",
@@ -40,17 +52,136 @@ CREATE_ACTION = {
     "AWS::SQS::Queue": "sqs:CreateQueue",
     "AWS::SQS::QueuePolicy": "sqs:SetQueueAttributes",
     "AWS::SecretsManager::Secret": "secretsmanager:CreateSecret",
+    # CloudFormation invokes a custom resource's function with the deployer's credentials
+    "Custom::SelfProbeKey": "lambda:InvokeFunction",
+}
+# Allow statements that name no resource of the stack, and why each is safe without one.
+EXCEPTIONS = {
+    "Transforms": "AWS's own macros (SAM, language extensions); the change set they expand is this stack's",
+    "ArtifactsBucketStack": "DescribeStacks of SAM's shared bootstrap stack, to find the artifacts bucket",
+    "ValidateTemplates": "cloudformation:ValidateTemplate has no resource type",
+    "ArtifactsBucketLocation": "s3:GetBucketLocation reads the shared bucket's region, no object",
+    "ReadEventSourceMappings": "Get/ListEventSourceMappings have no resource type or condition key",
+    "StackLayers": "SAM names a layer by its logical id; versions are immutable and functions pin them",
+    "PublishedLayers": "GetLayerVersion of AWS's published Web Adapter and Parameters and Secrets layers",
+    "PredefinedDeploymentConfigs": "GetDeploymentConfig of AWS's CodeDeployDefault.Lambda* configurations",
+    "DescribeLogGroups": "logs:DescribeLogGroups has no resource-level permissions",
+    "EventSourceMappingTags": "a mapping's ARN is a random id; tagging one grants nothing",
+    "StreamEncryptionKey": "names the aws/kinesis key to Kinesis; allows no KMS action",
+    "Subscriptions": "SNS subscription actions have no resource type",
+    "DescribeUserPoolDomains": "cognito-idp:DescribeUserPoolDomain has no resource type",
+    "OpsAlarmKey": "a key's ARN is random; only calls made through CloudFormation (aws:CalledVia), no imports",
 }
 
 
 def granted(action: str) -> list[dict[str, Any]]:
-    return [s for s in STATEMENTS if s["Effect"] == "Allow" and action in as_list(s["Action"])]
+    return [s for s in ALLOWS if action in as_list(s["Action"])]
+
+
+def text(value: Any) -> str:
+    return json.dumps(value)
 
 
 def test_the_deploy_role_may_create_every_resource_type_of_the_stack():
     for type_name in sorted({resource["Type"] for resource in RESOURCES.values()}):
         assert type_name in CREATE_ACTION, f"{type_name}: add it to the deploy role and to CREATE_ACTION"
         assert granted(CREATE_ACTION[type_name]), type_name
+
+
+@pytest.mark.parametrize("statement", ALLOWS, ids=[s["Sid"] for s in ALLOWS])
+def test_every_allow_names_the_stack_or_carries_a_stack_condition_or_is_a_listed_exception(statement):
+    # Given one Allow statement of the deploy role
+    names_the_stack = all("${StackName}" in text(resource) for resource in as_list(statement["Resource"]))
+    stack_condition = "${StackName}" in text(statement.get("Condition", {})) or "StackName" in text(
+        statement.get("Condition", {})
+    )
+    # Then each of its resources names the stack, or its condition does, or it is an exception with a reason
+    assert names_the_stack or stack_condition or statement["Sid"] in EXCEPTIONS, statement["Sid"]
+    if statement["Sid"] in EXCEPTIONS:
+        assert not (names_the_stack or stack_condition), f"{statement['Sid']} is scoped now: drop the exception"
+
+
+def test_the_exception_list_names_only_statements_of_the_role():
+    assert set(EXCEPTIONS) <= {s["Sid"] for s in ALLOWS}
+
+
+def test_roles_are_created_and_changed_only_with_the_stacks_boundary():
+    # Given every Allow that creates a role or writes what a role may do
+    escalating = {
+        "iam:CreateRole",
+        "iam:PutRolePolicy",
+        "iam:AttachRolePolicy",
+        "iam:PutRolePermissionsBoundary",
+        "iam:DeleteRolePolicy",
+        "iam:DetachRolePolicy",
+    }
+    for action in escalating:
+        statements = granted(action)
+        assert statements, action
+        # Then each requires the boundary policy of deploy/permissions-boundary.yaml on the role
+        for statement in statements:
+            condition = statement["Condition"]["StringEquals"]["iam:PermissionsBoundary"]
+            assert condition == {"Fn::Sub": BOUNDARY_ARN}, action
+    # And no Allow lets it remove a boundary or rewrite a trust policy; a Deny removes boundaries outright
+    for action in ("iam:DeleteRolePermissionsBoundary", "iam:UpdateAssumeRolePolicy", "iam:*", "iam:UpdateRole"):
+        assert not granted(action), action
+    assert any("iam:DeleteRolePermissionsBoundary" in as_list(s["Action"]) and s["Resource"] == "*" for s in DENIES)
+    # And the boundary itself may not be changed by the role
+    [fixed] = [s for s in DENIES if s["Sid"] == "BoundaryIsFixed"]
+    assert {"iam:CreatePolicyVersion", "iam:SetDefaultPolicyVersion", "iam:DeletePolicy"} <= set(fixed["Action"])
+    assert fnmatch.fnmatch(BOUNDARY_ARN, fixed["Resource"]["Fn::Sub"])
+
+
+def test_roles_are_passed_only_to_lambda_and_codedeploy_and_only_the_stacks():
+    [passing] = granted("iam:PassRole")
+    assert passing["Resource"] == {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/${StackName}-*"}
+    assert set(passing["Condition"]["StringEquals"]["iam:PassedToService"]) == {
+        "lambda.amazonaws.com",
+        "codedeploy.amazonaws.com",
+    }
+
+
+def test_the_boundary_template_names_the_arn_the_role_requires_and_denies_all_iam():
+    # Given the boundary as deploy/permissions-boundary.yaml creates it
+    path, name = BOUNDARY["Path"], BOUNDARY["ManagedPolicyName"]["Fn::Sub"]
+    assert BOUNDARY_ARN.endswith(f":policy{path}{name}")
+    statements = BOUNDARY["PolicyDocument"]["Statement"]
+    denies = [s for s in statements if s.get("Effect") == "Deny"]
+    # Then a bounded role can neither use IAM nor shed its boundary
+    assert any(s["Action"] == "iam:*" and s["Resource"] == "*" for s in denies)
+    assert any("iam:DeleteRolePermissionsBoundary" in as_list(s["Action"]) for s in denies)
+
+
+def boundary_allows() -> list[dict[str, Any]]:
+    found = []
+    for statement in BOUNDARY["PolicyDocument"]["Statement"]:
+        if "Fn::If" in statement:
+            statement = statement["Fn::If"][1]
+        if statement["Effect"] == "Allow":
+            found.append(statement)
+    return found
+
+
+def test_the_boundary_allows_every_action_a_role_of_the_stack_is_given():
+    # Given every action any role of the expanded template is granted (inline, or by a stack-managed policy)
+    actions = {action.lower() for _, statement in all_statements() for action in as_list(statement["Action"])}
+    for policy in of_type("AWS::IAM::ManagedPolicy").values():
+        for statement in as_list(policy["Properties"]["PolicyDocument"]["Statement"]):
+            actions |= {action.lower() for action in as_list(statement["Action"])}
+    allowed = [pattern.lower() for s in boundary_allows() for pattern in as_list(s["Action"])]
+    # Then the boundary allows each one (a role's grant beyond it would silently never work)
+    missing = sorted(a for a in actions if not any(fnmatch.fnmatch(a, p) for p in allowed))
+    assert missing == [], f"add to deploy/permissions-boundary.yaml: {missing}"
+
+
+def test_the_boundary_names_the_stack_in_every_allow_but_traces():
+    for statement in boundary_allows():
+        if statement["Sid"] in {"Traces"}:
+            continue  # X-Ray segments have no resource type
+        resources = as_list(statement["Resource"])
+        assert all("${StackName}" in text(r) or "${DatasetBucketName}" in text(r) for r in resources) or (
+            "kms:ViaService" in text(statement.get("Condition"))
+        ), statement["Sid"]
 
 
 def test_the_deploy_role_is_trusted_by_one_repository_environment_and_reads_only_the_published_layers():
@@ -65,15 +196,30 @@ def test_the_deploy_role_is_trusted_by_one_repository_environment_and_reads_only
                for r in layers["Resource"])  # fmt: skip
 
 
-def test_only_actions_without_resource_types_are_granted_on_every_resource():
-    unscoped = {s["Sid"] for s in STATEMENTS if s["Resource"] == "*" and "Condition" not in s}
+def test_only_actions_without_resource_types_are_granted_on_every_resource_without_a_condition():
+    unscoped = {s["Sid"] for s in ALLOWS if s["Resource"] == "*" and "Condition" not in s}
     assert unscoped == {
         "ValidateTemplates",
         "ReadEventSourceMappings",
         "DescribeLogGroups",
-        "OpsAlarmKey",
-        "CreateUserPools",
+        "Subscriptions",
+        "DescribeUserPoolDomains",
     }
+
+
+def test_the_secret_and_the_artifacts_are_this_stacks_only():
+    # The API key secret is named <stack>/api-keys by the template; the role matches it and its 6-character suffix
+    assert RESOURCES["ApiKeysSecret"]["Properties"]["Name"] == {"Fn::Sub": "${AWS::StackName}/api-keys"}
+    for statement in granted("secretsmanager:PutSecretValue") + granted("secretsmanager:UpdateSecret"):
+        assert statement["Resource"]["Fn::Sub"].endswith(":secret:${StackName}/api-keys-??????")
+    # And S3 objects only under the stack's prefix, which samconfig.toml sets to the stack name
+    [upload] = granted("s3:PutObject")
+    assert upload["Resource"]["Fn::Sub"].endswith("-*/${StackName}/*")
+    samconfig = (ROOT / "samconfig.toml").read_text()
+    for environment in ("default", "prod"):
+        section = samconfig.split(f"[{environment}.deploy.parameters]")[1].split("\n[")[0]
+        stack = samconfig.split(f"[{environment}.global.parameters]")[1].split('"')[1]
+        assert f's3_prefix = "{stack}"' in section, environment
 
 
 def test_the_deploy_role_may_publish_every_layer_of_the_stack():

@@ -75,6 +75,14 @@ def referenced_resource(expression: Any) -> str:
     return (target.split(".") if isinstance(target, str) else target)[0]
 
 
+def invoked_function(expression: Any) -> str:
+    """The function a trigger's FunctionName names, through an alias or version (AutoPublishAlias)."""
+    target = referenced_resource(expression)
+    if RESOURCES[target]["Type"] in ("AWS::Lambda::Alias", "AWS::Lambda::Version"):
+        return referenced_resource(RESOURCES[target]["Properties"]["FunctionName"])
+    return target
+
+
 def statements(policy_document: Any) -> Iterator[dict[str, Any]]:
     """Every statement, both branches of any Fn::If included."""
     if isinstance(policy_document, dict) and "Fn::If" in policy_document:
@@ -133,7 +141,7 @@ def test_sqs_event_sources_do_not_use_stream_only_settings(mapping_id):
 def test_every_consumed_queue_has_a_dlq_and_a_visibility_timeout_of_six_times_its_consumer(mapping_id):
     mapping = SQS_MAPPINGS[mapping_id]["Properties"]
     queue = RESOURCES[referenced_resource(mapping["EventSourceArn"])]["Properties"]
-    function = RESOURCES[referenced_resource(mapping["FunctionName"])]["Properties"]
+    function = RESOURCES[invoked_function(mapping["FunctionName"])]["Properties"]
     redrive = queue["RedrivePolicy"]
     assert referenced_resource(redrive["deadLetterTargetArn"]) in of_type("AWS::SQS::Queue")
     depends_on = sorted(_refs(queue["VisibilityTimeout"]) | _refs(function["Timeout"]))
@@ -208,14 +216,14 @@ def test_every_stream_mapping_bisects_retries_finitely_ages_out_and_has_an_on_fa
 def test_every_on_failure_queue_is_writable_by_its_functions_role(mapping_id):
     properties = STREAM_MAPPINGS[mapping_id]["Properties"]
     queue = referenced_resource(properties["DestinationConfig"]["OnFailure"]["Destination"])
-    role = role_of(referenced_resource(properties["FunctionName"]))
+    role = role_of(invoked_function(properties["FunctionName"]))
     assert role_grants(role, "sqs:SendMessage", {"Fn::GetAtt": [queue, "Arn"]}), (role, queue)
 
 
 @pytest.mark.parametrize("mapping_id", sorted(STREAM_MAPPINGS))
 def test_every_stream_mapping_can_read_its_stream_with_a_scoped_statement(mapping_id):
     properties = STREAM_MAPPINGS[mapping_id]["Properties"]
-    role = role_of(referenced_resource(properties["FunctionName"]))
+    role = role_of(invoked_function(properties["FunctionName"]))
     service = (
         "kinesis"
         if RESOURCES[referenced_resource(properties["EventSourceArn"])]["Type"].startswith("AWS::Kinesis")
@@ -394,23 +402,26 @@ def test_one_architecture_parameter_sets_every_function_the_layer_and_the_publis
 
 
 def test_provisioned_concurrency_is_optional_and_off_by_default():
-    alias = next(iter(of_type("AWS::Lambda::Alias").values()))["Properties"]
+    alias = RESOURCES["McpServerAliaslive"]["Properties"]
     condition = alias["ProvisionedConcurrencyConfig"]["Fn::If"][0]
     assert resolve({"Fn::If": [condition, "on", "off"]}) == "off"
     assert resolve({"Fn::If": [condition, "on", "off"]}, McpProvisionedConcurrency=2) == "on"
 
 
-def test_the_api_key_secret_is_readable_only_by_the_mcp_server_and_the_dispatcher_issuing_the_self_probe_key():
+def test_the_api_key_secret_is_read_by_the_mcp_server_and_written_only_by_the_deploy_time_key_issuer():
     readers = [
         (role, statement)
         for role, statement in all_statements()
         if "secretsmanager:GetSecretValue" in as_list(statement["Action"])
     ]
-    assert sorted(role for role, _ in readers) == ["McpServerRole", "ProbeDispatcherRole"]
+    assert sorted(role for role, _ in readers) == ["McpServerRole", "SelfProbeKeyIssuerRole"]
     assert all(statement["Resource"] == {"Ref": "ApiKeysSecret"} for _, statement in readers)
     for write in ("secretsmanager:PutSecretValue", "secretsmanager:UpdateSecretVersionStage"):
         writers = [role for role, s in all_statements() if write in as_list(s["Action"])]
-        assert writers == ["ProbeDispatcherRole"], write
+        assert writers == ["SelfProbeKeyIssuerRole"], write
+    # The issuer runs only when CloudFormation creates or deletes SelfProbeKey; the dispatcher has no access
+    assert resolve(RESOURCES["SelfProbeKey"]["Properties"]["ServiceToken"]) == "arn:SelfProbeKeyIssuer.Arn"
+    assert not any(role == "ProbeDispatcherRole" and "secretsmanager" in json.dumps(s) for role, s in all_statements())
     assert "ApiKeysSecretArn" in EXPANDED["Outputs"] and "McpServerUrl" in EXPANDED["Outputs"]
 
 
@@ -468,7 +479,7 @@ def test_the_template_has_async_invoked_functions_to_check():
 @pytest.mark.parametrize("config_id", sorted(ASYNC_CONFIGS))
 def test_every_async_invoked_function_has_both_destinations_and_may_write_to_them(config_id):
     properties = ASYNC_CONFIGS[config_id]["Properties"]
-    role = role_of(referenced_resource(properties["FunctionName"]))
+    role = role_of(invoked_function(properties["FunctionName"]))
     for outcome in ("OnSuccess", "OnFailure"):
         destination = properties["DestinationConfig"][outcome]["Destination"]
         target = referenced_resource(destination)
@@ -611,6 +622,7 @@ def test_the_machine_client_is_client_credentials_only_with_this_resource_server
 
 
 def test_oauth_only_mode_does_not_register_the_api_key_self_probe():
-    variables = RESOURCES["ProbeDispatcher"]["Properties"]["Environment"]["Variables"]
-    assert resolve(variables["API_KEYS_SECRET_ID"], AuthMode="oauth") == ""
-    assert resolve(variables["API_KEYS_SECRET_ID"], AuthMode="both") == "ref:ApiKeysSecret"
+    condition = RESOURCES["SelfProbeKey"]["Condition"]
+    assert scope(AuthMode="oauth").condition(condition) is False
+    assert scope(AuthMode="both").condition(condition) is True
+    assert scope().condition(condition) is True

@@ -38,6 +38,13 @@ def test_layer_requirements_are_exactly_the_lock_export(tmp_path):
     )
     assert pins(exported.read_text()) == pins(REQUIREMENTS.read_text())
     assert pins(exported_mcp.read_text()) == pins(MCP_REQUIREMENTS.read_text())
+    # With the lock's hashes, which the layer build installs with pip --require-hashes
+    assert exported.read_text() == REQUIREMENTS.read_text()
+    assert exported_mcp.read_text() == MCP_REQUIREMENTS.read_text()
+    for requirements in (REQUIREMENTS, MCP_REQUIREMENTS):
+        lines = requirements.read_text().splitlines()
+        pinned = [i for i, line in enumerate(lines) if "==" in line and not line.startswith((" ", "#"))]
+        assert pinned and all(lines[i + 1].strip().startswith("--hash=sha256:") for i in pinned), requirements
 
 
 def test_the_mcp_stack_is_only_in_the_mcp_layer_and_no_package_is_in_both():

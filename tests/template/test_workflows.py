@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from devstack.template import ROOT
@@ -45,3 +49,71 @@ def test_the_workflow_deploys_environments_samconfig_describes():
     options = WORKFLOWS["deploy.yml"][True]["workflow_dispatch"]["inputs"]["environment"]["options"]
     for environment in options:
         assert f"[{environment}.deploy.parameters]" in samconfig, environment
+
+
+def steps(job: dict) -> list[dict]:
+    return list(job.get("steps", []))
+
+
+def test_every_action_is_pinned_to_a_full_commit_sha_with_its_tag_beside_it():
+    # Given every `uses:` line of every workflow, as written (the comment holds the tag)
+    lines = [
+        line.strip()
+        for path in (ROOT / ".github" / "workflows").glob("*.yml")
+        for line in path.read_text().splitlines()
+        if line.strip().startswith(("uses:", "- uses:"))
+    ]
+    assert lines
+    for line in lines:
+        # Then each names a 40-hex commit, never a movable tag or branch, and says which tag that commit is
+        assert re.search(r"@[0-9a-f]{40} # v\d+(\.\d+)*$", line), line
+
+
+def test_the_job_with_credentials_runs_on_main_only_and_smoke_tests_what_it_deployed():
+    deploy = WORKFLOWS["deploy.yml"]["jobs"]["deploy"]
+    # A dispatched branch skips it (and the main-only job says why)
+    assert deploy["if"] == "github.ref == 'refs/heads/main'"
+    assert WORKFLOWS["deploy.yml"]["jobs"]["main-only"]["if"] == "github.ref != 'refs/heads/main'"
+    commands = [str(step.get("run", "")) for step in steps(deploy)]
+    uses = [str(step.get("uses", "")) for step in steps(deploy)]
+    credentials = uses.index(next(u for u in uses if u.startswith("aws-actions/configure-aws-credentials@")))
+    deployed = next(i for i, c in enumerate(commands) if "make deploy-built" in c)
+    smoked = next(i for i, c in enumerate(commands) if "make smoke-deployed" in c)
+    installed = next(i for i, c in enumerate(commands) if "make sam-cli" in c)
+    # Everything is installed before the credentials exist; the smoke test follows the deploy and may fail it
+    assert installed < credentials < deployed < smoked
+    assert "continue-on-error" not in steps(deploy)[smoked]
+    assert "PERMISSIONS_BOUNDARY_ARN" in commands[deployed]
+
+
+def test_dependabot_watches_the_actions_the_lock_and_the_tool_locks():
+    config = yaml.safe_load((ROOT / ".github" / "dependabot.yml").read_text())
+    ecosystems = {
+        (u["package-ecosystem"], tuple(u.get("directories", [u.get("directory")]))) for u in config["updates"]
+    }
+    assert ("github-actions", ("/",)) in ecosystems and ("uv", ("/",)) in ecosystems
+    tools = {d for ecosystem, dirs in ecosystems if ecosystem == "uv" for d in dirs}
+    assert {f"/tools/{tool}" for tool in TOOLS} <= tools
+
+
+TOOLS = ("uv", "aws-sam-cli", "checkov")
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_each_tool_requirement_file_is_its_locks_export_with_a_hash_for_every_pin(tool, tmp_path):
+    uv = shutil.which("uv") or str(ROOT / ".tools" / "bin" / "uv")
+    if not Path(uv).exists():
+        pytest.skip("uv is bootstrapped by `make env`")
+    exported = tmp_path / "requirements.txt"
+    subprocess.run(
+        [uv, "export", "--quiet", "--frozen", "--project", f"tools/{tool}", "--no-emit-project", "--no-header",
+         "--output-file", str(exported)],
+        cwd=ROOT, check=True,
+    )  # fmt: skip
+    checked_in = (ROOT / "tools" / tool / "requirements.txt").read_text()
+    assert exported.read_text() == checked_in, f"run `make tool-requirements` ({tool})"
+    lines = checked_in.splitlines()
+    pinned = [i for i, line in enumerate(lines) if "==" in line and not line.startswith((" ", "#"))]
+    assert pinned and all(lines[i + 1].strip().startswith("--hash=sha256:") for i in pinned), tool
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"--require-hashes -r tools/{tool}/requirements.txt" in makefile.replace("$(PIP_HASHED)", "--require-hashes")

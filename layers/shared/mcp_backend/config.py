@@ -146,11 +146,13 @@ class McpSettings(ToolSettings):
 class ProbeDispatcherSettings(Settings):
     monitor_table_name: str
     probe_worker_function_name: str
-    # The stack's own MCP endpoint: this function's Function URL (+ mcp_path) is registered on the first run.
-    self_function_name: str = ""
-    self_function_qualifier: str = "live"
-    # The dispatcher issues the self-probe its own key in this secret (first run only).
-    api_keys_secret_id: str = ""
+
+
+class SelfProbeKeySettings(Settings):
+    """The SelfProbeKey custom resource: registers the stack's Function URL (+ mcp_path) with a key it adds."""
+
+    monitor_table_name: str
+    api_keys_secret_id: str = Field(min_length=1)
     mcp_path: str = "/mcp"
 
 

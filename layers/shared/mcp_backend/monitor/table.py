@@ -90,37 +90,22 @@ class MonitorTable:
             ExpressionAttributeValues=values,
         )
 
-    def put_endpoint_unless_at(self, endpoint: Endpoint, auth_token: str | None) -> bool:
-        """Write the whole endpoint item unless it exists with this URL; True when written."""
-        try:
-            self._client.put_item(
-                TableName=self.table_name,
-                Item=endpoint_item(endpoint, auth_token=auth_token, registered_at=datetime.now(UTC)),
-                ConditionExpression="attribute_not_exists(serverId) OR #url <> :url",
-                ExpressionAttributeNames={"#url": "url"},
-                ExpressionAttributeValues={":url": {"S": endpoint.url}},
-            )
-        except self._client.exceptions.ConditionalCheckFailedException:
-            return False
-        return True
-
-    def set_first_auth_token(self, server_id: str, auth_token: str) -> None:
-        """Set the endpoint's token only if it has none: a token in use is never replaced."""
+    def set_endpoint_url(self, server_id: str, url: str) -> None:
+        """Point an existing endpoint at a new URL; its token and schema state stay."""
         self._client.update_item(
             TableName=self.table_name,
             Key=key(server_id, ENDPOINT_SORT_KEY),
-            UpdateExpression="SET authToken = :token",
-            ConditionExpression="attribute_exists(serverId) AND attribute_not_exists(authToken)",
-            ExpressionAttributeValues={":token": {"S": auth_token}},
+            UpdateExpression="SET #url = :url",
+            ConditionExpression="attribute_exists(serverId)",
+            ExpressionAttributeNames={"#url": "url"},
+            ExpressionAttributeValues={":url": {"S": url}},
         )
+
+    def delete_endpoint(self, server_id: str) -> None:
+        """Remove an endpoint's item (its probe results expire by TTL)."""
+        self._client.delete_item(TableName=self.table_name, Key=key(server_id, ENDPOINT_SORT_KEY))
 
     # -- endpoints: reads -------------------------------------------------------
-    def endpoint_exists(self, server_id: str) -> bool:
-        item = self._client.get_item(
-            TableName=self.table_name, Key=key(server_id, ENDPOINT_SORT_KEY), ProjectionExpression="serverId"
-        )
-        return "Item" in item
-
     def read_endpoint(self, server_id: str) -> dict[str, Any] | None:
         """The whole endpoint item (auth token and schema state included), read consistently."""
         item: dict[str, Any] | None = self._client.get_item(

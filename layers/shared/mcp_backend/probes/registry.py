@@ -33,19 +33,19 @@ class EndpointRegistry:
         self.table.register_endpoint(endpoint, auth_token)
         return {"serverId": endpoint.server_id, "name": name, "url": url, "hasAuth": bool(auth_token)}
 
-    def ensure_self(self, url: str, auth_token: str | None) -> bool:
-        """Register the stack's own endpoint once (first run); True when this call registered it."""
-        endpoint = Endpoint(server_id=SELF_SERVER_ID, owner_id=SELF_OWNER_ID, name="this stack", url=url)
-        return self.table.put_endpoint_unless_at(endpoint, auth_token)
+    def register_self(self, url: str, auth_token: str) -> None:
+        """The stack's own endpoint, with the self-probe's key (the SelfProbeKey custom resource, at deploy)."""
+        self.table.register_endpoint(
+            Endpoint(server_id=SELF_SERVER_ID, owner_id=SELF_OWNER_ID, name="this stack", url=url), auth_token
+        )
 
-    def set_self_token(self, auth_token: str) -> None:
-        """The self-probe's key, once: a later tick never replaces a token that is in use."""
-        self.table.set_first_auth_token(SELF_SERVER_ID, auth_token)
+    def move_self(self, url: str) -> None:
+        self.table.set_endpoint_url(SELF_SERVER_ID, url)
+
+    def deregister_self(self) -> None:
+        self.table.delete_endpoint(SELF_SERVER_ID)
 
     # -- reads ------------------------------------------------------------------
-    def self_registered(self) -> bool:
-        return self.table.endpoint_exists(SELF_SERVER_ID)
-
     def all_endpoints(self) -> Iterator[Endpoint]:
         """Every registered endpoint (no tokens)."""
         return self.table.all_endpoints()

@@ -1,0 +1,54 @@
+"""Deploy-time helpers `make deploy-built` runs with the sam CLI's interpreter (standard library and boto3 only).
+
+    deploy_parameters.py overrides <env> KEY=VALUE...   samconfig's parameter_overrides for <env>, with these set
+    deploy_parameters.py check-boundary <policy arn>     exit 2, naming the parameter, if no such managed policy
+
+`sam deploy --parameter-overrides` replaces samconfig's overrides instead of adding to them, hence the first.
+"""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from pathlib import Path
+
+import boto3
+
+SAMCONFIG = Path(__file__).resolve().parent.parent / "samconfig.toml"
+
+
+def overrides(environment: str, extra: list[str]) -> str:
+    config = tomllib.loads(SAMCONFIG.read_text())
+    current = str(config[environment]["deploy"]["parameters"].get("parameter_overrides", ""))
+    pairs = dict(item.split("=", 1) for item in current.split())
+    pairs.update(item.split("=", 1) for item in extra)
+    return " ".join(f"{key}={value}" for key, value in pairs.items())
+
+
+def check_boundary(arn: str) -> int:
+    iam = boto3.client("iam")
+    try:
+        iam.get_policy(PolicyArn=arn)
+    except iam.exceptions.NoSuchEntityException:
+        print(f"PermissionsBoundaryArn: no managed policy {arn} (deploy deploy/permissions-boundary.yaml first);"
+              " nothing was deployed", file=sys.stderr)  # fmt: skip
+        return 2
+    except Exception as error:  # noqa: BLE001 - refused or unreachable: say which parameter could not be checked
+        print(f"PermissionsBoundaryArn: {arn} could not be checked ({type(error).__name__}); nothing was deployed",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "overrides":
+        print(overrides(argv[1], argv[2:]))
+        return 0
+    if len(argv) == 2 and argv[0] == "check-boundary":
+        return check_boundary(argv[1])
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

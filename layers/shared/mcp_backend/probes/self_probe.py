@@ -1,0 +1,59 @@
+"""The stack's own MCP endpoint, probed with a key of its own: issued once, at deploy, by the SelfProbeKey
+custom resource (functions/self_probe_key), so no function keeps write access to the API key table.
+
+- Create: a new internal key (user "self-probe") is added to the key table and the endpoint is registered
+  as "self" with it; the key's plaintext lives only in that item (ProbeWorker reads it), its hash in the table.
+  The physical id names the key's hash, so a later Delete knows what to revoke.
+- Update: the endpoint follows a new URL; the key stays.
+- Delete (stack deleted, or AuthMode oauth, which refuses API keys): the key is revoked and the endpoint
+  deregistered, so a retained key table and monitor table hold no usable key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp_backend.api_keys import add_api_key, hash_api_key, revoke_api_key
+from mcp_backend.aws import client_or_lazy
+from mcp_backend.config import SelfProbeKeySettings
+from mcp_backend.custom_resource import CustomResourceFailed, CustomResourceRequest, CustomResourceResult
+from mcp_backend.monitor.table import MonitorTable
+from mcp_backend.probes.registry import EndpointRegistry
+
+SELF_PROBE_USER = "self-probe"
+PHYSICAL_ID_PREFIX = "self-probe-key-"
+NOT_ISSUED = "self-probe-key-not-issued"
+
+
+class SelfProbeKeys:
+    def __init__(self, settings: SelfProbeKeySettings, dynamodb_client: Any = None, secrets_client: Any = None):
+        self.settings = settings
+        self.registry = EndpointRegistry(MonitorTable.from_settings(settings, dynamodb_client))
+        self._secrets = client_or_lazy(secrets_client, "secretsmanager")
+
+    def handle(self, request: CustomResourceRequest) -> CustomResourceResult:
+        if request.request_type == "Delete":
+            return self.revoke(request.physical_resource_id or NOT_ISSUED)
+        url = self._endpoint(request)
+        if request.request_type == "Update" and (request.physical_resource_id or "").startswith(PHYSICAL_ID_PREFIX):
+            self.registry.move_self(url)
+            return CustomResourceResult(physical_resource_id=request.physical_resource_id or NOT_ISSUED)
+        return self.issue(url)
+
+    def issue(self, url: str) -> CustomResourceResult:
+        key = add_api_key(self._secrets, self.settings.api_keys_secret_id, user_id=SELF_PROBE_USER, tier="internal")
+        self.registry.register_self(url, auth_token=key)
+        return CustomResourceResult(physical_resource_id=PHYSICAL_ID_PREFIX + hash_api_key(key))
+
+    def revoke(self, physical_id: str) -> CustomResourceResult:
+        if physical_id.startswith(PHYSICAL_ID_PREFIX) and physical_id != NOT_ISSUED:
+            key_hash = physical_id.removeprefix(PHYSICAL_ID_PREFIX)
+            revoke_api_key(self._secrets, self.settings.api_keys_secret_id, key_hash)
+            self.registry.deregister_self()
+        return CustomResourceResult(physical_resource_id=physical_id)
+
+    def _endpoint(self, request: CustomResourceRequest) -> str:
+        url = str(request.resource_properties.get("FunctionUrl", ""))
+        if not url.startswith("https://"):
+            raise CustomResourceFailed("FunctionUrl must be the stack's https Function URL")
+        return url.rstrip("/") + self.settings.mcp_path

@@ -1,0 +1,150 @@
+"""The self-probe's key is issued once, at deploy, by the SelfProbeKey custom resource: the stack's own endpoint
+is registered with a key the endpoint accepts, and deleting the resource revokes it. The probe dispatcher only
+reads the registry."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+
+from mcp_backend.api_keys import ApiKeyTable, hash_api_key
+from mcp_backend.config import ProbeDispatcherSettings, SelfProbeKeySettings, load_settings
+from mcp_backend.custom_resource import CustomResourceFailed, put_response, respond_to_cloudformation
+from mcp_backend.probes.dispatcher import ProbeDispatcher
+from mcp_backend.probes.self_probe import SelfProbeKeys
+
+FUNCTION_URL = "https://abc123.lambda-url.us-east-1.on.aws/"
+MOVED_URL = "https://def456.lambda-url.us-east-1.on.aws/"
+RESPONSE_URL = "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/signed"
+
+
+class CloudFormation:
+    """Sends the custom resource's requests and records the answers it PUTs to the response URL."""
+
+    def __init__(self, local) -> None:
+        settings = load_settings(SelfProbeKeySettings, local.stack.function("SelfProbeKeyIssuer").environment)
+        self.keys = SelfProbeKeys(settings, boto3.client("dynamodb"), boto3.client("secretsmanager"))
+        self.answers: list[dict] = []
+
+    def send(self, request_type: str, physical_id: str | None = None, url: str = FUNCTION_URL) -> dict:
+        event = {
+            "RequestType": request_type,
+            "ResponseURL": RESPONSE_URL,
+            "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/mcp-backend-dev/guid",
+            "RequestId": f"request-{len(self.answers)}",
+            "LogicalResourceId": "SelfProbeKey",
+            "ResourceType": "Custom::SelfProbeKey",
+            "ResourceProperties": {"ServiceToken": "arn:issuer", "FunctionUrl": url},
+        }
+        if physical_id:
+            event["PhysicalResourceId"] = physical_id
+        respond_to_cloudformation(event, self.keys.handle, send=lambda _, body: self.answers.append(json.loads(body)))
+        return self.answers[-1]
+
+
+class LambdaApi:
+    def __init__(self) -> None:
+        self.invocations: list[dict] = []
+
+    def invoke(self, **request) -> dict:
+        self.invocations.append(request)
+        return {"StatusCode": 202}
+
+
+def self_item(local) -> dict | None:
+    return (
+        boto3.client("dynamodb")
+        .get_item(
+            TableName=local.table_name("MonitorTable"), Key={"serverId": {"S": "self"}, "sortKey": {"S": "endpoint"}}
+        )
+        .get("Item")
+    )
+
+
+def key_table(local) -> dict:
+    secret = local.stack.function("McpServer").environment["API_KEYS_SECRET_ID"]
+    text = boto3.client("secretsmanager").get_secret_value(SecretId=secret, VersionStage="AWSCURRENT")["SecretString"]
+    return ApiKeyTable.model_validate_json(text).root
+
+
+def test_create_registers_the_own_endpoint_with_a_key_the_endpoint_accepts(local):
+    # Given a fresh deployment: no self item, an empty key table
+    cloudformation = CloudFormation(local)
+
+    # When CloudFormation creates the custom resource
+    answer = cloudformation.send("Create")
+
+    # Then it succeeded, the endpoint is registered with a token whose hash the endpoint's key table holds
+    assert answer["Status"] == "SUCCESS" and answer["NoEcho"] is True
+    item = self_item(local)
+    assert item is not None and item["url"]["S"] == FUNCTION_URL.rstrip("/") + "/mcp"
+    token = item["authToken"]["S"]
+    principal = key_table(local)[hash_api_key(token)]
+    assert (principal.user_id, principal.tier) == ("self-probe", "internal")
+    # And the physical id names the key's hash only, never the key
+    assert answer["PhysicalResourceId"] == f"self-probe-key-{hash_api_key(token)}"
+    assert token not in json.dumps(answer)
+
+
+def test_the_dispatcher_probes_the_registered_endpoint_without_the_key_table(local):
+    # Given the self endpoint registered at deploy
+    CloudFormation(local).send("Create")
+    environment = local.stack.function("ProbeDispatcher").environment
+    lambda_api = LambdaApi()
+
+    # When the schedule ticks
+    settings = load_settings(ProbeDispatcherSettings, environment)
+    ProbeDispatcher(settings, boto3.client("dynamodb"), lambda_api).dispatch()
+
+    # Then it probed the own endpoint, carrying no token, and its configuration names no key table
+    [call] = lambda_api.invocations
+    assert json.loads(call["Payload"])["serverId"] == "self"
+    assert "authToken" not in call["Payload"].decode()
+    assert "API_KEYS_SECRET_ID" not in environment
+
+
+def test_an_update_moves_the_endpoint_and_keeps_its_key(local):
+    cloudformation = CloudFormation(local)
+    created = cloudformation.send("Create")
+    token = self_item(local)["authToken"]["S"]
+
+    updated = cloudformation.send("Update", created["PhysicalResourceId"], url=MOVED_URL)
+
+    assert updated["Status"] == "SUCCESS" and updated["PhysicalResourceId"] == created["PhysicalResourceId"]
+    item = self_item(local)
+    assert item["url"]["S"] == MOVED_URL.rstrip("/") + "/mcp" and item["authToken"]["S"] == token
+    assert len(key_table(local)) == 1
+
+
+def test_delete_revokes_the_key_and_deregisters_the_endpoint(local):
+    cloudformation = CloudFormation(local)
+    created = cloudformation.send("Create")
+
+    deleted = cloudformation.send("Delete", created["PhysicalResourceId"])
+
+    assert deleted["Status"] == "SUCCESS"
+    assert key_table(local) == {} and self_item(local) is None
+
+
+def test_a_refused_create_fails_the_deploy_with_a_reason_and_writes_nothing(local):
+    # Given a property that is not the stack's https Function URL
+    cloudformation = CloudFormation(local)
+
+    # When CloudFormation creates the resource with it
+    answer = cloudformation.send("Create", url="http://169.254.169.254/")
+
+    # Then CloudFormation hears FAILED with the reason, and no key or endpoint was written
+    assert answer["Status"] == "FAILED" and "FunctionUrl" in answer["Reason"]
+    assert key_table(local) == {} and self_item(local) is None
+    # And the rollback's Delete of the never-issued resource succeeds without touching anything
+    assert cloudformation.send("Delete", answer["PhysicalResourceId"])["Status"] == "SUCCESS"
+
+
+@pytest.mark.parametrize(
+    "url", ["http://cloudformation.s3.amazonaws.com/x", "https://attacker.example/x", "https://s3.amazonaws.com.evil/x"]
+)
+def test_the_answer_goes_to_a_cloudformation_response_url_only(url):
+    with pytest.raises(CustomResourceFailed):
+        put_response(url, b"{}")
