@@ -29,11 +29,8 @@ class WorkerSettings(Settings):
     function_timeout_seconds: int = Field(gt=0)
     # The same template parameter sets the queue's RedrivePolicy.maxReceiveCount and this value.
     job_max_receive_count: int = Field(gt=0)
-    # The worker extends running jobs' messages on JobQueue and sends permanent failures to its DLQ.
-    job_queue_url: str
+    # The worker sends permanent failures to JobQueue's DLQ itself.
     job_dead_letter_queue_url: str
-    # The same mapping entry sets JobQueue's VisibilityTimeout and this value.
-    job_queue_visibility_timeout_seconds: int = Field(gt=0, le=43200)
     # Records of one batch that run at once (their I/O overlaps); 1 runs them one after another.
     record_concurrency: int = Field(default=10, ge=1, le=10)
     idempotency_ttl_seconds: int = Field(default=86400, gt=0)
