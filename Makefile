@@ -32,7 +32,7 @@ EVENT ?= events/tool_worker/healthy-batch.json
 # The layer ships everything the lock pins except what the Lambda runtime provides.
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
-.PHONY: help env lint test unit build build-local deploy deploy-built sam-cli smoke invoke dev fire token redrive bench layer-requirements expanded clean
+.PHONY: help env lint test unit browser build build-local deploy deploy-built sam-cli smoke invoke env-json dev fire token redrive bench layer-requirements expanded clean
 
 help:
 	@echo "make test     lint + all tests (creates the environment from uv.lock)"
@@ -45,6 +45,7 @@ help:
 	@echo "make redrive  [DRY_RUN=1] [STACK=<name>]: job DLQ back to JobQueue (the running local stack by default)"
 	@echo "make smoke    URL=<McpServerUrl> KEY=<API key>: the deployed stack end to end"
 	@echo "make bench    benchmarks -> docs/benchmarks.md"
+	@echo "make browser  headless Chromium for the browser test (installed only in CI, from apt)"
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -93,7 +94,18 @@ lint: env $(SAM) $(CHECKOV) build/expanded-template.json
 unit: env build-local
 	DEVSTACK_RUNTIME=lambda DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(RUN) pytest -q
 
-test: lint build unit
+test: lint build browser unit
+
+# Headless Chromium for the browser client test (tests/e2e/test_mcp_browser.py). In CI (CI=true) it is installed
+# from the distribution's packages when missing and apt-get is there (as root, or with passwordless sudo);
+# elsewhere nothing is installed and the test skips, naming what it needs.
+BROWSERS := chromium chromium-browser google-chrome google-chrome-stable
+browser:
+	@for name in $(BROWSERS); do if command -v $$name >/dev/null 2>&1; then exit 0; fi; done; \
+	if [ "$${CI:-}" = true ] && command -v apt-get >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then sudo=""; else sudo="sudo -n"; fi; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends chromium; \
+	fi
 
 build-local:
 	@$(MAKE) --no-print-directory build ARCH=$(HOST_ARCH) BUILD_DIR=$(LOCAL_BUILD_DIR)

@@ -438,10 +438,15 @@ class DevStack:
                 if port != self.options.web_port:
                     _require_free(self.options.host, port)
                 host = f"{self.options.host}:{port}"
+                # Browser pages on the stack's own loopback origins may call it, besides what the template allows.
+                allowed = self.options.function_overrides.get("MCP_ALLOWED_ORIGINS")
+                allowed = allowed if allowed is not None else spec.environment.get("MCP_ALLOWED_ORIGINS", "")
+                origins = [allowed, f"http://{host}", f"http://localhost:{port}"]
                 overrides = {
                     **self.options.function_overrides,
                     # The Function URL host is not known locally; the loopback host stands in for it.
                     "MCP_ALLOWED_HOSTS": f"{host},localhost:{port}",
+                    "MCP_ALLOWED_ORIGINS": ",".join(origin for origin in origins if origin),
                     **self._oauth_overrides(spec.environment, f"http://{host}"),
                 }
                 lambda_runtime = self.environment.lambda_runtime

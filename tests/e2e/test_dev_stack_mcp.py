@@ -84,3 +84,24 @@ def test_each_mcp_tool_call_puts_one_call_log_record_for_its_caller(dev_endpoint
     mine = sorted((r["eventType"], r["toolName"]) for r in records if r.get("userId") == "dev-user")
     assert mine == [("tool_call", "submit_analysis"), ("tool_error", "get_job")]
     assert all("local-datasets" not in json.dumps(r) for r in records)
+
+
+def test_dev_stack_allows_its_own_loopback_origins_and_no_other(start_stack):
+    # Given the served endpoint and a dev key
+    stack = start_stack()
+    [key] = issue_dev_keys(stack).values()
+    [web] = stack.web_functions.values()
+    port = web.url.rsplit(":", 1)[1]
+
+    def status(origin: str) -> int:
+        headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {key}", "origin": origin}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        return httpx.post(f"{web.url}/mcp", json=body, headers=headers).status_code
+
+    # When a browser page on the stack's own origin, and one on another loopback port, call it
+    own = [status(f"http://127.0.0.1:{port}"), status(f"http://localhost:{port}")]
+    other = status("http://127.0.0.1:1")
+
+    # Then the stack's own origins are allowed and the other is refused
+    assert own == [200, 200]
+    assert other == 403
