@@ -176,9 +176,14 @@ class McpHttpGuard:
         if media_type != "application/json":
             await _json(send, 415, _rpc_error(-32600, "Unsupported Media Type: use application/json"))
             return
-        if isinstance(principal, ScopedPrincipal):
-            # A token's scopes decide which tools it may call; the body names the tool, so read it first.
+        try:
+            # The whole body before the SDK runs (the Web Adapter hands the app a complete body anyway): a client
+            # that hangs up while sending it leaves here, instead of failing inside the SDK as a 500 with a trace.
             body, receive = await _buffered(receive)
+        except ClientDisconnected:
+            return  # nobody is left to answer; RequestTelemetry logs and counts the hang-up
+        if isinstance(principal, ScopedPrincipal):
+            # A token's scopes decide which tools it may call; the body names the tool.
             missing = sorted(required_access(body, self.tool_access) - principal.access)
             if missing:
                 challenge = self.authenticator.insufficient_scope(resource, missing[0]).encode()
@@ -284,13 +289,19 @@ def _with_cors(send: Send, origin: str) -> Send:
     return send_with_cors
 
 
+class ClientDisconnected(Exception):
+    """The client closed the connection before its request body ended."""
+
+
 async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
     """The whole request body, and a receive that replays it to the app."""
     chunks = []
     while True:
         message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnected
         if message["type"] != "http.request":
-            break
+            continue
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             break

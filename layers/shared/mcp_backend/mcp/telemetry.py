@@ -30,6 +30,8 @@ from mcp_backend.mcp.guard import principal_of
 from mcp_backend.observability import logger, metrics, tool_invocation
 
 _CORRELATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+CLIENT_DISCONNECTED = "client_disconnected"
+CLIENT_CLOSED_REQUEST = 499
 _cold_start = True
 
 
@@ -58,6 +60,18 @@ def _record_cold_start() -> None:
         metric.add_dimension(name="service", value=metrics.service or "mcp-backend")
 
 
+def _count_client_disconnect() -> None:
+    # The same labels as the endpoint's other metrics (Service, Environment).
+    with single_metric(
+        name="ClientDisconnects",
+        unit=MetricUnit.Count,
+        value=1,
+        namespace=metrics.namespace,
+        default_dimensions=metrics.default_dimensions,
+    ):
+        pass
+
+
 class RequestTelemetry:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -76,24 +90,35 @@ class RequestTelemetry:
             os.environ["_X_AMZN_TRACE_ID"] = trace_header
         # Context-local keys: each request (asyncio task) logs its own correlation id.
         logger.thread_safe_append_keys(correlation_id=correlation_id)
-        status = {"code": 0}
+        state = {"status": 0, "answered": False, "hung_up": False}
 
         async def send_with_id(message: Any) -> None:
             if message["type"] == "http.response.start":
-                status["code"] = message["status"]
+                state["status"] = message["status"]
                 message = {
                     **message,
                     "headers": [*message.get("headers", []), (b"x-correlation-id", correlation_id.encode())],
                 }
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                state["answered"] = True
             await send(message)
 
+        async def receive_watching() -> Any:
+            message = await receive()
+            if message["type"] == "http.disconnect" and not state["answered"]:
+                state["hung_up"] = True
+            return message
+
         try:
-            await self.app(scope, receive, send_with_id)
+            await self.app(scope, receive_watching, send_with_id)
         finally:
-            logger.info(
-                "mcp request",
-                extra={"method": scope["method"], "path": scope["path"], "status": status["code"]},
-            )
+            extra = {"method": scope["method"], "path": scope["path"], "status": state["status"], "outcome": "answered"}
+            if state["hung_up"]:
+                # The client's doing, not the server's: INFO, no trace, and never counted as a 5xx. 499 is the
+                # status proxies log for a request the client closed (no response reached anyone).
+                extra |= {"outcome": CLIENT_DISCONNECTED, "status": state["status"] or CLIENT_CLOSED_REQUEST}
+                _count_client_disconnect()
+            logger.info("mcp request", extra=extra)
             logger.thread_safe_remove_keys(["correlation_id", "user_id", "tool"])
 
 
