@@ -40,7 +40,8 @@ help:
 	@echo "make deploy   sam build + deploy (ENV=default|prod, from samconfig.toml; guided for an environment it lacks)"
 	@echo "make dev      the whole template on 127.0.0.1 (PORT=4566, STATE=<dir> keeps data, FRESH=1,"
 	@echo "              RUNTIME=lambda runs the build output as Lambda does: make build ARCH=$(HOST_ARCH) first)"
-	@echo "make invoke   FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json"
+	@echo "make invoke   FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json [RUNTIME=lambda] [FRESH=1]"
+	@echo "make env-json the running make dev stack's --env-vars file for sam local invoke (.devstack/sam-env.json)"
 	@echo "make fire     SCHEDULE=<LogicalId>: fire a schedule of the running stack now"
 	@echo "make redrive  [DRY_RUN=1] [STACK=<name>]: job DLQ back to JobQueue (the running local stack by default)"
 	@echo "make smoke    URL=<McpServerUrl> KEY=<API key>: the deployed stack end to end"
@@ -134,7 +135,12 @@ deploy-built: $(SAM)
 	fi
 
 invoke: env
-	$(RUN) python -m devstack.invoke $(FUNCTION) $(EVENT)
+	$(RUN) python -m devstack.invoke --runtime $(RUNTIME) --build-dir $(BUILD_DIR) $(if $(FRESH),--fresh) \
+		$(FUNCTION) $(EVENT)
+
+# The running `make dev` stack's value of every variable the template declares, for `sam local invoke --env-vars`.
+env-json: env
+	$(RUN) python -m devstack env-json $(if $(OUT),--output $(OUT))
 
 dev: env
 	$(RUN) python -m devstack dev --port $(PORT) $(if $(STATE),--state $(STATE)) $(if $(FRESH),--fresh) \

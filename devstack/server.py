@@ -204,6 +204,7 @@ class DevStack:
             invoke_async=self.async_invoker.submit,
             fire_schedule=self.fire,
             issue_token=ClientCredentialsTokens(lambda: self.client("cognito-idp"), "us-east-1").issue,
+            sam_env_vars=self.sam_env_vars,
         )
         self.lambda_api.serve(self.options.host, self.options.lambda_port)
         self._serve_function_urls()
@@ -211,6 +212,14 @@ class DevStack:
         if self.options.run_threads:
             self._start_threads()
         return self
+
+    def sam_env_vars(self) -> dict[str, dict[str, str]]:
+        """An `--env-vars` file for `sam local invoke`: per function, every variable its template entry declares,
+        with this stack's value (SAM applies the file only to declared variables; samcli/local/lambdafn/env_vars.py)."""
+        return {
+            logical_id: {name: spec.environment[name] for name in spec.environment}
+            for logical_id, spec in self.environment.stack.functions().items()
+        }
 
     @property
     def stopped(self) -> bool:
