@@ -30,7 +30,15 @@ FUNCTIONS_BY_FOLDER = {
     "tool_worker": ["ToolWorker"],
 }
 FIXTURES = sorted(p for p in EVENTS.rglob("*.json") if "datasets" not in p.parts and not p.name.endswith(".state.json"))
-CASES = [(function, fixture) for fixture in FIXTURES for function in FUNCTIONS_BY_FOLDER[fixture.parent.name]]
+# Pairs Lambda never makes: DriftDetector's filter (an INSERT of a probe_result) drops every record of a TTL delete,
+# which is ExpiryRollup's to read (tests/unit/test_stream_filters.py holds both filters to the fixtures).
+NEVER_DELIVERED = {("DriftDetector", "monitor_table/probe-result-ttl-remove")}
+CASES = [
+    (function, fixture)
+    for fixture in FIXTURES
+    for function in FUNCTIONS_BY_FOLDER[fixture.parent.name]
+    if (function, f"{fixture.parent.name}/{fixture.stem}") not in NEVER_DELIVERED
+]
 
 
 def test_every_fixture_folder_names_the_functions_it_is_for():
