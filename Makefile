@@ -36,7 +36,7 @@ EVENT ?= events/tool_worker/healthy-batch.json
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
 .PHONY: help env lint test unit integration e2e build build-local deploy deploy-built sam-cli smoke smoke-deployed \
-	delete invoke dev fire token redrive bench layer-requirements tool-requirements expanded clean
+	delete invoke env-json browser dev fire token redrive bench layer-requirements tool-requirements expanded clean
 
 # `make help`: every target with the text after its `##`.
 help: ## this list
@@ -108,6 +108,17 @@ PYTEST := $(RUN) pytest -q -p no:cacheprovider
 unit: env ## unit tier: no build, no sandbox, no moto stack (under a minute)
 	$(PYTEST) tests/unit tests/template -m "not build"
 
+# Headless Chromium for the browser client test (tests/e2e/test_mcp_browser.py). In CI (CI=true) it is installed
+# from the distribution's packages when missing and apt-get is there (as root, or with passwordless sudo);
+# elsewhere nothing is installed and the test skips, naming what it needs.
+BROWSERS := chromium chromium-browser google-chrome google-chrome-stable
+browser: ## with CI=true, Debian's chromium for the browser client test when none is on PATH
+	@for name in $(BROWSERS); do if command -v $$name >/dev/null 2>&1; then exit 0; fi; done; \
+	if [ "$${CI:-}" = true ] && command -v apt-get >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then sudo=""; else sudo="sudo -n"; fi; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends chromium; \
+	fi
+
 integration: env ## integration tier: handlers and the local stack on moto, in-process
 	$(PYTEST) -n 2 tests/functions
 
@@ -115,7 +126,7 @@ e2e: env build-local ## e2e tier: the build output in the Lambda-shaped runtime,
 	DEVSTACK_RUNTIME=lambda DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(PYTEST) tests/e2e
 	$(PYTEST) tests/template -m build
 
-test: lint unit integration build e2e ## lint + build + every tier (what CI runs)
+test: lint unit integration build browser e2e ## lint + build + every tier (what CI runs)
 
 build-local: ## sam build for this machine's architecture (what the e2e tier and RUNTIME=lambda run)
 	@$(MAKE) --no-print-directory build ARCH=$(HOST_ARCH) BUILD_DIR=$(LOCAL_BUILD_DIR)
@@ -149,8 +160,13 @@ deploy-built: $(SAM) ## sam deploy of what make build left in BUILD_DIR
 		exit 1; \
 	fi
 
-invoke: env ## FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json: one function against a fixture
-	$(RUN) python -m devstack.invoke $(FUNCTION) $(EVENT)
+invoke: env ## FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json [RUNTIME=lambda] [FRESH=1]
+	$(RUN) python -m devstack.invoke --runtime $(RUNTIME) --build-dir $(BUILD_DIR) $(if $(FRESH),--fresh) \
+		$(FUNCTION) $(EVENT)
+
+# The running `make dev` stack's value of every variable the template declares, for `sam local invoke --env-vars`.
+env-json: env ## the running make dev stack's --env-vars file for sam local invoke
+	$(RUN) python -m devstack env-json $(if $(OUT),--output $(OUT))
 
 dev: env ## the whole template on 127.0.0.1 (PORT, STATE, FRESH=1, RUNTIME=lambda, AUTH)
 	$(RUN) python -m devstack dev --port $(PORT) $(if $(STATE),--state $(STATE)) $(if $(FRESH),--fresh) \

@@ -1,7 +1,8 @@
-"""`python -m devstack dev|fire` (what `make dev` and `make fire` run).
+"""`python -m devstack dev|fire|env-json` (what `make dev`, `make fire` and `make env-json` run).
 
-dev:  the whole template on 127.0.0.1 until Ctrl-C.
-fire: fire a schedule of the running stack now.
+dev:      the whole template on 127.0.0.1 until Ctrl-C.
+fire:     fire a schedule of the running stack now.
+env-json: the running stack's --env-vars file for `sam local invoke`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import httpx
 from devstack.cognito import machine_clients
 from devstack.lambda_runtime import DEFAULT_BUILD_DIR, LambdaRuntimeUnavailable
 from devstack.redrive import redrive_running_stack
-from devstack.running import announce, running_stack, withdraw
+from devstack.running import SAM_ENV_FILE, announce, running_stack, withdraw
 from devstack.server import DevStack, DevStackOptions, PortInUse, install_log_prefixes
 
 
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     token.add_argument("--scope", default="", help="space-separated scopes (default: all the client may have)")
     redrive = commands.add_parser("redrive", help="move the running stack's job DLQ back to JobQueue")
     redrive.add_argument("--dry-run", action="store_true", help="list what would move; move nothing")
+    env_json = commands.add_parser("env-json", help="the running stack's --env-vars file for `sam local invoke`")
+    env_json.add_argument("--output", type=Path, default=SAM_ENV_FILE, help="where to write it")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for chatty in ("botocore", "httpx", "werkzeug"):
@@ -59,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         return fire_schedule(args.schedule)
     if args.command == "token":
         return print_token(args.scope)
+    if args.command == "env-json":
+        return write_sam_env_vars(args.output)
     if args.command == "redrive":
         endpoints = running_stack()
         if endpoints is None:
@@ -66,6 +71,20 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return redrive_running_stack(endpoints["aws"], args.dry_run)
     return run_dev(args)
+
+
+def write_sam_env_vars(output: Path) -> int:
+    """The running stack's values of every variable the template declares, as `sam local invoke --env-vars` reads
+    them (https://docs.aws.amazon.com/serverless-application-model/latest/developerguide/serverless-sam-cli-using-invoke.html)."""
+    endpoints = running_stack()
+    if endpoints is None:
+        print("error: no local stack is running; start one with `make dev`", file=sys.stderr)
+        return 2
+    variables = httpx.get(f"{endpoints['lambda']}/devstack/sam-env-vars", timeout=10).raise_for_status().json()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(variables, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {output} ({len(variables)} functions)")
+    return 0
 
 
 def run_dev(args: argparse.Namespace) -> int:

@@ -1,29 +1,49 @@
 """`make invoke FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json`: the no-Docker twin of
 `sam local invoke`. With `make dev` running, the function runs there (against that stack's state,
-through its Lambda Invoke API); otherwise in this process, with the handler, environment and
-timeout its template entry declares, against a fresh stack created from template.yaml on moto.
+through its Lambda Invoke API); otherwise on a fresh stack created from template.yaml (the same stack
+`make dev` starts, on free loopback ports, stopped afterwards), in-process or, with `RUNTIME=lambda`, from
+the build output in the Lambda runtime.
+
+A fixture that needs state declares it beside itself, in `<fixture>.state.json`, and `make invoke` seeds it
+first: `endpoints` are MonitorTable endpoint registrations, whose `url` and `authToken` may name the fresh
+stack's own MCP endpoint (`{McpServerUrl}`) and a key it issued (`{ApiKey}`). A Function URL request
+(payload format 2.0) to a web-adapter function is sent to the function's served URL, as the Web Adapter
+would relay it, with a key the stack issued when the request carries none; the answer is printed as the
+Function URL would return it.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
+import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import boto3
-from moto import mock_aws
+import httpx
 
-from devstack.environment import LocalEnvironment
+from devstack.__main__ import issue_dev_keys
+from devstack.function_errors import FunctionError
+from devstack.lambda_runtime import DEFAULT_BUILD_DIR, LambdaRuntimeUnavailable
 from devstack.running import running_stack
 from devstack.runtime import HandlerImportError
+from devstack.server import DevStack, DevStackOptions
+
+# Request headers the Function URL and the adapter own: never relayed from the event.
+_NOT_RELAYED = {"content-length", "host", "connection", "transfer-encoding"}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make invoke", description=__doc__)
     parser.add_argument("function", help="logical id in template.yaml, e.g. ToolWorker")
     parser.add_argument("event", type=Path, help="event fixture, e.g. events/tool_worker/healthy-batch.json")
+    parser.add_argument("--runtime", choices=["inprocess", "lambda"], default="inprocess")
+    parser.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
+    parser.add_argument("--fresh", action="store_true", help="a fresh stack even when `make dev` is running")
     args = parser.parse_args(argv)
 
     for name, value in {
@@ -33,26 +53,98 @@ def main(argv: list[str] | None = None) -> int:
     }.items():
         os.environ.setdefault(name, value)
     event = json.loads(args.event.read_text())
+    state_file = args.event.with_name(args.event.stem + ".state.json")
+    state = json.loads(state_file.read_text()) if state_file.exists() else {}
 
-    endpoints = running_stack()
+    endpoints = None if args.fresh else running_stack()
     if endpoints is not None:
         return invoke_running(endpoints, args.function, event)
+    return invoke_fresh(parser, args.function, event, state, args.runtime, args.build_dir)
 
-    with mock_aws():
-        environment = LocalEnvironment(boto3.client)
-        environment.seed_datasets()
-        if args.function not in environment.stack.functions():
-            parser.error(f"{args.function} is not a function in template.yaml: {sorted(environment.stack.functions())}")
-        try:
-            response = environment.invoke(args.function, event)
-        except HandlerImportError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-        except Exception as error:  # noqa: BLE001 - shown the way Lambda reports an unhandled error
-            print(json.dumps({"errorType": type(error).__name__, "errorMessage": str(error)}, indent=2))
-            return 1
-        print(json.dumps(response, indent=2, default=str))
+
+def invoke_fresh(
+    parser: argparse.ArgumentParser, function: str, event: Any, state: dict, runtime: str, build_dir: Path
+) -> int:
+    options = DevStackOptions(
+        aws_port=_free_port(),
+        lambda_port=_free_port(),
+        web_port=_free_port(),
+        run_threads=False,
+        runtime=runtime,
+        build_dir=build_dir,
+        prewarm=False,
+    )
+    try:
+        stack = DevStack(options).start()
+    except LambdaRuntimeUnavailable as missing:
+        print(f"error: the Lambda runtime is unavailable here: {missing}", file=sys.stderr)
+        return 2
+    try:
+        functions = sorted(stack.environment.stack.functions())
+        if function not in functions:
+            parser.error(f"{function} is not a function in template.yaml: {functions}")
+        keys = issue_dev_keys(stack)
+        seed(stack, state, keys)
+        web = next((w for w in stack.web_functions.values() if w.spec.logical_id == function), None)
+        if web is not None:
+            response: Any = function_url_request(web.url, event, next(iter(keys.values()), None))
+        else:
+            response = stack.environment.invoke(function, event)
+    except HandlerImportError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except FunctionError as error:  # the Lambda runtime's error document, as Lambda returns it
+        print(json.dumps(error.document, indent=2))
+        return 1
+    except Exception as error:  # noqa: BLE001 - shown the way Lambda reports an unhandled error
+        print(json.dumps({"errorType": type(error).__name__, "errorMessage": str(error)}, indent=2))
+        return 1
+    finally:
+        stack.stop()
+    print(json.dumps(response, indent=2, default=str))
     return 0
+
+
+def seed(stack: DevStack, state: dict, keys: dict[str, str]) -> None:
+    """The state a fixture declares (module docstring), written into the fresh stack."""
+    urls = [f"{web.url}/" for web in stack.web_functions.values()]
+    values = {"{McpServerUrl}": urls[0] if urls else "", "{ApiKey}": next(iter(keys.values()), "")}
+
+    def filled(text: str) -> str:
+        for placeholder, value in values.items():
+            text = text.replace(placeholder, value)
+        return text
+
+    table = stack.environment.table_name("MonitorTable")
+    dynamodb = stack.client("dynamodb")
+    for endpoint in state.get("endpoints", []):
+        item = {
+            "serverId": {"S": endpoint["serverId"]},
+            "sortKey": {"S": "endpoint"},
+            "itemType": {"S": "endpoint"},
+            "ownerId": {"S": endpoint.get("ownerId", "fixture")},
+            "name": {"S": endpoint.get("name", "fixture endpoint")},
+            "url": {"S": filled(endpoint["url"])},
+            "registeredAt": {"S": "2026-01-01T00:00:00.000Z"},
+        }
+        if endpoint.get("authToken"):
+            item["authToken"] = {"S": filled(endpoint["authToken"])}
+        dynamodb.put_item(TableName=table, Item=item)
+
+
+def function_url_request(url: str, event: dict, api_key: str | None) -> dict[str, Any]:
+    """A Function URL event (payload format 2.0) as an HTTP request to the served app; its answer in the
+    Function URL response shape."""
+    headers = {k: v for k, v in (event.get("headers") or {}).items() if k.lower() not in _NOT_RELAYED}
+    if api_key and not any(k.lower() == "authorization" for k in headers):
+        headers["authorization"] = f"Bearer {api_key}"
+    body = event.get("body") or ""
+    content = base64.b64decode(body) if event.get("isBase64Encoded") else body.encode()
+    query = event.get("rawQueryString") or ""
+    target = f"{url}{event.get('rawPath', '/')}" + (f"?{query}" if query else "")
+    method = event.get("requestContext", {}).get("http", {}).get("method", "GET")
+    answer = httpx.request(method, target, headers=headers, content=content, timeout=60)
+    return {"statusCode": answer.status_code, "headers": dict(answer.headers), "body": answer.text}
 
 
 def invoke_running(endpoints: dict[str, str], function: str, event: dict) -> int:
@@ -65,6 +157,12 @@ def invoke_running(endpoints: dict[str, str], function: str, event: dict) -> int
         return 2
     print(json.dumps(json.loads(response["Payload"].read()), indent=2))
     return 1 if response.get("FunctionError") else 0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 if __name__ == "__main__":

@@ -37,8 +37,10 @@ class LambdaApi:
         invoke_async: Callable[[str, Any], str],
         fire_schedule: Callable[[str], int],
         issue_token: Callable[[dict[str, str], str | None], tuple[int, dict[str, Any]]] | None = None,
+        sam_env_vars: Callable[[], dict[str, dict[str, str]]] | None = None,
     ) -> None:
         self.issue_token = issue_token
+        self.sam_env_vars = sam_env_vars
         self.resolve = resolve
         self.invoke_sync = invoke_sync
         self.invoke_async = invoke_async
@@ -71,6 +73,8 @@ class LambdaApi:
         if request.path == "/oauth2/token" and request.method == "POST" and self.issue_token is not None:
             status, body = self.issue_token(dict(request.form), request.headers.get("Authorization"))
             return Response(json.dumps(body), status=status, content_type="application/json")
+        if request.path == "/devstack/sam-env-vars" and request.method == "GET" and self.sam_env_vars is not None:
+            return Response(json.dumps(self.sam_env_vars()), status=200, content_type="application/json")
         if request.path == "/devstack/health":
             return _json({"status": "ready"}, 200)
         return _json({"Type": "User", "message": f"{request.method} {request.path} is not emulated"}, 404)

@@ -10,6 +10,7 @@ import httpx
 from devstack.template import ROOT
 
 RUNNING_FILE = ROOT / ".devstack" / "running.json"
+SAM_ENV_FILE = ROOT / ".devstack" / "sam-env.json"  # `make env-json`: the --env-vars file for `sam local invoke`
 
 
 def announce(aws_url: str, lambda_url: str) -> None:

@@ -204,6 +204,7 @@ class DevStack:
             invoke_async=self.async_invoker.submit,
             fire_schedule=self.fire,
             issue_token=ClientCredentialsTokens(lambda: self.client("cognito-idp"), "us-east-1").issue,
+            sam_env_vars=self.sam_env_vars,
         )
         self.lambda_api.serve(self.options.host, self.options.lambda_port)
         self._serve_function_urls()
@@ -211,6 +212,14 @@ class DevStack:
         if self.options.run_threads:
             self._start_threads()
         return self
+
+    def sam_env_vars(self) -> dict[str, dict[str, str]]:
+        """An `--env-vars` file for `sam local invoke`: per function, every variable its template entry declares,
+        with this stack's value (SAM applies the file only to declared variables; samcli/local/lambdafn/env_vars.py)."""
+        return {
+            logical_id: {name: spec.environment[name] for name in spec.environment}
+            for logical_id, spec in self.environment.stack.functions().items()
+        }
 
     @property
     def stopped(self) -> bool:
@@ -438,10 +447,15 @@ class DevStack:
                 if port != self.options.web_port:
                     _require_free(self.options.host, port)
                 host = f"{self.options.host}:{port}"
+                # Browser pages on the stack's own loopback origins may call it, besides what the template allows.
+                allowed = self.options.function_overrides.get("MCP_ALLOWED_ORIGINS")
+                allowed = allowed if allowed is not None else spec.environment.get("MCP_ALLOWED_ORIGINS", "")
+                origins = [allowed, f"http://{host}", f"http://localhost:{port}"]
                 overrides = {
                     **self.options.function_overrides,
                     # The Function URL host is not known locally; the loopback host stands in for it.
                     "MCP_ALLOWED_HOSTS": f"{host},localhost:{port}",
+                    "MCP_ALLOWED_ORIGINS": ",".join(origin for origin in origins if origin),
                     **self._oauth_overrides(spec.environment, f"http://{host}"),
                 }
                 lambda_runtime = self.environment.lambda_runtime

@@ -3,7 +3,9 @@
 On Lambda the Lambda Web Adapter runs the function's start script and forwards Function URL
 requests to the ASGI server it starts. Locally the stack reads the same script for the app it
 names (`uvicorn [--factory] module:attribute`), builds it inside the function's declared
-environment, and serves it on 127.0.0.1. The adapter's own hop is not emulated.
+environment, and serves it on 127.0.0.1. Of the adapter's hop only the header that names the invocation
+is played: each request gets its own Lambda request id in `x-amzn-request-context`, as the adapter passes
+the Function URL event's requestContext (https://github.com/awslabs/aws-lambda-web-adapter, README).
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import json
 import re
 import socket
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +66,28 @@ class WebFunction:
     thread: threading.Thread
 
 
+REQUEST_CONTEXT_HEADER = b"x-amzn-request-context"
+
+
+def with_request_context(headers: list[tuple[bytes, bytes]], request_id: str) -> list[tuple[bytes, bytes]]:
+    """The request's headers with the adapter's `x-amzn-request-context` for this invocation (a client's own
+    header of that name is dropped, as the adapter replaces it)."""
+    context = json.dumps({"requestId": request_id}, separators=(",", ":")).encode()
+    return [(k, v) for k, v in headers if k.lower() != REQUEST_CONTEXT_HEADER] + [(REQUEST_CONTEXT_HEADER, context)]
+
+
+class InvocationPerRequest:
+    """ASGI: every HTTP request is one invocation with a request id of its own, as behind a Function URL."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            scope = {**scope, "headers": with_request_context(list(scope["headers"]), str(uuid.uuid4()))}
+        await self.app(scope, receive, send)
+
+
 def app_target(spec: FunctionSpec) -> tuple[str, bool]:
     """(module:attribute, is_factory) from the function's start script."""
     script = spec.code_dir / spec.handler
@@ -83,7 +109,7 @@ def serve(spec: FunctionSpec, host: str, port: int, region: str, overrides: dict
     with function_environment(local_spec, region):  # settings are read when the app is built
         app = getattr(importlib.import_module(module_name), attribute)
         app = app() if factory else app
-    return serve_app(spec, app, host, port)
+    return serve_app(spec, InvocationPerRequest(app), host, port)
 
 
 def serve_app(spec: FunctionSpec, app: Any, host: str, port: int) -> WebFunction:

@@ -29,7 +29,7 @@ import httpx
 from devstack.function_errors import FunctionError
 from devstack.lambda_runtime import AdapterSettings, ExecutionEnvironment, FunctionPool, Throttled, timeout_document
 from devstack.runtime_api import trace_header
-from devstack.web import WebFunction, serve_app
+from devstack.web import WebFunction, serve_app, with_request_context
 
 log = logging.getLogger("devstack.web")
 
@@ -86,7 +86,7 @@ class FunctionUrl:
         status = "success"
         try:
             with anyio.fail_after(timeout):
-                await self._relay(env, scope, body, send)
+                await self._relay(env, scope, body, send, request_id)
         except TimeoutError:
             status = "timeout"
             env.print(str(timeout_document(request_id, timeout)["errorMessage"]))
@@ -104,10 +104,13 @@ class FunctionUrl:
                 None,
             )
 
-    async def _relay(self, env: ExecutionEnvironment, scope: dict[str, Any], body: bytes, send: Any) -> None:
+    async def _relay(
+        self, env: ExecutionEnvironment, scope: dict[str, Any], body: bytes, send: Any, request_id: str
+    ) -> None:
         query = scope.get("query_string", b"").decode()
         url = f"http://127.0.0.1:{env.port}{scope['path']}" + (f"?{query}" if query else "")
-        headers = [(k.decode(), v.decode()) for k, v in scope["headers"] if k.decode().lower() not in _HOP_BY_HOP]
+        invocation_headers = with_request_context(list(scope["headers"]), request_id)
+        headers = [(k.decode(), v.decode()) for k, v in invocation_headers if k.decode().lower() not in _HOP_BY_HOP]
         request = self.client.build_request(scope["method"], url, headers=headers, content=body)
         started = False
         try:

@@ -121,6 +121,17 @@ PRODUCT_RUNTIME = os.environ.get("DEVSTACK_RUNTIME", "inprocess")
 BUILD_DIR = Path(os.environ.get("DEVSTACK_BUILD_DIR", DEFAULT_BUILD_DIR))
 
 
+def require_build(*paths: Path) -> None:
+    """A test that reads the build output skips, saying how to get one, when there is none; CI must have it."""
+    missing = [path for path in paths if not path.exists()]
+    if not missing:
+        return
+    reason = f"no build at {missing[0]}: run `make build-local` (make test does) and set DEVSTACK_BUILD_DIR to it"
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
 @pytest.fixture
 def start_stack(clock) -> Iterator[Callable[..., DevStack]]:
     started: list[DevStack] = []

@@ -4,12 +4,16 @@ against the local stack, with a dev API key; a job submitted through it complete
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import logging
+import time
 
 import httpx
 import pytest
 
 from devstack.__main__ import banner, issue_dev_keys
+from tests.conftest import load_event
 from tests.e2e.conftest import Endpoint, mcp_client, wait_until
 from tests.kinesis import stream_json
 
@@ -89,3 +93,63 @@ def test_each_mcp_tool_call_puts_one_call_log_record_for_its_caller(dev_endpoint
     assert mine() == [("tool_call", "submit_analysis"), ("tool_error", "get_job")]
     records = stream_json(stack.environment.stack.ensure("CallLogStream").ref)
     assert all("local-datasets" not in json.dumps(r) for r in records)
+
+
+def test_dev_stack_allows_its_own_loopback_origins_and_no_other(start_stack):
+    # Given the served endpoint and a dev key
+    stack = start_stack()
+    [key] = issue_dev_keys(stack).values()
+    [web] = stack.web_functions.values()
+    port = web.url.rsplit(":", 1)[1]
+
+    def status(origin: str) -> int:
+        headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {key}", "origin": origin}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        return httpx.post(f"{web.url}/mcp", json=body, headers=headers).status_code
+
+    # When a browser page on the stack's own origin, and one on another loopback port, call it
+    own = [status(f"http://127.0.0.1:{port}"), status(f"http://localhost:{port}")]
+    other = status("http://127.0.0.1:1")
+
+    # Then the stack's own origins are allowed and the other is refused
+    assert own == [200, 200]
+    assert other == 403
+
+
+def test_in_process_each_functions_lines_name_that_function_and_its_request(start_stack):
+    # Given the in-process stack (one Python process for every function and the served endpoint), whose
+    # CallLogAnalyzer has just run with its own Lambda context
+    from mcp_backend.observability import logger
+
+    stack = start_stack(runtime="inprocess")
+    [key] = issue_dev_keys(stack).values()
+    [web] = stack.web_functions.values()
+    buffer = io.StringIO()
+    handler = logging.StreamHandler(buffer)
+    handler.setFormatter(logger.registered_formatter)
+    logger.addHandler(handler)
+    try:
+        stack.environment.invoke("CallLogAnalyzer", load_event("call_log_analyzer/error-burst.json"))
+        analyzer_lines = [json.loads(line) for line in buffer.getvalue().splitlines() if line.startswith("{")]
+
+        # When the endpoint answers two requests
+        for _ in range(2):
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {key}"}
+            assert httpx.post(f"{web.url}/mcp", json=body, headers=headers).status_code == 200
+        deadline = time.monotonic() + 5
+        while buffer.getvalue().count('"mcp request"') < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        logger.removeHandler(handler)
+
+    # Then the analyzer's lines name the analyzer, and the endpoint's lines name McpServer and a request of its own
+    analyzer = stack.environment.stack.function("CallLogAnalyzer")
+    mcp_server = stack.environment.stack.function("McpServer")
+    assert {line.get("function_name") for line in analyzer_lines} == {analyzer.name}
+    request_lines = [json.loads(line) for line in buffer.getvalue().splitlines() if '"mcp request"' in line]
+    assert [line.get("function_name") for line in request_lines] == [mcp_server.name] * 2
+    assert "function_arn" not in request_lines[0] or request_lines[0]["function_arn"] != analyzer.arn
+    request_ids = [line.get("function_request_id") for line in request_lines]
+    analyzer_ids = {line.get("function_request_id") for line in analyzer_lines}
+    assert None not in request_ids and len(set(request_ids)) == 2 and not set(request_ids) & analyzer_ids

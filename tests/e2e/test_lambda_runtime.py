@@ -26,7 +26,7 @@ from devstack.lambda_runtime import (
     prepare_runtime_image,
 )
 from devstack.stack import FunctionSpec
-from tests.e2e.conftest import BUILD_DIR
+from tests.e2e.conftest import BUILD_DIR, require_build
 
 pytestmark = pytest.mark.e2e
 
@@ -114,6 +114,7 @@ def test_a_handler_sees_exactly_the_variables_lambda_sets_plus_its_own(run, monk
 
 
 def test_code_layers_and_runtime_are_read_only_and_tmp_is_private_to_each_environment(run):
+    require_build(SHARED_LAYER)
     # Given a function with the shared layer, allowed two environments
     runtime, _ = run("probe.write", layers=(SHARED_LAYER,), concurrency=2)
     targets = ["/var/task/out.txt", "/opt/python/out.txt", "/var/runtime/out.txt", "/out.txt", "/tmp/out.txt"]
@@ -198,6 +199,7 @@ def test_each_invocation_ends_with_a_report_line_and_init_duration_only_on_a_col
 
 
 def test_every_module_of_the_built_layer_imports_in_the_sandbox(run):
+    require_build(SHARED_LAYER, MCP_LAYER)
     # Given the built core and MCP layers merged at /opt, as McpServer has them (both ship python/)
     runtime, _ = run("probe.import_all", layers=(SHARED_LAYER, MCP_LAYER), timeout=60)
 
@@ -209,6 +211,7 @@ def test_every_module_of_the_built_layer_imports_in_the_sandbox(run):
 
 
 def test_a_layer_missing_a_dependency_its_code_imports_is_caught(run, tmp_path):
+    require_build(SHARED_LAYER, MCP_LAYER)
     # Given a copy of the built layer without httpx (as if requirements.txt had lost it)
     layer = tmp_path / "layer"
     shutil.copytree(SHARED_LAYER, layer, ignore=shutil.ignore_patterns("httpx", "httpx-*"))

@@ -412,3 +412,52 @@ def test_log_lines_carry_the_correlation_id_and_never_the_key(endpoint):
     assert request_lines[0]["status"] == 200
     assert endpoint.alice_key not in out
     assert endpoint.alice_key.removeprefix("mcpk_")[:12] not in out
+
+
+def call_tool(endpoint, version: str, name: str, arguments: object) -> httpx.Response:
+    """One tools/call spoken in `version` (a 2026-07-28 request carries its version in _meta and headers)."""
+    params: dict = {"name": name, "arguments": arguments}
+    headers = endpoint.headers(endpoint.alice_key, **{"mcp-protocol-version": version})
+    if version == MODERN:
+        params["_meta"] = MODERN_META
+        headers.update({"mcp-method": "tools/call", "mcp-name": name})
+    return httpx.post(
+        endpoint.url, json={"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params}, headers=headers
+    )
+
+
+# Each era's "Error Handling" section of server/tools: 2025-06-18 lists invalid arguments among the protocol errors;
+# 2025-11-25 (SEP-1303) and 2026-07-28 make input validation errors tool execution errors (isError: true), so the
+# model can correct itself, and keep only malformed requests (that fail the CallToolRequest schema) protocol errors.
+@pytest.mark.parametrize(
+    ("version", "reported_as"),
+    [("2025-06-18", "protocol error"), ("2025-11-25", "tool execution error"), (MODERN, "tool execution error")],
+)
+def test_invalid_tool_arguments_are_reported_as_the_requests_era_specifies(endpoint, version, reported_as):
+    # Given a submit_analysis call whose arguments are an object that fails the tool's inputSchema
+    arguments = {"dataset_url": "ftp://example.com/data.csv", "unexpected": 1}
+
+    # When it is sent in the era's protocol version
+    response = call_tool(endpoint, version, "submit_analysis", arguments)
+
+    # Then it is answered as that era's spec says, naming the fields and never their values; nothing is queued
+    assert response.status_code == 200, response.text
+    message = (sse_messages(response.text) or [response.json()])[-1]
+    if reported_as == "protocol error":
+        assert message["error"]["code"] == -32602
+        text = message["error"]["message"]
+    else:
+        assert message["result"]["isError"] is True
+        text = message["result"]["content"][0]["text"]
+    assert "dataset_url" in text and "unexpected" in text and "ftp://" not in text
+    assert endpoint.local.queue_depth("JobQueue") == 0
+
+
+@pytest.mark.parametrize("version", ["2025-06-18", "2025-11-25", MODERN])
+def test_arguments_that_are_not_an_object_are_a_protocol_error_in_every_era(endpoint, version):
+    # A request that fails the CallToolRequest schema itself is malformed: a protocol error in every era.
+    response = call_tool(endpoint, version, "get_job", ["job-1"])
+
+    message = (sse_messages(response.text) or [response.json()])[-1]
+    assert message["error"]["code"] == -32602
+    assert_safe(response)

@@ -113,6 +113,8 @@ def test_every_failed_job_of_each_user_is_listed_newest_first_however_deep_the_d
     assert newest_first([job["jobId"] for page in alice for job in page["failedJobs"]], failed_jobs["user-alice"])
     assert newest_first([job["jobId"] for page in bob for job in page["failedJobs"]], failed_jobs["user-bob"])
     first = alice[0]["failedJobs"][0]
+    # And every field of a listed job is read from the job (no field is a constant)
+    assert set(first) == {"jobId", "messageId", "tool", "status", "error", "failedAt"}
     assert (first["status"], first["error"]["type"], first["tool"]) == (
         "FAILED",
         "DatasetUnreachable",

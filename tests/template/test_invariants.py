@@ -149,6 +149,10 @@ def test_every_consumed_queue_has_a_dlq_and_a_visibility_timeout_of_six_times_it
         visibility = int(resolve(queue["VisibilityTimeout"], **values))
         timeout = int(resolve(function["Timeout"], **values))
         assert visibility >= 6 * timeout, (values, visibility, timeout)
+        # Nothing extends a running job's visibility: the receive, the batching window and a whole invocation
+        # fit in it, so a message cannot reappear while its consumer still runs.
+        window = int(mapping.get("MaximumBatchingWindowInSeconds", 0))
+        assert visibility > window + timeout, (values, visibility, window, timeout)
         assert int(resolve(redrive["maxReceiveCount"], **values)) >= 1
 
 

@@ -139,7 +139,7 @@ def test_backoff_is_bounded():
     ("fields", "key"),
     [
         ({"event_type": "tool_error", "user_id": "u-7", "tool_name": "t"}, "user#u-7"),
-        ({"event_type": "probe_failure", "server_id": "srv-1"}, "server#srv-1"),
+        ({"event_type": "schema_drift", "server_id": "srv-1"}, "server#srv-1"),
         ({"event_type": "schema_drift", "server_id": "srv-1", "user_id": "u-7"}, "server#srv-1"),
     ],
 )
@@ -149,7 +149,7 @@ def test_partition_key_is_the_caller_or_for_probe_records_the_endpoint(fields, k
 
 @pytest.mark.parametrize(
     "fields",
-    [{"event_type": "tool_call", "user_id": "u"}, {"event_type": "probe_failure", "tool_name": "t"}],
+    [{"event_type": "tool_call", "user_id": "u"}, {"event_type": "schema_drift", "tool_name": "t"}],
 )
 def test_a_record_without_its_subject_is_rejected(fields):
     with pytest.raises(ValueError, match="need"):

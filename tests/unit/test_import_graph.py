@@ -73,7 +73,7 @@ LAYERS: list[set[str]] = [
     {"jobs", "probes"},  # the job pipeline's service and JobTable; probes and the endpoint registry
     {"monitor", "api_keys"},  # MonitorTable's owner and its consumers; the API-key table
     {"calllog"},  # call-log records, the writer and shipper, the analyzer
-    {"streams", "batch", "idempotency"},  # record-handler plumbing over Powertools
+    {"streams", "batch", "idempotency", "custom_resource"},  # handler plumbing: records, CloudFormation requests
     {"config", "aws", "observability", "netsafety", "validation"},  # foundations
 ]
 

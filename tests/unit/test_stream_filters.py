@@ -11,7 +11,7 @@ import pytest
 
 from devstack.filters import RecordFilter
 from mcp_backend.calllog.models import ACTIONABLE
-from tests.conftest import EVENTS, load_event
+from tests.conftest import EVENTS, ROOT, load_event
 from tests.kinesis import mapping_of
 
 ANALYZER, DRIFT, ROLLUP = "CallLogAnalyzer", "DriftDetector", "ExpiryRollup"
@@ -20,7 +20,7 @@ T, F = True, False
 # Per fixture, per consumer: does each record (in order) reach it?
 EXPECTED = {
     "call_log_analyzer/mixed-batch.json": {
-        # tool_call, tool_error, tool_call, job_failed, probe_failure, non-JSON, invalid tool_error,
+        # tool_call, tool_error, tool_call, job_failed, platform_report, non-JSON, invalid tool_error,
         # schema_drift, tool_error, tool_call
         ANALYZER: [F, T, F, T, T, F, T, T, T, F],
     },
@@ -87,3 +87,13 @@ def test_a_manual_delete_differs_from_a_ttl_delete_only_by_its_user_identity():
 
     # Then only the TTL delete reaches the rollup
     assert [record_filter.matches(r) for r in (ttl_record, manual, by_a_person)] == [True, False, False]
+
+
+def test_every_event_type_the_analyzer_acts_on_has_a_producer():
+    # Given the shared package's modules outside the call-log package (the model and the analyzer)
+    package = ROOT / "layers" / "shared" / "mcp_backend"
+    producers = [path.read_text() for path in package.rglob("*.py") if path.parent.name != "calllog"]
+
+    # Then every event type the analyzer's filter lets through is written by one of them
+    unproduced = {t for t in ACTIONABLE if not any(f"CallLogEventType.{t.name}" in source for source in producers)}
+    assert unproduced == set()

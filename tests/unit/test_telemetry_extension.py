@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.request
 
 from botocore.exceptions import EndpointConnectionError
 
 from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
 from mcp_backend.calllog.shipper import RecordShipper
 from mcp_backend.calllog.writer import CallLogWriter
+from mcp_backend.telemetry_extension.__main__ import SHUTDOWN_LIMIT_SECONDS, deadline_of
+from mcp_backend.telemetry_extension.__main__ import main as telemetry_main
 from mcp_backend.telemetry_extension.reports import ReportFolder
 
 
@@ -136,3 +139,122 @@ def test_shutdown_flushes_what_is_pending():
     # Then both records were written before it returned
     assert [r["requestId"] for batch in sent for r in batch] == ["r-1", "r-2"]
     assert (shipper.written, shipper.dropped) == (2, 0)
+
+
+class RecordingKinesis:
+    def __init__(self) -> None:
+        self.request_ids: list[str] = []
+
+    def put_records(self, StreamName: str, Records: list[dict]) -> dict:
+        self.request_ids += [json.loads(entry["Data"])["requestId"] for entry in Records]
+        return {"Records": [{} for _ in Records], "FailedRecordCount": 0}
+
+
+class ScriptedLambda:
+    """The Extensions API as the extension calls it, handing out the given events in order; it notes what the
+    extension had done by each next-event call, and whom the extension subscribed for telemetry."""
+
+    def __init__(self, events: list[dict], loaded: threading.Event) -> None:
+        self.events = list(events)
+        self.loaded = loaded
+        self.loaded_when_asked: list[bool] = []
+        self.handed: dict[str, threading.Event] = {"INVOKE": threading.Event(), "SHUTDOWN": threading.Event()}
+        self.listener_port = 0
+
+    def register(self, events: list[str]) -> dict:
+        return {}
+
+    def subscribe(self, uri: str, types: list[str]) -> None:
+        self.listener_port = int(uri.rsplit(":", 1)[1])
+
+    def next_event(self) -> dict:
+        self.loaded_when_asked.append(self.loaded.is_set())
+        event = self.events.pop(0)
+        self.handed[event["eventType"]].set()
+        return event
+
+    def deliver(self, events: list[dict]) -> None:
+        """What the Telemetry API does: POST a batch to the subscribed listener."""
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.listener_port}/", data=json.dumps(events).encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+
+
+def far_deadline() -> int:
+    # Far enough that no wait here ends by its deadline: each one ends on the event it waits for.
+    return int(time.time() * 1000) + 600_000
+
+
+def run_extension(scripted: ScriptedLambda, kinesis: RecordingKinesis, gate: threading.Event) -> threading.Thread:
+    def build(function_name: str, stream: str):
+        gate.wait()  # the call-log code loading (pydantic, Powertools, boto3), as long as the test wants
+        folder = ReportFolder(function_name)
+        shipper = RecordShipper(CallLogWriter(stream, kinesis), interval_seconds=60, batch=100)
+        scripted.loaded.set()
+        return folder, shipper
+
+    environ = {"CALL_LOG_STREAM_NAME": "calls", "AWS_LAMBDA_FUNCTION_NAME": "fn"}
+    extension = threading.Thread(
+        target=telemetry_main, args=(scripted, environ, build, 600.0), name="extension", daemon=True
+    )
+    extension.start()
+    return extension
+
+
+def test_after_an_invoke_the_extension_asks_for_its_next_event_only_once_its_code_is_loaded():
+    # Given an extension whose call-log code is still loading when its first INVOKE comes, then SHUTDOWN
+    loaded, gate, kinesis = threading.Event(), threading.Event(), RecordingKinesis()
+    events = [
+        {"eventType": "INVOKE", "requestId": "r-1", "deadlineMs": far_deadline()},
+        {"eventType": "SHUTDOWN", "shutdownReason": "spindown", "deadlineMs": far_deadline()},
+    ]
+    scripted = ScriptedLambda(events, loaded)
+    extension = run_extension(scripted, kinesis, gate)
+
+    # When the invocation's report arrives and only then the code finishes loading
+    assert scripted.handed["INVOKE"].wait(30)
+    scripted.deliver([report("r-1")])
+    gate.set()
+    extension.join(30)
+
+    # Then the event after the INVOKE was asked for with the code loaded (a SHUTDOWN never finds it loading),
+    # and the report was shipped before the extension ended
+    assert not extension.is_alive()
+    assert scripted.loaded_when_asked == [False, True]
+    assert kinesis.request_ids == ["r-1"]
+
+
+def test_shutdown_waits_for_the_report_of_every_invocation_even_one_delivered_after_it():
+    # Given an extension, loaded, told of two invocations and then SHUTDOWN
+    loaded, gate, kinesis = threading.Event(), threading.Event(), RecordingKinesis()
+    gate.set()
+    events = [
+        {"eventType": "INVOKE", "requestId": "r-1", "deadlineMs": far_deadline()},
+        {"eventType": "INVOKE", "requestId": "r-2", "deadlineMs": far_deadline()},
+        {"eventType": "SHUTDOWN", "shutdownReason": "spindown", "deadlineMs": far_deadline()},
+    ]
+    scripted = ScriptedLambda(events, loaded)
+    extension = run_extension(scripted, kinesis, gate)
+
+    # When the first report came before SHUTDOWN and the last one only after it (as the Telemetry API may)
+    assert scripted.handed["INVOKE"].wait(30)
+    scripted.deliver([report("r-1")])
+    assert scripted.handed["SHUTDOWN"].wait(30)
+    scripted.deliver([runtime_done("r-2", "success"), report("r-2")])
+    extension.join(30)
+
+    # Then both were shipped before the extension ended
+    assert not extension.is_alive()
+    assert sorted(kinesis.request_ids) == ["r-1", "r-2"]
+
+
+def test_the_shutdown_deadline_is_the_events_and_never_past_lambdas_limit():
+    now = time.monotonic()
+    soon = {"eventType": "SHUTDOWN", "deadlineMs": int(time.time() * 1000) + 1000}
+    late = {"eventType": "SHUTDOWN", "deadlineMs": int(time.time() * 1000) + 60_000}
+
+    # The event's own deadline when it is sooner, else the 2 s limit; a margin before either
+    assert deadline_of(soon, SHUTDOWN_LIMIT_SECONDS) - now < 1.0
+    assert deadline_of(late, SHUTDOWN_LIMIT_SECONDS) - now <= SHUTDOWN_LIMIT_SECONDS

@@ -28,7 +28,8 @@ class ToolSettings(Settings):
     stops the function at start."""
 
     job_table_name: str
-    job_queue_url: str
+    # The jobs service (submitting, for tools that declare it) needs the queue; the worker only its DLQ.
+    job_queue_url: str = ""
     job_dead_letter_queue_url: str
     # The same template parameter sets the function's Timeout and this value: a job's enqueue claim
     # outlives the request that took it (see JobQueues.enqueue_claim_seconds).
@@ -52,8 +53,6 @@ class WorkerSettings(ToolSettings):
     function_timeout_seconds: int = Field(gt=0)
     # The same template parameter sets the queue's RedrivePolicy.maxReceiveCount and this value.
     job_max_receive_count: int = Field(gt=0)
-    # The same mapping entry sets JobQueue's VisibilityTimeout and this value.
-    job_queue_visibility_timeout_seconds: int = Field(gt=0, le=43200)
     # Records of one batch that run at once (their I/O overlaps); 1 runs them one after another.
     record_concurrency: int = Field(default=10, ge=1, le=10)
     idempotency_ttl_seconds: int = Field(default=86400, gt=0)

@@ -1,1 +1,1 @@
-"""The call log: one Kinesis record per tool call, job failure, probe failure and schema drift."""
+"""The call log: one Kinesis record per tool call, tool error, job failure, schema drift and platform report."""

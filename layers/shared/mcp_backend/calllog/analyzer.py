@@ -1,6 +1,6 @@
 """What CallLogAnalyzer does with the actionable call-log records its ESM filter lets through:
-per-tool error metrics, and one alert per tool (or endpoint) whose errors in the batch reach the
-threshold; and, from the platform reports the call-log-telemetry extension writes, per function:
+per-tool error metrics, one alert per tool whose errors in the batch reach the threshold and one per
+endpoint schema drift; and, from the platform reports the call-log-telemetry extension writes, per function:
 cold-start rate, p50/p99 duration, timeouts and memory headroom, with an alert on a timeout burst or
 memory near the limit. Each record counts once: its contribution runs inside the run-once body, keyed on its
 position in the stream, so a redelivered record (retry from a failed sequence number, bisection,
@@ -31,7 +31,6 @@ from mcp_backend.validation import describe_validation_error
 _METRIC_BY_EVENT = {
     CallLogEventType.TOOL_ERROR: "CallLogToolErrors",
     CallLogEventType.JOB_FAILED: "CallLogJobFailures",
-    CallLogEventType.PROBE_FAILURE: "CallLogProbeFailures",
     CallLogEventType.SCHEMA_DRIFT: "CallLogSchemaDrifts",
 }
 

@@ -16,7 +16,6 @@ class CallLogEventType(StrEnum):
     TOOL_CALL = "tool_call"
     TOOL_ERROR = "tool_error"
     JOB_FAILED = "job_failed"
-    PROBE_FAILURE = "probe_failure"
     SCHEMA_DRIFT = "schema_drift"
     # One per invocation, from Lambda's Telemetry API (platform.report), written by the extension.
     PLATFORM_REPORT = "platform_report"
@@ -27,12 +26,12 @@ ACTIONABLE = frozenset(
     {
         CallLogEventType.TOOL_ERROR,
         CallLogEventType.JOB_FAILED,
-        CallLogEventType.PROBE_FAILURE,
         CallLogEventType.SCHEMA_DRIFT,
         CallLogEventType.PLATFORM_REPORT,
     }
 )
-_PROBE_EVENTS = frozenset({CallLogEventType.PROBE_FAILURE, CallLogEventType.SCHEMA_DRIFT})
+# A failed probe is not a call-log event: it travels as the ProbeWorker's OnFailure envelope to the AlertHandler.
+_PROBE_EVENTS = frozenset({CallLogEventType.SCHEMA_DRIFT})
 
 
 def _now() -> datetime:

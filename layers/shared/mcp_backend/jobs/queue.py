@@ -1,9 +1,8 @@
-"""What ToolWorker does to JobQueue messages besides consuming them: keep a long job's message hidden
-(ChangeMessageVisibility) and move a permanently failed job's message to the DLQ itself, with the reason.
+"""What ToolWorker does to JobQueue messages besides consuming them: move a permanently failed job's
+message to the DLQ itself, with the reason.
 
-ChangeMessageVisibility counts the new timeout from the call and accepts 0-43200 s, at most 12 hours
-after the receive
-(https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ChangeMessageVisibility.html).
+Nothing extends a running job's visibility: JobQueue's VisibilityTimeout is six times the worker's
+Timeout (the WorkerTimeouts mapping), so Lambda stops a job long before its message can reappear.
 """
 
 from __future__ import annotations
@@ -14,10 +13,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from mcp_backend.aws import client_or_lazy
 from mcp_backend.jobs.models import JobError
-from mcp_backend.observability import logger
 
-MAX_VISIBILITY_TIMEOUT_SECONDS = 43200  # 12 hours, ChangeMessageVisibility's ceiling
-BATCH_LIMIT = 10  # entries per ChangeMessageVisibilityBatch
 JOB_TYPE_ATTRIBUTE = "jobType"
 # What a dead-lettered message carries besides its body, so the DLQ alone says why it is there.
 FAILURE_TYPE_ATTRIBUTE = "failureType"
@@ -34,30 +30,9 @@ def job_type_of(record: SQSRecord) -> str | None:
 
 
 class JobQueueMessages:
-    def __init__(self, queue_url: str, dead_letter_queue_url: str, client: Any = None) -> None:
-        self.queue_url = queue_url
+    def __init__(self, dead_letter_queue_url: str, client: Any = None) -> None:
         self.dead_letter_queue_url = dead_letter_queue_url
         self._client = client_or_lazy(client, "sqs")
-
-    def extend_visibility(self, receipt_handles: list[str], seconds: int) -> None:
-        """Hide each message `seconds` more from now; a handle SQS refuses (deleted, expired) is logged and
-        left alone: the heartbeat must never fail the job it protects."""
-        seconds = max(0, min(seconds, MAX_VISIBILITY_TIMEOUT_SECONDS))
-        for start in range(0, len(receipt_handles), BATCH_LIMIT):
-            chunk = receipt_handles[start : start + BATCH_LIMIT]
-            try:
-                response = self._client.change_message_visibility_batch(
-                    QueueUrl=self.queue_url,
-                    Entries=[
-                        {"Id": str(index), "ReceiptHandle": handle, "VisibilityTimeout": seconds}
-                        for index, handle in enumerate(chunk)
-                    ],
-                )
-            except Exception as error:  # noqa: BLE001 - a missed extension only risks a duplicate delivery
-                logger.warning("visibility not extended", extra={"error_type": type(error).__name__})
-                continue
-            for failed in response.get("Failed", []):
-                logger.warning("visibility not extended", extra={"error_code": failed.get("Code")})
 
     def dead_letter(self, record: SQSRecord, error: JobError) -> str:
         """Send the message's body to the DLQ with why it failed; returns the DLQ message's id.

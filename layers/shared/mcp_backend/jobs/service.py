@@ -287,9 +287,8 @@ class JobsService:
                 "messageId": item.get("failedMessageId"),
                 "tool": item.get("tool"),
                 "status": item.get("status", "UNKNOWN"),
+                # The worker writes the error and the DLQ message's id together, on the failure that ended the job.
                 "error": item.get("error"),
-                # The worker records the DLQ message's id with the error it failed with.
-                "errorIsFromThisMessage": True,
                 "failedAt": item.get("failedAt"),
             }
             for item in items

@@ -3,9 +3,10 @@ its own name, and for each job-capable tool two that submit it (one job, or up t
 jobs service enqueues. Only the protocol edge lives here: arguments in, the caller, errors out.
 
 Every tool publishes its strict input model as inputSchema (unknown fields rejected); StrictArguments
-validates `tools/call` arguments against it before the SDK does, so invalid arguments are a -32602 that
-names fields, never values. Failures the tools report (a typed error with a safe message) reach the
-client as "<ErrorType>: <message>"; anything else is the SDK's generic tool error.
+validates `tools/call` arguments against it before the SDK does, naming fields, never values: a tool
+execution error (isError) from 2025-11-25 on, a -32602 before (each era's server/tools "Error Handling").
+Failures the tools report (a typed error with a safe message) reach the client as "<ErrorType>: <message>";
+anything else is the SDK's generic tool error.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
 from mcp.server.mcpserver.tools import Tool as SdkTool
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INVALID_PARAMS, CallToolResult, TextContent
+from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, Field, ValidationError, create_model
 
 from mcp_backend.api_keys import Principal
@@ -40,6 +42,11 @@ from mcp_backend.validation import describe_validation_error
 
 # Failures whose type and message are written to be shown to the caller.
 REPORTED_ERRORS = (ToolError, JobRequestError, UnsafeUrl)
+# From this protocol version on, arguments that fail a tool's inputSchema are a tool execution error the model
+# can correct itself from (SEP-1303, https://modelcontextprotocol.io/specification/2025-11-25/server/tools#error-handling;
+# the same in https://modelcontextprotocol.io/specification/2026-07-28/server/tools#error-handling); before it,
+# invalid arguments were a protocol error (https://modelcontextprotocol.io/specification/2025-06-18/server/tools).
+INPUT_ERRORS_AS_RESULTS_SINCE = "2025-11-25"
 T = TypeVar("T")
 
 
@@ -215,9 +222,11 @@ class ToolBindings:
 
 
 class StrictArguments:
-    """SDK ServerMiddleware: `tools/call` params must name a tool with a string and carry arguments that
-    satisfy its model, else -32602 naming the field. A `tools/call` notification (no id) calls nothing and
-    answers nobody: it is dropped here with a DEBUG line, before telemetry counts it or a failure is logged."""
+    """SDK ServerMiddleware: `tools/call` params must name a tool with a string and carry an object of arguments
+    (else the request is malformed: -32602 in every era), and the arguments must satisfy the tool's model (else,
+    naming the fields, a tool execution error from 2025-11-25 on, -32602 before). A `tools/call` notification
+    (no id) calls nothing and answers nobody: it is dropped here with a DEBUG line, before telemetry counts it
+    or a failure is logged."""
 
     def __init__(self, input_models: Mapping[str, type[BaseModel]]) -> None:
         self.input_models = input_models
@@ -235,10 +244,15 @@ class StrictArguments:
         model = self.input_models.get(name)
         arguments = params.get("arguments") or {}
         if model is not None:
+            if not isinstance(arguments, Mapping):
+                raise MCPError(INVALID_PARAMS, f"{name}: params.arguments must be an object")
             try:
                 model.model_validate(arguments)
             except ValidationError as error:
-                raise MCPError(INVALID_PARAMS, f"{name}: {describe_validation_error(error)}") from None
+                message = f"{name}: {describe_validation_error(error)}"
+                if is_version_at_least(ctx.protocol_version, INPUT_ERRORS_AS_RESULTS_SINCE):
+                    return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+                raise MCPError(INVALID_PARAMS, message) from None
         return await call_next(ctx)
 
 

@@ -3,8 +3,9 @@
 The SDK (mcp 2.3.0) answers GET with an open SSE stream and DELETE with its own 405 (Allow: GET, POST,
 DELETE), redirects `/mcp/` with a 307, answers a non-JSON Content-Type with 400 and matches allowed
 hosts exactly (no `*.lambda-url.<region>.on.aws`). This guard answers those before the SDK sees them,
-serves the RFC 9728 metadata in OAuth mode, authenticates the caller (and, for an access token, checks
-the called tool's scope), and makes every event stream proxy-safe, kept alive and always closed.
+answers CORS preflights for the allowed origins (the SDK has no CORS), serves the RFC 9728 metadata in
+OAuth mode, authenticates the caller (and, for an access token, checks the called tool's scope), and
+makes every event stream proxy-safe, kept alive and always closed.
 Everything else (406, parse errors, both protocol eras, 202 for notifications) is the SDK's own.
 """
 
@@ -29,6 +30,26 @@ PRINCIPAL_SCOPE_KEY = "mcp_backend.principal"
 HEALTH_PATH = "/healthz"
 _STREAM_OPENED = b": stream open\r\n\r\n"
 _KEEPALIVE = b": keepalive\r\n\r\n"
+# CORS (https://fetch.spec.whatwg.org/#http-cors-protocol): what a browser page on an allowed origin may send,
+# and which response headers its script may read. Authorization is never covered by a wildcard, so every
+# header is named; Mcp-Param-<name> headers (2026-07-28) are per tool, so they are allowed by prefix.
+CORS_METHODS = b"GET, POST"
+CORS_REQUEST_HEADERS = frozenset(
+    {
+        "authorization",
+        "content-type",
+        "accept",
+        "last-event-id",
+        "mcp-protocol-version",
+        "mcp-session-id",
+        "mcp-method",
+        "mcp-name",
+        "x-correlation-id",
+    }
+)
+CORS_PARAM_HEADER_PREFIX = "mcp-param-"
+CORS_EXPOSED_HEADERS = b"WWW-Authenticate, MCP-Protocol-Version, Retry-After, X-Correlation-Id"
+CORS_MAX_AGE_SECONDS = b"600"
 
 
 def principal_of(scope: Scope) -> Principal | None:
@@ -105,9 +126,15 @@ class McpHttpGuard:
         if not self.hosts.host_allowed(headers.get("host")):
             await _plain(send, 421, b"Misdirected Request: host not allowed")
             return
-        if not self.hosts.origin_allowed(headers.get("origin")):
-            await _plain(send, 403, b"Forbidden: origin not allowed")
+        origin = headers.get("origin")
+        if not self.hosts.origin_allowed(origin):
+            await _plain(send, 403, b"Forbidden: origin not allowed")  # and no CORS headers: the page reads nothing
             return
+        if origin is not None:
+            if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
+                await _preflight(send, origin, headers.get("access-control-request-headers", ""))
+                return
+            send = _with_cors(send, origin)
         resource = self.resource or f"https://{headers.get('host', '')}{self.path}"
         if path.rstrip("/") in (METADATA_PATH, METADATA_PATH + self.path) and scope["method"] in ("GET", "HEAD"):
             document = self.authenticator.metadata(resource)
@@ -149,9 +176,14 @@ class McpHttpGuard:
         if media_type != "application/json":
             await _json(send, 415, _rpc_error(-32600, "Unsupported Media Type: use application/json"))
             return
-        if isinstance(principal, ScopedPrincipal):
-            # A token's scopes decide which tools it may call; the body names the tool, so read it first.
+        try:
+            # The whole body before the SDK runs (the Web Adapter hands the app a complete body anyway): a client
+            # that hangs up while sending it leaves here, instead of failing inside the SDK as a 500 with a trace.
             body, receive = await _buffered(receive)
+        except ClientDisconnected:
+            return  # nobody is left to answer; RequestTelemetry logs and counts the hang-up
+        if isinstance(principal, ScopedPrincipal):
+            # A token's scopes decide which tools it may call; the body names the tool.
             missing = sorted(required_access(body, self.tool_access) - principal.access)
             if missing:
                 challenge = self.authenticator.insufficient_scope(resource, missing[0]).encode()
@@ -220,13 +252,56 @@ class McpHttpGuard:
                 tasks.cancel_scope.cancel()
 
 
+async def _preflight(send: Send, origin: str, requested: str) -> None:
+    """204 for a preflight from an allowed origin: the methods, and those of the requested headers the endpoint
+    reads (the browser refuses the request when one it needs is missing)."""
+    names = (part.strip().lower() for part in requested.split(","))
+    allowed = [name for name in names if name in CORS_REQUEST_HEADERS or _is_param_header(name)]
+    headers = [
+        (b"access-control-allow-origin", origin.encode("latin-1")),
+        (b"access-control-allow-methods", CORS_METHODS),
+        (b"access-control-max-age", CORS_MAX_AGE_SECONDS),
+        (b"vary", b"Origin, Access-Control-Request-Method, Access-Control-Request-Headers"),
+    ]
+    if allowed:
+        headers.append((b"access-control-allow-headers", ", ".join(allowed).encode("latin-1")))
+    await send({"type": "http.response.start", "status": 204, "headers": headers})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _is_param_header(name: str) -> bool:
+    return name.startswith(CORS_PARAM_HEADER_PREFIX) and len(name) > len(CORS_PARAM_HEADER_PREFIX)
+
+
+def _with_cors(send: Send, origin: str) -> Send:
+    """Every response to an allowed origin may be read by its page, including the headers a client needs."""
+    cors = [
+        (b"access-control-allow-origin", origin.encode("latin-1")),
+        (b"access-control-expose-headers", CORS_EXPOSED_HEADERS),
+        (b"vary", b"Origin"),
+    ]
+
+    async def send_with_cors(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *cors]}
+        await send(message)
+
+    return send_with_cors
+
+
+class ClientDisconnected(Exception):
+    """The client closed the connection before its request body ended."""
+
+
 async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
     """The whole request body, and a receive that replays it to the app."""
     chunks = []
     while True:
         message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnected
         if message["type"] != "http.request":
-            break
+            continue
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             break

@@ -31,7 +31,18 @@ from mcp_backend.mcp.guard import principal_of
 from mcp_backend.observability import logger, metrics, tool_invocation
 
 _CORRELATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+CLIENT_DISCONNECTED = "client_disconnected"
+CLIENT_CLOSED_REQUEST = 499
 _cold_start = True
+
+
+def lambda_request_id(headers: dict[str, str]) -> str | None:
+    """The Lambda request id the Web Adapter forwards in `x-amzn-request-context`, when well-formed."""
+    try:
+        request_id = json.loads(headers.get("x-amzn-request-context", "{}")).get("requestId")
+    except (ValueError, AttributeError):
+        return None
+    return request_id if isinstance(request_id, str) and _CORRELATION_ID.fullmatch(request_id) else None
 
 
 def correlation_id_for(headers: dict[str, str]) -> str:
@@ -39,24 +50,36 @@ def correlation_id_for(headers: dict[str, str]) -> str:
     supplied = headers.get("x-correlation-id", "")
     if _CORRELATION_ID.fullmatch(supplied):
         return supplied
-    try:
-        request_id = json.loads(headers.get("x-amzn-request-context", "{}")).get("requestId")
-    except (ValueError, AttributeError):
-        request_id = None
-    if isinstance(request_id, str) and _CORRELATION_ID.fullmatch(request_id):
-        return request_id
-    return str(uuid.uuid4())
+    return lambda_request_id(headers) or str(uuid.uuid4())
 
 
-def _record_cold_start() -> None:
+def _record_cold_start() -> bool:
+    """True for the process's first request (and the ColdStart metric then)."""
     global _cold_start
     if not _cold_start:
-        return
+        return False
     _cold_start = False
     # Same shape as Powertools' log_metrics(capture_cold_start_metric=True).
     with single_metric(name="ColdStart", unit=MetricUnit.Count, value=1, namespace=metrics.namespace) as metric:
         metric.add_dimension(name="function_name", value=os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "local"))
         metric.add_dimension(name="service", value=metrics.service or "mcp-backend")
+    return True
+
+
+def _count_client_disconnect() -> None:
+    # The same labels as the endpoint's other metrics (Service, Environment).
+    with single_metric(
+        name="ClientDisconnects",
+        unit=MetricUnit.Count,
+        value=1,
+        namespace=metrics.namespace,
+        default_dimensions=metrics.default_dimensions,
+    ):
+        pass
+
+
+# The keys Powertools' inject_lambda_context puts on a handler's lines; the endpoint has no handler to decorate.
+LAMBDA_CONTEXT_KEYS = ("function_name", "function_memory_size", "function_arn", "function_request_id", "cold_start")
 
 
 class RequestTelemetry:
@@ -65,6 +88,11 @@ class RequestTelemetry:
         # Run when the server shuts down (uvicorn's lifespan, on the SIGTERM Lambda sends before it ends the
         # environment), before the inner app's shutdown completes.
         self.on_shutdown = tuple(on_shutdown)
+        # Read once, when the app is built inside the function's environment: every line of a request names
+        # this function and that request, as a decorated handler's lines do, even where other functions share
+        # the process and Powertools' logger (the local stack's in-process runtime).
+        self.function_name = os.environ.get("AWS_LAMBDA_FUNCTION_NAME")
+        self.function_memory_size = os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -74,34 +102,52 @@ class RequestTelemetry:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        _record_cold_start()
+        cold_start = _record_cold_start()
         correlation_id = correlation_id_for(headers)
         trace_header = headers.get("x-amzn-trace-id")
         if trace_header:
             # The adapter passes the trace header per request; botocore forwards it on AWS calls from
             # here (one request at a time per Lambda environment, as with the managed runtime).
             os.environ["_X_AMZN_TRACE_ID"] = trace_header
-        # Context-local keys: each request (asyncio task) logs its own correlation id.
-        logger.thread_safe_append_keys(correlation_id=correlation_id)
-        status = {"code": 0}
+        # Context-local keys: each request (asyncio task) logs its own; they win over any process-wide key.
+        logger.thread_safe_append_keys(
+            correlation_id=correlation_id,
+            function_name=self.function_name,
+            function_memory_size=self.function_memory_size,
+            function_arn=None,  # not known to the app: no other function's ARN either
+            function_request_id=lambda_request_id(headers),
+            cold_start=cold_start,
+        )
+        state = {"status": 0, "answered": False, "hung_up": False}
 
         async def send_with_id(message: Any) -> None:
             if message["type"] == "http.response.start":
-                status["code"] = message["status"]
+                state["status"] = message["status"]
                 message = {
                     **message,
                     "headers": [*message.get("headers", []), (b"x-correlation-id", correlation_id.encode())],
                 }
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                state["answered"] = True
             await send(message)
 
+        async def receive_watching() -> Any:
+            message = await receive()
+            if message["type"] == "http.disconnect" and not state["answered"]:
+                state["hung_up"] = True
+            return message
+
         try:
-            await self.app(scope, receive, send_with_id)
+            await self.app(scope, receive_watching, send_with_id)
         finally:
-            logger.info(
-                "mcp request",
-                extra={"method": scope["method"], "path": scope["path"], "status": status["code"]},
-            )
-            logger.thread_safe_remove_keys(["correlation_id", "user_id", "tool"])
+            extra = {"method": scope["method"], "path": scope["path"], "status": state["status"], "outcome": "answered"}
+            if state["hung_up"]:
+                # The client's doing, not the server's: INFO, no trace, and never counted as a 5xx. 499 is the
+                # status proxies log for a request the client closed (no response reached anyone).
+                extra |= {"outcome": CLIENT_DISCONNECTED, "status": state["status"] or CLIENT_CLOSED_REQUEST}
+                _count_client_disconnect()
+            logger.info("mcp request", extra=extra)
+            logger.thread_safe_remove_keys(["correlation_id", "user_id", "tool", *LAMBDA_CONTEXT_KEYS])
 
     def _before_shutdown_completes(self, send: Send) -> Send:
         async def send_after_hooks(message: Any) -> None:

@@ -34,4 +34,4 @@ class ProbeRefused(ProbeFailed):
 
 
 class EndpointNotFound(ProbeFailed):
-    """The endpoint was deregistered between dispatch and probe."""
+    """The event names a server id that no registered endpoint has."""

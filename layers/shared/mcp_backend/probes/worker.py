@@ -76,5 +76,5 @@ class ProbeWorker:
     def _registered(self, server_id: str) -> tuple[str, str | None]:
         target = self.table.probe_target(server_id)
         if target is None:
-            raise EndpointNotFound(f"endpoint {server_id} is no longer registered")
+            raise EndpointNotFound(f"endpoint {server_id} is not registered")
         return target

@@ -4,7 +4,11 @@ invocation: without a stream it registers and idles; telemetry it cannot read is
 
 Lambda's init waits until every extension asks for its first event, so this module imports only the
 standard library: the call-log code (pydantic, Powertools, boto3) loads on the pipeline thread while
-the extension already waits, and deliveries that arrive before it is ready wait in the inbox."""
+the extension already waits, and deliveries that arrive before it is ready wait in the inbox. After an
+INVOKE the extension asks for its next event only once that code is loaded (the invocation's answer has
+gone out; only the environment's freeze waits), so a SHUTDOWN never finds it still loading. At SHUTDOWN
+it waits until the report of every invocation it was told of has been folded (Lambda may deliver the
+last one after SHUTDOWN), then flushes, all before the event's deadline."""
 
 from __future__ import annotations
 
@@ -14,15 +18,22 @@ import queue
 import socket
 import sys
 import threading
+import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from mcp_backend.telemetry_extension.api import ExtensionsClient
 
 NAME = "call-log-telemetry"
-SHUTDOWN_BUDGET_SECONDS = 1.5  # of the 2 s Lambda gives external extensions after SHUTDOWN
+# After SHUTDOWN Lambda gives external extensions what is left of its 2,000 ms shutdown limit (the runtime
+# gets up to 300 ms of it first), then ends them with SIGKILL; the event's deadlineMs says when
+# (https://docs.aws.amazon.com/lambda/latest/dg/runtimes-extensions-api.html, "Shutdown phase").
+SHUTDOWN_LIMIT_SECONDS = 2.0
+SHUTDOWN_MARGIN_SECONDS = 0.2  # exit before the deadline, not at it
 SANDBOX_HOST = "sandbox.localdomain"
 _CLOSE = object()
+Build = Callable[[str, str], tuple[Any, Any]]  # (function name, stream) -> (ReportFolder, RecordShipper)
 
 
 def listener_address() -> str:
@@ -53,43 +64,107 @@ def serve_telemetry(inbox: queue.Queue[Any]) -> ThreadingHTTPServer:
     return server
 
 
-def run_pipeline(inbox: queue.Queue[Any], function_name: str, stream: str) -> None:
-    """Fold deliveries into records and ship them until the inbox is closed, then flush."""
-    # Loaded here, off the init path (see the module docstring), not to break an import cycle.
+def build_shipper(function_name: str, stream: str) -> tuple[Any, Any]:
+    """The call-log code, loaded here, off the init path (see the module docstring), not to break an import cycle."""
     from mcp_backend.aws import new_client
     from mcp_backend.calllog.shipper import RecordShipper
     from mcp_backend.calllog.writer import CallLogWriter
     from mcp_backend.telemetry_extension.reports import ReportFolder
 
-    folder = ReportFolder(function_name)
     # Short timeouts and one SDK attempt per call (the writer retries): a stalled stream costs records,
     # and SHUTDOWN's budget is not spent waiting on it.
     kinesis = new_client("kinesis", connect_timeout=1, read_timeout=2, max_attempts=1)
-    shipper = RecordShipper(CallLogWriter(stream, kinesis, max_attempts=2))
-    while (delivery := inbox.get()) is not _CLOSE:
-        shipper.add(folder.fold(delivery))
-    shipper.close(SHUTDOWN_BUDGET_SECONDS)
+    return ReportFolder(function_name), RecordShipper(CallLogWriter(stream, kinesis, max_attempts=2))
 
 
-def main() -> int:
-    client = ExtensionsClient(os.environ["AWS_LAMBDA_RUNTIME_API"], NAME)
-    stream = os.environ.get("CALL_LOG_STREAM_NAME", "")
-    enabled = bool(stream) and os.environ.get("CALL_LOG_TELEMETRY", "enabled") == "enabled"
+class TelemetryPipeline:
+    """Deliveries folded into records and shipped on its own thread; it knows whose reports it has folded."""
+
+    def __init__(self, function_name: str, stream: str, build: Build = build_shipper) -> None:
+        self.function_name = function_name
+        self.stream = stream
+        self.build = build
+        self.inbox: queue.Queue[Any] = queue.Queue()
+        self.ready = threading.Event()  # set once the call-log code is loaded (or failed to load)
+        self._changed = threading.Condition()
+        self._invoked: set[str] = set()
+        self._reported: set[str] = set()
+        self._deadline = float("inf")
+        self._thread = threading.Thread(target=self._run, name="pipeline", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def invoked(self, request_id: str, deadline: float) -> None:
+        """An INVOKE: its report is owed at SHUTDOWN. Returns once the call-log code is loaded (by `deadline`)."""
+        with self._changed:
+            self._invoked.add(request_id)
+        self.ready.wait(_remaining(deadline))
+
+    def finish(self, deadline: float) -> None:
+        """SHUTDOWN: wait for the report of every invocation announced, then flush; all by `deadline`."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._invoked <= self._reported or not self._thread.is_alive(),
+                timeout=_remaining(deadline),
+            )
+            self._deadline = deadline
+        self.inbox.put(_CLOSE)
+        self._thread.join(_remaining(deadline))
+
+    def _run(self) -> None:
+        try:
+            folder, shipper = self.build(self.function_name, self.stream)
+        finally:
+            self.ready.set()  # a failed load must not hold INVOKEs: the extension then only idles
+        while (delivery := self.inbox.get()) is not _CLOSE:
+            records = folder.fold(delivery)
+            shipper.add(records)
+            with self._changed:
+                self._reported.update(str(record.request_id) for record in records)
+                self._changed.notify_all()
+        with self._changed:
+            budget = _remaining(self._deadline)
+        shipper.close(SHUTDOWN_LIMIT_SECONDS if budget is None else budget)
+
+
+def _remaining(deadline: float) -> float | None:
+    """Seconds until a monotonic deadline (None: no deadline)."""
+    return None if deadline == float("inf") else max(0.0, deadline - time.monotonic())
+
+
+def deadline_of(event: dict[str, Any], limit_seconds: float | None = None) -> float:
+    """The event's deadlineMs (epoch) as a monotonic time, less the margin; never later than `limit_seconds`."""
+    now = time.monotonic()
+    remaining = float(event.get("deadlineMs", 0)) / 1000 - time.time() if "deadlineMs" in event else float("inf")
+    if limit_seconds is not None:
+        remaining = min(remaining, limit_seconds)
+    return now + remaining - SHUTDOWN_MARGIN_SECONDS
+
+
+def main(
+    client: Any = None,
+    environ: Any = os.environ,
+    build: Build = build_shipper,
+    shutdown_limit_seconds: float = SHUTDOWN_LIMIT_SECONDS,
+) -> int:
+    client = client or ExtensionsClient(environ["AWS_LAMBDA_RUNTIME_API"], NAME)
+    stream = environ.get("CALL_LOG_STREAM_NAME", "")
+    enabled = bool(stream) and environ.get("CALL_LOG_TELEMETRY", "enabled") == "enabled"
     client.register(["INVOKE", "SHUTDOWN"] if enabled else ["SHUTDOWN"])
     pipeline = None
-    inbox: queue.Queue[Any] = queue.Queue()
     if enabled:
-        function_name = os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "unknown")
-        pipeline = threading.Thread(target=run_pipeline, args=(inbox, function_name, stream), name="pipeline")
+        pipeline = TelemetryPipeline(environ.get("AWS_LAMBDA_FUNCTION_NAME", "unknown"), stream, build)
         pipeline.start()
-        server = serve_telemetry(inbox)
+        server = serve_telemetry(pipeline.inbox)
         client.subscribe(f"http://{SANDBOX_HOST}:{server.server_address[1]}", ["platform"])
     while True:
         event = client.next_event()
-        if event.get("eventType") == "SHUTDOWN":
+        if event.get("eventType") == "INVOKE" and pipeline is not None:
+            pipeline.invoked(str(event.get("requestId")), deadline_of(event))
+        elif event.get("eventType") == "SHUTDOWN":
             if pipeline is not None:
-                inbox.put(_CLOSE)
-                pipeline.join(SHUTDOWN_BUDGET_SECONDS + 0.3)
+                pipeline.finish(deadline_of(event, shutdown_limit_seconds))
             return 0
 
 

@@ -31,7 +31,10 @@ class Service(StrEnum):
 
 
 # The environment variable each service is built from, for the error that names what is missing.
-SERVICE_VARIABLES = {Service.JOBS: "JOB_TABLE_NAME", Service.ENDPOINTS: "MONITOR_TABLE_NAME"}
+SERVICE_VARIABLES = {
+    Service.JOBS: "JOB_TABLE_NAME, JOB_QUEUE_URL and JOB_DEAD_LETTER_QUEUE_URL",
+    Service.ENDPOINTS: "MONITOR_TABLE_NAME",
+}
 
 
 class DeclaredTool(Protocol):

@@ -29,7 +29,6 @@ from mcp_backend.jobs.errors import (
     MalformedJobMessage,
     UnknownTool,
 )
-from mcp_backend.jobs.heartbeat import VisibilityHeartbeat
 from mcp_backend.jobs.models import JobError, JobMessage
 from mcp_backend.jobs.queue import JobQueueMessages, job_type_of
 from mcp_backend.jobs.store import JobStore
@@ -95,16 +94,13 @@ class JobWorker:
             timeout_seconds=settings.function_timeout_seconds,
             client=idempotency_client,
         )
-        self.queue = queue or JobQueueMessages(settings.job_queue_url, settings.job_dead_letter_queue_url)
-        self.heartbeat = VisibilityHeartbeat(self.queue, settings.job_queue_visibility_timeout_seconds)
+        self.queue = queue or JobQueueMessages(settings.job_dead_letter_queue_url)
 
     def start_invocation(self, lambda_context: Any) -> None:
         self._run_once.start_invocation(lambda_context)
-        self.heartbeat.start(lambda_context)
 
     def finish_invocation(self) -> None:
-        """Stops the heartbeat; one PutRecords for the batch's call-log records; never raises."""
-        self.heartbeat.stop()
+        """One PutRecords for the batch's call-log records; never raises."""
         self.call_log.flush()
 
     def process(self, record: SQSRecord) -> dict[str, Any]:
@@ -113,8 +109,7 @@ class JobWorker:
         attempt = int(record.attributes.approximate_receive_count)
         logger.thread_safe_append_keys(message_id=record.message_id, attempt=attempt)
         try:
-            with self.heartbeat.running(record.message_id, record.receipt_handle):
-                return self._process(record, attempt)
+            return self._process(record, attempt)
         finally:
             logger.thread_safe_remove_keys(RECORD_LOG_KEYS)
 

@@ -1,0 +1,132 @@
+"""Headless Chromium driven through the DevTools protocol over `--remote-debugging-pipe` (commands on fd 3,
+answers on fd 4, each a JSON message ended by a NUL byte): no WebSocket client, no browser download, only the
+system's chromium (Debian's package; `make browser` installs it in CI)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import select
+import shutil
+import subprocess
+import tempfile
+import threading
+from typing import Any
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def find_browser() -> str | None:
+    return next((path for path in map(shutil.which, BROWSERS) if path), None)
+
+
+class Browser:
+    def __init__(self, executable: str) -> None:
+        self._profile = tempfile.TemporaryDirectory(prefix="cdp-profile-")
+        # The browser reads commands from its fd 3 and writes answers to its fd 4.
+        command_read, self._commands = os.pipe()
+        self._answers, answer_write = os.pipe()
+        arguments = [
+            executable,
+            "--headless",
+            "--remote-debugging-pipe",
+            f"--user-data-dir={self._profile.name}",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-gpu",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--disable-dev-shm-usage",
+            "about:blank",
+        ]
+        if os.geteuid() == 0:
+            arguments.insert(1, "--no-sandbox")  # Chromium refuses to run as root with its sandbox
+
+        def child_fds() -> None:
+            # Copies above 9 first, so placing one pipe end on 3 or 4 cannot overwrite the other; the child then
+            # closes every descriptor but 3 and 4 (pass_fds).
+            commands = fcntl.fcntl(command_read, fcntl.F_DUPFD, 10)
+            answers = fcntl.fcntl(answer_write, fcntl.F_DUPFD, 10)
+            os.dup2(commands, 3)
+            os.dup2(answers, 4)
+
+        self.process = subprocess.Popen(
+            arguments,
+            pass_fds=(3, 4),
+            preexec_fn=child_fds,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        os.close(command_read)
+        os.close(answer_write)
+        self._next_id = 0
+        self._buffer = b""
+        self._lock = threading.Lock()
+
+    def send(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> dict[str, Any]:
+        """One command; its result (events that arrive meanwhile are dropped)."""
+        with self._lock:
+            self._next_id += 1
+            message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
+            if session is not None:
+                message["sessionId"] = session
+            os.write(self._commands, json.dumps(message).encode() + b"\0")
+            while True:
+                answer = self._read()
+                if answer.get("id") == self._next_id:
+                    if "error" in answer:
+                        raise RuntimeError(f"{method}: {answer['error']}")
+                    return answer["result"]
+
+    def wait_for(self, event: str, session: str) -> dict[str, Any]:
+        while True:
+            message = self._read()
+            if message.get("method") == event and message.get("sessionId") == session:
+                return message["params"]
+
+    def open(self, url: str) -> str:
+        """A new page at `url`, loaded; its session id."""
+        target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        self.send("Page.enable", session=session)
+        self.send("Page.navigate", {"url": url}, session=session)
+        self.wait_for("Page.loadEventFired", session)
+        return session
+
+    def evaluate(self, session: str, expression: str) -> Any:
+        """The value of `expression` in the page (a promise is awaited)."""
+        result = self.send(
+            "Runtime.evaluate",
+            {"expression": expression, "awaitPromise": True, "returnByValue": True},
+            session=session,
+        )
+        if "exceptionDetails" in result:
+            raise RuntimeError(result["exceptionDetails"].get("text", "evaluation failed"))
+        return result["result"].get("value")
+
+    def close(self) -> None:
+        try:
+            self.send("Browser.close")
+        except (OSError, RuntimeError):
+            pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        os.close(self._commands)
+        os.close(self._answers)
+        self._profile.cleanup()
+
+    def _read(self, timeout_seconds: float = 60.0) -> dict[str, Any]:
+        while b"\0" not in self._buffer:
+            ready, _, _ = select.select([self._answers], [], [], timeout_seconds)
+            if not ready:
+                raise TimeoutError(f"the browser said nothing for {timeout_seconds} s")
+            chunk = os.read(self._answers, 65536)
+            if not chunk:
+                raise RuntimeError("the browser closed its DevTools pipe")
+            self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)

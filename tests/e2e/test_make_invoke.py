@@ -1,0 +1,109 @@
+"""Every fixture in events/ through `make invoke`, as a newcomer runs it: on a fresh stack, in the runtime the
+suite runs in (in-process, or the build output in the Lambda runtime under `make test`), with the state the
+fixture declares seeded by `make invoke`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EVENTS, ROOT
+from tests.e2e.conftest import BUILD_DIR, PRODUCT_RUNTIME, start_make_dev
+
+pytestmark = pytest.mark.e2e
+
+# The function(s) each fixture folder is for (a MonitorTable stream record feeds both of its consumers).
+FUNCTIONS_BY_FOLDER = {
+    "alert_handler": ["AlertHandler"],
+    "call_log_analyzer": ["CallLogAnalyzer"],
+    "mcp_server": ["McpServer"],
+    "monitor_table": ["DriftDetector", "ExpiryRollup"],
+    "probe_dispatcher": ["ProbeDispatcher"],
+    "probe_recorder": ["ProbeRecorder"],
+    "probe_worker": ["ProbeWorker"],
+    "tool_worker": ["ToolWorker"],
+}
+FIXTURES = sorted(p for p in EVENTS.rglob("*.json") if "datasets" not in p.parts and not p.name.endswith(".state.json"))
+# Pairs Lambda never makes: DriftDetector's filter (an INSERT of a probe_result) drops every record of a TTL delete,
+# which is ExpiryRollup's to read (tests/unit/test_stream_filters.py holds both filters to the fixtures).
+NEVER_DELIVERED = {("DriftDetector", "monitor_table/probe-result-ttl-remove")}
+CASES = [
+    (function, fixture)
+    for fixture in FIXTURES
+    for function in FUNCTIONS_BY_FOLDER[fixture.parent.name]
+    if (function, f"{fixture.parent.name}/{fixture.stem}") not in NEVER_DELIVERED
+]
+
+
+def test_every_fixture_folder_names_the_functions_it_is_for():
+    assert {fixture.parent.name for fixture in FIXTURES} == set(FUNCTIONS_BY_FOLDER)
+
+
+def make_invoke(function: str, fixture: Path) -> subprocess.CompletedProcess[str]:
+    """What `make invoke FUNCTION=... EVENT=...` runs, with no `make dev` running (a fresh stack)."""
+    command = [sys.executable, "-m", "devstack.invoke", "--fresh", "--runtime", PRODUCT_RUNTIME]
+    command += ["--build-dir", str(BUILD_DIR), function, str(fixture.relative_to(ROOT))]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def response_of(stdout: str) -> dict:
+    """The response `make invoke` prints last, indented, after the function's own (one-line) log lines."""
+    lines = stdout.splitlines()
+    start = max(index for index, line in enumerate(lines) if line == "{")
+    return json.loads("\n".join(lines[start:]))
+
+
+@pytest.mark.parametrize(("function", "fixture"), CASES, ids=[f"{f}-{p.parent.name}/{p.stem}" for f, p in CASES])
+def test_the_fixture_runs_through_make_invoke_on_a_fresh_stack(function, fixture):
+    # When a newcomer runs the fixture through make invoke, with no stack running
+    result = make_invoke(function, fixture)
+    if result.returncode == 2 and "Lambda runtime is unavailable" in result.stderr and not os.environ.get("CI"):
+        pytest.skip(result.stderr.strip().splitlines()[-1])
+
+    # Then the function answers without an error and no traceback is printed
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    response = response_of(result.stdout)
+    assert "errorType" not in response, response
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    if function == "McpServer":
+        # a Function URL request, answered as the Function URL would: the tool list
+        assert response["statusCode"] == 200, response
+        assert "submit_analysis" in response["body"]
+
+
+def test_make_env_json_writes_the_running_stacks_value_of_every_declared_variable(local, tmp_path):
+    # Given make dev running
+    process, _, line = start_make_dev("--runtime", PRODUCT_RUNTIME, "--build-dir", str(BUILD_DIR))
+    try:
+        if "Lambda runtime is unavailable" in line and not os.environ.get("CI"):
+            pytest.skip(line.strip())
+        assert "local stack ready" in line, line
+
+        # When the --env-vars file for sam local invoke is written
+        output = tmp_path / "sam-env.json"
+        result = subprocess.run(
+            [sys.executable, "-m", "devstack", "env-json", "--output", str(output)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=120)
+
+    # Then it names every function with exactly the variables its template entry declares (SAM applies the file
+    # to those only), each with the running stack's value: resolved names, the local dataset bucket's stack
+    assert result.returncode == 0, result.stderr
+    variables = json.loads(output.read_text())
+    functions = local.stack.functions()
+    assert set(variables) == set(functions)
+    for logical_id, spec in functions.items():
+        assert set(variables[logical_id]) == set(spec.environment), logical_id
+    assert variables["ToolWorker"]["JOB_TABLE_NAME"] == local.table_name("JobTable")
