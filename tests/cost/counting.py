@@ -40,6 +40,7 @@ class RequestLog:
 
     requests: Counter[str] = field(default_factory=Counter)
     dynamodb_batch_items: int = 0  # items written by BatchWriteItem: each one is a write request unit
+    kinesis_bytes_read: int = 0  # what event source mappings read from Kinesis: on-demand bills data out per GB
     kinesis_records: int = 0
     kinesis_bytes: int = 0
     invocations: Counter[str] = field(default_factory=Counter)
@@ -84,6 +85,8 @@ class RequestCounter:
             response = make_api_call(client, operation, params)
             service = client.meta.service_model.service_name
             if client in counter._platform_clients:
+                if (service, operation) == ("kinesis", "GetRecords"):
+                    counter.log.kinesis_bytes_read += sum(len(r["Data"]) for r in response.get("Records", []))
                 if not billed_platform_request(service, operation, params, response):
                     return response
             counter.log.requests[f"{service}:{operation}"] += 1

@@ -12,12 +12,10 @@ import contextlib
 import io
 import json
 import re
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any
 
 import httpx
 
@@ -26,28 +24,13 @@ from devstack.server import DevStack, DevStackOptions
 from devstack.sources.sqs import LONG_POLL_SECONDS
 from tests.bench.stock_app import create_app as create_probe_target
 from tests.cost.counting import RequestCounter, RequestLog
+from tests.cost.figures import Measurement, UnitFigures
 from tests.e2e.conftest import free_port, serve
 
 MCP_FUNCTION = "McpServer"  # the web-adapter function behind the Function URL: one invocation per HTTP request
 DATASET_URL = "s3://local-datasets/sales.csv"  # a sample the stack uploads at start
 _RATE = re.compile(r"^rate\((\d+)\s+(minute|hour|day)s?\)$")
 _UNIT_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
-
-
-@dataclass
-class UnitFigures:
-    """What one unit of work costs in requests, averaged over its measured repetitions."""
-
-    name: str
-    description: str
-    requests: dict[str, float]
-    kinesis_records: float
-    kinesis_bytes: float
-    invocations: dict[str, float]
-    median_ms: dict[str, float]  # per function: median wall time of one invocation, in-process on moto
-    log_bytes: float
-    dynamodb_batch_items: float = 0.0
-    per_hour: float = 0.0  # idle units: how many happen in an hour with the default parameters
 
 
 class CountedDevStack(DevStack):
@@ -62,19 +45,16 @@ class CountedDevStack(DevStack):
 
 
 class LogVolume(io.TextIOBase):
-    """Stdout, counting the bytes written to it: what the functions log is what CloudWatch Logs ingests. Installed
-    before the stack starts, so the functions' loggers (which keep the stream they found) write through it."""
+    """Stdout while the stack runs, counting the bytes written to it and keeping none: what the functions log is
+    what CloudWatch Logs ingests. Installed before the stack starts, so the functions' loggers (which keep the
+    stream they found) write to it."""
 
-    def __init__(self, target: TextIO) -> None:
-        self.target = target
+    def __init__(self) -> None:
         self.bytes = 0
 
     def write(self, text: str) -> int:
         self.bytes += len(text.encode())
-        return self.target.write(text)
-
-    def flush(self) -> None:
-        self.target.flush()
+        return len(text)
 
     def take(self) -> int:
         taken, self.bytes = self.bytes, 0
@@ -194,9 +174,19 @@ UNITS: dict[str, str] = {
 }
 
 
-def measure(repetitions: int) -> dict[str, UnitFigures]:
+# Resources with a monthly charge of their own, counted as the stack created them (conditions applied).
+MONTHLY_RESOURCES = (
+    "AWS::Kinesis::Stream",
+    "AWS::SecretsManager::Secret",
+    "AWS::KMS::Key",
+    "AWS::CloudWatch::Alarm",
+    "AWS::CloudWatch::Dashboard",
+)
+
+
+def measure(repetitions: int) -> Measurement:
     """Every unit of work, counted on a fresh local stack."""
-    volume = LogVolume(sys.stdout)
+    volume = LogVolume()
     figures: dict[str, UnitFigures] = {}
     with contextlib.redirect_stdout(volume), cost_stack(volume) as stack:
         steps: dict[str, Callable[[], None]] = {
@@ -215,7 +205,18 @@ def measure(repetitions: int) -> dict[str, UnitFigures]:
         finally:
             target.should_exit = True
             thread.join(timeout=10)
-    return {name: figures[name] for name in UNITS}
+        local = stack.stack.environment.stack
+        return Measurement(
+            units={name: figures[name] for name in UNITS},
+            memory_mb={logical_id: spec.memory_size for logical_id, spec in local.functions().items()},
+            resources={kind: len(local.active(kind)) for kind in MONTHLY_RESOURCES},
+            parameters=dict(local.scope.parameters),
+            idle_long_polls_per_hour=idle_long_polls_per_hour(stack.stack),
+            log_retention_days=sorted(
+                int(group.get("RetentionInDays", 0)) for group in local.active("AWS::Logs::LogGroup").values()
+            ),
+            repetitions=repetitions,
+        )
 
 
 def _measure(name: str, step: Callable[[], None], repetitions: int, stack: CostStack) -> UnitFigures:
@@ -235,4 +236,5 @@ def _measure(name: str, step: Callable[[], None], repetitions: int, stack: CostS
         median_ms={key: sorted(values)[len(values) // 2] * 1000 for key, values in sorted(log.durations.items())},
         log_bytes=stack.log_volume.take() / repetitions,
         dynamodb_batch_items=log.dynamodb_batch_items / repetitions,
+        kinesis_bytes_read=log.kinesis_bytes_read / repetitions,
     )
