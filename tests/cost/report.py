@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.cost.figures import Measurement
-from tests.cost.model import HOURS_PER_MONTH, LineItem, Price, idle_line_items, total, unit_line_items
+from tests.cost.model import GB, HOURS_PER_MONTH, LineItem, Price, idle_line_items, total, unit_line_items
 
 MILLION = 1_000_000
 
@@ -26,7 +26,8 @@ def unpriced_names(items: list[LineItem]) -> str:
     return ", ".join(sorted({item.price.item for item in items if item.price is not None})) or "-"
 
 
-def render(measurement: Measurement, prices: dict[str, Price]) -> str:
+def render(measurement: Measurement, prices: dict[str, Price], log_bytes_at: dict[str, dict[str, float]]) -> str:
+    """The page; log_bytes_at: each unit's log bytes at other LogLevels than the default."""
     units = measurement.units
     params = measurement.parameters
     lines = [
@@ -97,7 +98,7 @@ def render(measurement: Measurement, prices: dict[str, Price]) -> str:
         f"Not priced (no page with the figure found): {unpriced_names(missing)}.",
         "",
     ]
-    lines += what_changes(measurement, prices)
+    lines += what_changes(measurement, prices, log_bytes_at)
     lines += [
         "## Prices",
         "",
@@ -115,8 +116,20 @@ def render(measurement: Measurement, prices: dict[str, Price]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def what_changes(measurement: Measurement, prices: dict[str, Price]) -> list[str]:
+def what_changes(
+    measurement: Measurement, prices: dict[str, Price], log_bytes_at: dict[str, dict[str, float]]
+) -> list[str]:
     params = measurement.parameters
+    ingestion = prices["cloudwatch_logs_ingestion_gb"]
+    secret_calls_month = 3600 / max(1, int(params.get("ApiKeysCacheSeconds", 300))) * HOURS_PER_MONTH
+    secret_month = prices["secrets_manager_api_call"].of(secret_calls_month)
+    level_rows = []
+    for name, unit in measurement.units.items():
+        cells = [f"{unit.log_bytes / 1024:.1f} KB, {money(ingestion.of(unit.log_bytes * MILLION / GB))}"]
+        for at_level in log_bytes_at.values():
+            other = at_level.get(name, 0.0)
+            cells.append(f"{other / 1024:.1f} KB, {money(ingestion.of(other * MILLION / GB))}")
+        level_rows.append(f"| {name} | " + " | ".join(cells) + " |")
     shard_month = prices["kinesis_shard_hour"].of(HOURS_PER_MONTH)
     memory = ", ".join(f"{function} {mb} MB" for function, mb in sorted(measurement.memory_mb.items()))
     retention = sorted(set(measurement.log_retention_days))
@@ -131,9 +144,16 @@ def what_changes(measurement: Measurement, prices: dict[str, Price]) -> list[str
         f"Provisioned bills each shard per hour: {money(shard_month)} a month per shard (unverified), plus PUT "
         "payload units (25 KB each, price not found). Set a shard count when the call rate is steady.",
         f"- **Log level and volume** (`LogLevel`, default {params.get('LogLevel')}; `LogSampleRate` "
-        f"{params.get('LogSampleRate')}). The log output per unit above is measured at the default level; "
-        "CloudWatch Logs bills ingestion per GB, so DEBUG (every event in full) multiplies that line by the size "
-        "of what it adds. `LogSampleRate` gives a DEBUG share of invocations instead.",
+        f"{params.get('LogSampleRate')}: that share of invocations logs at DEBUG anyway). CloudWatch Logs bills "
+        "ingestion per GB; measured per unit (log output per unit, ingestion $ per million units):",
+        "",
+        "  | unit | " + " | ".join([f"{params.get('LogLevel')} (default)", *log_bytes_at]) + " |",
+        "  |---|" + "---|" * (1 + len(log_bytes_at)),
+        *[f"  {row}" for row in level_rows],
+        "",
+        "  Each level is measured in a process of its own (the loggers take their level at import). A level "
+        "adds only what the code logs at it on these paths: the invocation events themselves are never logged "
+        "(`log_event=False`), and the metric lines (embedded metric format, written at any level) stay.",
         f"- **Retention** (log groups keep {', '.join(str(days) for days in retention)} days). Storage is billed "
         "per GB-month (price not found): about the ingested GB per month times retention / 30 days.",
         f"- **Memory sizes** ({memory}). Lambda GB-s are memory x duration: the GB-s lines scale with MemorySize "
@@ -146,7 +166,12 @@ def what_changes(measurement: Measurement, prices: dict[str, Price]) -> list[str
         f"{params.get('ApiKeysCacheSeconds')} s). McpServer reads the key table through the Parameters and "
         "Secrets extension, which caches it for SECRETS_MANAGER_TTL (at most 300 s: "
         "<https://github.com/aws-samples/aws-lambda-extensions/issues/104>): one GetSecretValue per execution "
-        "environment per TTL while it serves, none per request (a warm unit above counts none).",
+        "environment per TTL while it serves, none per request (a warm unit above counts none): "
+        f"{secret_calls_month:,.0f} calls, {money(secret_month)} a month for each environment kept busy all "
+        "month (unverified price). A shorter cache costs more calls; 0 reads the secret on every request.",
+        "- **Alarm e-mail** (`AlarmEmail`, default empty). Setting it creates the alarm topic's KMS key: "
+        f"{money(prices['kms_key_month'].of(1))} a month, and as much again for each yearly rotation's new "
+        "backing key (`EnableKeyRotation`; <https://aws.amazon.com/kms/pricing/>).",
         "",
     ]
 

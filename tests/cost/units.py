@@ -151,10 +151,15 @@ def idle_long_polls_per_hour(stack: DevStack) -> float:
 
 
 @contextmanager
-def cost_stack(log_volume: LogVolume) -> Iterator[CostStack]:
+def cost_stack(log_volume: LogVolume, parameters: dict[str, Any]) -> Iterator[CostStack]:
     counter = RequestCounter()
     options = DevStackOptions(
-        aws_port=free_port(), lambda_port=free_port(), web_port=free_port(), run_threads=False, retry_delays=(0.0,)
+        aws_port=free_port(),
+        lambda_port=free_port(),
+        web_port=free_port(),
+        parameters=parameters,
+        run_threads=False,
+        retry_delays=(0.0,),
     )
     stack = CountedDevStack(options, counter)
     with counter.counting():
@@ -184,11 +189,12 @@ MONTHLY_RESOURCES = (
 )
 
 
-def measure(repetitions: int) -> Measurement:
-    """Every unit of work, counted on a fresh local stack."""
+def measure(repetitions: int, parameters: dict[str, Any] | None = None) -> Measurement:
+    """Every unit of work, counted on a fresh local stack (the template's defaults, or these parameters). The
+    functions' loggers keep the level they were imported with: one set of parameters per process."""
     volume = LogVolume()
     figures: dict[str, UnitFigures] = {}
-    with contextlib.redirect_stdout(volume), cost_stack(volume) as stack:
+    with contextlib.redirect_stdout(volume), cost_stack(volume, parameters or {}) as stack:
         steps: dict[str, Callable[[], None]] = {
             "idle schedule": stack.idle_schedules,  # first: nothing registered yet
             "job": stack.job,
