@@ -95,6 +95,8 @@ def render(measurement: Measurement, prices: dict[str, Price], log_bytes_at: dic
     lines += [
         f"| **total priced** | | | **{money(priced)}** |",
         "",
+        f"That is {money(priced / HOURS_PER_MONTH, 4)} an hour before the unpriced lines.",
+        "",
         f"Not priced (no page with the figure found): {unpriced_names(missing)}.",
         "",
     ]
