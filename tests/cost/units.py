@@ -29,6 +29,7 @@ from tests.e2e.conftest import free_port, serve
 
 MCP_FUNCTION = "McpServer"  # the web-adapter function behind the Function URL: one invocation per HTTP request
 DATASET_URL = "s3://local-datasets/sales.csv"  # a sample the stack uploads at start
+PROBE_SCHEDULE = "ProbeSchedule"  # the EventBridge rule that triggers ProbeDispatcher
 _RATE = re.compile(r"^rate\((\d+)\s+(minute|hour|day)s?\)$")
 _UNIT_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
 
@@ -70,6 +71,7 @@ class CostStack:
         self.url = f"{web.url}/mcp"
         [self.key] = issue_dev_keys(stack).values()
         self._ids = iter(range(1, 1_000_000))
+        self.known_job = ""  # the last job run to SUCCEEDED: what the tools/call unit reads
 
     # ---------------------------------------------------------------- MCP requests, one invocation each
     def mcp(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -124,14 +126,9 @@ class CostStack:
             self.stack.fire(logical_id)
         self.stack.settle()
 
-    known_job = ""
-
     def register_probe_target(self, url: str) -> None:
         """One endpoint registered through the endpoint's own tool (not part of the probe cycle's count)."""
         self.call_tool("register_endpoint", {"url": url, "name": "probe target"})
-
-
-PROBE_SCHEDULE = "ProbeSchedule"
 
 
 def schedule_firings_per_hour(stack: DevStack) -> float:
