@@ -36,7 +36,7 @@ EVENT ?= events/tool_worker/healthy-batch.json
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
 .PHONY: help env lint test unit integration e2e build build-local deploy deploy-built sam-cli smoke smoke-deployed \
-	delete invoke env-json browser dev fire token redrive bench layer-requirements tool-requirements expanded clean
+	delete invoke env-json browser dev fire token redrive bench cost layer-requirements tool-requirements expanded clean
 
 # `make help`: every target with the text after its `##`.
 help: ## this list
@@ -188,6 +188,11 @@ endif
 
 bench: env build-local ## benchmarks into docs/benchmarks.md (BENCH='section ...')
 	DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(RUN) python -m tests.bench $(BENCH)
+
+# Counts each unit of work's AWS requests on the local stack and prices them from tests/cost/prices.toml; rewrites
+# docs/cost.md and the counts tests/functions/test_cost_model.py checks, printing what moved.
+cost: env ## AWS requests and $ per unit of work and idle per month, counted on the local stack, into docs/cost.md
+	PYTHONPATH=layers/shared $(RUN) python -m tests.cost
 
 # The deployed stack end to end (tools/list, one job to SUCCEEDED). URL: the McpServerUrl output; KEY: an API key
 # (README "First deploy"); DATASET: what to analyze (default: the endpoint's own /healthz). Never part of make test.

@@ -1,0 +1,112 @@
+"""Every AWS request made in this process, counted by who made it, and every Lambda invocation with its duration.
+
+The functions build their own boto3 clients (at import, lazily, in worker threads), so the count is taken where
+every client's call passes: botocore's `BaseClient._make_api_call`. The clients the local stack builds to play the
+AWS services themselves (event-source pollers, destinations, TTL sweeps) are marked as platform clients: of their
+requests only those AWS bills the account for are kept (`billed_platform_request`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import weakref
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from unittest import mock
+
+from botocore.client import BaseClient
+
+from devstack.runtime import FunctionRuntime
+
+# Queues the local stack adds to emulate SNS -> Lambda and rule -> Lambda deliveries: not the account's queues.
+TAP_QUEUE_MARK = "devstack-tap-"
+# What an SQS event source mapping, a destination or a schedule target sends on the account's behalf, and AWS
+# bills as that service's requests (Lambda's stream reads and DynamoDB's TTL deletes are not billed per request).
+_BILLED_PLATFORM_OPERATIONS = {
+    "sqs": {"ReceiveMessage", "DeleteMessage", "DeleteMessageBatch", "SendMessage", "ChangeMessageVisibilityBatch"},
+    "sns": {"Publish"},
+    "events": {"PutEvents"},
+}
+# Operations whose request carries several records, each billed on its own (Kinesis rounds each record up to 1 KB).
+_RECORD_LISTS = {("kinesis", "PutRecords"): "Records"}
+
+
+@dataclass
+class RequestLog:
+    """What one unit of work sent to AWS: requests as `service:Operation`, records put, invocations, durations."""
+
+    requests: Counter[str] = field(default_factory=Counter)
+    dynamodb_batch_items: int = 0  # items written by BatchWriteItem: each one is a write request unit
+    kinesis_bytes_read: int = 0  # what event source mappings read from Kinesis: on-demand bills data out per GB
+    kinesis_records: int = 0
+    kinesis_bytes: int = 0
+    invocations: Counter[str] = field(default_factory=Counter)
+    durations: dict[str, list[float]] = field(default_factory=dict)
+
+    def add_invocation(self, function: str, seconds: float) -> None:
+        self.invocations[function] += 1
+        self.durations.setdefault(function, []).append(seconds)
+
+
+def billed_platform_request(service: str, operation: str, params: dict[str, Any], response: Any) -> bool:
+    if operation not in _BILLED_PLATFORM_OPERATIONS.get(service, set()):
+        return False
+    if TAP_QUEUE_MARK in str(params.get("QueueUrl", "")):
+        return False
+    # A long poll that ends empty is billed too, but it is idle cost, counted per hour, not per unit.
+    return not (operation == "ReceiveMessage" and not (response or {}).get("Messages"))
+
+
+class RequestCounter:
+    def __init__(self) -> None:
+        self.log = RequestLog()
+        self._platform_clients: weakref.WeakSet[BaseClient] = weakref.WeakSet()
+
+    def platform(self, client: Any) -> Any:
+        """Mark a client the local stack uses to play an AWS service."""
+        self._platform_clients.add(client)
+        return client
+
+    def reset(self) -> RequestLog:
+        """The log so far, and a fresh one from now on."""
+        log, self.log = self.log, RequestLog()
+        return log
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[RequestCounter]:
+        counter = self
+        make_api_call = BaseClient._make_api_call
+        invoke = FunctionRuntime.invoke
+
+        def counted_call(client: BaseClient, operation: str, params: dict[str, Any]) -> Any:
+            response = make_api_call(client, operation, params)
+            service = client.meta.service_model.service_name
+            if client in counter._platform_clients:
+                if (service, operation) == ("kinesis", "GetRecords"):
+                    counter.log.kinesis_bytes_read += sum(len(r["Data"]) for r in response.get("Records", []))
+                if not billed_platform_request(service, operation, params, response):
+                    return response
+            counter.log.requests[f"{service}:{operation}"] += 1
+            if (service, operation) in _RECORD_LISTS:
+                records = params.get(_RECORD_LISTS[service, operation], [])
+                counter.log.kinesis_records += len(records)
+                counter.log.kinesis_bytes += sum(len(r.get("Data", b"")) + len(r["PartitionKey"]) for r in records)
+            if (service, operation) == ("dynamodb", "BatchWriteItem"):
+                counter.log.dynamodb_batch_items += sum(len(items) for items in params.get("RequestItems", {}).values())
+            return response
+
+        def counted_invoke(runtime: FunctionRuntime, event: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return invoke(runtime, event)
+            finally:
+                counter.log.add_invocation(runtime.spec.logical_id, time.perf_counter() - started)
+
+        with (
+            mock.patch.object(BaseClient, "_make_api_call", counted_call),
+            mock.patch.object(FunctionRuntime, "invoke", counted_invoke),
+        ):
+            yield self

@@ -1,0 +1,218 @@
+"""The price of each unit of work: the counted requests and invocations times the cited price table
+(prices.toml), and the idle cost per month; and the counts a change must not move unnoticed (expected.json)."""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.cost.figures import Measurement, UnitFigures
+
+HERE = Path(__file__).parent
+PRICES_FILE = HERE / "prices.toml"
+EXPECTED_FILE = HERE / "expected.json"
+HOURS_PER_MONTH = 730  # 365 days x 24 h / 12: the month the idle figures are given for
+GB = 1024**3
+
+# The price each counted request is billed at (a DynamoDB request: one request unit, the items being under 1 KB
+# written and 4 KB read). None: no charge of its own (a Lambda Invoke is billed as the invoked function's request,
+# which is counted as an invocation). A request missing here stops `make cost` until it is priced.
+REQUEST_PRICES: dict[str, str | None] = {
+    "dynamodb:GetItem": "dynamodb_read_request_unit",
+    "dynamodb:Query": "dynamodb_read_request_unit",
+    "dynamodb:Scan": "dynamodb_read_request_unit",
+    "dynamodb:BatchGetItem": "dynamodb_read_request_unit",
+    "dynamodb:PutItem": "dynamodb_write_request_unit",
+    "dynamodb:UpdateItem": "dynamodb_write_request_unit",
+    "dynamodb:DeleteItem": "dynamodb_write_request_unit",
+    "dynamodb:BatchWriteItem": None,  # priced per item written (dynamodb_batch_items)
+    "sqs:SendMessage": "sqs_request",
+    "sqs:SendMessageBatch": "sqs_request",
+    "sqs:ReceiveMessage": "sqs_request",
+    "sqs:DeleteMessage": "sqs_request",
+    "sqs:DeleteMessageBatch": "sqs_request",
+    "sqs:ChangeMessageVisibilityBatch": "sqs_request",
+    "kinesis:PutRecords": None,  # priced per record (data in), see kinesis_records
+    "kinesis:PutRecord": None,
+    "secretsmanager:GetSecretValue": "secrets_manager_api_call",
+    "secretsmanager:PutSecretValue": "secrets_manager_api_call",
+    "kms:Decrypt": "kms_request",
+    "kms:GenerateDataKey": "kms_request",
+    "sns:Publish": "sns_publish",
+    "s3:GetObject": "s3_get",
+    "lambda:Invoke": None,
+}
+
+# Requests whose charge is not per request but per what they carry (a line of their own).
+SEPARATELY_PRICED = {
+    "dynamodb:BatchWriteItem": "item written",
+    "kinesis:PutRecords": "record put",
+    "kinesis:PutRecord": "record put",
+}
+
+
+@dataclass(frozen=True)
+class Price:
+    key: str
+    service: str
+    item: str
+    per: int
+    usd: float | None
+    source: str
+    read: str
+    verified: bool
+    note: str
+
+    def of(self, quantity: float) -> float | None:
+        return None if self.usd is None else self.usd * quantity / self.per
+
+
+def load_prices(path: Path = PRICES_FILE) -> dict[str, Price]:
+    rows = tomllib.loads(path.read_text())
+    return {
+        key: Price(
+            key=key,
+            service=row["service"],
+            item=row["item"],
+            per=int(row["per"]),
+            usd=row.get("usd"),
+            source=row["source"],
+            read=row["read"],
+            verified=bool(row["verified"]),
+            note=row.get("note", ""),
+        )
+        for key, row in rows.items()
+    }
+
+
+@dataclass(frozen=True)
+class LineItem:
+    what: str
+    quantity: float
+    price: Price | None  # None: no charge of its own
+
+    @property
+    def usd(self) -> float | None:
+        return 0.0 if self.price is None else self.price.of(self.quantity)
+
+
+def unpriced_request(key: str) -> str:
+    return f"{key} has no entry in REQUEST_PRICES (tests/cost/model.py): price it before it ships"
+
+
+def unit_line_items(unit: UnitFigures, measurement: Measurement, prices: dict[str, Price]) -> list[LineItem]:
+    items: list[LineItem] = []
+    for function, invocations in unit.invocations.items():
+        items.append(LineItem(f"Lambda requests, {function}", invocations, prices["lambda_request"]))
+        # Billed per 1 ms, rounded up; the duration is the median measured in-process on moto.
+        seconds = math.ceil(unit.median_ms[function]) / 1000
+        gb_seconds = invocations * measurement.memory_mb[function] / 1024 * seconds
+        items.append(LineItem(f"Lambda GB-s, {function}", gb_seconds, prices["lambda_arm_gb_second"]))
+    for key, count in unit.requests.items():
+        if key not in REQUEST_PRICES:
+            raise KeyError(unpriced_request(key))
+        price_key = REQUEST_PRICES[key]
+        what = f"{key} (priced below, per {SEPARATELY_PRICED[key]})" if key in SEPARATELY_PRICED else key
+        items.append(LineItem(what, count, prices[price_key] if price_key else None))
+    if unit.dynamodb_batch_items:
+        items.append(
+            LineItem("dynamodb:BatchWriteItem items", unit.dynamodb_batch_items, prices["dynamodb_write_request_unit"])
+        )
+    if unit.kinesis_records:
+        # Each record is rounded up to 1 KB of data in (on-demand).
+        kilobytes = unit.kinesis_records * max(1, math.ceil(unit.kinesis_bytes / unit.kinesis_records / 1024))
+        items.append(
+            LineItem(
+                "Kinesis data in (GB, records rounded up to 1 KB)",
+                kilobytes / 1024**2,
+                prices["kinesis_on_demand_data_in_gb"],
+            )
+        )
+    if unit.kinesis_bytes_read:
+        items.append(
+            LineItem("Kinesis data out (GB)", unit.kinesis_bytes_read / GB, prices["kinesis_on_demand_data_out_gb"])
+        )
+    if unit.log_bytes:
+        items.append(
+            LineItem("CloudWatch Logs ingestion (GB)", unit.log_bytes / GB, prices["cloudwatch_logs_ingestion_gb"])
+        )
+    return items
+
+
+def total(items: list[LineItem]) -> tuple[float, list[LineItem]]:
+    """The sum of what is priced, and the items with no price found."""
+    priced = sum(item.usd or 0.0 for item in items)
+    return priced, [item for item in items if item.usd is None]
+
+
+def idle_line_items(measurement: Measurement, prices: dict[str, Price]) -> list[LineItem]:
+    """What the stack costs in a month with no traffic, at the parameters it ran with."""
+    resources = measurement.resources
+    streams = resources["AWS::Kinesis::Stream"]
+    shards = int(measurement.parameters.get("CallLogShardCount", 0))
+    items: list[LineItem] = []
+    if shards:
+        items.append(
+            LineItem(
+                f"Kinesis shard-hours ({shards} shards)",
+                shards * streams * HOURS_PER_MONTH,
+                prices["kinesis_shard_hour"],
+            )
+        )
+    else:
+        items.append(
+            LineItem(
+                "Kinesis on-demand stream-hours", streams * HOURS_PER_MONTH, prices["kinesis_on_demand_stream_hour"]
+            )
+        )
+    items.append(
+        LineItem(
+            "Secrets Manager secrets", resources["AWS::SecretsManager::Secret"], prices["secrets_manager_secret_month"]
+        )
+    )
+    items.append(LineItem("KMS keys", resources["AWS::KMS::Key"], prices["kms_key_month"]))
+    items.append(LineItem("CloudWatch alarms", resources["AWS::CloudWatch::Alarm"], prices["cloudwatch_alarm_month"]))
+    items.append(
+        LineItem("CloudWatch dashboards", resources["AWS::CloudWatch::Dashboard"], prices["cloudwatch_dashboard_month"])
+    )
+    schedule = measurement.units["idle schedule"]
+    firings = schedule.per_hour * HOURS_PER_MONTH
+    items.append(LineItem("schedule firings (EventBridge)", firings, prices["eventbridge_scheduled_rule_invocation"]))
+    for item in unit_line_items(schedule, measurement, prices):
+        items.append(LineItem(f"{item.what}, per firing x {firings:,.0f}", item.quantity * firings, item.price))
+    polls = measurement.idle_long_polls_per_hour * HOURS_PER_MONTH
+    items.append(LineItem("SQS empty long polls of the event source mappings", polls, prices["sqs_request"]))
+    return items
+
+
+def counts(measurement: Measurement) -> dict[str, dict[str, Any]]:
+    """Per unit: the AWS requests and the invocations it makes, the figures a change must not move unnoticed."""
+    return {
+        name: {"requests": dict(unit.requests), "invocations": dict(unit.invocations)}
+        for name, unit in measurement.units.items()
+    }
+
+
+def load_expected(path: Path = EXPECTED_FILE) -> dict[str, dict[str, Any]]:
+    return json.loads(path.read_text())
+
+
+def write_expected(measurement: Measurement, path: Path = EXPECTED_FILE) -> None:
+    path.write_text(json.dumps(counts(measurement), indent=2, sort_keys=True) + "\n")
+
+
+def count_changes(expected: dict[str, dict[str, Any]], counted: dict[str, dict[str, Any]]) -> list[str]:
+    """Every unit / request (or invocation) whose count moved, one line each."""
+    changes = []
+    for unit in sorted(set(expected) | set(counted)):
+        for kind in ("requests", "invocations"):
+            before = expected.get(unit, {}).get(kind, {})
+            after = counted.get(unit, {}).get(kind, {})
+            for key in sorted(set(before) | set(after)):
+                if before.get(key, 0) != after.get(key, 0):
+                    changes.append(f"{unit}: {key} {before.get(key, 0):g} -> {after.get(key, 0):g} per unit")
+    return changes

@@ -1,0 +1,203 @@
+"""docs/cost.md from a measurement and the price table."""
+
+from __future__ import annotations
+
+from tests.cost.figures import Measurement
+from tests.cost.model import GB, HOURS_PER_MONTH, LineItem, Price, idle_line_items, total, unit_line_items
+
+MILLION = 1_000_000
+
+
+def money(usd: float | None, digits: int = 2) -> str:
+    return "not priced" if usd is None else f"${usd:,.{digits}f}"
+
+
+def price_text(price: Price | None) -> str:
+    if price is None:
+        return "no charge of its own"
+    if price.usd is None:
+        return f"no price found ({price.service}: {price.item})"
+    mark = "" if price.verified else " (unverified)"
+    per = "" if price.per == 1 else f" per {price.per:,}"
+    return f"${price.usd:g}{per}{mark}"
+
+
+def unpriced_names(items: list[LineItem]) -> str:
+    return ", ".join(sorted({item.price.item for item in items if item.price is not None})) or "-"
+
+
+def render(measurement: Measurement, prices: dict[str, Price], log_bytes_at: dict[str, dict[str, float]]) -> str:
+    """The page; log_bytes_at: each unit's log bytes at other LogLevels than the default."""
+    units = measurement.units
+    params = measurement.parameters
+    lines = [
+        "# What the stack costs",
+        "",
+        "`make cost` runs each unit of work on the local stack (the template's default parameters, the functions",
+        "in-process, moto on loopback), counts every AWS request and Lambda invocation it causes, and prices them",
+        "from [tests/cost/prices.toml](../tests/cost/prices.toml): each price with the page it was read on and the",
+        "date. It rewrites this page and the expected counts",
+        "([tests/cost/expected.json](../tests/cost/expected.json)); `tests/functions/test_cost_model.py` fails,",
+        "naming the unit and the request, when a change moves a count without them. US East (N. Virginia)",
+        "prices, on-demand, free tiers left out.",
+        "",
+        f"Counted over {measurement.repetitions} runs of each unit after one unmeasured run (cold caches), so the",
+        "figures are per warm unit. Everything a unit sets off downstream (the call-log consumer, the job worker,",
+        "the probe pipeline) is in its count.",
+        "",
+        "## Per unit of work",
+        "",
+        "| unit | what | AWS requests | Lambda invocations | $ per unit | $ per million | not priced |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, unit in units.items():
+        if name == "idle schedule":
+            continue
+        priced, missing = total(unit_line_items(unit, measurement, prices))
+        requests = sum(unit.requests.values())
+        invocations = sum(unit.invocations.values())
+        lines.append(
+            f"| {name} | {unit.description} | {requests:g} | {invocations:g} | {money(priced, 7)} "
+            f"| {money(priced * MILLION)} | {unpriced_names(missing)} |"
+        )
+    lines += ["", "### Each unit's requests", ""]
+    for name, unit in units.items():
+        lines += [
+            f"**{name}** ({unit.description})",
+            "",
+            "| item | per unit | price | $ per million units |",
+            "|---|---|---|---|",
+        ]
+        for item in unit_line_items(unit, measurement, prices):
+            usd = item.usd
+            lines.append(
+                f"| {item.what} | {item.quantity:.6g} | {price_text(item.price)} "
+                f"| {money(None if usd is None else usd * MILLION)} |"
+            )
+        durations = ", ".join(f"{function} {ms:.0f} ms" for function, ms in unit.median_ms.items())
+        log_kb = unit.log_bytes / 1024
+        lines += ["", f"Median invocation: {durations or '-'}; log output {log_kb:.1f} KB per unit.", ""]
+
+    idle = idle_line_items(measurement, prices)
+    priced, missing = total(idle)
+    schedule = units["idle schedule"]
+    lines += [
+        "## Idle, per month",
+        "",
+        f"No traffic, {HOURS_PER_MONTH} hours; the schedules fire {schedule.per_hour:g} times an hour "
+        f"(`ProbeScheduleExpression` {params.get('ProbeScheduleExpression')}) with no endpoint registered.",
+        "",
+        "| item | per month | price | $ per month |",
+        "|---|---|---|---|",
+    ]
+    for item in idle:
+        lines.append(f"| {item.what} | {item.quantity:,.6g} | {price_text(item.price)} | {money(item.usd)} |")
+    lines += [
+        f"| **total priced** | | | **{money(priced)}** |",
+        "",
+        f"That is {money(priced / HOURS_PER_MONTH, 4)} an hour before the unpriced lines.",
+        "",
+        f"Not priced (no page with the figure found): {unpriced_names(missing)}.",
+        "",
+    ]
+    lines += what_changes(measurement, prices, log_bytes_at)
+    lines += [
+        "## Prices",
+        "",
+        "| service | item | USD | per | source | read | verified | note |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for price in prices.values():
+        usd = "no figure found" if price.usd is None else f"{price.usd:g}"
+        verified = "yes" if price.verified else "**unverified**"
+        lines.append(
+            f"| {price.service} | {price.item} | {usd} | {price.per:,} | <{price.source}> | {price.read} "
+            f"| {verified} | {price.note} |"
+        )
+    lines += ["", *method()]
+    return "\n".join(lines) + "\n"
+
+
+def what_changes(
+    measurement: Measurement, prices: dict[str, Price], log_bytes_at: dict[str, dict[str, float]]
+) -> list[str]:
+    params = measurement.parameters
+    ingestion = prices["cloudwatch_logs_ingestion_gb"]
+    secret_calls_month = 3600 / max(1, int(params.get("ApiKeysCacheSeconds", 300))) * HOURS_PER_MONTH
+    secret_month = prices["secrets_manager_api_call"].of(secret_calls_month)
+    level_rows = []
+    for name, unit in measurement.units.items():
+        cells = [f"{unit.log_bytes / 1024:.1f} KB, {money(ingestion.of(unit.log_bytes * MILLION / GB))}"]
+        for at_level in log_bytes_at.values():
+            other = at_level.get(name, 0.0)
+            cells.append(f"{other / 1024:.1f} KB, {money(ingestion.of(other * MILLION / GB))}")
+        level_rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    shard_month = prices["kinesis_shard_hour"].of(HOURS_PER_MONTH)
+    memory = ", ".join(f"{function} {mb} MB" for function, mb in sorted(measurement.memory_mb.items()))
+    retention = sorted(set(measurement.log_retention_days))
+    schedule = measurement.units["idle schedule"]
+    per_firing, _ = total(unit_line_items(schedule, measurement, prices))
+    return [
+        "## What changes the figures",
+        "",
+        f"- **Kinesis shard mode** (`CallLogShardCount`, default {params.get('CallLogShardCount')}: on-demand). "
+        "On-demand bills each stream per hour whether or not it is written, plus data in per GB (each record "
+        "rounded up to 1 KB); neither figure was found, so the idle total above leaves the stream out. "
+        f"Provisioned bills each shard per hour: {money(shard_month)} a month per shard (unverified), plus PUT "
+        "payload units (25 KB each, price not found). Set a shard count when the call rate is steady.",
+        f"- **Log level and volume** (`LogLevel`, default {params.get('LogLevel')}; `LogSampleRate` "
+        f"{params.get('LogSampleRate')}: that share of invocations logs at DEBUG anyway). CloudWatch Logs bills "
+        "ingestion per GB; measured per unit (log output per unit, ingestion $ per million units):",
+        "",
+        "  | unit | " + " | ".join([f"{params.get('LogLevel')} (default)", *log_bytes_at]) + " |",
+        "  |---|" + "---|" * (1 + len(log_bytes_at)),
+        *[f"  {row}" for row in level_rows],
+        "",
+        "  Each level is measured in a process of its own (the loggers take their level at import). A level "
+        "adds only what the code logs at it on these paths: the invocation events themselves are never logged "
+        "(`log_event=False`), and the metric lines (embedded metric format, written at any level) stay.",
+        f"- **Retention** (log groups keep {', '.join(str(days) for days in retention)} days). Storage is billed "
+        "per GB-month (price not found): about the ingested GB per month times retention / 30 days.",
+        f"- **Memory sizes** ({memory}). Lambda GB-s are memory x duration: the GB-s lines scale with MemorySize "
+        "(and the CPU share with it, which shortens CPU-bound durations).",
+        f"- **Probe schedule** (`ProbeScheduleExpression`, default {params.get('ProbeScheduleExpression')}). "
+        f"Each firing costs {money(per_firing, 7)} with nothing registered (ProbeDispatcher and its requests); "
+        "rate(5 minutes) divides the schedule lines of the idle total by 5. Each registered endpoint adds a "
+        "probe cycle per firing (the probe row above).",
+        "- **API-key cache** (`ApiKeysCacheSeconds`, default "
+        f"{params.get('ApiKeysCacheSeconds')} s). McpServer reads the key table through the Parameters and "
+        "Secrets extension, which caches it for SECRETS_MANAGER_TTL (at most 300 s: "
+        "<https://github.com/aws-samples/aws-lambda-extensions/issues/104>): one GetSecretValue per execution "
+        "environment per TTL while it serves, none per request (a warm unit above counts none): "
+        f"{secret_calls_month:,.0f} calls, {money(secret_month)} a month for each environment kept busy all "
+        "month (unverified price). A shorter cache costs more calls; 0 reads the secret on every request.",
+        "- **Alarm e-mail** (`AlarmEmail`, default empty). Setting it creates the alarm topic's KMS key: "
+        f"{money(prices['kms_key_month'].of(1))} a month, and as much again for each yearly rotation's new "
+        "backing key (`EnableKeyRotation`; <https://aws.amazon.com/kms/pricing/>).",
+        "",
+    ]
+
+
+def method() -> list[str]:
+    return [
+        "## How the figures are counted",
+        "",
+        "- Requests: every call any boto3 client in the process makes (`tests/cost/counting.py` wraps botocore's "
+        "`BaseClient._make_api_call`), so a function's lazily built clients count too. The local stack's own "
+        "clients, which play AWS (event-source pollers, destinations, TTL sweeps, the SNS/EventBridge taps), "
+        "count only where AWS bills the account: an SQS event source mapping's receives that return messages and "
+        "its deletes, and destination deliveries to SQS/SNS/EventBridge. Kinesis reads by the mapping are "
+        "billed per GB read in on-demand mode (counted as bytes, not requests); DynamoDB Streams reads by a "
+        "Lambda trigger are not counted (no page on their price was found). An empty long poll is idle cost "
+        "(one poller per mapping, 20 s polls, as the local stack "
+        "polls; AWS may run more pollers per mapping).",
+        "- Lambda: one request per invocation; McpServer is invoked once per HTTP request to its Function URL. "
+        "Durations are the median wall time of each invocation measured in-process against moto on loopback, "
+        "not AWS's: DynamoDB, SQS and Kinesis latencies on AWS differ, the Web Adapter hop is not in it, cold "
+        "starts are left out. Priced at the Arm rate, rounded up to the millisecond.",
+        "- DynamoDB: one request unit per request (items under 1 KB written, under 4 KB read, reads strongly "
+        "consistent: an upper bound for eventually consistent ones); a Scan or Query reading more items costs more.",
+        "- Logs: the bytes the functions write to stdout while the unit runs (what CloudWatch Logs ingests), "
+        "without the START/END/REPORT lines Lambda adds.",
+        "",
+    ]
