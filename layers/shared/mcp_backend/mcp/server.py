@@ -19,7 +19,7 @@ from mcp_types import INVALID_PARAMS, GetPromptResult, InputRequiredResult
 from mcp_types import Tool as McpTool
 from starlette.types import ASGIApp
 
-from mcp_backend.api_keys import SecretReader
+from mcp_backend.api_keys import Principal, SecretReader
 from mcp_backend.aws import AwsClients, ClientFactory, LazyClient
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import McpSettings, load_settings
@@ -28,6 +28,7 @@ from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 from mcp_backend.mcp.oauth import EitherAuthenticator, OAuthAuthenticator
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
+from mcp_backend.ratelimit import RateDecision, RequestRateLimiter
 from mcp_backend.tools.registry import TOOLS, Tool
 from mcp_backend.tools.services import ToolServices
 
@@ -142,6 +143,11 @@ def create_app(
         # Host and Origin are checked by McpHttpGuard, which also knows the Function URL's wildcard host.
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
+    limiter = RequestRateLimiter(settings.rate_limit_table_name, LazyClient("dynamodb", clients))
+
+    def rate_limit(principal: Principal) -> RateDecision:
+        return limiter.take(principal.user_id, settings.tier_limits(principal.tier).requests_per_minute)
+
     guard = McpHttpGuard(
         sdk_app,
         path=settings.mcp_path,
@@ -150,5 +156,6 @@ def create_app(
         keepalive_seconds=settings.sse_keepalive_seconds,
         resource=settings.oauth_resource,
         tool_access=bindings.access,
+        rate_limit=rate_limit,
     )
     return RequestTelemetry(guard)
