@@ -3,8 +3,12 @@ gets a clear, typed refusal and leaves nothing behind."""
 
 from __future__ import annotations
 
+import anyio
 import httpx
 
+from tests.e2e.conftest import mcp_client
+
+SALES = "s3://local-datasets/sales.csv"
 LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
 
 
@@ -37,3 +41,33 @@ def test_an_unauthenticated_request_is_not_counted_against_anyone(endpoint_facto
     # Then the wrong ones are 401 and bob is served
     assert {w.status_code for w in wrong} == {401}
     assert bob.status_code == 200
+
+
+def call(endpoint, key: str, tool: str, arguments: dict):
+    async def go():
+        async with mcp_client(endpoint, "2026-07-28", key) as client:
+            return await client.call_tool(tool, arguments)
+
+    return anyio.run(go)
+
+
+def test_job_quotas_refuse_with_a_typed_error_and_queue_nothing_more(endpoint_factory):
+    # Given a free tier of 1 concurrent job and batches of 2 items
+    endpoint = endpoint_factory(LIMIT_FREE_CONCURRENT_JOBS="1", LIMIT_FREE_BATCH_ITEMS="2")
+
+    # When bob submits one job, then another, then a batch of 3
+    first = call(endpoint, endpoint.bob_key, "submit_analysis", {"dataset_url": SALES})
+    second = call(endpoint, endpoint.bob_key, "submit_analysis", {"dataset_url": SALES})
+    batch = call(endpoint, endpoint.bob_key, "submit_analyses", {"items": [{"dataset_url": SALES}] * 3})
+
+    # Then only the first is queued; the second is a QuotaExceeded tool error naming the limit and tier;
+    # in the batch, the third item is past the batch size and the two within it are over the concurrent limit
+    assert not first.is_error
+    assert second.is_error
+    assert "QuotaExceeded: concurrent_jobs limit of 1 for tier free reached" in second.content[0].text
+    errors = [result["error"] for result in batch.structured_content["results"]]
+    assert [error["limit"] for error in errors] == ["concurrent_jobs", "concurrent_jobs", "batch_items"]
+    assert endpoint.local.queue_depth("JobQueue") == 1
+
+    # And alice (pro) is not held to bob's tier
+    assert not call(endpoint, endpoint.alice_key, "submit_analysis", {"dataset_url": SALES}).is_error

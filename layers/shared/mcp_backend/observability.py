@@ -48,7 +48,7 @@ def tool_invocation(tool_name: str) -> Iterator[None]:
             metrics.flush_metrics()
 
 
-def count_limit_refusal(limit: str, tier: str, user_id: str, resets_at: str = "") -> None:
+def count_limit_refusal(limit: str, tier: str, user_id: str, resets: str = "") -> None:
     """One refused request or submission: a LimitRefused metric whose dimensions are the limit and the tier
     (bounded: five limits, three tiers), and a WARNING line that names the principal. A user id as a metric
     dimension would be one custom metric per user (cost and cardinality without bound); who is throttled
@@ -57,7 +57,7 @@ def count_limit_refusal(limit: str, tier: str, user_id: str, resets_at: str = ""
         metric.add_dimension(name="service", value=metrics.service or "mcp-backend")
         metric.add_dimension(name="Limit", value=limit)
         metric.add_dimension(name="Tier", value=tier)
-    logger.warning("limit refused", extra={"limit": limit, "tier": tier, "principal": user_id, "resets_at": resets_at})
+    logger.warning("limit refused", extra={"limit": limit, "tier": tier, "principal": user_id, "resets": resets})
 
 
 def instrumented_handler(correlation_id_path: str | None = None) -> Callable[[Handler], Handler]:
