@@ -23,6 +23,7 @@ TOOL_NAMES = {
     "list_failed_jobs",
     "analyze_dataset",
     "register_endpoint",
+    "unregister_endpoint",
     "list_endpoints",
     "endpoint_status",
 }

@@ -71,3 +71,30 @@ def test_job_quotas_refuse_with_a_typed_error_and_queue_nothing_more(endpoint_fa
 
     # And alice (pro) is not held to bob's tier
     assert not call(endpoint, endpoint.alice_key, "submit_analysis", {"dataset_url": SALES}).is_error
+
+
+def test_endpoint_cap_and_unregister_through_the_tools(endpoint_factory):
+    # Given a free tier of 2 endpoints, and bob with 2 registered
+    endpoint = endpoint_factory(LIMIT_FREE_ENDPOINTS="2", PROBE_ALLOW_LOOPBACK_HOSTS="true")
+    bob = endpoint.bob_key
+
+    def register(n: int):
+        return call(endpoint, bob, "register_endpoint", {"url": f"http://127.0.0.1:9/mcp{n}", "name": f"e{n}"})
+
+    held = [register(n).structured_content["serverId"] for n in range(2)]
+
+    # When he registers a third, alice tries to unregister one of his, and he unregisters it himself
+    third = register(3)
+    by_alice = call(endpoint, endpoint.alice_key, "unregister_endpoint", {"server_id": held[0]})
+    by_bob = call(endpoint, bob, "unregister_endpoint", {"server_id": held[0]})
+    again = call(endpoint, bob, "unregister_endpoint", {"server_id": held[0]})
+
+    # Then the third is a QuotaExceeded tool error; alice gets "not found", as for no endpoint at all;
+    # bob's unregister succeeds once, and his list and the cap follow it
+    assert third.is_error and "QuotaExceeded: endpoints limit of 2 for tier free reached" in third.content[0].text
+    assert by_alice.is_error and "EndpointNotFound: no endpoint " in by_alice.content[0].text
+    assert by_bob.structured_content == {"serverId": held[0], "unregistered": True}
+    assert again.is_error and "EndpointNotFound" in again.content[0].text
+    listed = call(endpoint, bob, "list_endpoints", {}).structured_content["endpoints"]
+    assert [e["serverId"] for e in listed] == held[1:]
+    assert not register(3).is_error

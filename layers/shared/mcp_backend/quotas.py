@@ -51,3 +51,15 @@ class JobQuota:
 def next_utc_midnight(now: datetime) -> str:
     tomorrow = (now.astimezone(UTC) + timedelta(days=1)).date()
     return datetime(tomorrow.year, tomorrow.month, tomorrow.day, tzinfo=UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class EndpointQuota:
+    """How many probe endpoints one caller may have registered: its tier's cap."""
+
+    tier: str
+    endpoints: int
+
+    def refused(self) -> QuotaExceeded:
+        resets = "unregister one (unregister_endpoint) to register another"
+        return QuotaExceeded("endpoints", self.tier, self.endpoints, resets)

@@ -15,6 +15,8 @@ from typing import Any
 
 from mcp_backend.monitor.items import Endpoint, ProbeStatus, probed_at_text
 from mcp_backend.monitor.table import MonitorTable
+from mcp_backend.observability import count_limit_refusal
+from mcp_backend.quotas import EndpointQuota
 
 SELF_SERVER_ID = "self"
 SELF_OWNER_ID = "stack"  # the stack's own endpoint belongs to no API user
@@ -26,12 +28,22 @@ class EndpointRegistry:
         self.table = table
 
     # -- writes -----------------------------------------------------------------
-    def register(self, owner_id: str, url: str, name: str, auth_token: str | None) -> dict[str, Any]:
-        """Register (or re-register: same owner and URL, same serverId) an endpoint."""
+    def register(
+        self, owner_id: str, url: str, name: str, auth_token: str | None, quota: EndpointQuota | None = None
+    ) -> dict[str, Any]:
+        """Register (or re-register: same owner and URL, same serverId) an endpoint. Over the owner's quota,
+        QuotaExceeded and nothing is written (a re-registration never counts twice)."""
         digest = hashlib.sha256(f"{owner_id}\n{url}".encode()).hexdigest()
         endpoint = Endpoint(server_id=f"ep-{digest[:24]}", owner_id=owner_id, name=name, url=url)
-        self.table.register_endpoint(endpoint, auth_token)
+        if not self.table.register_endpoint(endpoint, auth_token, quota.endpoints if quota else None):
+            refused = quota.refused()  # type: ignore[union-attr]  # only a capped write is refused
+            count_limit_refusal(refused.limit, refused.tier, owner_id, refused.resets)
+            raise refused
         return {"serverId": endpoint.server_id, "name": name, "url": url, "hasAuth": bool(auth_token)}
+
+    def unregister(self, owner_id: str, server_id: str) -> bool:
+        """Delete the owner's endpoint: no more probes, results or alerts for it. False when it is not theirs."""
+        return self.table.delete_endpoint(server_id, owner_id)
 
     def ensure_self(self, url: str, auth_token: str | None) -> bool:
         """Register the stack's own endpoint once (first run); True when this call registered it."""
@@ -76,6 +88,8 @@ class EndpointRegistry:
             },
             "lastSchemaChange": None,
         }
+        if "probesStoppedAt" in item:  # failing for too long: probed again once registered again
+            view["probesStoppedAt"] = item["probesStoppedAt"]["S"]
         if "schemaHashSince" in item:
             view["lastSchemaChange"] = {
                 "at": item["schemaHashSince"]["S"],
