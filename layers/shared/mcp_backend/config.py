@@ -194,6 +194,10 @@ class ProbeDispatcherSettings(Settings):
     # The stack's own MCP endpoint: this function's Function URL (+ mcp_path) is registered on the first run.
     self_function_name: str = ""
     self_function_qualifier: str = "live"
+    # An endpoint whose probes fail for this many days is no longer probed (one notice to its owner's call log)
+    # until its owner registers it again.
+    probe_stop_after_failing_days: int = Field(default=7, gt=0)
+    call_log_stream_name: str
     # The dispatcher issues the self-probe its own key in this secret (first run only).
     api_keys_secret_id: str = ""
     mcp_path: str = "/mcp"

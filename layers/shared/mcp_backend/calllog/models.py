@@ -17,6 +17,8 @@ class CallLogEventType(StrEnum):
     TOOL_ERROR = "tool_error"
     JOB_FAILED = "job_failed"
     PROBE_FAILURE = "probe_failure"
+    # To the endpoint's owner: its probes failed for the configured days and stopped.
+    PROBES_STOPPED = "probes_stopped"
     SCHEMA_DRIFT = "schema_drift"
     # One per invocation, from Lambda's Telemetry API (platform.report), written by the extension.
     PLATFORM_REPORT = "platform_report"
@@ -32,7 +34,9 @@ ACTIONABLE = frozenset(
         CallLogEventType.PLATFORM_REPORT,
     }
 )
-_PROBE_EVENTS = frozenset({CallLogEventType.PROBE_FAILURE, CallLogEventType.SCHEMA_DRIFT})
+_PROBE_EVENTS = frozenset(
+    {CallLogEventType.PROBE_FAILURE, CallLogEventType.SCHEMA_DRIFT, CallLogEventType.PROBES_STOPPED}
+)
 
 
 def _now() -> datetime:

@@ -7,16 +7,20 @@ First run: the stack's own MCP endpoint is registered (conditional write, a no-o
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
 from mcp_backend.api_keys import add_api_key
 from mcp_backend.aws import client_or_lazy
+from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
+from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import ProbeDispatcherSettings
+from mcp_backend.monitor.items import Endpoint, probed_at_text
 from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.observability import logger, metrics
-from mcp_backend.probes.registry import EndpointRegistry
+from mcp_backend.probes.registry import SELF_SERVER_ID, EndpointRegistry
 from mcp_backend.probes.worker import ProbeTarget
 
 
@@ -27,12 +31,14 @@ class ProbeDispatcher:
         dynamodb_client: Any = None,
         lambda_client: Any = None,
         secrets_client: Any = None,
+        call_log: CallLogWriter | None = None,
     ) -> None:
         self.settings = settings
         self.registry = EndpointRegistry(MonitorTable.from_settings(settings, dynamodb_client))
         self._lambda = client_or_lazy(lambda_client, "lambda")
         self._secrets = client_or_lazy(secrets_client, "secretsmanager")
         self._self_registered = not (settings.self_function_name and settings.api_keys_secret_id)
+        self.call_log = call_log or CallLogWriter(settings.call_log_stream_name)
 
     def _register_self(self) -> None:
         """First run: register the stack's own endpoint (its Function URL), once per container at most."""
@@ -60,10 +66,36 @@ class ProbeDispatcher:
         probed authenticated from the first deploy on; its plaintext lives only in the `self` item."""
         return add_api_key(self._secrets, self.settings.api_keys_secret_id, user_id="self-probe", tier="internal")
 
+    def _probed(self, endpoints: list[Endpoint]) -> list[Endpoint]:
+        """The endpoints to probe this tick: not those whose probes stopped, nor those failing for longer than
+        the configured days, which stop now (one notice in the owner's call log; the stack's own never stops)."""
+        states = self.registry.failing_state([endpoint.server_id for endpoint in endpoints])
+        now = datetime.now(UTC)
+        cutoff = probed_at_text(now - timedelta(days=self.settings.probe_stop_after_failing_days))
+        probed = []
+        for endpoint in endpoints:
+            state = states.get(endpoint.server_id, {})
+            if "probesStoppedAt" in state:
+                continue
+            if endpoint.server_id != SELF_SERVER_ID and state.get("failingSince", "\uffff") < cutoff:
+                owner = self.registry.stop_probes(endpoint.server_id, cutoff, probed_at_text(now))
+                if owner is not None:
+                    self._notify_stopped(owner, endpoint.server_id)
+                continue
+            probed.append(endpoint)
+        return probed
+
+    def _notify_stopped(self, owner_id: str, server_id: str) -> None:
+        logger.info("probes stopped: failing too long", extra={"server_id": server_id, "owner_id": owner_id})
+        metrics.add_metric(name="ProbesStopped", unit=MetricUnit.Count, value=1)
+        self.call_log.put(
+            [CallLogRecord(event_type=CallLogEventType.PROBES_STOPPED, user_id=owner_id, server_id=server_id)]
+        )
+
     def dispatch(self) -> dict[str, int]:
         self._register_self()
         dispatched = failed = 0
-        for endpoint in self.registry.all_endpoints():
+        for endpoint in self._probed(list(self.registry.all_endpoints())):
             target = ProbeTarget(server_id=endpoint.server_id, endpoint=endpoint.url)
             try:
                 self._lambda.invoke(

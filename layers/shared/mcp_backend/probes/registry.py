@@ -54,7 +54,15 @@ class EndpointRegistry:
         """The self-probe's key, once: a later tick never replaces a token that is in use."""
         self.table.set_first_auth_token(SELF_SERVER_ID, auth_token)
 
+    def stop_probes(self, server_id: str, failing_before: str, at: str) -> str | None:
+        """Stop probing an endpoint failing since before `failing_before`; its owner when this call stopped it."""
+        return self.table.stop_probes(server_id, failing_before, at)
+
     # -- reads ------------------------------------------------------------------
+    def failing_state(self, server_ids: list[str]) -> dict[str, dict[str, str]]:
+        """failingSince and probesStoppedAt of those endpoints that have either."""
+        return self.table.failing_state(server_ids)
+
     def self_registered(self) -> bool:
         return self.table.endpoint_exists(SELF_SERVER_ID)
 
