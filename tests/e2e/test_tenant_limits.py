@@ -4,6 +4,7 @@ gets a clear, typed refusal and leaves nothing behind."""
 from __future__ import annotations
 
 import anyio
+import boto3
 import httpx
 
 from tests.e2e.conftest import mcp_client
@@ -98,3 +99,50 @@ def test_endpoint_cap_and_unregister_through_the_tools(endpoint_factory):
     listed = call(endpoint, bob, "list_endpoints", {}).structured_content["endpoints"]
     assert [e["serverId"] for e in listed] == held[1:]
     assert not register(3).is_error
+
+
+def test_a_hostile_tenant_trying_every_limit_finds_nothing_past_them(endpoint_factory):
+    # Given first an endpoint whose free tier allows 2 requests a minute: past them bob gets 429s, alice is served
+    limited = endpoint_factory(LIMIT_FREE_REQUESTS_PER_MINUTE="2")
+    statuses = [
+        httpx.post(limited.url, json=LIST_TOOLS, headers=limited.headers(limited.bob_key)).status_code for _ in range(4)
+    ]
+    assert statuses == [200, 200, 429, 429]
+    assert httpx.post(limited.url, json=LIST_TOOLS, headers=limited.headers(limited.alice_key)).status_code == 200
+
+    # Given a free tier of 2 endpoints, 2 jobs at once, 3 jobs a day and batches of 2, and bob (free)
+    endpoint = endpoint_factory(
+        LIMIT_FREE_ENDPOINTS="2",
+        LIMIT_FREE_CONCURRENT_JOBS="2",
+        LIMIT_FREE_DAILY_JOBS="3",
+        LIMIT_FREE_BATCH_ITEMS="2",
+        PROBE_ALLOW_LOOPBACK_HOSTS="true",
+    )
+    bob, local = endpoint.bob_key, endpoint.local
+
+    # When he registers 5 endpoints, submits a batch of 5 jobs, and after the worker ran them 5 more one by one
+    registered = [
+        call(endpoint, bob, "register_endpoint", {"url": f"http://127.0.0.1:9/e{n}", "name": "e"}) for n in range(5)
+    ]
+    batch = call(endpoint, bob, "submit_analyses", {"items": [{"dataset_url": SALES}] * 5})
+    local.sqs_source_for("ToolWorker").drain()
+    singles = [call(endpoint, bob, "submit_analysis", {"dataset_url": SALES}) for _ in range(5)]
+
+    # Then 2 endpoints exist and 3 jobs (2 from the batch, the day's third alone); every other attempt is a
+    # QuotaExceeded naming its limit and the tier
+    assert [r.is_error for r in registered] == [False, False, True, True, True]
+    assert sum(1 for r in batch.structured_content["results"] if "jobId" in r) == 2
+    assert [r.is_error for r in singles] == [False, True, True, True, True]
+    refusals = [r.content[0].text for r in registered[2:] + singles[1:]]
+    refusals += [r["error"]["message"] for r in batch.structured_content["results"] if "error" in r]
+    assert all("QuotaExceeded" in text or "limit of" in text for text in refusals)
+    assert all("for tier free" in text for text in refusals)
+    assert {text.split(" limit of")[0].split(": ")[-1] for text in refusals} == {
+        "endpoints",
+        "daily_jobs",
+        "batch_items",
+    }
+    listed = call(endpoint, bob, "list_endpoints", {}).structured_content["endpoints"]
+    assert len(listed) == 2
+    jobs = boto3.client("dynamodb").scan(TableName=local.table_name("JobTable"))["Items"]
+    assert sum(1 for job in jobs if job.get("userId", {}).get("S") == "user-bob") == 3
