@@ -143,8 +143,8 @@ class JobStore:
 
     def _free_stale_slots(self, user_id: str, max_seconds: int) -> bool:
         """Remove from the user's slots the jobs that are no longer in flight: ended (a terminal write that
-        did not reach the slot), gone, never sent with an expired claim, or not updated for `max_seconds` (a
-        worker killed before recording the end). True when any slot was freed."""
+        did not reach the slot), gone, or not updated for `max_seconds` (a worker killed before recording the
+        end, a job whose message was never sent). True when any slot was freed."""
         item = self._client.get_item(
             TableName=self.table_name, Key={"jobId": {"S": _ACTIVE_PREFIX + user_id}}, ConsistentRead=True
         ).get("Item", {})
@@ -154,15 +154,22 @@ class JobStore:
         jobs: dict[str, dict[str, Any]] = {}
         for start in range(0, len(held), 100):  # BatchGetItem reads at most 100 keys
             keys = [{"jobId": {"S": job_id}} for job_id in held[start : start + 100]]
-            request: dict[str, Any] = {self.table_name: {"Keys": keys, "ConsistentRead": True}}
+            request: dict[str, Any] = {
+                self.table_name: {
+                    "Keys": keys,
+                    "ConsistentRead": True,
+                    # Only what decides the slot: never the result, which may be large.
+                    "ProjectionExpression": "jobId, userId, #status, updatedAt",
+                    "ExpressionAttributeNames": {"#status": "status"},
+                }
+            }
             while request:
                 response = self._client.batch_get_item(RequestItems=request)
                 for found in response.get("Responses", {}).get(self.table_name, []):
                     jobs[found["jobId"]["S"]] = _plain(found)
                 request = response.get("UnprocessedKeys") or {}
-        now = time.time()
-        oldest = datetime.fromtimestamp(now - max_seconds, UTC).isoformat(timespec="milliseconds")
-        stale = [job_id for job_id in held if not _in_flight(jobs.get(job_id), user_id, now, oldest)]
+        oldest = datetime.fromtimestamp(time.time() - max_seconds, UTC).isoformat(timespec="milliseconds")
+        stale = [job_id for job_id in held if not _in_flight(jobs.get(job_id), user_id, oldest)]
         if stale:
             self._release_slots(user_id, stale)
         return bool(stale)
@@ -400,7 +407,7 @@ class JobStore:
             raise JobOwnershipError(f"job {job_id} belongs to another user") from None
 
 
-def _in_flight(job: dict[str, Any] | None, user_id: str, now: float, oldest: str) -> bool:
+def _in_flight(job: dict[str, Any] | None, user_id: str, oldest: str) -> bool:
     """The job still holds its slot: the user's, PENDING or RUNNING, and updated within the slot's lifetime."""
     if job is None or job.get("userId") != user_id or job.get("status") not in _IN_FLIGHT:
         return False
