@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -91,6 +91,16 @@ def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str
     return ToolBindings(table, services)
 
 
+def request_rate_limit(settings: McpSettings, clients: AwsClients) -> Callable[[Principal], RateDecision]:
+    """Counts one request of a principal against its tier's requests per minute (RateLimitTable)."""
+    limiter = RequestRateLimiter(settings.rate_limit_table_name, LazyClient("dynamodb", clients))
+
+    def rate_limit(principal: Principal) -> RateDecision:
+        return limiter.take(principal.user_id, settings.tier_limits(principal.tier).requests_per_minute)
+
+    return rate_limit
+
+
 def create_app(
     settings: McpSettings | None = None,
     authenticator: Authenticator | None = None,
@@ -143,11 +153,6 @@ def create_app(
         # Host and Origin are checked by McpHttpGuard, which also knows the Function URL's wildcard host.
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
-    limiter = RequestRateLimiter(settings.rate_limit_table_name, LazyClient("dynamodb", clients))
-
-    def rate_limit(principal: Principal) -> RateDecision:
-        return limiter.take(principal.user_id, settings.tier_limits(principal.tier).requests_per_minute)
-
     guard = McpHttpGuard(
         sdk_app,
         path=settings.mcp_path,
@@ -156,6 +161,6 @@ def create_app(
         keepalive_seconds=settings.sse_keepalive_seconds,
         resource=settings.oauth_resource,
         tool_access=bindings.access,
-        rate_limit=rate_limit,
+        rate_limit=request_rate_limit(settings, clients),
     )
     return RequestTelemetry(guard)
