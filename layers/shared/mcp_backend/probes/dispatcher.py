@@ -69,7 +69,11 @@ class ProbeDispatcher:
     def _probed(self, endpoints: list[Endpoint]) -> list[Endpoint]:
         """The endpoints to probe this tick: not those whose probes stopped, nor those failing for longer than
         the configured days, which stop now (one notice in the owner's call log; the stack's own never stops)."""
-        states = self.registry.failing_state([endpoint.server_id for endpoint in endpoints])
+        try:
+            states = self.registry.failing_state([endpoint.server_id for endpoint in endpoints])
+        except Exception as error:  # noqa: BLE001 - unread state probes everything this tick, as before stopping
+            logger.warning("endpoint failure state not read", extra={"error_type": type(error).__name__})
+            states = {}
         now = datetime.now(UTC)
         cutoff = probed_at_text(now - timedelta(days=self.settings.probe_stop_after_failing_days))
         probed = []
