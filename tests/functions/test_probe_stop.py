@@ -109,3 +109,36 @@ def test_an_endpoint_failing_for_the_configured_days_stops_once_with_one_notice(
     registry.register("user-a", "https://old.example.com/mcp", "old", None)
     with time_machine.travel(NOW, tick=False):
         assert ids["old"] in tick(local, call_log)
+
+
+class UnreadableState:
+    """The real (moto) DynamoDB client, except that BatchGetItem fails (throttled)."""
+
+    def __init__(self) -> None:
+        self._client = boto3.client("dynamodb")
+
+    def batch_get_item(self, **request):
+        raise self._client.exceptions.ProvisionedThroughputExceededException(
+            {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}}, "BatchGetItem"
+        )
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+
+def test_a_tick_that_cannot_read_the_failure_state_still_probes_every_endpoint(local, table):
+    # Given two registered endpoints, and BatchGetItem failing
+    registry = EndpointRegistry(table)
+    ids = sorted(registry.register("user-a", f"https://e{n}.example.com/mcp", "e", None)["serverId"] for n in range(2))
+    environment = {**local.stack.function("ProbeDispatcher").environment, "API_KEYS_SECRET_ID": ""}
+    lambda_api = LambdaApi()
+    dispatcher = ProbeDispatcher(
+        load_settings(ProbeDispatcherSettings, environment), UnreadableState(), lambda_api, call_log=RecordingCallLog()
+    )
+
+    # When the schedule ticks
+    outcome = dispatcher.dispatch()
+
+    # Then both are probed
+    assert outcome == {"dispatched": 2, "failed": 0}
+    assert sorted(json.loads(call["Payload"])["serverId"] for call in lambda_api.invocations) == ids
