@@ -22,6 +22,7 @@ TOOL_NAMES = {
     "list_failed_jobs",
     "analyze_dataset",
     "register_endpoint",
+    "unregister_endpoint",
     "list_endpoints",
     "endpoint_status",
 }

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.e2e
 SALES = "s3://local-datasets/sales.csv"
 # No reserved concurrency: in the Lambda runtime the endpoint then runs up to 4 environments and further
 # callers wait for one, instead of 20 cold starts at once on a small machine (or 429s past the reservation).
-UNRESERVED = {"McpReservedConcurrency": "0"}
+# Its 120 jobs wait for the delivery in between: more than the pro tier's concurrent jobs, so the limit is raised.
+UNRESERVED = {"McpReservedConcurrency": "0", "ProConcurrentJobs": "1000"}
 JOBS_PER_CLIENT = 15  # a second apart: submissions outlast a delivery round, cold worker start included
 
 

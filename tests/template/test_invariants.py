@@ -531,7 +531,7 @@ def test_the_probe_endpoint_index_never_projects_the_auth_token():
 
 
 # Stores whose loss would lose users' data; everything else can be rebuilt by a deploy.
-DISPOSABLE_STORES = {"IdempotencyTable"}  # dedup records with a TTL
+DISPOSABLE_STORES = {"IdempotencyTable", "RateLimitTable"}  # dedup records and request counters, with a TTL
 
 
 def test_every_data_store_survives_deleting_or_replacing_the_stack():

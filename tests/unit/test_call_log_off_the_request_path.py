@@ -22,6 +22,7 @@ SETTINGS = McpSettings.model_validate(
         "JOB_DEAD_LETTER_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/jobs-dlq",
         "CALL_LOG_STREAM_NAME": "calls",
         "MONITOR_TABLE_NAME": "monitor",
+        "RATE_LIMIT_TABLE_NAME": "rates",
         "API_KEYS_SECRET_ID": "keys",
     }
 )
@@ -42,6 +43,13 @@ class SlowKinesis:
         return {"FailedRecordCount": 0, "Records": [{"SequenceNumber": "1", "ShardId": "s"} for _ in Records]}
 
 
+class RoomyRateTable:
+    """Every request is within the caller's rate (the rate limit's conditional write succeeds)."""
+
+    def update_item(self, **request: Any) -> dict[str, Any]:
+        return {}
+
+
 class EveryoneIsAlice:
     async def authenticate(self, bearer_token: str, resource: str) -> Principal:
         return Principal(user_id="alice")
@@ -59,7 +67,12 @@ class EveryoneIsAlice:
 def test_a_tool_call_is_answered_before_its_call_log_record_is_put_and_shutdown_flushes_it():
     # Given the endpoint over a Kinesis stream that does not answer until released
     kinesis = SlowKinesis()
-    app = create_app(SETTINGS, authenticator=EveryoneIsAlice(), client_factory=lambda service: kinesis)
+    rates = RoomyRateTable()
+    app = create_app(
+        SETTINGS,
+        authenticator=EveryoneIsAlice(),
+        client_factory=lambda service: kinesis if service == "kinesis" else rates,
+    )
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "no_such_tool", "arguments": {}}}
     headers = {
         "accept": "application/json, text/event-stream",

@@ -71,10 +71,10 @@ LAYERS: list[set[str]] = [
     {"mcp", "telemetry_extension"},  # entry points: the MCP endpoint, the call-log telemetry extension
     {"tools"},  # the tool table, the tools, the job worker generated from it
     {"jobs", "probes"},  # the job pipeline's service and JobTable; probes and the endpoint registry
-    {"monitor", "api_keys"},  # MonitorTable's owner and its consumers; the API-key table
+    {"monitor", "api_keys", "ratelimit"},  # MonitorTable's owner and consumers; the API-key and rate-limit tables
     {"calllog"},  # call-log records, the writer and shipper, the analyzer
     {"streams", "batch", "idempotency", "custom_resource"},  # handler plumbing: records, CloudFormation requests
-    {"config", "aws", "observability", "netsafety", "validation"},  # foundations
+    {"config", "quotas", "aws", "observability", "netsafety", "validation"},  # foundations
 ]
 
 

@@ -455,6 +455,7 @@ def test_required_access_reads_each_tools_call():
 def test_symmetric_or_no_algorithms_are_a_configuration_error(algorithms):
     environment = {"JOB_TABLE_NAME": "t", "JOB_QUEUE_URL": "q", "JOB_DEAD_LETTER_QUEUE_URL": "d"}
     environment |= {"CALL_LOG_STREAM_NAME": "s", "API_KEYS_SECRET_ID": "k", "AUTH_MODE": "oauth"}
+    environment |= {"RATE_LIMIT_TABLE_NAME": "r"}
     with pytest.raises(ValidationError):
         McpSettings.model_validate({**environment, "OAUTH_ISSUER": ISSUER, "OAUTH_ALGORITHMS": algorithms})
     with pytest.raises(ValidationError):

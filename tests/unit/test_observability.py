@@ -8,7 +8,7 @@ import json
 import pytest
 
 from devstack.runtime import LocalLambdaContext
-from mcp_backend.observability import instrumented_handler, logger, metrics
+from mcp_backend.observability import count_limit_refusal, instrumented_handler, logger, metrics
 
 
 @pytest.fixture
@@ -68,3 +68,18 @@ def test_metrics_flush_with_cold_start_even_when_the_handler_raises(capfd):
     # Then the metric was still emitted as EMF
     blobs = [line for line in printed(capfd) if "_aws" in line]
     assert any("Attempted" in blob for blob in blobs)
+
+
+def test_a_refused_limit_is_a_metric_by_limit_and_tier_and_a_log_line_naming_the_principal(capfd, log_lines):
+    # When a free-tier principal is refused for its daily jobs
+    count_limit_refusal("daily_jobs", "free", "user-alice", "resets at 2026-12-02T00:00:00Z")
+
+    # Then one LimitRefused metric is emitted whose dimensions are the limit and the tier, never the principal
+    [blob] = [line for line in printed(capfd) if "_aws" in line]
+    [directive] = blob["_aws"]["CloudWatchMetrics"]
+    assert [metric["Name"] for metric in directive["Metrics"]] == ["LimitRefused"]
+    assert (blob["Limit"], blob["Tier"], blob["LimitRefused"]) == ("daily_jobs", "free", [1.0])
+    assert "user-alice" not in json.dumps(directive["Dimensions"]) + json.dumps(blob)
+    # And the log line says who, which limit and when it resets
+    [line] = [line for line in log_lines() if line["message"] == "limit refused"]
+    assert (line["principal"], line["limit"], line["tier"]) == ("user-alice", "daily_jobs", "free")

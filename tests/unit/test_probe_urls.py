@@ -118,6 +118,7 @@ def test_the_local_stack_gives_its_functions_the_loopback_only_policy(monkeypatc
     required = {
         "MONITOR_TABLE_NAME": "t", "FUNCTION_TIMEOUT_SECONDS": "30", "JOB_TABLE_NAME": "j", "JOB_QUEUE_URL": "q",
         "JOB_DEAD_LETTER_QUEUE_URL": "d", "CALL_LOG_STREAM_NAME": "s", "API_KEYS_SECRET_ID": "k",
+            "RATE_LIMIT_TABLE_NAME": "r",
     }  # fmt: skip
     settings = getattr(config, settings_model).model_validate({**required, **overrides})
     monkeypatch.setattr(

@@ -7,7 +7,11 @@ import ast
 
 from tests.unit.test_import_graph import ROOT, SHARED
 
-OWNERS = {"mcp_backend.jobs.store": "JobTable", "mcp_backend.monitor.table": "MonitorTable"}
+OWNERS = {
+    "mcp_backend.jobs.store": "JobTable",
+    "mcp_backend.monitor.table": "MonitorTable",
+    "mcp_backend.ratelimit": "RateLimitTable",
+}
 MONITOR_OWNER = "mcp_backend.monitor.table"
 DYNAMODB_OPERATIONS = {
     "get_item",

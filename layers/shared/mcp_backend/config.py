@@ -9,6 +9,8 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SettingsT = TypeVar("SettingsT", bound=BaseModel)
+Tier = Literal["free", "pro", "internal"]
+LOWEST_TIER: Tier = "free"  # what a caller whose tier is unknown gets (OAuth callers: docs/security.md)
 ASYMMETRIC_JWT_ALGORITHMS = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 )
@@ -22,7 +24,45 @@ class Settings(BaseModel):
     environment: str = "dev"
 
 
-class ToolSettings(Settings):
+class TierLimits(BaseModel):
+    """What one tier may do (docs/security.md, "Limits by tier")."""
+
+    model_config = ConfigDict(frozen=True)
+
+    requests_per_minute: int = Field(gt=0)  # authenticated POSTs to the endpoint, per principal
+    concurrent_jobs: int = Field(gt=0)  # PENDING or RUNNING jobs at once
+    daily_jobs: int = Field(gt=0)  # jobs submitted per UTC day
+    batch_items: int = Field(gt=0, le=100)  # items of one submit_*_batch call
+    endpoints: int = Field(gt=0)  # registered probe endpoints
+
+
+class TierLimitSettings(Settings):
+    """The limits table, one field per tier and limit (LIMIT_FREE_REQUESTS_PER_MINUTE, ...). The template sets
+    the main ones from parameters; any other is changed by adding its variable to the function."""
+
+    limit_free_requests_per_minute: int = Field(default=120, gt=0)
+    limit_free_concurrent_jobs: int = Field(default=2, gt=0)
+    limit_free_daily_jobs: int = Field(default=100, gt=0)
+    limit_free_batch_items: int = Field(default=10, gt=0, le=100)
+    limit_free_endpoints: int = Field(default=3, gt=0)
+    limit_pro_requests_per_minute: int = Field(default=1200, gt=0)
+    limit_pro_concurrent_jobs: int = Field(default=20, gt=0)
+    limit_pro_daily_jobs: int = Field(default=5000, gt=0)
+    limit_pro_batch_items: int = Field(default=100, gt=0, le=100)
+    limit_pro_endpoints: int = Field(default=25, gt=0)
+    limit_internal_requests_per_minute: int = Field(default=6000, gt=0)
+    limit_internal_concurrent_jobs: int = Field(default=100, gt=0)
+    limit_internal_daily_jobs: int = Field(default=50000, gt=0)
+    limit_internal_batch_items: int = Field(default=100, gt=0, le=100)
+    limit_internal_endpoints: int = Field(default=100, gt=0)
+
+    def tier_limits(self, tier: str) -> TierLimits:
+        """The tier's limits; an unknown tier gets the lowest tier's (fail closed)."""
+        name = tier if tier in ("free", "pro", "internal") else LOWEST_TIER
+        return TierLimits(**{field: getattr(self, f"limit_{name}_{field}") for field in TierLimits.model_fields})
+
+
+class ToolSettings(TierLimitSettings):
     """What tools may be given wherever they run (mcp_backend.tools.services builds it): the endpoint and
     the worker both read these. A service whose variable is absent is not built, and a tool that declares it
     stops the function at start."""
@@ -39,6 +79,9 @@ class ToolSettings(Settings):
     monitor_table_name: str = ""
     # Only the local stack sets this: register_endpoint accepts loopback (no other private address) and http.
     probe_allow_loopback_hosts: bool = False
+    # A PENDING or RUNNING job holds one of its owner's concurrent-job slots until it ends, or at most this
+    # long (a job whose worker was killed without recording an end frees its slot after it).
+    job_slot_max_seconds: int = Field(default=6 * 3600, gt=0)
     # endpoint_status reports uptime over this many seconds of probe results.
     probe_uptime_window_seconds: int = Field(default=86400, gt=0)
     dataset_max_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
@@ -89,6 +132,8 @@ class McpSettings(ToolSettings):
     """The McpServer function's environment (template.yaml sets every variable)."""
 
     api_keys_secret_id: str
+    # Per-principal request counters (mcp_backend.ratelimit); required: the endpoint does not start unlimited.
+    rate_limit_table_name: str = Field(min_length=1)
     # apikey: bearer API keys only; oauth: JWT access tokens only; both: either (mcp_backend.mcp.auth).
     auth_mode: Literal["apikey", "oauth", "both"] = "apikey"
     # OAuth resource-server mode (auth_mode oauth or both): the authorization server whose tokens are accepted.
@@ -145,6 +190,10 @@ class McpSettings(ToolSettings):
 class ProbeDispatcherSettings(Settings):
     monitor_table_name: str
     probe_worker_function_name: str
+    # An endpoint whose probes fail for this many days is no longer probed (one notice to its owner's call log)
+    # until its owner registers it again.
+    probe_stop_after_failing_days: int = Field(default=7, gt=0)
+    call_log_stream_name: str
 
 
 class SelfProbeKeySettings(Settings):

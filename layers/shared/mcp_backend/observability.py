@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 Handler = Callable[[Any, Any], Any]
 
@@ -46,6 +46,18 @@ def tool_invocation(tool_name: str) -> Iterator[None]:
                 name="ToolDuration", unit=MetricUnit.Milliseconds, value=(time.monotonic() - started) * 1000
             )
             metrics.flush_metrics()
+
+
+def count_limit_refusal(limit: str, tier: str, user_id: str, resets: str = "") -> None:
+    """One refused request or submission: a LimitRefused metric whose dimensions are the limit and the tier
+    (bounded: five limits, three tiers), and a WARNING line that names the principal. A user id as a metric
+    dimension would be one custom metric per user (cost and cardinality without bound); who is throttled
+    is read from the log line instead (docs/security.md has the Logs Insights query)."""
+    with single_metric(name="LimitRefused", unit=MetricUnit.Count, value=1, namespace=metrics.namespace) as metric:
+        metric.add_dimension(name="service", value=metrics.service or "mcp-backend")
+        metric.add_dimension(name="Limit", value=limit)
+        metric.add_dimension(name="Tier", value=tier)
+    logger.warning("limit refused", extra={"limit": limit, "tier": tier, "principal": user_id, "resets": resets})
 
 
 def instrumented_handler(correlation_id_path: str | None = None) -> Callable[[Handler], Handler]:

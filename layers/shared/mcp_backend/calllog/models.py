@@ -16,6 +16,8 @@ class CallLogEventType(StrEnum):
     TOOL_CALL = "tool_call"
     TOOL_ERROR = "tool_error"
     JOB_FAILED = "job_failed"
+    # To the endpoint's owner: its probes failed for the configured days and stopped.
+    PROBES_STOPPED = "probes_stopped"
     SCHEMA_DRIFT = "schema_drift"
     # One per invocation, from Lambda's Telemetry API (platform.report), written by the extension.
     PLATFORM_REPORT = "platform_report"
@@ -31,7 +33,7 @@ ACTIONABLE = frozenset(
     }
 )
 # A failed probe is not a call-log event: it travels as the ProbeWorker's OnFailure envelope to the AlertHandler.
-_PROBE_EVENTS = frozenset({CallLogEventType.SCHEMA_DRIFT})
+_PROBE_EVENTS = frozenset({CallLogEventType.SCHEMA_DRIFT, CallLogEventType.PROBES_STOPPED})
 
 
 def _now() -> datetime:

@@ -22,7 +22,8 @@ from mcp_backend.aws import AwsClients
 from mcp_backend.jobs.errors import EnqueueFailed, InvalidCursor, JobConflict, JobNotFound, JobRequestError
 from mcp_backend.jobs.models import JOB_ID_PATTERN, JobMessage, JobStatus
 from mcp_backend.jobs.store import EnqueueClaim, JobStore
-from mcp_backend.observability import logger
+from mcp_backend.observability import count_limit_refusal, logger
+from mcp_backend.quotas import JobQuota, QuotaExceeded
 
 SEND_BATCH_LIMIT = 10  # SendMessageBatch entries per call
 SEND_RETRY_BASE_SECONDS = 0.05
@@ -118,9 +119,14 @@ class JobsService:
         return JobStore(self.queues.job_table_name, self._clients("dynamodb"))
 
     # -- submit -----------------------------------------------------------------
-    def submit(self, user_id: str, submission: JobSubmission) -> dict[str, Any]:
+    def submit(self, user_id: str, submission: JobSubmission, quota: JobQuota | None = None) -> dict[str, Any]:
+        """Submit one job; over the caller's quota, QuotaExceeded and nothing is written."""
         job = _job_for(user_id, submission)
-        outcome = self._claim(job, time.monotonic() + self.queues.enqueue_wait_seconds)
+        try:
+            outcome = self._claim(job, time.monotonic() + self.queues.enqueue_wait_seconds, quota)
+        except QuotaExceeded as refused:
+            count_limit_refusal(refused.limit, refused.tier, user_id, refused.resets)
+            raise
         if not isinstance(outcome, EnqueueClaim):
             if outcome is None or "error" in outcome:
                 raise JobConflict("this job id is taken")
@@ -137,7 +143,9 @@ class JobsService:
         self.store.mark_enqueued(job.job_id, job.user_id, sent["MessageId"])
         return {"jobId": job.job_id, "status": "PENDING"}
 
-    def submit_many(self, user_id: str, submissions: list[JobSubmission]) -> list[dict[str, Any]]:
+    def submit_many(
+        self, user_id: str, submissions: list[JobSubmission], quota: JobQuota | None = None
+    ) -> list[dict[str, Any]]:
         """Claim every item's job without waiting, send the claimed ones in batches, then wait (one deadline
         for the call) for the jobs another request was sending: two concurrent identical batches each send
         what they claimed instead of waiting on each other."""
@@ -151,7 +159,12 @@ class JobsService:
                 results[index] = {"index": index, "jobId": job.job_id, "status": "PENDING", "repeated": True}
                 continue
             seen.add(job.job_id)
-            outcome = self._claim(job, None)
+            try:
+                outcome = self._claim(job, None, quota)
+            except QuotaExceeded as refused:  # this item only: the others are still submitted
+                count_limit_refusal(refused.limit, refused.tier, user_id, refused.resets)
+                results[index] = {"index": index, "error": refused.as_error()}
+                continue
             if isinstance(outcome, EnqueueClaim):
                 to_send[str(index)] = (index, job, outcome)
             elif outcome is None:
@@ -213,7 +226,9 @@ class JobsService:
                 store.release_enqueue(job.job_id, job.user_id, claim)
                 results[index] = _enqueue_error(index, job, "RetriesExhausted")
 
-    def _claim(self, job: JobMessage, deadline: float | None) -> EnqueueClaim | dict[str, Any] | None:
+    def _claim(
+        self, job: JobMessage, deadline: float | None, quota: JobQuota | None = None
+    ) -> EnqueueClaim | dict[str, Any] | None:
         """The right to send this job's one message, or the answer for a caller that must not send: the job's
         state once another sender has enqueued it (or the worker has taken it), or an error entry.
 
@@ -223,7 +238,7 @@ class JobsService:
         is sent. With no deadline, a live claim of another sender returns None at once."""
         store = self.store
         claim = EnqueueClaim(uuid.uuid4().hex, time.time() + self.queues.enqueue_claim_seconds)
-        if store.create_pending(job, claim):
+        if store.create_pending(job, claim, quota):
             return claim
         deadline = time.monotonic() + self.queues.enqueue_wait_seconds
         while True:

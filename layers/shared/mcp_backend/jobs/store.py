@@ -18,6 +18,8 @@ from typing import Any
 from mcp_backend.aws import client_or_lazy
 from mcp_backend.jobs.errors import JobOwnershipError
 from mcp_backend.jobs.models import JobError, JobMessage, JobStatus
+from mcp_backend.observability import logger
+from mcp_backend.quotas import JobQuota
 
 JOB_RETENTION_SECONDS = 30 * 24 * 3600  # JobTable TTL (attribute expiresAt)
 # Writes are allowed for a new job or for the job's own user, never across users.
@@ -29,6 +31,21 @@ _CLAIMABLE = (
     "userId = :user AND #status = :pending AND attribute_not_exists(enqueuedMessageId) "
     "AND (attribute_not_exists(enqueueClaimExpiresAt) OR enqueueClaimExpiresAt < :now)"
 )
+
+
+# The caller's quota items live in the table's own key space; job ids cannot contain "#" (JOB_ID_PATTERN),
+# and the items carry no userId, so no job write (_OWNER_CONDITION) can touch them.
+_ACTIVE_PREFIX = "active#"  # activeJobs: the string set of the user's PENDING or RUNNING job ids
+_DAILY_PREFIX = "daily#"  # submitted: jobs the user submitted that UTC day (TTL: the day after)
+_IN_FLIGHT = (JobStatus.PENDING, JobStatus.RUNNING)
+
+
+class QuotaRefused(Exception):
+    """The transaction's quota condition failed (internal: create_pending turns it into QuotaExceeded)."""
+
+    def __init__(self, which: str) -> None:
+        super().__init__(which)
+        self.which = which
 
 
 @dataclass(frozen=True)
@@ -59,35 +76,153 @@ class JobStore:
         self._client = client
 
     # -- writes ---------------------------------------------------------------
-    def create_pending(self, job: JobMessage, claim: EnqueueClaim | None = None) -> bool:
+    def create_pending(self, job: JobMessage, claim: EnqueueClaim | None = None, quota: JobQuota | None = None) -> bool:
         """Record a submitted job, holding its enqueue claim when one is given. Returns False when the id exists
-        already (a repeated submission)."""
+        already (a repeated submission, which takes no quota).
+
+        With a quota, the job, one of its owner's concurrent-job slots and one of the day's jobs are written in
+        one transaction: over either limit, QuotaExceeded and nothing is written. A refusal for concurrency
+        first frees the slots of jobs that ended without giving theirs back (see `_free_stale_slots`)."""
+        if quota is None:
+            return self._put_pending(job, claim)
+        for attempt in range(2):
+            try:
+                return self._put_pending_within(job, claim, quota)
+            except QuotaRefused as refused:
+                now = datetime.now(UTC)
+                if refused.which == "daily":
+                    raise quota.daily_refused(now) from None
+                if attempt or not self._free_stale_slots(job.user_id, quota.slot_max_seconds):
+                    raise quota.concurrent_refused() from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _put_pending_within(self, job: JobMessage, claim: EnqueueClaim | None, quota: JobQuota) -> bool:
+        day = datetime.now(UTC).date()
+        day_ends = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()) + 86400
+        items = [
+            {"Put": {**self._pending_put(job, claim), "TableName": self.table_name}},
+            {
+                "Update": {
+                    "TableName": self.table_name,
+                    "Key": {"jobId": {"S": _ACTIVE_PREFIX + job.user_id}},
+                    "UpdateExpression": "ADD activeJobs :job",
+                    "ConditionExpression": "attribute_not_exists(activeJobs) OR size(activeJobs) < :limit",
+                    "ExpressionAttributeValues": {
+                        ":job": {"SS": [job.job_id]},
+                        ":limit": {"N": str(quota.concurrent_jobs)},
+                    },
+                }
+            },
+            {
+                "Update": {
+                    "TableName": self.table_name,
+                    "Key": {"jobId": {"S": f"{_DAILY_PREFIX}{job.user_id}#{day.isoformat()}"}},
+                    "UpdateExpression": "ADD submitted :one SET expiresAt = :expires",
+                    "ConditionExpression": "attribute_not_exists(submitted) OR submitted < :limit",
+                    "ExpressionAttributeValues": {
+                        ":one": {"N": "1"},
+                        ":limit": {"N": str(quota.daily_jobs)},
+                        ":expires": {"N": str(day_ends + 86400)},
+                    },
+                }
+            },
+        ]
+        try:
+            self._client.transact_write_items(TransactItems=items)
+        except self._client.exceptions.TransactionCanceledException as error:
+            reasons = [reason.get("Code") for reason in error.response.get("CancellationReasons", [])]
+            failed = [index for index, code in enumerate(reasons) if code == "ConditionalCheckFailed"]
+            if 0 in failed:
+                return False  # the job exists: a repeat, answered from the job's state
+            if 2 in failed:
+                raise QuotaRefused("daily") from None
+            if 1 in failed:
+                raise QuotaRefused("concurrent") from None
+            raise
+        return True
+
+    def _free_stale_slots(self, user_id: str, max_seconds: int) -> bool:
+        """Remove from the user's slots the jobs that are no longer in flight: ended (a terminal write that
+        did not reach the slot), gone, or not updated for `max_seconds` (a worker killed before recording the
+        end, a job whose message was never sent). True when any slot was freed."""
+        item = self._client.get_item(
+            TableName=self.table_name, Key={"jobId": {"S": _ACTIVE_PREFIX + user_id}}, ConsistentRead=True
+        ).get("Item", {})
+        held = item.get("activeJobs", {}).get("SS", [])
+        if not held:
+            return False
+        jobs: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(held), 100):  # BatchGetItem reads at most 100 keys
+            keys = [{"jobId": {"S": job_id}} for job_id in held[start : start + 100]]
+            request: dict[str, Any] = {
+                self.table_name: {
+                    "Keys": keys,
+                    "ConsistentRead": True,
+                    # Only what decides the slot: never the result, which may be large.
+                    "ProjectionExpression": "jobId, userId, #status, updatedAt",
+                    "ExpressionAttributeNames": {"#status": "status"},
+                }
+            }
+            while request:
+                response = self._client.batch_get_item(RequestItems=request)
+                for found in response.get("Responses", {}).get(self.table_name, []):
+                    jobs[found["jobId"]["S"]] = _plain(found)
+                request = response.get("UnprocessedKeys") or {}
+        oldest = datetime.fromtimestamp(time.time() - max_seconds, UTC).isoformat(timespec="milliseconds")
+        stale = [job_id for job_id in held if not _in_flight(jobs.get(job_id), user_id, oldest)]
+        if stale:
+            self._release_slots(user_id, stale)
+        return bool(stale)
+
+    def _release_slots(self, user_id: str, job_ids: list[str]) -> None:
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key={"jobId": {"S": _ACTIVE_PREFIX + user_id}},
+                UpdateExpression="DELETE activeJobs :jobs",
+                ConditionExpression="attribute_exists(activeJobs)",  # never creates an empty slot item
+                ExpressionAttributeValues={":jobs": {"SS": job_ids}},
+            )
+        except self._client.exceptions.ConditionalCheckFailedException:
+            pass  # the user holds no slots (submitted without a quota)
+
+    def release_slot(self, job_id: str, user_id: str) -> None:
+        """The job ended: its owner's concurrent-job slot is free. Never raises: a slot that is not released
+        here is freed by the next refused submission (`_free_stale_slots`)."""
+        try:
+            self._release_slots(user_id, [job_id])
+        except Exception as error:  # noqa: BLE001 - the job's own state is written; the slot heals later
+            logger.warning("concurrent-job slot not released", extra={"error_type": type(error).__name__})
+
+    def _put_pending(self, job: JobMessage, claim: EnqueueClaim | None) -> bool:
+        try:
+            self._client.put_item(TableName=self.table_name, **self._pending_put(job, claim))
+        except self._client.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def _pending_put(self, job: JobMessage, claim: EnqueueClaim | None) -> dict[str, Any]:
         now = _now()
         claimed = (
             {"enqueueClaim": {"S": claim.token}, "enqueueClaimExpiresAt": {"N": f"{claim.expires_at:.3f}"}}
             if claim
             else {}
         )
-        try:
-            self._client.put_item(
-                TableName=self.table_name,
-                Item={
-                    **claimed,
-                    "jobId": {"S": job.job_id},
-                    "userId": {"S": job.user_id},
-                    "tool": {"S": job.tool},
-                    "status": {"S": JobStatus.PENDING},
-                    "inputSummary": {"S": _input_summary(job)},
-                    "attempts": {"N": "0"},
-                    "createdAt": {"S": now},
-                    "updatedAt": {"S": now},
-                    "expiresAt": {"N": str(int(time.time()) + JOB_RETENTION_SECONDS)},
-                },
-                ConditionExpression="attribute_not_exists(jobId)",
-            )
-        except self._client.exceptions.ConditionalCheckFailedException:
-            return False
-        return True
+        return {
+            "Item": {
+                **claimed,
+                "jobId": {"S": job.job_id},
+                "userId": {"S": job.user_id},
+                "tool": {"S": job.tool},
+                "status": {"S": JobStatus.PENDING},
+                "inputSummary": {"S": _input_summary(job)},
+                "attempts": {"N": "0"},
+                "createdAt": {"S": now},
+                "updatedAt": {"S": now},
+                "expiresAt": {"N": str(int(time.time()) + JOB_RETENTION_SECONDS)},
+            },
+            "ConditionExpression": "attribute_not_exists(jobId)",
+        }
 
     def claim_enqueue(self, job_id: str, user_id: str, claim: EnqueueClaim) -> bool:
         """Take the right to send the job's message. False: it is sent, no longer PENDING, another live claim
@@ -165,6 +300,7 @@ class JobStore:
                 ":now": {"S": _now()},
             },
         )
+        self.release_slot(job.job_id, job.user_id)
 
     def mark_failed(self, job_id: str, user_id: str, error: JobError, message_id: str, tool: str = "") -> None:
         """The final attempt failed: record why and the DLQ message's id, and list the job in its owner's
@@ -186,6 +322,7 @@ class JobStore:
                 ":expires": {"N": str(int(time.time()) + JOB_RETENTION_SECONDS)},
             },
         )
+        self.release_slot(job_id, user_id)
 
     def mark_redriven(self, failed: dict[str, Any]) -> bool:
         """A FAILED job (as `get` read it) whose message goes back to JobQueue is PENDING again.
@@ -268,6 +405,13 @@ class JobStore:
             )
         except self._client.exceptions.ConditionalCheckFailedException:
             raise JobOwnershipError(f"job {job_id} belongs to another user") from None
+
+
+def _in_flight(job: dict[str, Any] | None, user_id: str, oldest: str) -> bool:
+    """The job still holds its slot: the user's, PENDING or RUNNING, and updated within the slot's lifetime."""
+    if job is None or job.get("userId") != user_id or job.get("status") not in _IN_FLIGHT:
+        return False
+    return str(job.get("updatedAt", "")) >= oldest
 
 
 def _plain(item: dict[str, Any]) -> dict[str, Any]:

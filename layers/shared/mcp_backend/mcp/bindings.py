@@ -33,7 +33,8 @@ from mcp_backend.jobs.errors import JobRequestError
 from mcp_backend.jobs.service import MAX_BATCH_ITEMS, JobsService, JobSubmission
 from mcp_backend.mcp.guard import principal_of
 from mcp_backend.netsafety import UnsafeUrl
-from mcp_backend.observability import logger
+from mcp_backend.observability import count_limit_refusal, logger
+from mcp_backend.quotas import QuotaExceeded
 from mcp_backend.tools.context import ProgressCallback, StrictInput
 from mcp_backend.tools.errors import ToolError
 from mcp_backend.tools.registry import Access, Tool
@@ -41,7 +42,7 @@ from mcp_backend.tools.services import MissingToolService, ToolServices
 from mcp_backend.validation import describe_validation_error
 
 # Failures whose type and message are written to be shown to the caller.
-REPORTED_ERRORS = (ToolError, JobRequestError, UnsafeUrl)
+REPORTED_ERRORS = (ToolError, JobRequestError, UnsafeUrl, QuotaExceeded)
 # From this protocol version on, arguments that fail a tool's inputSchema are a tool execution error the model
 # can correct itself from (SEP-1303, https://modelcontextprotocol.io/specification/2025-11-25/server/tools#error-handling;
 # the same in https://modelcontextprotocol.io/specification/2026-07-28/server/tools#error-handling); before it,
@@ -106,6 +107,13 @@ def validated_items(model: type[BaseModel], items: list[Any]) -> tuple[list[tupl
             message = describe_validation_error(error)
             invalid.append({"index": index, "error": {"type": "InvalidToolInput", "message": message}})
     return valid, invalid
+
+
+def batch_item_refused(index: int, caller: Principal, cap: int) -> dict[str, Any]:
+    """The error entry of an item past the caller's tier's batch size (counted as a refusal)."""
+    refused = QuotaExceeded("batch_items", caller.tier, cap, "send the remaining items in another call")
+    count_limit_refusal(refused.limit, refused.tier, caller.user_id, refused.resets)
+    return {"index": index, "error": refused.as_error()}
 
 
 def submission(tool_name: str, request: BaseModel) -> JobSubmission:
@@ -173,7 +181,7 @@ class ToolBindings:
                     anyio.from_thread.run(ctx.report_progress, min(max(fraction, 0.0), 1.0), 1.0, message)
 
             current = self.table[name]
-            context = self.services.context_for(current, principal.user_id, progress)
+            context = self.services.context_for(current, principal.user_id, progress, principal.tier)
             result = await anyio.to_thread.run_sync(reported, current, arguments, context)
             if streams_progress:
                 await ctx.report_progress(1.0, 1.0, "done")
@@ -190,12 +198,21 @@ class ToolBindings:
 
         async def submit(ctx: Context, **arguments: Any) -> dict[str, Any]:
             job = submission(tool.name, one.model_validate(arguments))
-            return await anyio.to_thread.run_sync(reported, self.jobs.submit, _caller(ctx).user_id, job)
+            caller = _caller(ctx)
+            quota = self.services.job_quota(caller.tier)
+            return await anyio.to_thread.run_sync(reported, self.jobs.submit, caller.user_id, job, quota)
 
         async def submit_many(ctx: Context, **arguments: Any) -> dict[str, Any]:
-            valid, results = validated_items(one, many.model_validate(arguments).items)  # type: ignore[attr-defined]
+            caller = _caller(ctx)
+            items = many.model_validate(arguments).items  # type: ignore[attr-defined]
+            # Past the tier's batch size each item is its own refusal; the ones within it are submitted.
+            cap = self.services.tier_limits(caller.tier).batch_items
+            refused = [batch_item_refused(index, caller, cap) for index in range(cap, len(items))]
+            valid, results = validated_items(one, items[:cap])
+            results.extend(refused)
             jobs = [submission(tool.name, item) for _, item in valid]
-            submitted = await anyio.to_thread.run_sync(reported, self.jobs.submit_many, _caller(ctx).user_id, jobs)
+            quota = self.services.job_quota(caller.tier)
+            submitted = await anyio.to_thread.run_sync(reported, self.jobs.submit_many, caller.user_id, jobs, quota)
             # The service numbers the valid items it was given; answer in the caller's positions.
             results.extend({**result, "index": valid[result["index"]][0]} for result in submitted)
             return {"results": sorted(results, key=lambda result: result["index"])}

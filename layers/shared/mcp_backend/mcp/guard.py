@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_backend.api_keys import Principal
 from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
 from mcp_backend.mcp.oauth import METADATA_PATH, required_access
-from mcp_backend.observability import logger
+from mcp_backend.observability import count_limit_refusal, logger
+from mcp_backend.ratelimit import RateDecision, RateLimitUnavailable
 from mcp_backend.tools.registry import Access
 
 PRINCIPAL_SCOPE_KEY = "mcp_backend.principal"
@@ -103,6 +105,7 @@ class McpHttpGuard:
         on_principal: Callable[[Principal], None] | None = None,
         resource: str = "",
         tool_access: Mapping[str, Access] | None = None,
+        rate_limit: Callable[[Principal], RateDecision] | None = None,
     ) -> None:
         self.app = app
         self.path = path.rstrip("/") or "/"
@@ -113,6 +116,8 @@ class McpHttpGuard:
         # This endpoint's URL as tokens name it; empty: https://<Host><path> (the Host is checked first).
         self.resource = resource
         self.tool_access = dict(tool_access or {})
+        # Counts each authenticated request against the principal's tier (mcp_backend.ratelimit); blocking I/O.
+        self.rate_limit = rate_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -172,6 +177,8 @@ class McpHttpGuard:
             challenge = self.authenticator.challenge(resource, bool(token)).encode()
             await _json(send, 401, _rpc_error(-32001, "Unauthorized"), [(b"www-authenticate", challenge)])
             return
+        if self.rate_limit is not None and not await self._within_rate(principal, send):
+            return
         media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if media_type != "application/json":
             await _json(send, 415, _rpc_error(-32600, "Unsupported Media Type: use application/json"))
@@ -198,6 +205,29 @@ class McpHttpGuard:
         inner["path"] = self.path  # `/mcp/` is the same endpoint, not a 307
         inner["raw_path"] = self.path.encode()
         await self._serve(inner, receive, send)
+
+    async def _within_rate(self, principal: Principal, send: Send) -> bool:
+        """Count the request; answer 429 (over the tier's rate) or 503 (the counter is unavailable) and
+        return False when it must not reach the SDK."""
+        try:
+            decision = await anyio.to_thread.run_sync(self.rate_limit, principal)  # type: ignore[arg-type]
+        except RateLimitUnavailable as error:
+            # Fail closed: a caller is never served unlimited because the counter cannot be reached.
+            logger.error("request rate limit unavailable", extra={"error_type": str(error)})
+            await _json(
+                send, 503, _rpc_error(-32603, "Service Unavailable: try again shortly"), [(b"retry-after", b"5")]
+            )
+            return False
+        if decision.allowed:
+            return True
+        count_limit_refusal("requests_per_minute", principal.tier, principal.user_id)
+        message = (
+            f"Too Many Requests: requests_per_minute limit of {decision.limit} for tier {principal.tier}; "
+            f"retry after {decision.retry_after_seconds} s"
+        )
+        retry_after = str(decision.retry_after_seconds).encode()
+        await _json(send, 429, _rpc_error(-32029, message), [(b"retry-after", retry_after)])
+        return False
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the SDK app; an event stream gets proxy-safe headers, an opening comment, keepalives and an end."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -21,7 +21,7 @@ from mcp_types import INVALID_PARAMS, GetPromptResult, InputRequiredResult
 from mcp_types import Tool as McpTool
 from starlette.types import ASGIApp
 
-from mcp_backend.api_keys import SecretReader
+from mcp_backend.api_keys import Principal, SecretReader
 from mcp_backend.aws import AwsClients, ClientFactory, LazyClient
 from mcp_backend.calllog.shipper import RecordShipper
 from mcp_backend.calllog.writer import CallLogWriter
@@ -32,6 +32,7 @@ from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 from mcp_backend.mcp.oauth import EitherAuthenticator, OAuthAuthenticator
 from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
+from mcp_backend.ratelimit import RateDecision, RequestRateLimiter
 from mcp_backend.tools.registry import TOOLS, Tool
 from mcp_backend.tools.services import ToolServices
 
@@ -95,6 +96,16 @@ def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str
     return ToolBindings(table, services)
 
 
+def request_rate_limit(settings: McpSettings, clients: AwsClients) -> Callable[[Principal], RateDecision]:
+    """Counts one request of a principal against its tier's requests per minute (RateLimitTable)."""
+    limiter = RequestRateLimiter(settings.rate_limit_table_name, LazyClient("dynamodb", clients))
+
+    def rate_limit(principal: Principal) -> RateDecision:
+        return limiter.take(principal.user_id, settings.tier_limits(principal.tier).requests_per_minute)
+
+    return rate_limit
+
+
 def create_app(
     settings: McpSettings | None = None,
     authenticator: Authenticator | None = None,
@@ -154,6 +165,7 @@ def create_app(
         keepalive_seconds=settings.sse_keepalive_seconds,
         resource=settings.oauth_resource,
         tool_access=bindings.access,
+        rate_limit=request_rate_limit(settings, clients),
     )
     # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached
     # (https://github.com/aws-samples/graceful-shutdown-with-aws-lambda): pending call-log records go out then.

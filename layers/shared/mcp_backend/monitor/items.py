@@ -3,6 +3,11 @@
 - the endpoint:      sortKey "endpoint",              itemType "endpoint", ownerId, name, url, authToken?
 - a probe result:    sortKey "probe#<probedAt>#<id>", itemType "probe_result", TTL expiresAt
 - a daily rollup:    sortKey "rollup#<YYYY-MM-DD>",   itemType "probe_rollup" (kept: history survives expiry)
+- an owner's count:  serverId "owner#<ownerId>", sortKey "endpoints", serverIds (string set): the endpoints
+  the owner has registered, held to its tier's cap (serverIds never contain "#", so no endpoint is one)
+
+An endpoint item also carries failingSince (its probes fail since then) and probesStoppedAt (they failed for
+the configured days and the dispatcher no longer probes it, until its owner registers it again).
 
 Only endpoint items carry ownerId, so the EndpointsByOwner index (ownerId, serverId) is sparse: it holds the
 registered endpoints and nothing else. It projects name and url, never authToken (see README, "Probes").
@@ -20,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from mcp_backend.validation import describe_validation_error
 
 ENDPOINT_SORT_KEY = "endpoint"
+OWNER_ENDPOINTS_SORT_KEY = "endpoints"
 
 
 class ItemType(StrEnum):
@@ -69,6 +75,11 @@ class ProbeResult(BaseModel):
 ENDPOINTS_BY_OWNER_INDEX = "EndpointsByOwner"
 PROBE_PREFIX = "probe#"
 ROLLUP_PREFIX = "rollup#"
+
+
+def owner_partition(owner_id: str) -> str:
+    """The partition of an owner's endpoint count."""
+    return f"owner#{owner_id}"
 
 
 def probed_at_text(moment: datetime) -> str:

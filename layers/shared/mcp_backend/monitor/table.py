@@ -14,6 +14,7 @@ from mcp_backend.aws import client_or_lazy
 from mcp_backend.monitor.items import (
     ENDPOINT_SORT_KEY,
     ENDPOINTS_BY_OWNER_INDEX,
+    OWNER_ENDPOINTS_SORT_KEY,
     PROBE_PREFIX,
     ROLLUP_PREFIX,
     Endpoint,
@@ -21,6 +22,7 @@ from mcp_backend.monitor.items import (
     ProbeResult,
     endpoint_item,
     key,
+    owner_partition,
     rollup_sort_key,
 )
 from mcp_backend.observability import logger
@@ -71,24 +73,86 @@ class MonitorTable:
         return cls(settings.monitor_table_name, client, sleep)
 
     # -- endpoints: writes ------------------------------------------------------
-    def register_endpoint(self, endpoint: Endpoint, auth_token: str | None) -> None:
-        """Write the registration fields; schema state kept by the drift detector stays."""
+    def register_endpoint(self, endpoint: Endpoint, auth_token: str | None, cap: int | None = None) -> bool:
+        """Write the registration fields; schema state kept by the drift detector stays, probes stopped for
+        failing resume. With a cap, the endpoint and its owner's count are written in one transaction:
+        False (and nothing written) when the owner has `cap` other endpoints registered."""
         item = endpoint_item(endpoint, auth_token=auth_token, registered_at=datetime.now(UTC))
         names = {f"#{n}": n for n in item if n not in ("serverId", "sortKey")}
         values = {f":{n}": v for n, v in item.items() if n not in ("serverId", "sortKey")}
         update = "SET " + ", ".join(f"{alias} = :{alias[1:]}" for alias in names)
+        # A re-registration resumes probes that stopped for failing (a fresh start for the failure clock).
+        update += " REMOVE failingSince, probesStoppedAt"
         if not auth_token:
             names["#authToken"] = "authToken"
-            update += " REMOVE #authToken"
-        self._client.update_item(
-            TableName=self.table_name,
-            Key=key(endpoint.server_id, ENDPOINT_SORT_KEY),
-            UpdateExpression=update,
+            update += ", #authToken"
+        write = {
+            "TableName": self.table_name,
+            "Key": key(endpoint.server_id, ENDPOINT_SORT_KEY),
+            "UpdateExpression": update,
             # A serverId held by another owner is never taken over (a hash collision, in practice never).
-            ConditionExpression="attribute_not_exists(ownerId) OR ownerId = :ownerId",
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
-        )
+            "ConditionExpression": "attribute_not_exists(ownerId) OR ownerId = :ownerId",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+        if cap is None:
+            self._client.update_item(**write)
+            return True
+        try:
+            self._client.transact_write_items(
+                TransactItems=[{"Update": write}, {"Update": self._count_endpoint(endpoint, cap)}]
+            )
+        except self._client.exceptions.TransactionCanceledException as error:
+            reasons = [reason.get("Code") for reason in error.response.get("CancellationReasons", [])]
+            if reasons[1:2] == ["ConditionalCheckFailed"] and reasons[:1] != ["ConditionalCheckFailed"]:
+                return False
+            raise
+        return True
+
+    def _count_endpoint(self, endpoint: Endpoint, cap: int) -> dict[str, Any]:
+        """The owner's set of registered serverIds gains this one, unless it holds `cap` others."""
+        return {
+            "TableName": self.table_name,
+            "Key": key(owner_partition(endpoint.owner_id), OWNER_ENDPOINTS_SORT_KEY),
+            "UpdateExpression": "ADD serverIds :ids",
+            "ConditionExpression": (
+                "attribute_not_exists(serverIds) OR contains(serverIds, :id) OR size(serverIds) < :cap"
+            ),
+            "ExpressionAttributeValues": {
+                ":ids": {"SS": [endpoint.server_id]},
+                ":id": {"S": endpoint.server_id},
+                ":cap": {"N": str(cap)},
+            },
+        }
+
+    def delete_endpoint(self, server_id: str, owner_id: str) -> bool:
+        """Delete the owner's endpoint item and its place in the owner's count, in one transaction; the
+        dispatcher no longer sees it, so its probes (and their alerts) stop. False when it is not the
+        owner's (someone else's endpoint is indistinguishable from none). Its probe results expire by TTL."""
+        try:
+            self._client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Delete": {
+                            "TableName": self.table_name,
+                            "Key": key(server_id, ENDPOINT_SORT_KEY),
+                            "ConditionExpression": "ownerId = :owner",
+                            "ExpressionAttributeValues": {":owner": {"S": owner_id}},
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": self.table_name,
+                            "Key": key(owner_partition(owner_id), OWNER_ENDPOINTS_SORT_KEY),
+                            "UpdateExpression": "DELETE serverIds :ids",
+                            "ExpressionAttributeValues": {":ids": {"SS": [server_id]}},
+                        }
+                    },
+                ]
+            )
+        except self._client.exceptions.TransactionCanceledException:
+            return False
+        return True
 
     def set_endpoint_url(self, server_id: str, url: str) -> None:
         """Point an existing endpoint at a new URL; its token and schema state stay."""
@@ -101,9 +165,66 @@ class MonitorTable:
             ExpressionAttributeValues={":url": {"S": url}},
         )
 
-    def delete_endpoint(self, server_id: str) -> None:
-        """Remove an endpoint's item (its probe results expire by TTL)."""
-        self._client.delete_item(TableName=self.table_name, Key=key(server_id, ENDPOINT_SORT_KEY))
+    # -- endpoints: failing probes ---------------------------------------------
+    def mark_failing(self, server_id: str, since: str) -> None:
+        """The endpoint's probe failed: it is failing since `since` unless it already was (a conditional
+        write that changes nothing, and streams nothing, while the endpoint keeps failing)."""
+        self._write_if(
+            server_id,
+            "SET failingSince = :since",
+            "attribute_exists(ownerId) AND attribute_not_exists(failingSince)",
+            {":since": {"S": since}},
+        )
+
+    def mark_passing(self, server_id: str) -> None:
+        """The endpoint's probe passed: it is no longer failing."""
+        self._write_if(server_id, "REMOVE failingSince", "attribute_exists(failingSince)", None)
+
+    def failing_state(self, server_ids: list[str]) -> dict[str, dict[str, str]]:
+        """failingSince and probesStoppedAt of the endpoints that have either (BatchGetItem, 100 keys a call)."""
+        states: dict[str, dict[str, str]] = {}
+        for start in range(0, len(server_ids), 100):
+            keys = [key(server_id, ENDPOINT_SORT_KEY) for server_id in server_ids[start : start + 100]]
+            request: dict[str, Any] = {
+                self.table_name: {"Keys": keys, "ProjectionExpression": "serverId, failingSince, probesStoppedAt"}
+            }
+            while request:
+                response = self._client.batch_get_item(RequestItems=request)
+                for item in response.get("Responses", {}).get(self.table_name, []):
+                    state = {name: item[name]["S"] for name in ("failingSince", "probesStoppedAt") if name in item}
+                    if state:
+                        states[item["serverId"]["S"]] = state
+                request = response.get("UnprocessedKeys") or {}
+        return states
+
+    def stop_probes(self, server_id: str, failing_before: str, at: str) -> str | None:
+        """Stop probing an endpoint failing since before `failing_before`; returns its owner when this call
+        stopped it (so exactly one caller sends the owner's notice), else None."""
+        try:
+            response = self._client.update_item(
+                TableName=self.table_name,
+                Key=key(server_id, ENDPOINT_SORT_KEY),
+                UpdateExpression="SET probesStoppedAt = :at",
+                ConditionExpression="failingSince < :before AND attribute_not_exists(probesStoppedAt)",
+                ExpressionAttributeValues={":at": {"S": at}, ":before": {"S": failing_before}},
+                ReturnValues="ALL_NEW",
+            )
+        except self._client.exceptions.ConditionalCheckFailedException:
+            return None
+        owner: str = response["Attributes"]["ownerId"]["S"]
+        return owner
+
+    def _write_if(self, server_id: str, update: str, condition: str, values: dict[str, Any] | None) -> None:
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=key(server_id, ENDPOINT_SORT_KEY),
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                **({"ExpressionAttributeValues": values} if values else {}),
+            )
+        except self._client.exceptions.ConditionalCheckFailedException:
+            pass  # nothing to change
 
     # -- endpoints: reads -------------------------------------------------------
     def read_endpoint(self, server_id: str) -> dict[str, Any] | None:

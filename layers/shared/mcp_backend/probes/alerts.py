@@ -22,6 +22,7 @@ from mcp_backend.idempotency import run_once_or_none
 from mcp_backend.monitor.items import ProbeStatus
 from mcp_backend.observability import logger, metrics
 from mcp_backend.probes.envelope import DestinationEnvelope, MalformedEnvelope
+from mcp_backend.probes.errors import EndpointNotFound
 
 ERROR_MESSAGE_CHARS = 500
 
@@ -87,6 +88,8 @@ class AlertHandler:
             "timestamp": envelope.timestamp.isoformat(),
         }
         payload = envelope.response_payload or {}
+        if not envelope.succeeded and payload.get("errorType") == EndpointNotFound.__name__:
+            return None  # unregistered while its probe was in flight: its owner asked for no more alerts
         if envelope.succeeded:
             status = payload.get("status")
             if status not in (ProbeStatus.ERROR, ProbeStatus.DEGRADED):

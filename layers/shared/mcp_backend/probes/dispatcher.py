@@ -1,34 +1,75 @@
 """ProbeDispatcher: on each schedule tick, one asynchronous ProbeWorker invocation per registered
 endpoint (InvocationType Event, so the worker's retries, max event age and Destinations apply).
 
-It only reads the registry: the stack's own endpoint, and its key, are registered once at deploy
-(probes/self_probe.py).
+It reads the registry and stops probing endpoints that fail too long; the stack's own endpoint, and its key,
+are registered once at deploy (probes/self_probe.py).
 """
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
 from mcp_backend.aws import client_or_lazy
+from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
+from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import ProbeDispatcherSettings
+from mcp_backend.monitor.items import Endpoint, probed_at_text
 from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.observability import logger, metrics
-from mcp_backend.probes.registry import EndpointRegistry
+from mcp_backend.probes.registry import SELF_SERVER_ID, EndpointRegistry
 from mcp_backend.probes.worker import ProbeTarget
 
 
 class ProbeDispatcher:
-    def __init__(self, settings: ProbeDispatcherSettings, dynamodb_client: Any = None, lambda_client: Any = None):
+    def __init__(
+        self,
+        settings: ProbeDispatcherSettings,
+        dynamodb_client: Any = None,
+        lambda_client: Any = None,
+        call_log: CallLogWriter | None = None,
+    ) -> None:
         self.settings = settings
         self.registry = EndpointRegistry(MonitorTable.from_settings(settings, dynamodb_client))
         self._lambda = client_or_lazy(lambda_client, "lambda")
+        self.call_log = call_log or CallLogWriter(settings.call_log_stream_name)
+
+    def _probed(self, endpoints: list[Endpoint]) -> list[Endpoint]:
+        """The endpoints to probe this tick: not those whose probes stopped, nor those failing for longer than
+        the configured days, which stop now (one notice in the owner's call log; the stack's own never stops)."""
+        try:
+            states = self.registry.failing_state([endpoint.server_id for endpoint in endpoints])
+        except Exception as error:  # noqa: BLE001 - unread state probes everything this tick, as before stopping
+            logger.warning("endpoint failure state not read", extra={"error_type": type(error).__name__})
+            states = {}
+        now = datetime.now(UTC)
+        cutoff = probed_at_text(now - timedelta(days=self.settings.probe_stop_after_failing_days))
+        probed = []
+        for endpoint in endpoints:
+            state = states.get(endpoint.server_id, {})
+            if "probesStoppedAt" in state:
+                continue
+            if endpoint.server_id != SELF_SERVER_ID and state.get("failingSince", "\uffff") < cutoff:
+                owner = self.registry.stop_probes(endpoint.server_id, cutoff, probed_at_text(now))
+                if owner is not None:
+                    self._notify_stopped(owner, endpoint.server_id)
+                continue
+            probed.append(endpoint)
+        return probed
+
+    def _notify_stopped(self, owner_id: str, server_id: str) -> None:
+        logger.info("probes stopped: failing too long", extra={"server_id": server_id, "owner_id": owner_id})
+        metrics.add_metric(name="ProbesStopped", unit=MetricUnit.Count, value=1)
+        self.call_log.put(
+            [CallLogRecord(event_type=CallLogEventType.PROBES_STOPPED, user_id=owner_id, server_id=server_id)]
+        )
 
     def dispatch(self) -> dict[str, int]:
         dispatched = failed = 0
-        for endpoint in self.registry.all_endpoints():
+        for endpoint in self._probed(list(self.registry.all_endpoints())):
             target = ProbeTarget(server_id=endpoint.server_id, endpoint=endpoint.url)
             try:
                 self._lambda.invoke(

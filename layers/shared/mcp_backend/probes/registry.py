@@ -15,6 +15,8 @@ from typing import Any
 
 from mcp_backend.monitor.items import Endpoint, ProbeStatus, probed_at_text
 from mcp_backend.monitor.table import MonitorTable
+from mcp_backend.observability import count_limit_refusal
+from mcp_backend.quotas import EndpointQuota
 
 SELF_SERVER_ID = "self"
 SELF_OWNER_ID = "stack"  # the stack's own endpoint belongs to no API user
@@ -26,12 +28,22 @@ class EndpointRegistry:
         self.table = table
 
     # -- writes -----------------------------------------------------------------
-    def register(self, owner_id: str, url: str, name: str, auth_token: str | None) -> dict[str, Any]:
-        """Register (or re-register: same owner and URL, same serverId) an endpoint."""
+    def register(
+        self, owner_id: str, url: str, name: str, auth_token: str | None, quota: EndpointQuota | None = None
+    ) -> dict[str, Any]:
+        """Register (or re-register: same owner and URL, same serverId) an endpoint. Over the owner's quota,
+        QuotaExceeded and nothing is written (a re-registration never counts twice)."""
         digest = hashlib.sha256(f"{owner_id}\n{url}".encode()).hexdigest()
         endpoint = Endpoint(server_id=f"ep-{digest[:24]}", owner_id=owner_id, name=name, url=url)
-        self.table.register_endpoint(endpoint, auth_token)
+        if not self.table.register_endpoint(endpoint, auth_token, quota.endpoints if quota else None):
+            refused = quota.refused()  # type: ignore[union-attr]  # only a capped write is refused
+            count_limit_refusal(refused.limit, refused.tier, owner_id, refused.resets)
+            raise refused
         return {"serverId": endpoint.server_id, "name": name, "url": url, "hasAuth": bool(auth_token)}
+
+    def unregister(self, owner_id: str, server_id: str) -> bool:
+        """Delete the owner's endpoint: no more probes, results or alerts for it. False when it is not theirs."""
+        return self.table.delete_endpoint(server_id, owner_id)
 
     def register_self(self, url: str, auth_token: str) -> None:
         """The stack's own endpoint, with the self-probe's key (the SelfProbeKey custom resource, at deploy)."""
@@ -43,9 +55,17 @@ class EndpointRegistry:
         self.table.set_endpoint_url(SELF_SERVER_ID, url)
 
     def deregister_self(self) -> None:
-        self.table.delete_endpoint(SELF_SERVER_ID)
+        self.table.delete_endpoint(SELF_SERVER_ID, SELF_OWNER_ID)
+
+    def stop_probes(self, server_id: str, failing_before: str, at: str) -> str | None:
+        """Stop probing an endpoint failing since before `failing_before`; its owner when this call stopped it."""
+        return self.table.stop_probes(server_id, failing_before, at)
 
     # -- reads ------------------------------------------------------------------
+    def failing_state(self, server_ids: list[str]) -> dict[str, dict[str, str]]:
+        """failingSince and probesStoppedAt of those endpoints that have either."""
+        return self.table.failing_state(server_ids)
+
     def all_endpoints(self) -> Iterator[Endpoint]:
         """Every registered endpoint (no tokens)."""
         return self.table.all_endpoints()
@@ -76,6 +96,8 @@ class EndpointRegistry:
             },
             "lastSchemaChange": None,
         }
+        if "probesStoppedAt" in item:  # failing for too long: probed again once registered again
+            view["probesStoppedAt"] = item["probesStoppedAt"]["S"]
         if "schemaHashSince" in item:
             view["lastSchemaChange"] = {
                 "at": item["schemaHashSince"]["S"],

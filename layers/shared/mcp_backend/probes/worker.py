@@ -1,6 +1,7 @@
-"""ProbeWorker: invoked asynchronously with {serverId, endpoint}; returns the probe result and writes
-nothing. Success and failure leave only through the function's Destinations (OnSuccess topic,
-OnFailure queue), so the result travels in the envelope's responsePayload.
+"""ProbeWorker: invoked asynchronously with {serverId, endpoint}; returns the probe result. Success and
+failure leave only through the function's Destinations (OnSuccess topic, OnFailure queue), so the result
+travels in the envelope's responsePayload. The one thing it writes is the endpoint's failingSince, when the
+endpoint starts or stops failing (the dispatcher stops probing an endpoint failing for too long).
 
 The auth token is read here, from the endpoint item, and never put into the invocation payload: the
 payload is the envelope's requestPayload, which is copied to queues and alerts.
@@ -8,16 +9,18 @@ payload is the envelope's requestPayload, which is copied to queues and alerts.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mcp_backend.config import ProbeWorkerSettings
+from mcp_backend.monitor.items import ProbeStatus, probed_at_text
 from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.netsafety import UnsafeEndpointUrl, resolve_endpoint
 from mcp_backend.observability import logger
 from mcp_backend.probes.client import ProbeRequest, probe
-from mcp_backend.probes.errors import EndpointNotFound, ProbeRefused
+from mcp_backend.probes.errors import EndpointNotFound, ProbeFailed, ProbeRefused
 from mcp_backend.validation import describe_validation_error
 
 
@@ -56,6 +59,7 @@ class ProbeWorker:
             # The addresses checked here are the ones the probe connects to (no second DNS answer).
             _, addresses = resolve_endpoint(url, allow_loopback_hosts=self.settings.probe_allow_loopback_hosts)
         except UnsafeEndpointUrl as error:
+            self._record_outcome(target.server_id, failing=True)
             raise ProbeRefused(f"endpoint {target.server_id}: {error}") from None
         request = ProbeRequest(
             server_id=target.server_id,
@@ -66,12 +70,28 @@ class ProbeWorker:
             addresses=tuple(addresses),
             mode=self.settings.probe_mode,
         )
-        result = anyio.run(probe, request)
+        try:
+            result = anyio.run(probe, request)
+        except ProbeFailed:
+            self._record_outcome(target.server_id, failing=True)
+            raise
+        self._record_outcome(target.server_id, failing=result["status"] == ProbeStatus.ERROR)
         logger.info(
             "probe finished",
             extra={"status": result["status"], "latency_ms": result["latencyMs"], "tool_count": result["toolCount"]},
         )
         return result
+
+    def _record_outcome(self, server_id: str, failing: bool) -> None:
+        """Keep the endpoint's failingSince (the dispatcher stops probing it after the configured days).
+        Only a change writes anything; a failed write never fails the probe, whose result still goes out."""
+        try:
+            if failing:
+                self.table.mark_failing(server_id, probed_at_text(datetime.now(UTC)))
+            else:
+                self.table.mark_passing(server_id)
+        except Exception as error:  # noqa: BLE001 - the next probe records it
+            logger.warning("probe outcome not recorded", extra={"error_type": type(error).__name__})
 
     def _registered(self, server_id: str) -> tuple[str, str | None]:
         target = self.table.probe_target(server_id)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
 
+from mcp_backend.config import LOWEST_TIER, TierLimits, TierLimitSettings
 from mcp_backend.jobs.service import JobsService
 from mcp_backend.probes.registry import EndpointRegistry
 from mcp_backend.tools.dataset_stream import FetchPolicy
@@ -32,6 +33,9 @@ class ServiceNotDeclared(ToolError):
 class ToolContext:
     tool_name: str
     user_id: str
+    # The caller's tier and its row of the limits table (the worker runs jobs with the lowest tier's).
+    tier: str = LOWEST_TIER
+    limits: TierLimits = field(default_factory=lambda: TierLimitSettings().tier_limits(LOWEST_TIER))
     fetch_policy: FetchPolicy = field(default_factory=FetchPolicy)
     progress: ProgressCallback | None = None
     jobs: JobsService | None = None

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import Field
 
 from mcp_backend.netsafety import check_endpoint_url
+from mcp_backend.quotas import EndpointQuota
 from mcp_backend.tools.context import StrictInput, ToolContext
 from mcp_backend.tools.errors import EndpointNotFound
 
@@ -30,9 +31,20 @@ class EndpointStatusInput(StrictInput):
     server_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
 
 
+class UnregisterEndpointInput(StrictInput):
+    server_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
+
+
 def register_endpoint(request: RegisterEndpointInput, ctx: ToolContext) -> dict[str, Any]:
     url = check_endpoint_url(request.url, allow_loopback_hosts=ctx.allow_loopback_endpoints)
-    return ctx.endpoint_registry().register(ctx.user_id, url, request.name, request.auth)
+    quota = EndpointQuota(ctx.tier, ctx.limits.endpoints)
+    return ctx.endpoint_registry().register(ctx.user_id, url, request.name, request.auth, quota)
+
+
+def unregister_endpoint(request: UnregisterEndpointInput, ctx: ToolContext) -> dict[str, Any]:
+    if not ctx.endpoint_registry().unregister(ctx.user_id, request.server_id):
+        raise EndpointNotFound(f"no endpoint {request.server_id}")  # someone else's is indistinguishable from none
+    return {"serverId": request.server_id, "unregistered": True}
 
 
 def list_endpoints(request: ListEndpointsInput, ctx: ToolContext) -> dict[str, Any]:

@@ -123,6 +123,15 @@ TOOLS: dict[str, Tool] = {
             services=frozenset({Service.ENDPOINTS}),
         ),
         Tool(
+            name="unregister_endpoint",
+            description="Unregister one of your endpoints: its probes and alerts stop, and it no longer counts "
+            "against your tier's endpoint limit.",
+            input_model=endpoints.UnregisterEndpointInput,
+            run=endpoints.unregister_endpoint,
+            access=Access.SUBMIT,  # deletes
+            services=frozenset({Service.ENDPOINTS}),
+        ),
+        Tool(
             name="list_endpoints",
             description="Your registered MCP endpoints (serverId, name, url).",
             input_model=endpoints.ListEndpointsInput,

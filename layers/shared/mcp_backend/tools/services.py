@@ -10,15 +10,16 @@ wiring mistake is a failed cold start and a failed contract test, never a job re
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
 from mcp_backend.aws import AwsClients, LazyClient
-from mcp_backend.config import ToolSettings
+from mcp_backend.config import LOWEST_TIER, TierLimits, TierLimitSettings, ToolSettings
 from mcp_backend.jobs.service import JobQueues, JobsService
 from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.probes.registry import EndpointRegistry
+from mcp_backend.quotas import JobQuota
 from mcp_backend.tools.context import ProgressCallback, ToolContext
 from mcp_backend.tools.dataset_stream import FetchPolicy
 
@@ -57,6 +58,9 @@ class ToolServices:
     endpoints: EndpointRegistry | None = None
     allow_loopback_endpoints: bool = False
     uptime_window_seconds: int = 86400
+    # The limits table per tier (configuration); every caller is held to its tier's row.
+    limits: TierLimitSettings = field(default_factory=TierLimitSettings)
+    job_slot_max_seconds: int = 6 * 3600
 
     @classmethod
     def from_settings(cls, settings: ToolSettings, clients: AwsClients) -> ToolServices:
@@ -82,7 +86,16 @@ class ToolServices:
             endpoints=endpoints,
             allow_loopback_endpoints=settings.probe_allow_loopback_hosts,
             uptime_window_seconds=settings.probe_uptime_window_seconds,
+            limits=settings,
+            job_slot_max_seconds=settings.job_slot_max_seconds,
         )
+
+    def tier_limits(self, tier: str) -> TierLimits:
+        return self.limits.tier_limits(tier)
+
+    def job_quota(self, tier: str) -> JobQuota:
+        limits = self.tier_limits(tier)
+        return JobQuota(tier, limits.concurrent_jobs, limits.daily_jobs, self.job_slot_max_seconds)
 
     def available(self) -> frozenset[Service]:
         built = {Service.JOBS: self.jobs, Service.ENDPOINTS: self.endpoints}
@@ -98,11 +111,15 @@ class ToolServices:
                     f"environment has no {SERVICE_VARIABLES[service]} (docs/adding-a-tool.md)"
                 )
 
-    def context_for(self, tool: DeclaredTool, user_id: str, progress: ProgressCallback | None = None) -> ToolContext:
-        """What `tool` may use for `user_id`: the services it declares, nothing else."""
+    def context_for(
+        self, tool: DeclaredTool, user_id: str, progress: ProgressCallback | None = None, tier: str = LOWEST_TIER
+    ) -> ToolContext:
+        """What `tool` may use for `user_id` (of `tier`): the services it declares, nothing else."""
         return ToolContext(
             tool_name=tool.name,
             user_id=user_id,
+            tier=tier,
+            limits=self.tier_limits(tier),
             fetch_policy=self.fetch_policy,
             progress=progress,
             jobs=self.jobs if Service.JOBS in tool.services else None,

@@ -1,0 +1,135 @@
+"""Concurrent and daily job quotas against the template's JobTable on moto: a refused submission writes
+nothing, a job that ends frees its slot, and a slot whose job ended without freeing it is reclaimed."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import boto3
+import pytest
+import time_machine
+
+from mcp_backend.aws import AwsClients
+from mcp_backend.config import McpSettings, load_settings
+from mcp_backend.jobs.models import JobError, JobMessage
+from mcp_backend.jobs.service import JobsService, JobSubmission
+from mcp_backend.jobs.store import JobStore
+from mcp_backend.mcp.server import tool_bindings
+from mcp_backend.quotas import JobQuota, QuotaExceeded
+
+NOW = dt.datetime(2026, 12, 1, 15, 0, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def jobs(local) -> JobsService:
+    settings = load_settings(McpSettings, local.stack.function("McpServer").environment)
+    return tool_bindings(settings, AwsClients(boto3.client)).jobs
+
+
+def job_items(local, user_id: str) -> list[dict]:
+    items = boto3.client("dynamodb").scan(TableName=local.table_name("JobTable"))["Items"]
+    return [item for item in items if item.get("userId", {}).get("S") == user_id]
+
+
+def analysis(call_id: str) -> JobSubmission:
+    return JobSubmission(tool="analyze_dataset", input={"dataset_url": "s3://b/k.csv"}, call_id=call_id)
+
+
+def message(job_id: str, user_id: str = "user-a") -> JobMessage:
+    return JobMessage(job_id=job_id, user_id=user_id, tool="analyze_dataset", input={}, submitted_at=NOW)
+
+
+def test_a_submission_over_the_concurrent_limit_is_refused_and_writes_nothing(local, jobs):
+    # Given a free-tier caller allowed 2 jobs at once, with 2 PENDING
+    quota = JobQuota("free", concurrent_jobs=2, daily_jobs=100)
+    held = [jobs.submit("user-a", analysis(f"call-{n}"), quota)["jobId"] for n in range(2)]
+
+    # When it submits a third
+    with pytest.raises(QuotaExceeded) as refused:
+        jobs.submit("user-a", analysis("call-3"), quota)
+
+    # Then the error names the limit, the tier and what frees a slot, and no third job exists
+    assert str(refused.value).startswith("concurrent_jobs limit of 2 for tier free reached; a slot frees when")
+    assert sorted(item["jobId"]["S"] for item in job_items(local, "user-a")) == sorted(held)
+    assert local.queue_depth("JobQueue") == 2
+
+    # And another caller is not affected
+    assert jobs.submit("user-b", analysis("call-1"), quota)["status"] == "PENDING"
+
+
+def test_a_repeat_at_the_limit_is_answered_and_takes_no_slot(jobs):
+    # Given a caller at its limit of 1
+    quota = JobQuota("free", concurrent_jobs=1, daily_jobs=100)
+    first = jobs.submit("user-a", analysis("call-1"), quota)
+
+    # When it repeats the same callId
+    again = jobs.submit("user-a", analysis("call-1"), quota)
+
+    # Then it gets the same job, not a refusal
+    assert again["jobId"] == first["jobId"] and again["repeated"]
+
+
+def test_a_job_that_ends_frees_its_slot(local, jobs):
+    # Given a caller at its limit of 1
+    quota = JobQuota("free", concurrent_jobs=1, daily_jobs=100)
+    first = jobs.submit("user-a", analysis("call-1"), quota)["jobId"]
+    with pytest.raises(QuotaExceeded):
+        jobs.submit("user-a", analysis("call-2"), quota)
+
+    # When the worker records the job's end (FAILED, as for a DLQ'd job), and then the next one SUCCEEDED
+    store = JobStore(local.table_name("JobTable"), boto3.client("dynamodb"))
+    store.mark_failed(first, "user-a", JobError(type="DatasetUnreachable", message="404"), "m-1", "analyze_dataset")
+    second = jobs.submit("user-a", analysis("call-2"), quota)["jobId"]
+    store.mark_succeeded(message(second), {"rowCount": 1})
+
+    # Then each submission after an end is accepted
+    assert jobs.submit("user-a", analysis("call-3"), quota)["status"] == "PENDING"
+
+
+def test_a_slot_whose_job_stopped_being_updated_is_reclaimed(local, jobs):
+    # Given a caller at its limit of 1 whose job's worker was killed while RUNNING (no end recorded)
+    quota = JobQuota("free", concurrent_jobs=1, daily_jobs=100, slot_max_seconds=3600)
+    with time_machine.travel(NOW, tick=False):
+        first = jobs.submit("user-a", analysis("call-1"), quota)["jobId"]
+        JobStore(local.table_name("JobTable"), boto3.client("dynamodb")).mark_running(message(first), 1)
+        with pytest.raises(QuotaExceeded):
+            jobs.submit("user-a", analysis("call-2"), quota)
+
+    # When it submits again after the slot's lifetime
+    with time_machine.travel(NOW + dt.timedelta(hours=2), tick=False):
+        accepted = jobs.submit("user-a", analysis("call-2"), quota)
+
+    # Then the stale slot was freed for it
+    assert accepted["status"] == "PENDING"
+
+
+def test_the_daily_limit_refuses_until_the_next_utc_day(local, jobs):
+    # Given a caller allowed 2 jobs a day, with 2 submitted (and finished) today
+    quota = JobQuota("free", concurrent_jobs=10, daily_jobs=2)
+    with time_machine.travel(NOW, tick=False):
+        for n in range(2):
+            jobs.submit("user-a", analysis(f"call-{n}"), quota)
+
+        # When it submits a third
+        with pytest.raises(QuotaExceeded) as refused:
+            jobs.submit("user-a", analysis("call-3"), quota)
+
+    # Then the error says when it resets, nothing was written, and the next day it is accepted
+    assert str(refused.value) == "daily_jobs limit of 2 for tier free reached; resets at 2026-12-02T00:00:00Z"
+    assert len(job_items(local, "user-a")) == 2
+    with time_machine.travel(NOW + dt.timedelta(days=1), tick=False):
+        assert jobs.submit("user-a", analysis("call-3"), quota)["status"] == "PENDING"
+
+
+def test_a_batch_over_the_concurrent_limit_refuses_only_the_items_past_it(local, jobs):
+    # Given a caller allowed 3 jobs at once
+    quota = JobQuota("pro", concurrent_jobs=3, daily_jobs=100)
+
+    # When it submits a batch of 5
+    results = jobs.submit_many("user-a", [analysis(f"call-{n}") for n in range(5)], quota)
+
+    # Then 3 are queued and the other 2 are each a QuotaExceeded entry; only 3 jobs exist
+    assert [r.get("status") for r in results[:3]] == ["PENDING"] * 3
+    assert [r["error"]["type"] for r in results[3:]] == ["QuotaExceeded"] * 2
+    assert {r["error"]["limit"] for r in results[3:]} == {"concurrent_jobs"}
+    assert len(job_items(local, "user-a")) == 3
