@@ -21,6 +21,7 @@ TOOL_NAMES = {
     "submit_analyses",
     "get_job",
     "list_failed_jobs",
+    "cancel_job",
     "analyze_dataset",
     "register_endpoint",
     "list_endpoints",

@@ -19,7 +19,7 @@ from mcp_backend.config import ToolSettings
 from mcp_backend.jobs.service import JobQueues, JobsService
 from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.probes.registry import EndpointRegistry
-from mcp_backend.tools.context import ProgressCallback, ToolContext
+from mcp_backend.tools.context import CancellationCheck, ProgressCallback, ToolContext
 from mcp_backend.tools.dataset_stream import FetchPolicy
 
 
@@ -64,6 +64,7 @@ class ToolServices:
                 job_queue_url=settings.job_queue_url,
                 job_dead_letter_queue_url=settings.job_dead_letter_queue_url,
                 result_page_bytes=settings.job_result_page_bytes,
+                result_bucket_name=settings.job_result_bucket_name,
                 # A job's enqueue claim outlives the request that took it.
                 enqueue_claim_seconds=settings.function_timeout_seconds + 5,
             )
@@ -95,7 +96,13 @@ class ToolServices:
                     f"environment has no {SERVICE_VARIABLES[service]} (docs/adding-a-tool.md)"
                 )
 
-    def context_for(self, tool: DeclaredTool, user_id: str, progress: ProgressCallback | None = None) -> ToolContext:
+    def context_for(
+        self,
+        tool: DeclaredTool,
+        user_id: str,
+        progress: ProgressCallback | None = None,
+        cancelled: CancellationCheck | None = None,
+    ) -> ToolContext:
         """What `tool` may use for `user_id`: the services it declares, nothing else."""
         return ToolContext(
             tool_name=tool.name,
@@ -106,4 +113,5 @@ class ToolServices:
             endpoints=self.endpoints if Service.ENDPOINTS in tool.services else None,
             allow_loopback_endpoints=self.allow_loopback_endpoints,
             uptime_window_seconds=self.uptime_window_seconds,
+            cancelled=cancelled,
         )
