@@ -418,7 +418,17 @@ def _s3_bucket(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Cre
 
 
 def _s3_bucket_policy(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
-    stack.client("s3").put_bucket_policy(Bucket=props["Bucket"], Policy=json.dumps(props["PolicyDocument"]))
+    """The policy without its TLS-only denials: the local stack speaks plain http on loopback, and moto would
+    refuse every request under them."""
+    document = dict(props["PolicyDocument"])
+    statements = [
+        statement
+        for statement in document.get("Statement", [])
+        if statement.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") not in ("false", False)
+    ]
+    if statements:
+        document["Statement"] = statements
+        stack.client("s3").put_bucket_policy(Bucket=props["Bucket"], Policy=json.dumps(document))
     return Created(ref=f"{props['Bucket']}-policy")
 
 

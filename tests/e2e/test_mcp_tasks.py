@@ -255,3 +255,58 @@ def test_a_task_polled_past_its_ttl_is_expired_and_cannot_be_cancelled(endpoint)
     expired = (-32602, "Failed to retrieve task: Task has expired")
     assert (polled["error"]["code"], polled["error"]["message"]) == expired
     assert job_item(endpoint, task_id)["status"] == "PENDING"
+
+
+def wide_csv(columns: int = 3000) -> bytes:
+    """A CSV whose analysis (one summary per column, long names) is far over DynamoDB's 400 KB item limit."""
+    names = [f"column_{index:05d}_" + "x" * 120 for index in range(columns)]
+    return (",".join(names) + "\n" + ",".join(str(index) for index in range(columns)) + "\n").encode()
+
+
+def test_a_result_over_400_kb_is_stored_in_the_result_bucket_and_read_back_whole(endpoint):
+    # Given a dataset whose analysis is over 400 KB
+    endpoint.local.client("s3").put_object(Bucket="local-datasets", Key="wide.csv", Body=wide_csv())
+    task_id = call_analysis(endpoint, "s3://local-datasets/wide.csv")["result"]["taskId"]
+
+    # When the worker runs it
+    endpoint.local.sqs_source_for("ToolWorker").drain()
+
+    # Then the job record holds only a pointer into the result bucket, the object is over 400 KB, and the task
+    # carries the whole result
+    item = job_item(endpoint, task_id)
+    assert item["status"] == "SUCCEEDED" and "result" not in item
+    bucket = endpoint.local.table_name("JobResultBucket")
+    stored = endpoint.local.client("s3").get_object(Bucket=bucket, Key=item["resultKey"])["Body"].read()
+    assert len(stored) > 400 * 1024
+    task = rpc(endpoint, "tasks/get", {"taskId": task_id})["result"]
+    assert task["status"] == "completed"
+    assert len(task["result"]["structuredContent"]["columns"]) == 3000
+
+    # And get_job pages the same result from the bucket: the pages join to the stored JSON text
+    text, cursor = "", None
+    while True:
+        arguments = {"job_id": task_id, **({"cursor": cursor} if cursor else {})}
+        page = rpc(endpoint, "tools/call", {"name": "get_job", "arguments": arguments})["result"]["structuredContent"]
+        text += page["resultChunk"]
+        cursor = page.get("nextCursor")
+        if cursor is None:
+            break
+    assert text.encode() == stored
+
+
+def test_without_a_result_bucket_an_oversized_result_fails_at_once_and_is_not_retried(endpoint):
+    # Given a worker without a result bucket and a dataset whose analysis is over 400 KB
+    endpoint.local.function_overrides["JOB_RESULT_BUCKET_NAME"] = ""
+    endpoint.local.client("s3").put_object(Bucket="local-datasets", Key="wide.csv", Body=wide_csv())
+    task_id = call_analysis(endpoint, "s3://local-datasets/wide.csv")["result"]["taskId"]
+
+    # When the worker runs it
+    endpoint.local.sqs_source_for("ToolWorker").drain()
+
+    # Then DynamoDB's item-size refusal is a permanent failure: one run, FAILED, dead-lettered at once
+    item = job_item(endpoint, task_id)
+    assert (item["status"], item["runs"], item["error"]["type"]) == ("FAILED", 1, "ResultTooLarge")
+    assert endpoint.local.queue_depth("JobQueue") == 0
+    assert endpoint.local.queue_depth("JobDeadLetterQueue") == 1
+    task = rpc(endpoint, "tasks/get", {"taskId": task_id})["result"]
+    assert task["status"] == "failed" and task["error"]["code"] == -32603

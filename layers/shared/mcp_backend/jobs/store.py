@@ -28,8 +28,9 @@ JOB_RETENTION_SECONDS = 30 * 24 * 3600  # JobTable TTL (attribute expiresAt)
 _OWNER_CONDITION = "attribute_not_exists(jobId) OR userId = :user"
 # Running and succeeding are refused once the owner cancelled the job.
 _NOT_CANCELLED = "(attribute_not_exists(#status) OR #status <> :cancelled)"
-# DynamoDB's answer to an item over 400 KB: a ValidationException that no retry can change.
-_ITEM_TOO_LARGE = "Item size has exceeded the maximum allowed size"
+# DynamoDB's answer to an item over 400 KB ("Item size has exceeded ..." on a put, "Item size to update has
+# exceeded ..." on an update): a ValidationException that no retry can change.
+_ITEM_TOO_LARGE = "exceeded the maximum allowed size"
 # The sparse index of failed jobs per user, newest first (template.yaml, JobTable).
 FAILED_JOBS_INDEX = "FailedJobsByUser"
 # A job may be claimed for sending while it is PENDING, unsent, and nobody holds a live claim.
