@@ -86,9 +86,20 @@ def _epoch(timestamp: str) -> float:
 
 
 def tool_result(result: dict[str, Any]) -> dict[str, Any]:
-    """The CallToolResult the synchronous tool would have answered: structured content and its JSON text."""
+    """The 2026-07-28 CallToolResult the synchronous tool would have answered: structured content and its JSON
+    text (a 2026 Result carries its resultType)."""
     text = json.dumps(result, separators=(",", ":"), default=str)
-    return {"content": [{"type": "text", "text": text}], "structuredContent": result, "isError": False}
+    return {
+        "resultType": "complete",
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": result,
+        "isError": False,
+    }
+
+
+def tool_error_result(message: str) -> dict[str, Any]:
+    """A CallToolResult that reports the tool's failure (isError), as the synchronous tool would."""
+    return {"resultType": "complete", "content": [{"type": "text", "text": message}], "isError": True}
 
 
 class JobTasks(Extension):
@@ -136,7 +147,7 @@ class JobTasks(Extension):
             )
         except JobRequestError as error:
             # Not enqueued: the tool call's own error result, as submit_<tool> reports it.
-            return {"content": [{"type": "text", "text": f"{error.error_type}: {error}"}], "isError": True}
+            return tool_error_result(f"{error.error_type}: {error}")
         # submit returns once the job's record holds its message id: a consistent read finds it now.
         task = await anyio.to_thread.run_sync(self._task, user_id, submitted["jobId"])
         logger.info("task created", extra={"job_id": submitted["jobId"], "tool": tool.name})
@@ -202,8 +213,7 @@ class JobTasks(Extension):
             if error_type in self._tool_errors:
                 # A tool's own failure is a completed call with an error result (spec: failed is for
                 # JSON-RPC errors only).
-                content = [{"type": "text", "text": f"{error_type}: {message}"}]
-                task.update(status="completed", result={"content": content, "isError": True})
+                task.update(status="completed", result=tool_error_result(f"{error_type}: {message}"))
             else:
                 task.update(status="failed", error={"code": -32603, "message": f"{error_type}: {message}"})
         return task
