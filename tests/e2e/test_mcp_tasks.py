@@ -12,8 +12,9 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
+from devstack.__main__ import issue_dev_keys
 from mcp_backend.jobs.store import JobStore
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import Endpoint, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -310,3 +311,28 @@ def test_without_a_result_bucket_an_oversized_result_fails_at_once_and_is_not_re
     assert endpoint.local.queue_depth("JobDeadLetterQueue") == 1
     task = rpc(endpoint, "tasks/get", {"taskId": task_id})["result"]
     assert task["status"] == "failed" and task["error"]["code"] == -32603
+
+
+def test_a_task_is_polled_from_a_new_execution_environment_of_the_served_function(start_stack):
+    # Given the stack as make dev serves it, McpServer in its Lambda-shaped environments
+    stack = start_stack()
+    runtime = stack.environment.lambda_runtime
+    if runtime is None:
+        pytest.skip("in-process runtime: one app serves the Function URL; two endpoints are tested above")
+    [key] = issue_dev_keys(stack).values()
+    [web] = stack.web_functions.values()
+    served = Endpoint(url=f"{web.url}/mcp", alice_key=key, bob_key=key, local=stack.environment)
+    task_id = call_analysis(served)["result"]["taskId"]
+    pool = runtime.pool("McpServer")
+    creators = {env.process.pid for env in pool.environments() if env.process is not None}
+
+    # When every environment that served the creation is shut down, the job runs, and the client polls
+    for env in pool.release_all():
+        env.stop()
+    stack.settle()
+    seen = rpc(served, "tasks/get", {"taskId": task_id})["result"]
+
+    # Then a new environment (another process) answers with the completed task
+    pollers = {env.process.pid for env in pool.environments() if env.process is not None and env.alive()}
+    assert pollers and not pollers & creators
+    assert (seen["status"], seen["result"]["structuredContent"]["rowCount"]) == ("completed", 6)
