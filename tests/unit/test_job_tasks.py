@@ -3,14 +3,18 @@ fit a JobTable item. JobTable is the template's, on moto."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+from types import SimpleNamespace
 from typing import Any
 
+import anyio
 import boto3
 import pytest
 from botocore.exceptions import ClientError
 from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolRequestParams
 
 from mcp_backend.jobs.errors import JobAlreadyFinished, JobCancelled, JobNotFound, ResultTooLarge
 from mcp_backend.jobs.models import JobMessage, JobStatus
@@ -18,7 +22,7 @@ from mcp_backend.jobs.service import JobQueues, JobsService
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.mcp.tasks import JobTasks
 from mcp_backend.tools.context import ToolContext
-from mcp_backend.tools.registry import TOOLS
+from mcp_backend.tools.registry import TOOLS, Mode
 from mcp_backend.tools.worker import is_permanent
 
 USER, OTHER = "user-alice", "user-bob"
@@ -185,3 +189,37 @@ def test_a_task_is_not_found_for_another_user_and_expired_past_its_ttl(jobs):
     assert (foreign.value.error.code, foreign.value.error.message) == not_found
     gone = (-32602, "Failed to retrieve task: Task has expired")
     assert (expired.value.error.code, expired.value.error.message) == gone
+
+
+def test_a_tool_that_only_runs_as_a_job_needs_the_extension_and_other_tools_pass_through(jobs):
+    # Given a table with a job-only tool and a client that did not declare the Tasks extension
+    job_only = dataclasses.replace(TOOLS["analyze_dataset"], mode=Mode.JOB)
+    tasks = JobTasks(jobs, {"analyze_dataset": job_only, "get_job": TOOLS["get_job"]})
+    ctx: Any = SimpleNamespace(protocol_version="2026-07-28", session=SimpleNamespace(client_capabilities=None))
+    passed: list[str] = []
+
+    async def call_next(_ctx: Any) -> dict[str, Any]:
+        passed.append("handler")
+        return {"content": []}
+
+    async def call(name: str) -> Any:
+        return await tasks.intercept_tool_call(CallToolRequestParams(name=name, arguments={}), ctx, call_next)
+
+    # When it calls the job-only tool, and a tool that is not a job
+    with pytest.raises(MCPError) as refused:
+        anyio.run(call, "analyze_dataset")
+    anyio.run(call, "get_job")
+
+    # Then the first is the spec's missing-capability error naming the extension, with nothing queued, and
+    # the second reaches its handler as before
+    assert refused.value.error.code == -32021
+    assert refused.value.error.data == {"requiredCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}
+    assert passed == ["handler"]
+    assert local_queue_is_empty(jobs)
+
+
+def local_queue_is_empty(jobs: JobsService) -> bool:
+    attributes = boto3.client("sqs").get_queue_attributes(
+        QueueUrl=jobs.queues.job_queue_url, AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    return attributes["ApproximateNumberOfMessages"] == "0"
