@@ -400,6 +400,58 @@ def _events_rule(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> C
     return Created(ref=name, attributes={"Arn": arn})
 
 
+def _s3_bucket(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    """The bucket with the template's encryption, public access block and lifecycle (moto keeps them)."""
+    name = props.get("BucketName") or stack.physical_name(logical_id).lower()
+    s3 = stack.client("s3")
+    if stack.region == "us-east-1":
+        s3.create_bucket(Bucket=name)
+    else:
+        s3.create_bucket(Bucket=name, CreateBucketConfiguration={"LocationConstraint": stack.region})
+    if "BucketEncryption" in props:
+        # CloudFormation's ServerSideEncryptionByDefault is the API's ApplyServerSideEncryptionByDefault.
+        encryption = [
+            {"ApplyServerSideEncryptionByDefault": rule["ServerSideEncryptionByDefault"]}
+            for rule in props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+        ]
+        s3.put_bucket_encryption(Bucket=name, ServerSideEncryptionConfiguration={"Rules": encryption})
+    if "PublicAccessBlockConfiguration" in props:
+        s3.put_public_access_block(Bucket=name, PublicAccessBlockConfiguration=props["PublicAccessBlockConfiguration"])
+    rules = props.get("LifecycleConfiguration", {}).get("Rules", [])
+    if rules:
+        s3.put_bucket_lifecycle_configuration(
+            Bucket=name,
+            LifecycleConfiguration={
+                "Rules": [
+                    {
+                        "ID": rule.get("Id", f"rule-{index}"),
+                        "Status": rule["Status"],
+                        "Filter": {"Prefix": rule.get("Prefix", "")},
+                        "Expiration": {"Days": int(rule["ExpirationInDays"])},
+                    }
+                    for index, rule in enumerate(rules)
+                    if "ExpirationInDays" in rule
+                ]
+            },
+        )
+    return Created(ref=name, attributes={"Arn": f"arn:aws:s3:::{name}", "DomainName": f"{name}.s3.amazonaws.com"})
+
+
+def _s3_bucket_policy(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    """The policy without its TLS-only denials: the local stack speaks plain http on loopback, and moto would
+    refuse every request under them."""
+    document = dict(props["PolicyDocument"])
+    statements = [
+        statement
+        for statement in document.get("Statement", [])
+        if statement.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") not in ("false", False)
+    ]
+    if statements:
+        document["Statement"] = statements
+        stack.client("s3").put_bucket_policy(Bucket=props["Bucket"], Policy=json.dumps(document))
+    return Created(ref=f"{props['Bucket']}-policy")
+
+
 def _secret(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
     name = props.get("Name") or stack.physical_name(logical_id)
     request: dict[str, Any] = {"Name": name}
@@ -479,6 +531,8 @@ _CREATORS: dict[str, Callable[[LocalStack, str, dict[str, Any]], Created]] = {
     "AWS::Events::EventBus": _event_bus,
     "AWS::Events::Rule": _events_rule,
     "AWS::SecretsManager::Secret": _secret,
+    "AWS::S3::Bucket": _s3_bucket,
+    "AWS::S3::BucketPolicy": _s3_bucket_policy,
     "AWS::Cognito::UserPool": _user_pool,
     "AWS::Cognito::UserPoolDomain": _user_pool_domain,
     "AWS::Cognito::UserPoolResourceServer": _user_pool_resource_server,

@@ -20,6 +20,7 @@ TOOL_NAMES = {
     "submit_analyses",
     "get_job",
     "list_failed_jobs",
+    "cancel_job",
     "analyze_dataset",
     "register_endpoint",
     "unregister_endpoint",

@@ -4,6 +4,7 @@ nothing, a job that ends frees its slot, and a slot whose job ended without free
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import boto3
 import pytest
@@ -80,7 +81,7 @@ def test_a_job_that_ends_frees_its_slot(local, jobs):
     store = JobStore(local.table_name("JobTable"), boto3.client("dynamodb"))
     store.mark_failed(first, "user-a", JobError(type="DatasetUnreachable", message="404"), "m-1", "analyze_dataset")
     second = jobs.submit("user-a", analysis("call-2"), quota)["jobId"]
-    store.mark_succeeded(message(second), {"rowCount": 1})
+    store.mark_succeeded(message(second), result_text=json.dumps({"rowCount": 1}))
 
     # Then each submission after an end is accepted
     assert jobs.submit("user-a", analysis("call-3"), quota)["status"] == "PENDING"

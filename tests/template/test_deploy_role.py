@@ -47,6 +47,8 @@ CREATE_ACTION = {
     "AWS::Lambda::Url": "lambda:CreateFunctionUrlConfig",
     "AWS::Lambda::Version": "lambda:PublishVersion",
     "AWS::Logs::LogGroup": "logs:CreateLogGroup",
+    "AWS::S3::Bucket": "s3:CreateBucket",
+    "AWS::S3::BucketPolicy": "s3:PutBucketPolicy",
     "AWS::SNS::Subscription": "sns:Subscribe",
     "AWS::SNS::Topic": "sns:CreateTopic",
     "AWS::SQS::Queue": "sqs:CreateQueue",

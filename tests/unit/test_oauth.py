@@ -451,6 +451,12 @@ def test_required_access_reads_each_tools_call():
     assert required_access(b"not json", TOOL_ACCESS) == set()
 
 
+def test_cancelling_a_task_needs_the_submit_scope_and_polling_it_the_read_one():
+    # A read-only token may poll its tasks but not stop the work they queued.
+    assert required_access(b'{"method":"tasks/cancel","params":{"taskId":"t"}}', TOOL_ACCESS) == {Access.SUBMIT}
+    assert required_access(b'{"method":"tasks/get","params":{"taskId":"t"}}', TOOL_ACCESS) == set()
+
+
 @pytest.mark.parametrize("algorithms", ["HS256", "none", "RS256,HS512", ""])
 def test_symmetric_or_no_algorithms_are_a_configuration_error(algorithms):
     environment = {"JOB_TABLE_NAME": "t", "JOB_QUEUE_URL": "q", "JOB_DEAD_LETTER_QUEUE_URL": "d"}

@@ -75,6 +75,8 @@ class ToolSettings(TierLimitSettings):
     # outlives the request that took it (see JobQueues.enqueue_claim_seconds).
     function_timeout_seconds: int = Field(default=120, gt=0)
     job_result_page_bytes: int = Field(default=256 * 1024, ge=64, le=4 * 1024 * 1024)  # far below the 20 MB stream cap
+    # Results too large for a JobTable item (mcp_backend.jobs.results): written by the worker, read by the endpoint.
+    job_result_bucket_name: str = ""
     # Registered probe endpoints (register_endpoint, list_endpoints, endpoint_status).
     monitor_table_name: str = ""
     # Only the local stack sets this: register_endpoint accepts loopback (no other private address) and http.

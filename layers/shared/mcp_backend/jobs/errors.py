@@ -18,6 +18,16 @@ class JobOwnershipError(JobPipelineError):
     """The job id belongs to another user; the existing job is left untouched."""
 
 
+class JobCancelled(JobPipelineError):
+    """The job's owner cancelled it: it is not run, or its run stops at the next checkpoint, and its result
+    is never recorded. Not a failure: the message is deleted, not retried or dead-lettered."""
+
+
+class ResultTooLarge(JobPipelineError):
+    """The result does not fit a JobTable item and no result bucket is configured: the same result would
+    be refused on every retry, so the job fails at once."""
+
+
 class UnknownTool(JobPipelineError):
     """The job names a tool the registry does not have."""
 
@@ -40,3 +50,7 @@ class InvalidCursor(JobRequestError):
 
 class EnqueueFailed(JobRequestError):
     """The job was recorded but its message could not be sent; the same callId retries it."""
+
+
+class JobAlreadyFinished(JobRequestError):
+    """The job is already SUCCEEDED, FAILED or CANCELLED: it cannot be cancelled."""

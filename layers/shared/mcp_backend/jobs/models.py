@@ -17,6 +17,11 @@ class JobStatus(StrEnum):
     RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
+    CANCELLED = "CANCELLED"  # by its owner (cancel_job, tasks/cancel); the worker never runs or completes it
+
+
+# A job in one of these states never changes again (a cancel, a run or a result is refused).
+TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 
 
 class JobMessage(BaseModel):

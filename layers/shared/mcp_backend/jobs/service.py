@@ -19,8 +19,16 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mcp_backend.aws import AwsClients
-from mcp_backend.jobs.errors import EnqueueFailed, InvalidCursor, JobConflict, JobNotFound, JobRequestError
-from mcp_backend.jobs.models import JOB_ID_PATTERN, JobMessage, JobStatus
+from mcp_backend.jobs.errors import (
+    EnqueueFailed,
+    InvalidCursor,
+    JobAlreadyFinished,
+    JobConflict,
+    JobNotFound,
+    JobRequestError,
+)
+from mcp_backend.jobs.models import JOB_ID_PATTERN, TERMINAL_STATUSES, JobMessage, JobStatus
+from mcp_backend.jobs.results import ResultObjects
 from mcp_backend.jobs.store import EnqueueClaim, JobStore
 from mcp_backend.observability import count_limit_refusal, logger
 from mcp_backend.quotas import JobQuota, QuotaExceeded
@@ -51,6 +59,8 @@ class JobQueues:
     job_queue_url: str
     job_dead_letter_queue_url: str
     result_page_bytes: int = 256 * 1024
+    # The bucket of results too large for a job item ("" when the function has none).
+    result_bucket_name: str = ""
     # A sender's claim on a job outlives the sender's request: the endpoint's timeout + 5 s. Past it, a repeat
     # of the job takes the claim over (its sender was killed between claim and send).
     enqueue_claim_seconds: float = 125.0
@@ -258,22 +268,48 @@ class JobsService:
                 raise EnqueueFailed("the job is being enqueued by another request; retry with the same callId")
             time.sleep(ENQUEUE_POLL_SECONDS)
 
+    # -- cancel -----------------------------------------------------------------
+    def cancel(self, user_id: str, job_id: str) -> dict[str, Any]:
+        """Cancel the caller's PENDING or RUNNING job: the worker does not run it, or stops it at its next
+        checkpoint, and never records a result. A finished job is refused and left as it is."""
+        item = self.owned(user_id, job_id)
+        if item["status"] in TERMINAL_STATUSES or not self.store.mark_cancelled(job_id, user_id):
+            # Not cancellable, or it finished between the read and the write.
+            raise JobAlreadyFinished(f"job {job_id} has already finished")
+        return {"jobId": job_id, "status": JobStatus.CANCELLED.value}
+
     # -- read -------------------------------------------------------------------
-    def page(self, user_id: str, job_id: str, cursor_text: str | None = None) -> dict[str, Any]:
+    def owned(self, user_id: str, job_id: str) -> dict[str, Any]:
+        """The caller's job as JobTable holds it (a large result is only its `resultKey`)."""
         item = self.store.get(job_id)
         if item is None or item.get("userId") != user_id:
             # Someone else's job is indistinguishable from no job.
             raise JobNotFound(f"no job {job_id}")
+        return item
+
+    def result_text(self, item: dict[str, Any]) -> str | None:
+        """The JSON text of a job's result, from the item or the result bucket; None when it has none."""
+        if "resultKey" in item:
+            if not self.queues.result_bucket_name:
+                raise JobNotFound(f"the result of job {item['jobId']} is not readable here")
+            return ResultObjects(self.queues.result_bucket_name, self._clients("s3")).get_text(str(item["resultKey"]))
+        if "result" in item:
+            return json.dumps(item["result"], separators=(",", ":"), default=str)
+        return None
+
+    def page(self, user_id: str, job_id: str, cursor_text: str | None = None) -> dict[str, Any]:
+        item = self.owned(user_id, job_id)
         view: dict[str, Any] = {"jobId": job_id, "status": item["status"], "tool": item.get("tool")}
         for key in ("createdAt", "updatedAt", "completedAt", "error"):
             if key in item:
                 view[key] = item[key]
         cursor = JobCursor.decode(cursor_text) if cursor_text is not None else None
-        if cursor is not None and (cursor.job_id != job_id or "result" not in item):
+        has_result = "result" in item or "resultKey" in item
+        if cursor is not None and (cursor.job_id != job_id or not has_result):
             raise InvalidCursor("the cursor does not belong to this job's result")
-        if "result" not in item:
+        text = self.result_text(item)
+        if text is None:
             return view
-        text = json.dumps(item["result"], separators=(",", ":"), default=str)
         page = self.queues.result_page_bytes
         offset = 0
         if cursor is not None:
@@ -281,7 +317,7 @@ class JobsService:
                 raise InvalidCursor("the cursor does not belong to this job's result")
             offset = cursor.offset
         if offset == 0 and len(text) <= page:
-            view["result"] = item["result"]
+            view["result"] = item["result"] if "result" in item else json.loads(text)
             return view
         # Too large for one response: the result's JSON text in pages; concatenate resultChunk in order.
         view["resultChunk"] = text[offset : offset + page]

@@ -1,4 +1,6 @@
-"""Job state in JobTable: PENDING -> RUNNING -> SUCCEEDED | FAILED, every write scoped to the job's owner.
+"""Job state in JobTable: PENDING -> RUNNING -> SUCCEEDED | FAILED, or CANCELLED by its owner from PENDING or
+RUNNING; every write scoped to the job's owner. A CANCELLED job is never marked running or succeeded again
+(the writes are conditional), so a run that raced its cancellation never reports a result.
 
 Enqueueing is claimed: a PENDING job without `enqueuedMessageId` is sent only by the holder of its enqueue
 claim (a token with an expiry, taken by a conditional write), so concurrent submissions of one job send one
@@ -15,8 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from mcp_backend.aws import client_or_lazy
-from mcp_backend.jobs.errors import JobOwnershipError
+from mcp_backend.jobs.errors import JobCancelled, JobOwnershipError, ResultTooLarge
 from mcp_backend.jobs.models import JobError, JobMessage, JobStatus
 from mcp_backend.observability import logger
 from mcp_backend.quotas import JobQuota
@@ -24,6 +28,11 @@ from mcp_backend.quotas import JobQuota
 JOB_RETENTION_SECONDS = 30 * 24 * 3600  # JobTable TTL (attribute expiresAt)
 # Writes are allowed for a new job or for the job's own user, never across users.
 _OWNER_CONDITION = "attribute_not_exists(jobId) OR userId = :user"
+# Running and succeeding are refused once the owner cancelled the job.
+_NOT_CANCELLED = "(attribute_not_exists(#status) OR #status <> :cancelled)"
+# DynamoDB's answer to an item over 400 KB ("Item size has exceeded ..." on a put, "Item size to update has
+# exceeded ..." on an update): a ValidationException that no retry can change.
+_ITEM_TOO_LARGE = "exceeded the maximum allowed size"
 # The sparse index of failed jobs per user, newest first (template.yaml, JobTable).
 FAILED_JOBS_INDEX = "FailedJobsByUser"
 # A job may be claimed for sending while it is PENDING, unsent, and nobody holds a live claim.
@@ -277,7 +286,8 @@ class JobStore:
             "inputSummary = if_not_exists(inputSummary, :summary), "
             "createdAt = if_not_exists(createdAt, :now), "
             "expiresAt = if_not_exists(expiresAt, :expires) ADD runs :one REMOVE #error, failedUserId, failedAt",
-            {
+            unless_cancelled=True,
+            values={
                 ":status": {"S": JobStatus.RUNNING},
                 ":attempt": {"N": str(attempt)},
                 ":one": {"N": "1"},  # runs: how often the job body actually started
@@ -288,19 +298,65 @@ class JobStore:
             },
         )
 
-    def mark_succeeded(self, job: JobMessage, result: dict[str, Any]) -> None:
-        self._update(
-            job.job_id,
-            job.user_id,
-            "SET #status = :status, #result = :result, updatedAt = :now, completedAt = :now "
-            "REMOVE #error, failedUserId, failedAt",
-            {
-                ":status": {"S": JobStatus.SUCCEEDED},
-                ":result": {"S": json.dumps(result, separators=(",", ":"), default=str)},
-                ":now": {"S": _now()},
-            },
+    def mark_succeeded(self, job: JobMessage, result_text: str | None = None, result_key: str | None = None) -> None:
+        """The job's result: its JSON text inline, or the key of the result object holding it. Raises
+        JobCancelled when the owner cancelled the job meanwhile (the result is dropped), ResultTooLarge when
+        the item would exceed DynamoDB's item size (permanent: the same result is refused on every retry)."""
+        stored = (
+            ("#result = :result", {":result": {"S": result_text}})
+            if result_key is None
+            else ("resultKey = :key", {":key": {"S": result_key}})
         )
+        try:
+            self._update(
+                job.job_id,
+                job.user_id,
+                f"SET #status = :status, {stored[0]}, updatedAt = :now, completedAt = :now "
+                "REMOVE #error, failedUserId, failedAt",
+                unless_cancelled=True,
+                values={":status": {"S": JobStatus.SUCCEEDED}, ":now": {"S": _now()}, **stored[1]},
+            )
+        except ClientError as error:
+            details = error.response.get("Error", {})
+            if details.get("Code") == "ValidationException" and _ITEM_TOO_LARGE in str(details.get("Message")):
+                raise ResultTooLarge("the result is larger than a job record holds") from None
+            raise
         self.release_slot(job.job_id, job.user_id)
+
+    def mark_cancelled(self, job_id: str, user_id: str) -> bool:
+        """The owner cancels a PENDING or RUNNING job. False when it is not (any longer) in one of those
+        states or not this user's job: nothing is written then."""
+        now = _now()
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key={"jobId": {"S": job_id}},
+                UpdateExpression="SET #status = :cancelled, updatedAt = :now, completedAt = :now, cancelledAt = :now",
+                ConditionExpression="userId = :user AND #status IN (:pending, :running)",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={
+                    ":user": {"S": user_id},
+                    ":pending": {"S": JobStatus.PENDING},
+                    ":running": {"S": JobStatus.RUNNING},
+                    ":cancelled": {"S": JobStatus.CANCELLED},
+                    ":now": {"S": now},
+                },
+            )
+        except self._client.exceptions.ConditionalCheckFailedException:
+            return False
+        self.release_slot(job_id, user_id)  # a cancelled job never runs on: its concurrent-job slot is free
+        return True
+
+    def is_cancelled(self, job_id: str) -> bool:
+        """Whether the job is CANCELLED now (a consistent read of its status only)."""
+        item = self._client.get_item(
+            TableName=self.table_name,
+            Key={"jobId": {"S": job_id}},
+            ConsistentRead=True,
+            ProjectionExpression="#status",
+            ExpressionAttributeNames={"#status": "status"},
+        ).get("Item")
+        return item is not None and item.get("status", {}).get("S") == JobStatus.CANCELLED
 
     def mark_failed(self, job_id: str, user_id: str, error: JobError, message_id: str, tool: str = "") -> None:
         """The final attempt failed: record why and the DLQ message's id, and list the job in its owner's
@@ -392,18 +448,31 @@ class JobStore:
         position = {"jobId": last["jobId"]["S"], "failedAt": last["failedAt"]["S"]} if last else None
         return [_plain(item) for item in response.get("Items", [])], position
 
-    def _update(self, job_id: str, user_id: str, expression: str, values: dict[str, Any]) -> None:
+    def _update(
+        self,
+        job_id: str,
+        user_id: str,
+        expression: str,
+        values: dict[str, Any],
+        unless_cancelled: bool = False,
+    ) -> None:
         names = {"#status": "status", "#error": "error", "#result": "result"}
+        condition = _OWNER_CONDITION
+        if unless_cancelled:
+            condition = f"({_OWNER_CONDITION}) AND {_NOT_CANCELLED}"
+            values = {**values, ":cancelled": {"S": JobStatus.CANCELLED}}
         try:
             self._client.update_item(
                 TableName=self.table_name,
                 Key={"jobId": {"S": job_id}},
                 UpdateExpression=expression,
-                ConditionExpression=_OWNER_CONDITION,
-                ExpressionAttributeNames={k: v for k, v in names.items() if k in expression},
+                ConditionExpression=condition,
+                ExpressionAttributeNames={k: v for k, v in names.items() if k in expression or k in condition},
                 ExpressionAttributeValues={":user": {"S": user_id}, **values},
             )
         except self._client.exceptions.ConditionalCheckFailedException:
+            if unless_cancelled and self.is_cancelled(job_id):
+                raise JobCancelled(f"job {job_id} was cancelled") from None
             raise JobOwnershipError(f"job {job_id} belongs to another user") from None
 
 

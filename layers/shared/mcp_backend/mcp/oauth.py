@@ -341,8 +341,13 @@ def _same(presented: Any, expected: str) -> bool:
     return isinstance(presented, str) and hmac.compare_digest(presented.encode(), expected.encode())
 
 
+# Methods other than tools/call that change state: cancelling a task stops the caller's queued work.
+METHOD_ACCESS = {"tasks/cancel": Access.SUBMIT}
+
+
 def required_access(body: bytes, tool_access: dict[str, Access]) -> set[Access]:
-    """The scopes a JSON-RPC body needs: each `tools/call`'s tool's Access; nothing for other methods.
+    """The scopes a JSON-RPC body needs: each `tools/call`'s tool's Access, SUBMIT for tasks/cancel; nothing
+    for other methods.
 
     An unknown tool needs SUBMIT (the strictest); a body that is not JSON-RPC needs nothing here, the SDK
     answers it with its own error."""
@@ -357,4 +362,6 @@ def required_access(body: bytes, tool_access: dict[str, Access]) -> set[Access]:
             params = message.get("params")
             name = params.get("name") if isinstance(params, dict) else None
             needed.add(tool_access.get(name, Access.SUBMIT) if isinstance(name, str) else Access.SUBMIT)
+        elif isinstance(message, dict) and message.get("method") in METHOD_ACCESS:
+            needed.add(METHOD_ACCESS[message["method"]])
     return needed

@@ -31,6 +31,7 @@ from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 from mcp_backend.mcp.oauth import EitherAuthenticator, OAuthAuthenticator
 from mcp_backend.mcp.response_modes import ResponseModes
+from mcp_backend.mcp.tasks import task_extensions
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.ratelimit import RateDecision, RequestRateLimiter
 from mcp_backend.tools.registry import TOOLS, Tool
@@ -136,6 +137,7 @@ def create_app(
         SERVER_NAME,
         instructions="Analyse CSV/JSON datasets: synchronously (analyze_dataset) or as queued jobs.",
         tools=bindings.sdk_tools(),
+        extensions=task_extensions(bindings.services.jobs, bindings.table),
         middleware=[
             StrictArguments(bindings.input_models),
             ToolCallTelemetry(call_log, bindings.input_models),

@@ -79,8 +79,16 @@ class AnalyzeInput(BaseModel):
 
 
 def run(request: AnalyzeInput, ctx: ToolContext) -> dict[str, Any]:
-    """The tool table's entry point: the caller's fetch policy and progress sink."""
-    return analyze_dataset(request, policy=ctx.fetch_policy, progress=ctx.progress)
+    """The tool table's entry point: the caller's fetch policy and progress sink. Every progress report is
+    also a cancellation checkpoint: a cancelled job stops there (ToolContext.checkpoint)."""
+    sink = ctx.progress
+
+    def report(fraction: float, message: str) -> None:
+        ctx.checkpoint()
+        if sink is not None:
+            sink(fraction, message)
+
+    return analyze_dataset(request, policy=ctx.fetch_policy, progress=report)
 
 
 def analyze_dataset(

@@ -10,12 +10,15 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict
 
 from mcp_backend.config import LOWEST_TIER, TierLimits, TierLimitSettings
+from mcp_backend.jobs.errors import JobCancelled
 from mcp_backend.jobs.service import JobsService
 from mcp_backend.probes.registry import EndpointRegistry
 from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.errors import ToolError
 
 ProgressCallback = Callable[[float, str], None]
+# In the worker: whether the job's owner cancelled it (a consistent read of its status).
+CancellationCheck = Callable[[], bool]
 
 
 class StrictInput(BaseModel):
@@ -43,6 +46,13 @@ class ToolContext:
     # Only the local stack allows loopback endpoints (no other private address) and plain http.
     allow_loopback_endpoints: bool = False
     uptime_window_seconds: int = 86400
+    cancelled: CancellationCheck | None = None
+
+    def checkpoint(self) -> None:
+        """Where a long tool may stop: raises JobCancelled when its job was cancelled. A no-op on the
+        endpoint (a synchronous call ends with its request)."""
+        if self.cancelled is not None and self.cancelled():
+            raise JobCancelled("the job was cancelled by its owner")
 
     def job_service(self) -> JobsService:
         if self.jobs is None:

@@ -1,4 +1,4 @@
-"""get_job and list_failed_jobs: the caller's jobs as the jobs service reads them."""
+"""get_job, list_failed_jobs and cancel_job: the caller's jobs as the jobs service reads and cancels them."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ class GetJobInput(StrictInput):
     cursor: str | None = Field(None, max_length=512, description="nextCursor from the previous page")
 
 
+class CancelJobInput(StrictInput):
+    job_id: str = Field(pattern=JOB_ID_PATTERN)
+
+
 class ListFailedJobsInput(StrictInput):
     limit: int = Field(10, ge=1, le=50)
     cursor: str | None = Field(None, max_length=512, description="nextCursor from the previous page")
@@ -26,3 +30,7 @@ def get_job(request: GetJobInput, ctx: ToolContext) -> dict[str, Any]:
 
 def list_failed_jobs(request: ListFailedJobsInput, ctx: ToolContext) -> dict[str, Any]:
     return ctx.job_service().failed(ctx.user_id, request.limit, request.cursor)
+
+
+def cancel_job(request: CancelJobInput, ctx: ToolContext) -> dict[str, Any]:
+    return ctx.job_service().cancel(ctx.user_id, request.job_id)

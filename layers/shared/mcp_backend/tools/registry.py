@@ -104,6 +104,17 @@ TOOLS: dict[str, Tool] = {
             services=frozenset({Service.JOBS}),
         ),
         Tool(
+            name="cancel_job",
+            description=(
+                "Cancel one of your queued or running jobs: it is not run, or stops at its next checkpoint, "
+                "and reports no result. A finished job cannot be cancelled."
+            ),
+            input_model=job_results.CancelJobInput,
+            run=job_results.cancel_job,
+            access=Access.SUBMIT,  # changes a job's state
+            services=frozenset({Service.JOBS}),
+        ),
+        Tool(
             name="analyze_dataset",
             description="Row count, columns and per-column statistics of a CSV or JSON dataset (s3:// or https://).",
             input_model=analyze_dataset.AnalyzeInput,

@@ -20,7 +20,7 @@ from mcp_backend.jobs.service import JobQueues, JobsService
 from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.probes.registry import EndpointRegistry
 from mcp_backend.quotas import JobQuota
-from mcp_backend.tools.context import ProgressCallback, ToolContext
+from mcp_backend.tools.context import CancellationCheck, ProgressCallback, ToolContext
 from mcp_backend.tools.dataset_stream import FetchPolicy
 
 
@@ -71,6 +71,7 @@ class ToolServices:
                 job_queue_url=settings.job_queue_url,
                 job_dead_letter_queue_url=settings.job_dead_letter_queue_url,
                 result_page_bytes=settings.job_result_page_bytes,
+                result_bucket_name=settings.job_result_bucket_name,
                 # A job's enqueue claim outlives the request that took it.
                 enqueue_claim_seconds=settings.function_timeout_seconds + 5,
             )
@@ -112,7 +113,12 @@ class ToolServices:
                 )
 
     def context_for(
-        self, tool: DeclaredTool, user_id: str, progress: ProgressCallback | None = None, tier: str = LOWEST_TIER
+        self,
+        tool: DeclaredTool,
+        user_id: str,
+        progress: ProgressCallback | None = None,
+        tier: str = LOWEST_TIER,
+        cancelled: CancellationCheck | None = None,
     ) -> ToolContext:
         """What `tool` may use for `user_id` (of `tier`): the services it declares, nothing else."""
         return ToolContext(
@@ -126,4 +132,5 @@ class ToolServices:
             endpoints=self.endpoints if Service.ENDPOINTS in tool.services else None,
             allow_loopback_endpoints=self.allow_loopback_endpoints,
             uptime_window_seconds=self.uptime_window_seconds,
+            cancelled=cancelled,
         )

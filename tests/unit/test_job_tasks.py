@@ -1,0 +1,225 @@
+"""Jobs as MCP tasks, below the HTTP edge: the task a job item reads as, cancellation, and results that do not
+fit a JobTable item. JobTable is the template's, on moto."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import anyio
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolRequestParams
+
+from mcp_backend.jobs.errors import JobAlreadyFinished, JobCancelled, JobNotFound, ResultTooLarge
+from mcp_backend.jobs.models import JobMessage, JobStatus
+from mcp_backend.jobs.service import JobQueues, JobsService
+from mcp_backend.jobs.store import JobStore
+from mcp_backend.mcp.tasks import JobTasks
+from mcp_backend.tools.context import ToolContext
+from mcp_backend.tools.registry import TOOLS, Mode
+from mcp_backend.tools.worker import is_permanent
+
+USER, OTHER = "user-alice", "user-bob"
+
+
+@pytest.fixture
+def jobs(local) -> JobsService:
+    queues = JobQueues(
+        job_table_name=local.table_name("JobTable"),
+        job_queue_url=local.queue_url("JobQueue"),
+        job_dead_letter_queue_url=local.queue_url("JobDeadLetterQueue"),
+        result_bucket_name=local.table_name("JobResultBucket"),
+    )
+    return JobsService(queues)
+
+
+def recorded(jobs: JobsService, job_id: str = "job-0001-abcdef", user: str = USER) -> JobMessage:
+    job = JobMessage(job_id=job_id, user_id=user, tool="analyze_dataset", input={"dataset_url": "s3://b/k.csv"})
+    assert jobs.store.create_pending(job)
+    return job
+
+
+def test_a_pending_job_cancelled_by_its_owner_is_cancelled_and_refuses_to_run(jobs):
+    # Given a queued job
+    job = recorded(jobs)
+
+    # When its owner cancels it
+    answer = jobs.cancel(USER, job.job_id)
+
+    # Then it is CANCELLED and the worker's run and result writes are refused as cancellations
+    assert answer == {"jobId": job.job_id, "status": "CANCELLED"}
+    assert jobs.store.is_cancelled(job.job_id)
+    with pytest.raises(JobCancelled):
+        jobs.store.mark_running(job, attempt=1)
+    with pytest.raises(JobCancelled):
+        jobs.store.mark_succeeded(job, result_text="{}")
+    assert jobs.store.get(job.job_id)["status"] == JobStatus.CANCELLED
+
+
+def test_cancelling_anothers_job_or_a_finished_one_is_refused_and_writes_nothing(jobs):
+    # Given bob's job and alice's finished job
+    bobs = recorded(jobs, "job-0002-abcdef", OTHER)
+    finished = recorded(jobs, "job-0003-abcdef")
+    jobs.store.mark_succeeded(finished, result_text='{"rowCount":1}')
+    before = jobs.store.get(finished.job_id)
+
+    # When alice cancels both
+    # Then bob's is not found (indistinguishable from none) and hers is already finished; neither changes
+    with pytest.raises(JobNotFound):
+        jobs.cancel(USER, bobs.job_id)
+    with pytest.raises(JobAlreadyFinished):
+        jobs.cancel(USER, finished.job_id)
+    assert jobs.store.get(bobs.job_id)["status"] == JobStatus.PENDING
+    assert jobs.store.get(finished.job_id) == before
+
+
+def test_a_result_dynamodb_refuses_for_its_size_is_a_permanent_failure():
+    # Given a table client that refuses the write as DynamoDB does for an item over 400 KB
+    class Refusing:
+        class exceptions:  # the boto3 client's attribute
+            ConditionalCheckFailedException = type("ConditionalCheckFailedException", (Exception,), {})
+
+        def update_item(self, **_: Any) -> None:
+            message = "Item size to update has exceeded the maximum allowed size"
+            raise ClientError({"Error": {"Code": "ValidationException", "Message": message}}, "UpdateItem")
+
+    job = JobMessage(job_id="job-0004-abcdef", user_id=USER, tool="analyze_dataset", input={})
+
+    # When the worker records the result
+    # Then it is ResultTooLarge, which the worker treats as permanent (no retry, straight to the DLQ)
+    with pytest.raises(ResultTooLarge) as refused:
+        JobStore("JobTable", Refusing()).mark_succeeded(job, result_text="x")
+    assert is_permanent(refused.value)
+
+
+def test_a_large_result_is_paged_from_the_result_bucket(jobs, local):
+    # Given a SUCCEEDED job whose result lives in the result bucket
+    job = recorded(jobs)
+    text = json.dumps({"columns": ["c" * 100] * 5000})
+    boto3.client("s3").put_object(Bucket=local.table_name("JobResultBucket"), Key="results/k.json", Body=text)
+    jobs.store.mark_succeeded(job, result_key="results/k.json")
+
+    # When its owner pages it
+    pages, cursor = [], None
+    while True:
+        page = jobs.page(USER, job.job_id, cursor)
+        pages.append(page["resultChunk"])
+        cursor = page.get("nextCursor")
+        if cursor is None:
+            break
+
+    # Then the pages join to the stored text, and the item itself holds only the key
+    assert "".join(pages) == text and len(pages) > 1
+    assert "result" not in jobs.store.get(job.job_id)
+
+
+def test_a_checkpoint_stops_a_cancelled_run_and_is_free_elsewhere():
+    cancelled = ToolContext(tool_name="analyze_dataset", user_id=USER, cancelled=lambda: True)
+    running = ToolContext(tool_name="analyze_dataset", user_id=USER, cancelled=lambda: False)
+    on_endpoint = ToolContext(tool_name="analyze_dataset", user_id=USER)
+
+    with pytest.raises(JobCancelled):
+        cancelled.checkpoint()
+    running.checkpoint()
+    on_endpoint.checkpoint()
+
+
+@pytest.mark.parametrize(
+    ("status", "extra", "expected"),
+    [
+        (JobStatus.PENDING, {}, "working"),
+        (JobStatus.RUNNING, {}, "working"),
+        (JobStatus.CANCELLED, {}, "cancelled"),
+        (JobStatus.FAILED, {"error": {"type": "DatasetUnreachable", "message": "no such key"}}, "completed"),
+        (JobStatus.FAILED, {"error": {"type": "UnknownTool", "message": "no tool"}}, "failed"),
+    ],
+)
+def test_a_job_reads_as_the_task_the_specification_describes(jobs, status, extra, expected):
+    # Given a job in some state
+    job = recorded(jobs)
+    names = {"#s": "status", **({"#e": "error"} if extra else {})}
+    expression = "SET #s = :s" + (", #e = :e" if extra else "")
+    values: dict[str, Any] = {":s": {"S": status}}
+    if extra:
+        error = extra["error"]
+        values[":e"] = {"M": {"type": {"S": error["type"]}, "message": {"S": error["message"]}}}
+    boto3.client("dynamodb").update_item(
+        TableName=jobs.queues.job_table_name,
+        Key={"jobId": {"S": job.job_id}},
+        UpdateExpression=expression,
+        ExpressionAttributeNames=names,
+        ExpressionAttributeValues=values,
+    )
+
+    # When it is read as a task
+    task = JobTasks(jobs, TOOLS)._task(USER, job.job_id)
+
+    # Then its status is the spec's; a tool's own failure is a completed call with an error result, a pipeline
+    # failure a failed task with a JSON-RPC error
+    assert task["status"] == expected
+    assert task["ttlMs"] > 0 and task["pollIntervalMs"] > 0
+    if status == JobStatus.FAILED and expected == "completed":
+        assert task["result"]["isError"] is True and task["result"]["resultType"] == "complete"
+    if expected == "failed":
+        assert task["error"]["code"] == -32603
+
+
+def test_a_task_is_not_found_for_another_user_and_expired_past_its_ttl(jobs):
+    job = recorded(jobs)
+    tasks = JobTasks(jobs, TOOLS)
+
+    with pytest.raises(MCPError) as foreign:
+        tasks._task(OTHER, job.job_id)
+    boto3.client("dynamodb").update_item(
+        TableName=jobs.queues.job_table_name,
+        Key={"jobId": {"S": job.job_id}},
+        UpdateExpression="SET expiresAt = :t",
+        ExpressionAttributeValues={":t": {"N": str(int(time.time()) - 1)}},
+    )
+    with pytest.raises(MCPError) as expired:
+        tasks._task(USER, job.job_id)
+
+    not_found = (-32602, "Failed to retrieve task: Task not found")
+    assert (foreign.value.error.code, foreign.value.error.message) == not_found
+    gone = (-32602, "Failed to retrieve task: Task has expired")
+    assert (expired.value.error.code, expired.value.error.message) == gone
+
+
+def test_a_tool_that_only_runs_as_a_job_needs_the_extension_and_other_tools_pass_through(jobs):
+    # Given a table with a job-only tool and a client that did not declare the Tasks extension
+    job_only = dataclasses.replace(TOOLS["analyze_dataset"], mode=Mode.JOB)
+    tasks = JobTasks(jobs, {"analyze_dataset": job_only, "get_job": TOOLS["get_job"]})
+    ctx: Any = SimpleNamespace(protocol_version="2026-07-28", session=SimpleNamespace(client_capabilities=None))
+    passed: list[str] = []
+
+    async def call_next(_ctx: Any) -> dict[str, Any]:
+        passed.append("handler")
+        return {"content": []}
+
+    async def call(name: str) -> Any:
+        return await tasks.intercept_tool_call(CallToolRequestParams(name=name, arguments={}), ctx, call_next)
+
+    # When it calls the job-only tool, and a tool that is not a job
+    with pytest.raises(MCPError) as refused:
+        anyio.run(call, "analyze_dataset")
+    anyio.run(call, "get_job")
+
+    # Then the first is the spec's missing-capability error naming the extension, with nothing queued, and
+    # the second reaches its handler as before
+    assert refused.value.error.code == -32021
+    assert refused.value.error.data == {"requiredCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}
+    assert passed == ["handler"]
+    assert local_queue_is_empty(jobs)
+
+
+def local_queue_is_empty(jobs: JobsService) -> bool:
+    attributes = boto3.client("sqs").get_queue_attributes(
+        QueueUrl=jobs.queues.job_queue_url, AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    return attributes["ApproximateNumberOfMessages"] == "0"
