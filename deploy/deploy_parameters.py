@@ -31,8 +31,9 @@ def stack_name(environment: str) -> str:
 
 def cloudformation_of(environment: str) -> Any:
     """A client where sam deploys the environment: its samconfig region and profile, else the caller's."""
-    deploy = tomllib.loads(SAMCONFIG.read_text())[environment]["deploy"]["parameters"]
-    session = boto3.Session(profile_name=deploy.get("profile"), region_name=deploy.get("region"))
+    sections = tomllib.loads(SAMCONFIG.read_text())[environment]
+    settings = {**sections.get("global", {}).get("parameters", {}), **sections["deploy"]["parameters"]}
+    session = boto3.Session(profile_name=settings.get("profile"), region_name=settings.get("region"))
     return session.client("cloudformation")
 
 
