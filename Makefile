@@ -141,18 +141,23 @@ deploy: build deploy-built ## sam build + sam deploy (ENV=default|prod from samc
 
 # Deploys what `make build` left in $(BUILD_DIR): CI builds in a job without AWS credentials and deploys the
 # artifact. Guided only for an environment samconfig.toml lacks, and only in a terminal.
-# PERMISSIONS_BOUNDARY_ARN (CI sets it; the GitHub deploy role can create roles only with it) is added to the
-# environment's parameter_overrides, after checking the policy exists: a wrong ARN stops here, before anything
-# is created, instead of failing the first role halfway through the deploy.
+# The permissions boundary (the GitHub deploy role can create roles only with it): PERMISSIONS_BOUNDARY_ARN (CI
+# sets it), else the one the deployed stack already has, so a terminal deploy never strips it. It is added to
+# the environment's parameter_overrides after checking the policy exists: a wrong ARN stops here, before
+# anything is created, instead of failing the first role halfway through the deploy.
 deploy-built: $(SAM) ## sam deploy of what make build left in BUILD_DIR
 	@if [ "$(ARCH)" = arm64 ] && find $(BUILD_DIR) -name '*-x86_64-linux-gnu.so' -print -quit | grep -q .; then \
 		echo "$(BUILD_DIR) holds an x86_64 build (make build ARCH=x86_64): run 'make build' before deploying" >&2; \
 		exit 2; fi
-	@if [ -n "$(PERMISSIONS_BOUNDARY_ARN)" ]; then \
-		$(SAM_PYTHON) deploy/deploy_parameters.py check-boundary "$(PERMISSIONS_BOUNDARY_ARN)" || exit 2; fi
 	@if grep -q "^\[$(ENV).deploy.parameters\]" samconfig.toml; then \
-		$(SAM) deploy --config-env $(ENV) $(SAM_DEPLOY_FLAGS) $(if $(PERMISSIONS_BOUNDARY_ARN),--parameter-overrides \
-			"$$($(SAM_PYTHON) deploy/deploy_parameters.py overrides $(ENV) PermissionsBoundaryArn=$(PERMISSIONS_BOUNDARY_ARN))"); \
+		boundary=$$($(SAM_PYTHON) deploy/deploy_parameters.py boundary $(ENV) $(PERMISSIONS_BOUNDARY_ARN)) || exit 2; \
+		if [ -n "$$boundary" ]; then \
+			$(SAM_PYTHON) deploy/deploy_parameters.py check-boundary "$$boundary" || exit 2; \
+			$(SAM) deploy --config-env $(ENV) $(SAM_DEPLOY_FLAGS) --parameter-overrides \
+				"$$($(SAM_PYTHON) deploy/deploy_parameters.py overrides $(ENV) PermissionsBoundaryArn=$$boundary)"; \
+		else \
+			$(SAM) deploy --config-env $(ENV) $(SAM_DEPLOY_FLAGS); \
+		fi; \
 	elif [ -t 0 ]; then \
 		$(SAM) deploy --guided --config-env $(ENV); \
 	else \

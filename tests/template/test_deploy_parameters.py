@@ -68,3 +68,26 @@ def test_make_delete_lists_every_store_the_stack_keeps_with_its_removal():
         [output] = [name for name, o in template["Outputs"].items() if o["Value"] == {"Ref": logical_id}]
         assert f"value {output}" in recipe, logical_id
     assert "delete-table" in recipe and "delete-secret" in recipe and "$(SAM) delete" in recipe
+
+
+def test_a_deploy_without_a_boundary_keeps_the_one_the_stack_has(aws):
+    # Given a deployed dev stack whose roles carry a boundary (its PermissionsBoundaryArn parameter)
+    arn = "arn:aws:iam::123456789012:policy/boundaries/mcp-backend-dev-permissions-boundary"
+    cloudformation = boto3.client("cloudformation", region_name="us-east-1")
+    template = {
+        "Parameters": {"PermissionsBoundaryArn": {"Type": "String", "Default": ""}},
+        "Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
+    }
+    cloudformation.create_stack(
+        StackName="mcp-backend-dev",
+        TemplateBody=json.dumps(template),
+        Parameters=[{"ParameterKey": "PermissionsBoundaryArn", "ParameterValue": arn}],
+    )
+    # When a terminal deploy names no boundary, it deploys with the stack's; a given one wins
+    assert deploy_parameters.boundary("default", "", cloudformation) == arn
+    assert deploy_parameters.boundary("default", "arn:other", cloudformation) == "arn:other"
+
+
+def test_a_first_deploy_has_no_boundary_to_keep(aws):
+    cloudformation = boto3.client("cloudformation", region_name="us-east-1")
+    assert deploy_parameters.boundary("default", "", cloudformation) == ""
