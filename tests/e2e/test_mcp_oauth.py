@@ -69,7 +69,9 @@ def test_an_sdk_client_with_a_client_credentials_token_submits_and_reads_its_job
     assert "submit_analysis" in tools
     assert (job["status"], job["result"]["rowCount"]) == ("SUCCEEDED", 6)
     stored = stack.client("dynamodb").scan(TableName=stack.environment.table_name("JobTable"))["Items"]
-    assert {item["userId"]["S"] for item in stored} == {client_id}
+    # (the caller's quota items, keyed active#<user> and daily#<user>#<day>, are not jobs)
+    assert {item["userId"]["S"] for item in stored if "#" not in item["jobId"]["S"]} == {client_id}
+    assert {item["jobId"]["S"].split("#")[1] for item in stored if "#" in item["jobId"]["S"]} == {client_id}
 
 
 def test_the_endpoint_publishes_its_metadata_and_challenges_with_it(oauth_stack):
