@@ -85,6 +85,9 @@ def invoke_fresh(
             parser.error(f"{function} is not a function in template.yaml: {functions}")
         keys = issue_dev_keys(stack)
         seed(stack, state, keys)
+        if state.get("endpoints"):
+            # The fixture calls the stack's own endpoint: its environment starts now, not inside the call's timeout.
+            stack.prewarm(web.spec.logical_id for web in stack.web_functions.values())
         web = next((w for w in stack.web_functions.values() if w.spec.logical_id == function), None)
         if web is not None:
             response: Any = function_url_request(web.url, event, next(iter(keys.values()), None))
