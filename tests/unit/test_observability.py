@@ -8,7 +8,7 @@ import json
 import pytest
 
 from devstack.runtime import LocalLambdaContext
-from mcp_backend.observability import instrumented_handler, logger, metrics
+from mcp_backend.observability import instrumented_handler, logger, metrics, tool_invocation
 
 
 @pytest.fixture
@@ -68,3 +68,24 @@ def test_metrics_flush_with_cold_start_even_when_the_handler_raises(capfd):
     # Then the metric was still emitted as EMF
     blobs = [line for line in printed(capfd) if "_aws" in line]
     assert any("Attempted" in blob for blob in blobs)
+
+
+def test_every_flushed_metric_blob_carries_exactly_one_service_dimension(capfd):
+    # Given a handler that runs one tool (its own blob) and records a handler-wide metric (the final blob)
+    @instrumented_handler()
+    def handler(event, ctx):
+        with tool_invocation("analyze_dataset"):
+            pass
+        metrics.add_metric(name="Handled", unit="Count", value=1)
+
+    # When it is invoked
+    handler({}, context())
+
+    # Then each EMF blob declares the service once (each dimension combination is a metric CloudWatch bills),
+    # next to the environment
+    blobs = [line for line in printed(capfd) if "_aws" in line]
+    assert {"ToolInvocation", "Handled"} <= {name for blob in blobs for name in blob if name[0].isupper()}
+    for blob in blobs:
+        for dimension_set in blob["_aws"]["CloudWatchMetrics"][0]["Dimensions"]:
+            assert [name for name in dimension_set if name.lower() == "service"] == ["service"], dimension_set
+        assert blob["service"] == "mcp-backend"
