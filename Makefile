@@ -32,7 +32,7 @@ EVENT ?= events/tool_worker/healthy-batch.json
 # The layer ships everything the lock pins except what the Lambda runtime provides.
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
-.PHONY: help env lint test unit integration e2e build build-local deploy deploy-built sam-cli smoke invoke dev fire token redrive bench layer-requirements expanded clean
+.PHONY: help env hooks lint test unit integration e2e build build-local deploy deploy-built sam-cli smoke invoke dev fire token redrive bench layer-requirements expanded clean
 
 # `make help`: every target with the text after its `##`.
 help: ## this list
@@ -52,6 +52,10 @@ $(CHECKOV): | $(UV)
 
 env: $(UV) ## the test environment (.venv) from uv.lock; uv bootstrapped into .tools/
 	$(UV) sync --frozen --quiet
+
+# The hooks run the pinned tools in .venv (.pre-commit-config.yaml), so they agree with `make lint`.
+hooks: env ## install the git pre-commit hook (ruff, mypy, cfn-lint, import graph on each commit)
+	$(RUN) pre-commit install
 
 # The core layer: the project's dependencies. The MCP layer: the mcp-layer group without what the core layer
 # already ships (both are on the functions that have the MCP layer).
