@@ -10,9 +10,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from moto.events.models import EventPattern
+
+if TYPE_CHECKING:
+    from moto.events.utils import EventMessageType
 
 
 class RecordFilter:
@@ -25,7 +28,8 @@ class RecordFilter:
         if not self.patterns:
             return True
         view = _matchable(record)
-        return any(pattern.matches_event(view) for pattern in self.patterns)
+        # moto types the event as EventBridge's envelope; its matcher reads any mapping (a stream record here).
+        return any(pattern.matches_event(cast("EventMessageType", view)) for pattern in self.patterns)
 
 
 def _matchable(record: dict[str, Any]) -> dict[str, Any]:

@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         return invoke_running(endpoints, args.function, event)
 
     with mock_aws():
-        environment = LocalEnvironment(boto3.client)
+        # The stubs overload boto3.client per literal service name; the environment passes a runtime string.
+        environment = LocalEnvironment(boto3.client)  # type: ignore[arg-type]
         environment.seed_datasets()
         if args.function not in environment.stack.functions():
             parser.error(f"{args.function} is not a function in template.yaml: {sorted(environment.stack.functions())}")

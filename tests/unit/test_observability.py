@@ -30,7 +30,7 @@ def context() -> LocalLambdaContext:
 
 def test_context_keys_and_correlation_id_on_every_line_and_no_state_between_invocations(log_lines):
     # Given a handler that appends a key only on its first invocation
-    calls = []
+    calls: list[int] = []
 
     @instrumented_handler(correlation_id_path="Records[0].messageId")
     def handler(event, ctx):

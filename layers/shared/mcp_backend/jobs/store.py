@@ -13,11 +13,14 @@ import json
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp_backend.aws import client_or_lazy
 from mcp_backend.jobs.errors import JobOwnershipError
 from mcp_backend.jobs.models import JobError, JobMessage, JobStatus
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 JOB_RETENTION_SECONDS = 30 * 24 * 3600  # JobTable TTL (attribute expiresAt)
 # Writes are allowed for a new job or for the job's own user, never across users.
@@ -53,7 +56,7 @@ def _input_summary(job: JobMessage) -> str:
 
 
 class JobStore:
-    def __init__(self, table_name: str, client: Any = None) -> None:
+    def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
         client = client_or_lazy(client, "dynamodb")
         self.table_name = table_name
         self._client = client

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
@@ -30,6 +30,9 @@ from mcp_backend.mcp.oauth import EitherAuthenticator, OAuthAuthenticator
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.tools.registry import TOOLS, Tool
 from mcp_backend.tools.services import ToolServices
+
+if TYPE_CHECKING:
+    from mypy_boto3_kinesis import KinesisClient
 
 SERVER_NAME = "mcp-backend"
 
@@ -127,7 +130,8 @@ def create_app(
         middleware=[
             StrictArguments(bindings.input_models),
             ToolCallTelemetry(
-                CallLogWriter(settings.call_log_stream_name, LazyClient("kinesis", clients)), bindings.input_models
+                CallLogWriter(settings.call_log_stream_name, cast("KinesisClient", LazyClient("kinesis", clients))),
+                bindings.input_models,
             ),
             ToolListCache(),
         ],

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp_backend.aws import client_or_lazy
 from mcp_backend.monitor.items import (
@@ -24,6 +24,9 @@ from mcp_backend.monitor.items import (
     rollup_sort_key,
 )
 from mcp_backend.observability import logger
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 BATCH_WRITE_LIMIT = 25
 WRITE_ATTEMPTS = 5
@@ -54,7 +57,9 @@ def item_identity(item: dict[str, Any]) -> str:
 
 
 class MonitorTable:
-    def __init__(self, table_name: str, client: Any = None, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self, table_name: str, client: DynamoDBClient | None = None, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         self.table_name = table_name
         self._client = client_or_lazy(client, "dynamodb")
         self._sleep = sleep
@@ -66,7 +71,10 @@ class MonitorTable:
 
     @classmethod
     def from_settings(
-        cls, settings: MonitorTableSettings, client: Any = None, sleep: Callable[[float], None] = time.sleep
+        cls,
+        settings: MonitorTableSettings,
+        client: DynamoDBClient | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> MonitorTable:
         return cls(settings.monitor_table_name, client, sleep)
 
@@ -193,7 +201,8 @@ class MonitorTable:
         Returns the identities (item_identity) of items still unwritten."""
         unwritten: set[str] = set()
         for start in range(0, len(items), BATCH_WRITE_LIMIT):
-            requests = [{"PutRequest": {"Item": item}} for item in items[start : start + BATCH_WRITE_LIMIT]]
+            # Items in DynamoDB's attribute-value form (dict[str, Any]), the way item_identity reads them back.
+            requests: list[Any] = [{"PutRequest": {"Item": item}} for item in items[start : start + BATCH_WRITE_LIMIT]]
             for attempt in range(WRITE_ATTEMPTS):
                 if attempt:
                     self._sleep(BACKOFF_BASE_SECONDS * 2 ** (attempt - 1))

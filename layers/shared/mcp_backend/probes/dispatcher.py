@@ -7,7 +7,7 @@ First run: the stack's own MCP endpoint is registered (conditional write, a no-o
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.metrics import MetricUnit
 
@@ -19,14 +19,19 @@ from mcp_backend.observability import logger, metrics
 from mcp_backend.probes.registry import EndpointRegistry
 from mcp_backend.probes.worker import ProbeTarget
 
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_lambda import LambdaClient
+    from mypy_boto3_secretsmanager import SecretsManagerClient
+
 
 class ProbeDispatcher:
     def __init__(
         self,
         settings: ProbeDispatcherSettings,
-        dynamodb_client: Any = None,
-        lambda_client: Any = None,
-        secrets_client: Any = None,
+        dynamodb_client: DynamoDBClient | None = None,
+        lambda_client: LambdaClient | None = None,
+        secrets_client: SecretsManagerClient | None = None,
     ) -> None:
         self.settings = settings
         self.registry = EndpointRegistry(MonitorTable.from_settings(settings, dynamodb_client))

@@ -8,7 +8,7 @@ payload is the envelope's requestPayload, which is copied to queues and alerts.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -19,6 +19,9 @@ from mcp_backend.observability import logger
 from mcp_backend.probes.client import ProbeRequest, probe
 from mcp_backend.probes.errors import EndpointNotFound, ProbeRefused
 from mcp_backend.validation import describe_validation_error
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 
 class ProbeTarget(BaseModel):
@@ -38,7 +41,7 @@ class MalformedProbeTarget(ValueError):
 
 
 class ProbeWorker:
-    def __init__(self, settings: ProbeWorkerSettings, dynamodb_client: Any = None) -> None:
+    def __init__(self, settings: ProbeWorkerSettings, dynamodb_client: DynamoDBClient | None = None) -> None:
         self.settings = settings
         self.table = MonitorTable.from_settings(settings, dynamodb_client)
 
