@@ -90,7 +90,7 @@ lint: env $(SAM) $(CHECKOV) build/expanded-template.json ## ruff, mypy, import-g
 PYTEST := $(RUN) pytest -q -p no:cacheprovider
 # Each tier measures line coverage of the layer package and the handlers ([tool.coverage] in pyproject.toml) into
 # its own directory under build/coverage/ (the last run of each tier counts; coverage's parallel files of one tier
-# never meet another's); `make coverage` combines what the tiers left.
+# never meet another's); `make coverage` combines what the tiers left. `make <tier> COV=` runs one unmeasured.
 COVERAGE_DIR := build/coverage
 COVERAGE_TIERS := unit integration e2e
 COV = --cov --cov-report= --cov-config=pyproject.toml
