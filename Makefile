@@ -35,7 +35,7 @@ EVENT ?= events/tool_worker/healthy-batch.json
 # The layer ships everything the lock pins except what the Lambda runtime provides.
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
-.PHONY: help env lint test unit integration e2e build build-local deploy deploy-built sam-cli smoke smoke-deployed \
+.PHONY: help env hooks lint test unit integration e2e coverage build build-local deploy deploy-built sam-cli smoke smoke-deployed \
 	delete invoke env-json browser dev fire token redrive bench cost layer-requirements tool-requirements expanded clean
 
 # `make help`: every target with the text after its `##`.
@@ -73,6 +73,10 @@ tool-requirements: $(UV) ## re-lock the isolated tools and export their hashed r
 env: $(UV) ## the test environment (.venv) from uv.lock; uv bootstrapped into .tools/
 	$(UV) sync --frozen --quiet
 
+# The hooks run the pinned tools in .venv (.pre-commit-config.yaml), so they agree with `make lint`.
+hooks: env ## install the git pre-commit hook (ruff, mypy, cfn-lint, import graph on each commit)
+	$(RUN) pre-commit install
+
 # The core layer: the project's dependencies. The MCP layer: the mcp-layer group without what the core layer
 # already ships (both are on the functions that have the MCP layer).
 layer-requirements: $(UV) ## export both layers' pinned requirements (with hashes) from uv.lock
@@ -104,9 +108,19 @@ lint: env $(SAM) $(CHECKOV) build/expanded-template.json ## ruff, mypy, import-g
 # handlers and the local stack on moto, in-process, on both cores. e2e: the host-architecture build in
 # Lambda-shaped sandboxes through AWS's Runtime Interface Client, and the checks of the deploy build.
 PYTEST := $(RUN) pytest -q -p no:cacheprovider
+# Each tier measures line coverage of the layer package and the handlers ([tool.coverage] in pyproject.toml) into
+# its own directory under build/coverage/ (the last run of each tier counts; coverage's parallel files of one tier
+# never meet another's); `make coverage` combines what the tiers left. `make <tier> COV=` runs one unmeasured.
+COVERAGE_DIR := build/coverage
+COVERAGE_TIERS := unit integration e2e
+COV = --cov --cov-report= --cov-config=pyproject.toml
+coverage_of = mkdir -p $(COVERAGE_DIR)/$(1) && COVERAGE_FILE=$(COVERAGE_DIR)/$(1)/.coverage
+UNIT_COVERAGE := $(call coverage_of,unit)
+INTEGRATION_COVERAGE := $(call coverage_of,integration)
+E2E_COVERAGE := $(call coverage_of,e2e)
 
 unit: env ## unit tier: no build, no sandbox, no moto stack (under a minute)
-	$(PYTEST) tests/unit tests/template -m "not build"
+	$(UNIT_COVERAGE) $(PYTEST) $(COV) tests/unit tests/template -m "not build"
 
 # Headless Chromium for the browser client test (tests/e2e/test_mcp_browser.py). In CI (CI=true) it is installed
 # from the distribution's packages when missing and apt-get is there (as root, or with passwordless sudo);
@@ -120,11 +134,20 @@ browser: ## with CI=true, Debian's chromium for the browser client test when non
 	fi
 
 integration: env ## integration tier: handlers and the local stack on moto, in-process
-	$(PYTEST) -n 2 tests/functions
+	$(INTEGRATION_COVERAGE) $(PYTEST) $(COV) -n 2 tests/functions
 
 e2e: env build-local ## e2e tier: the build output in the Lambda-shaped runtime, and the deploy build's checks
-	DEVSTACK_RUNTIME=lambda DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(PYTEST) tests/e2e
+	$(E2E_COVERAGE) DEVSTACK_RUNTIME=lambda DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(PYTEST) $(COV) tests/e2e
 	$(PYTEST) tests/template -m build
+
+# The functions the e2e tier runs in sandboxes (separate python3.13 processes) are not measured: the e2e figure is
+# what its test process runs in-process (docs/testing.md).
+coverage: env ## line coverage of mcp_backend and functions over the tiers run last (FORMAT=markdown for CI)
+	@files="$$(for tier in $(COVERAGE_TIERS); do f=$(COVERAGE_DIR)/$$tier/.coverage; [ -f $$f ] && echo $$f; done)"; \
+		if [ -z "$$files" ]; then echo "no coverage data: run make unit, integration or e2e first" >&2; exit 2; fi; \
+		echo "coverage of the tiers run last: $$files" >&2; \
+		$(RUN) coverage combine --quiet --keep --data-file=$(COVERAGE_DIR)/.coverage $$files && \
+		$(RUN) coverage report --data-file=$(COVERAGE_DIR)/.coverage $(if $(FORMAT),--format=$(FORMAT))
 
 test: lint unit integration build browser e2e ## lint + build + every tier (what CI runs)
 

@@ -155,14 +155,14 @@ def banner(stack: DevStack, ready_seconds: float, dev_keys: dict[str, str] | Non
         f"  Lambda Invoke API:    {stack.lambda_url}",
         *(
             f"  {web.spec.logical_id + ' URL:':<22}{web.url}/mcp"
-            + (f"    dev API key (user dev-user): {dev_keys[url_id]}" if url_id in (dev_keys or {}) else "")
+            + (f"    dev API key (user dev-user): {dev_keys[url_id]}" if dev_keys and url_id in dev_keys else "")
             for url_id, web in stack.web_functions.items()
         ),
         "  resources:            " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
         f"  functions:            {', '.join(sorted(stack.environment.stack.functions()))}",
     ]
     served = [(url_id, web) for url_id, web in stack.web_functions.items() if url_id in (dev_keys or {})]
-    if served:
+    if served and dev_keys:
         url_id, web = served[0]
         call = json.dumps(
             {

@@ -105,7 +105,7 @@ class AsyncInvoker:
 
     def run_due(self) -> list[AsyncResult]:
         """Run every attempt that is due now; retries scheduled later stay queued."""
-        finished = []
+        finished: list[AsyncResult] = []
         while True:
             with self._lock:
                 if not self._queue or self._queue[0].due > self.clock():

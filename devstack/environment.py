@@ -10,7 +10,7 @@ Tests, `make invoke` and `make dev` all build one of these; none of them re-decl
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +122,7 @@ class LocalEnvironment:
                 mapping,
                 queue.attributes["QueueUrl"],
                 self.client("sqs"),
-                invoke=lambda event, fid=function_id: self.invoke(fid, event),
+                invoke=partial(self.invoke, function_id),
                 region=self.stack.region,
             )
         return sources

@@ -49,7 +49,7 @@ class LambdaApi:
         self._thread: threading.Thread | None = None
 
     def serve(self, host: str, port: int) -> None:
-        self._server = make_server(host, port, self._app, threaded=True)
+        self._server = make_server(host, port, Request.application(self._app), threaded=True)
         self._thread = threading.Thread(target=self._server.serve_forever, name="lambda-api", daemon=True)
         self._thread.start()
 
@@ -58,7 +58,6 @@ class LambdaApi:
             self._server.shutdown()
             self._server.server_close()
 
-    @Request.application
     def _app(self, request: Request) -> Response:
         invoke = _INVOKE_PATH.match(request.path)
         if invoke and request.method == "POST":

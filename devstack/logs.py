@@ -6,6 +6,7 @@ import io
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TextIO
 
 _current = threading.local()
 
@@ -23,7 +24,7 @@ def function_scope(name: str) -> Iterator[None]:
 class PrefixedStream(io.TextIOBase):
     """Wraps stdout: lines written while a function runs start with `[LogicalId] `."""
 
-    def __init__(self, target: io.TextIOBase) -> None:
+    def __init__(self, target: TextIO) -> None:
         self.target = target
         self._at_line_start = threading.local()
 

@@ -188,8 +188,11 @@ class _Handler(BaseHTTPRequestHandler):
             extension_id, answer = extensions.register(self.headers.get("Lambda-Extension-Name"), body)
             self._reply(200, answer, {"Lambda-Extension-Identifier": extension_id})
         elif path in (f"{_EXTENSION}/init/error", f"{_EXTENSION}/exit/error"):
-            extension_id = self.headers.get("Lambda-Extension-Identifier")
-            extensions.fail(extension_id, body, self.headers.get("Lambda-Extension-Function-Error-Type"))
+            extensions.fail(
+                self.headers.get("Lambda-Extension-Identifier"),
+                body,
+                self.headers.get("Lambda-Extension-Function-Error-Type"),
+            )
             self._reply(202, {"status": "OK"})
         else:
             self._reply(404, {"errorMessage": f"{self.path} is not an Extensions API path"})
@@ -200,7 +203,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            chunks = []
+            chunks: list[bytes] = []
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
                 if size == 0:

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +157,7 @@ class DevStack:
         self._moto = MotoServerWithMoveTasks(ip_address=self.options.host, port=self.options.aws_port, verbose=False)
         self._moto.start()
         # Event-source loops wait for a write rather than poll an idle stack (devstack.writes).
-        self._moto._server.app = self.writes.wrap(self._moto._server.app)  # type: ignore[union-attr]
+        self._moto._server.app = self.writes.wrap(self._moto._server.app)
         # moto keeps its state per process: start from nothing, then restore what state_dir holds.
         httpx.post(f"{self.aws_url}/moto-api/reset", timeout=10).raise_for_status()
         self._saved_environ = {name: os.environ.get(name) for name in _STACK_ENVIRON}
@@ -261,7 +262,8 @@ class DevStack:
                 os.environ[name] = value
 
     def client(self, service: str) -> Any:
-        return boto3.client(
+        # The service is a runtime string; the stubs type clients per literal service name.
+        return boto3.client(  # type: ignore[call-overload]
             service,
             endpoint_url=self.lambda_url if service == "lambda" else self.aws_url,
             region_name="us-east-1",
@@ -279,8 +281,8 @@ class DevStack:
                 outcome = source.poll_once()
                 moved += outcome.received
             for stream in self.stream_sources.values():
-                outcome = stream.poll_once()
-                moved += outcome.invocations + outcome.filtered_out + len(outcome.discarded)
+                stream_outcome = stream.poll_once()
+                moved += stream_outcome.invocations + stream_outcome.filtered_out + len(stream_outcome.discarded)
             for tap in self.taps:
                 moved += self._drain_tap(tap)
             moved += len(self.async_invoker.run_due())
@@ -599,7 +601,7 @@ class DevStack:
                 )
                 thread.start()  # not joined at the stop: see self._deliveries
         for logical_id, stream in self.stream_sources.items():
-            loops.append((logical_id, lambda s=stream: self._when_written(s.poll_once, STREAM_POLL_SECONDS)))
+            loops.append((logical_id, partial(self._when_written, stream.poll_once, STREAM_POLL_SECONDS)))
         loops.append(("taps", lambda: self._when_written(lambda: sum(self._drain_tap(t) for t in self.taps), 0.5)))
         loops.append(("async", self._async_step))
         loops.append(("schedules", self._schedule_step))
@@ -767,4 +769,4 @@ def _sns_event(notification: dict[str, Any], subscription_arn: str) -> dict[str,
 
 def install_log_prefixes() -> None:
     if not isinstance(sys.stdout, PrefixedStream):
-        sys.stdout = PrefixedStream(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = PrefixedStream(sys.stdout)

@@ -45,8 +45,8 @@ class WriteSignal:
             self.generation += 1
             self._changed.notify_all()
 
-    def wait_after(self, generation: int, timeout: float) -> None:
-        """Return once a write landed after `generation` was read, or after `timeout` seconds."""
+    def wait_after(self, generation: int, timeout: float | None) -> None:
+        """Return once a write landed after `generation` was read, or after `timeout` seconds (None: no limit)."""
         with self._changed:
             self._changed.wait_for(lambda: self.generation != generation, timeout)
 

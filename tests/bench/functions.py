@@ -97,7 +97,8 @@ def run() -> list[str]:
         layer_ids = deployed.layer_ids(spec.layer_refs)
         with function_environment(spec, stack.region):
             environment = {name: os.environ[name] for name in (*spec.environment, *RUNTIME_NAMES)}
-        samples, packages = [], []
+        samples: list[float] = []
+        packages: list[str] = []
         for _ in range(RUNS):  # alternate with the baseline, so drift on a shared machine hits both
             bare_samples.append(_import(deployed.python, "bare", bare_environment)[0])
             variables = {**credentials, **environment}

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -59,7 +60,7 @@ class Recorder:
 
 
 @pytest.fixture
-def recorder() -> Recorder:
+def recorder() -> Iterator[Recorder]:
     recorder = Recorder()
     yield recorder
     recorder.server.shutdown()

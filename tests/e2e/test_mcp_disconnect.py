@@ -56,7 +56,7 @@ def test_a_client_hanging_up_mid_body_is_logged_at_info_and_counted_as_its_own_o
     assert [r.getMessage() for r in caplog.records if r.exc_info or r.exc_text] == []
     # And the request line, at INFO, says the client disconnected (499: no response reached anyone)
     (line,) = request_lines(caplog)
-    assert (line.levelname, line.outcome, line.status) == ("INFO", "client_disconnected", 499)  # type: ignore[attr-defined]
+    assert (line.levelname, line.outcome, line.status) == ("INFO", "client_disconnected", 499)
     # And the hang-up is counted as its own metric, not as a server error
     blobs = [json.loads(text) for text in capsys.readouterr().out.splitlines() if text.startswith('{"_aws"')]
     assert [blob["ClientDisconnects"] for blob in blobs if "ClientDisconnects" in blob] == [[1.0]]

@@ -42,7 +42,7 @@ def alerts(local):
 
 
 def tool_error_counts(output: str) -> dict[str, float]:
-    counts = {}
+    counts: dict[str, float] = {}
     for line in output.splitlines():
         if line.startswith('{"_aws"') and "CallLogToolErrors" in line:
             blob = json.loads(line)

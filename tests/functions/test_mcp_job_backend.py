@@ -26,7 +26,7 @@ class FlakyBatchSqs:
     """The real (moto) SQS client, except that the first SendMessageBatch call reports chosen entries as
     failed by the service, as SQS does under throttling: HTTP 200, the entries listed in `Failed`."""
 
-    def __init__(self, fail_ids: set[str], sender_fault_ids: set[str] = frozenset()) -> None:
+    def __init__(self, fail_ids: set[str], sender_fault_ids: set[str] | frozenset[str] = frozenset()) -> None:
         self._sqs = boto3.client("sqs")
         self.fail_ids, self.sender_fault_ids = set(fail_ids), set(sender_fault_ids)
         self.calls: list[list[str]] = []

@@ -46,7 +46,7 @@ def tick(local, call_log: RecordingCallLog) -> list[str]:
     environment = {**local.stack.function("ProbeDispatcher").environment, "API_KEYS_SECRET_ID": ""}
     lambda_api = LambdaApi()
     settings = load_settings(ProbeDispatcherSettings, environment)
-    ProbeDispatcher(settings, boto3.client("dynamodb"), lambda_api, call_log=call_log).dispatch()  # type: ignore[arg-type]
+    ProbeDispatcher(settings, boto3.client("dynamodb"), lambda_api, call_log=call_log).dispatch()
     return sorted(json.loads(call["Payload"])["serverId"] for call in lambda_api.invocations)
 
 

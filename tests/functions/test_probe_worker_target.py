@@ -53,7 +53,8 @@ def test_the_probe_connects_to_the_address_it_checked_when_dns_rebinds(local, mo
     # after the first lookup (DNS rebinding): check sees 127.0.0.1, a second lookup would see 127.0.0.2
     import socket
 
-    checked, rebound = [], []
+    checked: list[tuple[str, str]] = []
+    rebound: list[tuple[str, str]] = []
     checked_server = rebound_server = None
     for _ in range(5):  # the port probed free on 127.0.0.1 may be taken on 127.0.0.2
         checked_server = recording_server("127.0.0.1", 0, checked)

@@ -378,12 +378,12 @@ def test_each_job_emits_its_tool_metrics_with_tool_name_and_default_dimensions(l
     # When the worker handles it
     local.invoke(WORKER, event)
 
-    # Then one EMF record per job carries ToolName next to Service and Environment
+    # Then one EMF record per job carries ToolName next to the one service dimension and Environment
     records = emf_records(capsys.readouterr().out)
     assert len(records) == 2
     for record in records:
         dimensions = record["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]
-        assert {"Service", "Environment", "ToolName"} <= set(dimensions)
+        assert set(dimensions) == {"service", "Environment", "ToolName"}
         assert record["ToolName"] == "analyze_dataset" and record["Environment"] == "dev"
         assert record["ToolDuration"][0] >= 0
     # (records run at once: their blobs come in either order)

@@ -83,7 +83,8 @@ def part(module: str) -> str:
     return ".".join(module.split(".")[:2])
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+# Complexity exception: Tarjan's algorithm, kept in its textbook shape so it can be checked against the reference.
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:  # noqa: C901
     """Strongly connected components with more than one node (Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from devstack.runtime import LocalLambdaContext
-from mcp_backend.observability import count_limit_refusal, instrumented_handler, logger, metrics
+from mcp_backend.observability import count_limit_refusal, instrumented_handler, logger, metrics, tool_invocation
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def context() -> LocalLambdaContext:
 
 def test_context_keys_and_correlation_id_on_every_line_and_no_state_between_invocations(log_lines):
     # Given a handler that appends a key only on its first invocation
-    calls = []
+    calls: list[int] = []
 
     @instrumented_handler(correlation_id_path="Records[0].messageId")
     def handler(event, ctx):
@@ -83,3 +83,24 @@ def test_a_refused_limit_is_a_metric_by_limit_and_tier_and_a_log_line_naming_the
     # And the log line says who, which limit and when it resets
     [line] = [line for line in log_lines() if line["message"] == "limit refused"]
     assert (line["principal"], line["limit"], line["tier"]) == ("user-alice", "daily_jobs", "free")
+
+
+def test_every_flushed_metric_blob_carries_exactly_one_service_dimension(capfd):
+    # Given a handler that runs one tool (its own blob) and records a handler-wide metric (the final blob)
+    @instrumented_handler()
+    def handler(event, ctx):
+        with tool_invocation("analyze_dataset"):
+            pass
+        metrics.add_metric(name="Handled", unit="Count", value=1)
+
+    # When it is invoked
+    handler({}, context())
+
+    # Then each EMF blob declares the service once (each dimension combination is a metric CloudWatch bills),
+    # next to the environment
+    blobs = [line for line in printed(capfd) if "_aws" in line]
+    assert {"ToolInvocation", "Handled"} <= {name for blob in blobs for name in blob if name[0].isupper()}
+    for blob in blobs:
+        for dimension_set in blob["_aws"]["CloudWatchMetrics"][0]["Dimensions"]:
+            assert [name for name in dimension_set if name.lower() == "service"] == ["service"], dimension_set
+        assert blob["service"] == "mcp-backend"

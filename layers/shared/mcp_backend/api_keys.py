@@ -31,13 +31,16 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 from pydantic.alias_generators import to_camel
 
 from mcp_backend.aws import new_client
 from mcp_backend.observability import logger
+
+if TYPE_CHECKING:
+    from mypy_boto3_secretsmanager import SecretsManagerClient
 
 API_KEY_PREFIX = "mcpk_"
 CURRENT_STAGE = "AWSCURRENT"
@@ -97,11 +100,16 @@ class SecretReader:
     its layer is absent (local stack, tests) the connection is refused and boto3 is used instead.
     """
 
-    def __init__(self, secret_id: str, extension_port: int = 2773, client_factory: Callable[[], Any] | None = None):
+    def __init__(
+        self,
+        secret_id: str,
+        extension_port: int = 2773,
+        client_factory: Callable[[], SecretsManagerClient] | None = None,
+    ):
         self.secret_id = secret_id
         self.extension_port = extension_port
         self._client_factory = client_factory
-        self._client: Any = None
+        self._client: SecretsManagerClient | None = None
         self.extension_available = True
 
     def read(self, fresh: bool = False) -> str:
@@ -133,14 +141,14 @@ class SecretReader:
         with urllib.request.urlopen(request, timeout=2) as response:  # noqa: S310
             return json.loads(response.read())["SecretString"]
 
-    def _sdk(self) -> Any:
+    def _sdk(self) -> SecretsManagerClient:
         if self._client is None:
             factory = self._client_factory or (lambda: new_client("secretsmanager"))
             self._client = factory()
         return self._client
 
 
-def add_api_key(secrets_client: Any, secret_id: str, user_id: str, tier: str = "free") -> str:
+def add_api_key(secrets_client: SecretsManagerClient, secret_id: str, user_id: str, tier: str = "free") -> str:
     """Store a new key's hash in the secret and return the plaintext key (the only copy)."""
     key = _generate_key()
     principal = Principal(user_id=user_id, tier=tier)  # type: ignore[arg-type]
@@ -148,7 +156,7 @@ def add_api_key(secrets_client: Any, secret_id: str, user_id: str, tier: str = "
     return key
 
 
-def revoke_api_key(secrets_client: Any, secret_id: str, key_hash: str) -> bool:
+def revoke_api_key(secrets_client: SecretsManagerClient, secret_id: str, key_hash: str) -> bool:
     found = False
 
     def without_key(table: dict[str, Principal]) -> dict[str, Principal] | None:
@@ -160,18 +168,20 @@ def revoke_api_key(secrets_client: Any, secret_id: str, key_hash: str) -> bool:
     return found
 
 
-def list_api_keys(secrets_client: Any, secret_id: str) -> dict[str, Principal]:
+def list_api_keys(secrets_client: SecretsManagerClient, secret_id: str) -> dict[str, Principal]:
     """Key hash -> principal, for every stored key."""
     return _read_table(secrets_client, secret_id)[1]
 
 
-def _read_table(secrets_client: Any, secret_id: str) -> tuple[str, dict[str, Principal]]:
+def _read_table(secrets_client: SecretsManagerClient, secret_id: str) -> tuple[str, dict[str, Principal]]:
     current = secrets_client.get_secret_value(SecretId=secret_id, VersionStage=CURRENT_STAGE)
     return current["VersionId"], ApiKeyTable.model_validate_json(current.get("SecretString") or "{}").root
 
 
 def _change_table(
-    secrets_client: Any, secret_id: str, change: Callable[[dict[str, Principal]], dict[str, Principal] | None]
+    secrets_client: SecretsManagerClient,
+    secret_id: str,
+    change: Callable[[dict[str, Principal]], dict[str, Principal] | None],
 ) -> None:
     """Apply `change` to the current table as a compare-and-swap (module docstring); None: nothing to write."""
     for attempt in range(MAX_WRITE_ATTEMPTS):

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 ClientFactory = Callable[[str], Any]
+# A boto3 client type (mypy_boto3_<service>, imported only under TYPE_CHECKING where it is named).
+ClientT = TypeVar("ClientT")
 _CLIENT_CREATION = threading.Lock()
 
 
@@ -62,6 +64,6 @@ class LazyClient:
         return getattr(self._clients(self._service), name)
 
 
-def client_or_lazy(client: Any, service: str) -> Any:
-    """The injected client, or one built on first use."""
-    return client if client is not None else LazyClient(service)
+def client_or_lazy(client: ClientT | None, service: str) -> ClientT:
+    """The injected client, or one built on first use (typed as the client it stands in for)."""
+    return client if client is not None else cast(ClientT, LazyClient(service))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from aws_lambda_powertools.utilities.idempotency import (
     DynamoDBPersistenceLayer,
@@ -16,6 +16,9 @@ from aws_lambda_powertools.utilities.idempotency import (
     idempotent_function,
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 # A Lambda is stopped at its timeout; this buffer covers the gap between that and the
 # record's last write settling.
@@ -60,7 +63,7 @@ class RunOnce:
         ttl_seconds: int,
         timeout_seconds: int,
         validation_jmespath: str | None = None,
-        client: Any = None,
+        client: DynamoDBClient | None = None,
     ) -> None:
         self.timeout_seconds = timeout_seconds
         # Powertools hashes a pydantic model's field names (model_dump), never its JSON aliases.
@@ -108,7 +111,7 @@ def run_once_or_none(
     data_keyword_argument: str,
     key_jmespath: str,
     idempotent: bool = True,
-    client: Any = None,
+    client: DynamoDBClient | None = None,
     ttl_seconds: int | None = None,
 ) -> RunOnce | None:
     """RunOnce configured from a consumer's settings (idempotency table, TTL, function timeout);

@@ -15,12 +15,13 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 Handler = Callable[[Any, Any], Any]
 
 logger = Logger()
-metrics = Metrics()
-# Constant labels only: per-tool labels are per-record dimensions (bounded metric streams).
-metrics.set_default_dimensions(
-    Service=os.environ.get("POWERTOOLS_SERVICE_NAME", "mcp-backend"),
-    Environment=os.environ.get("ENVIRONMENT", "dev"),
-)
+metrics = Metrics(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "mcp-backend"))
+# Constant labels only: per-tool labels are per-record dimensions (bounded metric streams). The service label is
+# Powertools' own `service` dimension (from POWERTOOLS_SERVICE_NAME), added to every blob at flush: a second,
+# capitalised copy would double every metric, since each dimension combination is its own billed metric
+# (https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_Dimension.html,
+# https://aws.amazon.com/cloudwatch/pricing/).
+metrics.set_default_dimensions(Environment=os.environ.get("ENVIRONMENT", "dev"))
 _METRICS_LOCK = threading.Lock()
 
 

@@ -8,13 +8,16 @@ from its start): records that already succeeded come again. Their position is th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.data_classes.kinesis_stream_event import KinesisStreamRecord
 
 from mcp_backend.config import StreamConsumerSettings
 from mcp_backend.idempotency import run_once_or_none
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 
 def kinesis_position(record: KinesisStreamRecord) -> dict[str, str]:
@@ -35,7 +38,11 @@ class StreamRecordConsumer:
     """Subclasses implement `process` (parse, then `self.apply_once(position=..., ...)`) and `apply`."""
 
     def __init__(
-        self, settings: StreamConsumerSettings, *, idempotent: bool = True, idempotency_client: Any = None
+        self,
+        settings: StreamConsumerSettings,
+        *,
+        idempotent: bool = True,
+        idempotency_client: DynamoDBClient | None = None,
     ) -> None:
         self.settings = settings
         self._once = run_once_or_none(

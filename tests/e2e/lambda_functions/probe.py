@@ -17,7 +17,7 @@ def identity(event, context):
 
 
 def write(event, context):
-    outcomes = {}
+    outcomes: dict[str, str | None] = {}
     for path in event["paths"]:
         try:
             with open(path, "w") as handle:

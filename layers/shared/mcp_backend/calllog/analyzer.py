@@ -13,7 +13,7 @@ import json
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes.kinesis_stream_event import KinesisStreamRecord
@@ -25,6 +25,10 @@ from mcp_backend.config import CallLogAnalyzerSettings
 from mcp_backend.observability import logger, metrics
 from mcp_backend.streams import StreamRecordConsumer, kinesis_position
 from mcp_backend.validation import describe_validation_error
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sns import SNSClient
 
 # Per-subject metric names; tools get a ToolName dimension, endpoints are counted in total only
 # (thousands of endpoints would be thousands of metric streams).
@@ -77,10 +81,10 @@ class CallLogAnalyzer(StreamRecordConsumer):
     def __init__(
         self,
         settings: CallLogAnalyzerSettings,
-        sns_client: Any = None,
+        sns_client: SNSClient | None = None,
         *,
         idempotent: bool = True,
-        idempotency_client: Any = None,
+        idempotency_client: DynamoDBClient | None = None,
     ) -> None:
         super().__init__(settings, idempotent=idempotent, idempotency_client=idempotency_client)
         sns_client = client_or_lazy(sns_client, "sns")

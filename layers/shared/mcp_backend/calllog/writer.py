@@ -8,7 +8,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
@@ -16,6 +16,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from mcp_backend.aws import client_or_lazy
 from mcp_backend.calllog.models import CallLogRecord
 from mcp_backend.observability import logger, metrics
+
+if TYPE_CHECKING:
+    from mypy_boto3_kinesis import KinesisClient
+    from mypy_boto3_kinesis.type_defs import PutRecordsRequestEntryTypeDef
 
 # PutRecords limits: https://docs.aws.amazon.com/kinesis/latest/APIReference/API_PutRecords.html
 MAX_RECORDS_PER_REQUEST = 500
@@ -56,7 +60,7 @@ class _Entry:
     def size(self) -> int:
         return len(self.data) + len(self.partition_key.encode())
 
-    def request(self) -> dict[str, Any]:
+    def request(self) -> PutRecordsRequestEntryTypeDef:
         return {"Data": self.data, "PartitionKey": self.partition_key}
 
 
@@ -64,7 +68,7 @@ class CallLogWriter:
     def __init__(
         self,
         stream_name: str,
-        client: Any = None,
+        client: KinesisClient | None = None,
         *,
         max_attempts: int = 4,
         base_delay_seconds: float = 0.05,

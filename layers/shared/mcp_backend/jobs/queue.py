@@ -7,12 +7,16 @@ Timeout (the WorkerTimeouts mapping), so Lambda stops a job long before its mess
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from mcp_backend.aws import client_or_lazy
 from mcp_backend.jobs.models import JobError
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef
 
 JOB_TYPE_ATTRIBUTE = "jobType"
 # What a dead-lettered message carries besides its body, so the DLQ alone says why it is there.
@@ -30,7 +34,7 @@ def job_type_of(record: SQSRecord) -> str | None:
 
 
 class JobQueueMessages:
-    def __init__(self, dead_letter_queue_url: str, client: Any = None) -> None:
+    def __init__(self, dead_letter_queue_url: str, client: SQSClient | None = None) -> None:
         self.dead_letter_queue_url = dead_letter_queue_url
         self._client = client_or_lazy(client, "sqs")
 
@@ -39,7 +43,7 @@ class JobQueueMessages:
 
         Raises when SQS refuses: the record then fails and stays on JobQueue, so nothing is lost.
         """
-        attributes = {
+        attributes: dict[str, MessageAttributeValueTypeDef] = {
             FAILURE_TYPE_ATTRIBUTE: {"DataType": "String", "StringValue": error.type},
             FAILURE_REASON_ATTRIBUTE: {"DataType": "String", "StringValue": error.message or "-"},
             SOURCE_MESSAGE_ATTRIBUTE: {"DataType": "String", "StringValue": record.message_id},

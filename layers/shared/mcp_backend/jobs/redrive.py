@@ -16,13 +16,17 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from mcp_backend.aws import new_client
 from mcp_backend.jobs.models import JobMessage
 from mcp_backend.jobs.store import JobStore
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 PEEK_ROUNDS = 100  # ReceiveMessage returns at most 10 a call and a sample of the queue: peek until no news
 
@@ -34,8 +38,8 @@ class JobQueues:
     table_name: str
 
 
-def peek(sqs: Any, queue_url: str) -> list[dict[str, Any]]:
-    seen: dict[str, dict[str, Any]] = {}
+def peek(sqs: SQSClient, queue_url: str) -> list[MessageTypeDef]:
+    seen: dict[str, MessageTypeDef] = {}
     for _ in range(PEEK_ROUNDS):
         messages = sqs.receive_message(
             QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=0, MessageAttributeNames=["All"]
@@ -47,7 +51,7 @@ def peek(sqs: Any, queue_url: str) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
-def describe(message: dict[str, Any]) -> dict[str, Any]:
+def describe(message: MessageTypeDef) -> dict[str, Any]:
     """What an operator needs to decide: the job, its tool, and why it failed (never its input)."""
     attributes = {name: value.get("StringValue") for name, value in message.get("MessageAttributes", {}).items()}
     try:
@@ -63,7 +67,7 @@ def describe(message: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def redrive(queues: JobQueues, *, dry_run: bool, sqs: Any, store: JobStore) -> dict[str, Any]:
+def redrive(queues: JobQueues, *, dry_run: bool, sqs: SQSClient, store: JobStore) -> dict[str, Any]:
     waiting = [describe(message) for message in peek(sqs, queues.dead_letter_queue_url)]
     report: dict[str, Any] = {"dryRun": dry_run, "messages": waiting}
     if dry_run or not waiting:

@@ -15,7 +15,7 @@ import json
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
@@ -24,6 +24,9 @@ from mcp_backend.jobs.errors import JobCancelled, JobOwnershipError, ResultTooLa
 from mcp_backend.jobs.models import JobError, JobMessage, JobStatus
 from mcp_backend.observability import logger
 from mcp_backend.quotas import JobQuota
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 JOB_RETENTION_SECONDS = 30 * 24 * 3600  # JobTable TTL (attribute expiresAt)
 # Writes are allowed for a new job or for the job's own user, never across users.
@@ -79,7 +82,7 @@ def _input_summary(job: JobMessage) -> str:
 
 
 class JobStore:
-    def __init__(self, table_name: str, client: Any = None) -> None:
+    def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
         client = client_or_lazy(client, "dynamodb")
         self.table_name = table_name
         self._client = client
@@ -137,7 +140,7 @@ class JobStore:
             },
         ]
         try:
-            self._client.transact_write_items(TransactItems=items)
+            self._client.transact_write_items(TransactItems=cast(Any, items))
         except self._client.exceptions.TransactionCanceledException as error:
             reasons = [reason.get("Code") for reason in error.response.get("CancellationReasons", [])]
             failed = [index for index, code in enumerate(reasons) if code == "ConditionalCheckFailed"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
@@ -36,6 +36,9 @@ from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.ratelimit import RateDecision, RequestRateLimiter
 from mcp_backend.tools.registry import TOOLS, Tool
 from mcp_backend.tools.services import ToolServices
+
+if TYPE_CHECKING:
+    from mypy_boto3_kinesis import KinesisClient
 
 SERVER_NAME = "mcp-backend"
 CALL_LOG_SHUTDOWN_BUDGET_SECONDS = 0.25
@@ -130,7 +133,8 @@ def create_app(
             authenticator = oauth if settings.auth_mode == "oauth" else EitherAuthenticator(api_keys, oauth)
 
     call_log = RecordShipper(
-        CallLogWriter(settings.call_log_stream_name, LazyClient("kinesis", clients)), name="mcp-call-log"
+        CallLogWriter(settings.call_log_stream_name, cast("KinesisClient", LazyClient("kinesis", clients))),
+        name="mcp-call-log",
     )
     root_handlers = list(logging.root.handlers)
     server = FixedToolsServer(

@@ -3,7 +3,7 @@ the stream image their filter selects (NewImage for new results, OldImage for ex
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
@@ -13,6 +13,9 @@ from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.observability import logger
 from mcp_backend.streams import StreamRecordConsumer, dynamodb_position
 
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
 
 class ProbeResultConsumer(StreamRecordConsumer):
     image = "new_image"  # or "old_image"
@@ -20,10 +23,10 @@ class ProbeResultConsumer(StreamRecordConsumer):
     def __init__(
         self,
         settings: MonitorStreamSettings,
-        dynamodb_client: Any = None,
+        dynamodb_client: DynamoDBClient | None = None,
         *,
         idempotent: bool = True,
-        idempotency_client: Any = None,
+        idempotency_client: DynamoDBClient | None = None,
     ) -> None:
         super().__init__(settings, idempotent=idempotent, idempotency_client=idempotency_client)
         self.table = MonitorTable.from_settings(settings, dynamodb_client)

@@ -8,7 +8,7 @@ it, so a retry after the call-log put failed re-emits that change (and only that
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
@@ -20,6 +20,9 @@ from mcp_backend.monitor.items import ProbeResult
 from mcp_backend.monitor.table import NO_SCHEMA_HASH
 from mcp_backend.observability import logger, metrics
 
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
 
 class DriftDetector(ProbeResultConsumer):
     image = "new_image"
@@ -27,11 +30,11 @@ class DriftDetector(ProbeResultConsumer):
     def __init__(
         self,
         settings: DriftDetectorSettings,
-        dynamodb_client: Any = None,
+        dynamodb_client: DynamoDBClient | None = None,
         call_log: CallLogWriter | None = None,
         *,
         idempotent: bool = True,
-        idempotency_client: Any = None,
+        idempotency_client: DynamoDBClient | None = None,
     ) -> None:
         super().__init__(settings, dynamodb_client, idempotent=idempotent, idempotency_client=idempotency_client)
         # Here the drift record IS the work: losing it must fail the record so the stream retries it.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from mcp_backend.aws import client_or_lazy
 from mcp_backend.monitor.items import (
@@ -26,6 +26,9 @@ from mcp_backend.monitor.items import (
     rollup_sort_key,
 )
 from mcp_backend.observability import logger
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 BATCH_WRITE_LIMIT = 25
 WRITE_ATTEMPTS = 5
@@ -56,7 +59,9 @@ def item_identity(item: dict[str, Any]) -> str:
 
 
 class MonitorTable:
-    def __init__(self, table_name: str, client: Any = None, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self, table_name: str, client: DynamoDBClient | None = None, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         self.table_name = table_name
         self._client = client_or_lazy(client, "dynamodb")
         self._sleep = sleep
@@ -68,7 +73,10 @@ class MonitorTable:
 
     @classmethod
     def from_settings(
-        cls, settings: MonitorTableSettings, client: Any = None, sleep: Callable[[float], None] = time.sleep
+        cls,
+        settings: MonitorTableSettings,
+        client: DynamoDBClient | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> MonitorTable:
         return cls(settings.monitor_table_name, client, sleep)
 
@@ -78,15 +86,15 @@ class MonitorTable:
         failing resume. With a cap, the endpoint and its owner's count are written in one transaction:
         False (and nothing written) when the owner has `cap` other endpoints registered."""
         item = endpoint_item(endpoint, auth_token=auth_token, registered_at=datetime.now(UTC))
-        names = {f"#{n}": n for n in item if n not in ("serverId", "sortKey")}
-        values = {f":{n}": v for n, v in item.items() if n not in ("serverId", "sortKey")}
+        names: dict[str, str] = {f"#{n}": n for n in item if n not in ("serverId", "sortKey")}
+        values: dict[str, Any] = {f":{n}": v for n, v in item.items() if n not in ("serverId", "sortKey")}
         update = "SET " + ", ".join(f"{alias} = :{alias[1:]}" for alias in names)
         # A re-registration resumes probes that stopped for failing (a fresh start for the failure clock).
         update += " REMOVE failingSince, probesStoppedAt"
         if not auth_token:
             names["#authToken"] = "authToken"
             update += ", #authToken"
-        write = {
+        write: Any = {
             "TableName": self.table_name,
             "Key": key(endpoint.server_id, ENDPOINT_SORT_KEY),
             "UpdateExpression": update,
@@ -100,7 +108,7 @@ class MonitorTable:
             return True
         try:
             self._client.transact_write_items(
-                TransactItems=[{"Update": write}, {"Update": self._count_endpoint(endpoint, cap)}]
+                TransactItems=[{"Update": write}, {"Update": cast(Any, self._count_endpoint(endpoint, cap))}]
             )
         except self._client.exceptions.TransactionCanceledException as error:
             reasons = [reason.get("Code") for reason in error.response.get("CancellationReasons", [])]
@@ -191,7 +199,9 @@ class MonitorTable:
             while request:
                 response = self._client.batch_get_item(RequestItems=request)
                 for item in response.get("Responses", {}).get(self.table_name, []):
-                    state = {name: item[name]["S"] for name in ("failingSince", "probesStoppedAt") if name in item}
+                    state: dict[str, str] = {
+                        name: item[name]["S"] for name in ("failingSince", "probesStoppedAt") if name in item
+                    }
                     if state:
                         states[item["serverId"]["S"]] = state
                 request = response.get("UnprocessedKeys") or {}
@@ -221,7 +231,7 @@ class MonitorTable:
                 Key=key(server_id, ENDPOINT_SORT_KEY),
                 UpdateExpression=update,
                 ConditionExpression=condition,
-                **({"ExpressionAttributeValues": values} if values else {}),
+                **({"ExpressionAttributeValues": values} if values else {}),  # type: ignore[arg-type]
             )
         except self._client.exceptions.ConditionalCheckFailedException:
             pass  # nothing to change
@@ -299,7 +309,8 @@ class MonitorTable:
         Returns the identities (item_identity) of items still unwritten."""
         unwritten: set[str] = set()
         for start in range(0, len(items), BATCH_WRITE_LIMIT):
-            requests = [{"PutRequest": {"Item": item}} for item in items[start : start + BATCH_WRITE_LIMIT]]
+            # Items in DynamoDB's attribute-value form (dict[str, Any]), the way item_identity reads them back.
+            requests: list[Any] = [{"PutRequest": {"Item": item}} for item in items[start : start + BATCH_WRITE_LIMIT]]
             for attempt in range(WRITE_ATTEMPTS):
                 if attempt:
                     self._sleep(BACKOFF_BASE_SECONDS * 2 ** (attempt - 1))

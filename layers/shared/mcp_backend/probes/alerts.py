@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -24,6 +24,10 @@ from mcp_backend.observability import logger, metrics
 from mcp_backend.probes.envelope import DestinationEnvelope, MalformedEnvelope
 from mcp_backend.probes.errors import EndpointNotFound
 
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sns import SNSClient
+
 ERROR_MESSAGE_CHARS = 500
 
 
@@ -31,10 +35,10 @@ class AlertHandler:
     def __init__(
         self,
         settings: AlertHandlerSettings,
-        sns_client: Any = None,
+        sns_client: SNSClient | None = None,
         *,
         idempotent: bool = True,
-        idempotency_client: Any = None,
+        idempotency_client: DynamoDBClient | None = None,
     ) -> None:
         sns_client = client_or_lazy(sns_client, "sns")
         self.settings = settings

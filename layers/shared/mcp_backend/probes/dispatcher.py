@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.metrics import MetricUnit
 
@@ -23,13 +23,17 @@ from mcp_backend.observability import logger, metrics
 from mcp_backend.probes.registry import SELF_SERVER_ID, EndpointRegistry
 from mcp_backend.probes.worker import ProbeTarget
 
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_lambda import LambdaClient
+
 
 class ProbeDispatcher:
     def __init__(
         self,
         settings: ProbeDispatcherSettings,
-        dynamodb_client: Any = None,
-        lambda_client: Any = None,
+        dynamodb_client: DynamoDBClient | None = None,
+        lambda_client: LambdaClient | None = None,
         call_log: CallLogWriter | None = None,
     ) -> None:
         self.settings = settings

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
@@ -22,12 +22,15 @@ from mcp_backend.monitor.table import MonitorTable, item_identity
 from mcp_backend.observability import logger, metrics
 from mcp_backend.probes.envelope import DestinationEnvelope, MalformedEnvelope
 
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
 
 class ProbeRecorder:
     def __init__(
         self,
         settings: ProbeRecorderSettings,
-        dynamodb_client: Any = None,
+        dynamodb_client: DynamoDBClient | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.settings = settings

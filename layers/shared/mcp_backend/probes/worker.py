@@ -10,7 +10,7 @@ payload is the envelope's requestPayload, which is copied to queues and alerts.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -22,6 +22,9 @@ from mcp_backend.observability import logger
 from mcp_backend.probes.client import ProbeRequest, probe
 from mcp_backend.probes.errors import EndpointNotFound, ProbeFailed, ProbeRefused
 from mcp_backend.validation import describe_validation_error
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 
 class ProbeTarget(BaseModel):
@@ -41,7 +44,7 @@ class MalformedProbeTarget(ValueError):
 
 
 class ProbeWorker:
-    def __init__(self, settings: ProbeWorkerSettings, dynamodb_client: Any = None) -> None:
+    def __init__(self, settings: ProbeWorkerSettings, dynamodb_client: DynamoDBClient | None = None) -> None:
         self.settings = settings
         self.table = MonitorTable.from_settings(settings, dynamodb_client)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from mcp_backend.aws import AwsClients, LazyClient
 from mcp_backend.config import LOWEST_TIER, TierLimits, TierLimitSettings, ToolSettings
@@ -22,6 +22,9 @@ from mcp_backend.probes.registry import EndpointRegistry
 from mcp_backend.quotas import JobQuota
 from mcp_backend.tools.context import CancellationCheck, ProgressCallback, ToolContext
 from mcp_backend.tools.dataset_stream import FetchPolicy
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 
 class Service(StrEnum):
@@ -78,7 +81,9 @@ class ToolServices:
             jobs = JobsService(queues, clients)
         endpoints = None
         if MonitorTable.is_configured(settings):
-            endpoints = EndpointRegistry(MonitorTable.from_settings(settings, LazyClient("dynamodb", clients)))
+            endpoints = EndpointRegistry(
+                MonitorTable.from_settings(settings, cast("DynamoDBClient", LazyClient("dynamodb", clients)))
+            )
         return cls(
             fetch_policy=FetchPolicy(
                 max_bytes=settings.dataset_max_bytes, allow_loopback_hosts=settings.dataset_allow_loopback_hosts

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import time
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
@@ -47,6 +47,9 @@ from mcp_backend.tools.errors import ToolError
 from mcp_backend.tools.registry import TOOLS, Tool, job_tools
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.validation import describe_validation_error
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 RECORD_LOG_KEYS = ["message_id", "attempt", "job_id", "tool", "correlation_id"]
 
@@ -81,7 +84,7 @@ class JobWorker:
         settings: WorkerSettings,
         store: JobStore,
         tools: dict[str, Tool] | None = None,
-        idempotency_client: Any = None,
+        idempotency_client: DynamoDBClient | None = None,
         call_log: CallLogWriter | None = None,
         queue: JobQueueMessages | None = None,
         services: ToolServices | None = None,
