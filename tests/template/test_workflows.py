@@ -24,6 +24,13 @@ def runs(job: dict) -> str:
     return "\n".join(str(step.get("run", "")) for step in job.get("steps", []))
 
 
+TESTING = re.compile(r"make (lint|test|unit|integration|e2e)\b")
+
+
+def runs_tests(job: dict) -> bool:
+    return TESTING.search(runs(job)) is not None
+
+
 def test_only_a_deploy_job_that_runs_no_tests_may_request_an_oidc_token():
     # Given every job of every workflow
     jobs = [
@@ -31,12 +38,12 @@ def test_only_a_deploy_job_that_runs_no_tests_may_request_an_oidc_token():
         for name, workflow in WORKFLOWS.items()
         for job_id, job in workflow["jobs"].items()
     ]
-    assert any("make lint test" in runs(job) for *_, job in jobs)
+    assert any(runs_tests(job) for *_, job in jobs)
 
     for name, job_id, workflow, job in jobs:
         permissions = job_permissions(workflow, job)
         # Then whatever installs dependencies and runs the tests has no id-token permission
-        if "make lint test" in runs(job) or "make test" in runs(job):
+        if runs_tests(job):
             assert permissions.get("id-token") != "write", (name, job_id)
         # And a job that may request the token deploys the tested build in a GitHub environment
         if permissions.get("id-token") == "write":
@@ -117,3 +124,13 @@ def test_each_tool_requirement_file_is_its_locks_export_with_a_hash_for_every_pi
     assert pinned and all(lines[i + 1].strip().startswith("--hash=sha256:") for i in pinned), tool
     makefile = (ROOT / "Makefile").read_text()
     assert f"--require-hashes -r tools/{tool}/requirements.txt" in makefile.replace("$(PIP_HASHED)", "--require-hashes")
+
+
+def test_ci_runs_lint_and_each_test_tier_as_its_own_job():
+    # Given the pull-request workflow
+    jobs = WORKFLOWS["ci.yml"]["jobs"]
+
+    # Then lint and every tier run, each in a job of its own, so the fast ones report first
+    for target in ("lint", "unit", "integration", "e2e"):
+        owners = [job_id for job_id, job in jobs.items() if re.search(rf"make {target}\b", runs(job))]
+        assert owners == [target], (target, owners)
