@@ -62,9 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     return invoke_fresh(parser, args.function, event, state, args.runtime, args.build_dir)
 
 
-def invoke_fresh(
-    parser: argparse.ArgumentParser, function: str, event: Any, state: dict, runtime: str, build_dir: Path
-) -> int:
+def fresh_stack(runtime: str, build_dir: Path) -> DevStack:
+    """The stack `make dev` starts, on free loopback ports, without its event-source threads (started here)."""
     options = DevStackOptions(
         aws_port=_free_port(),
         lambda_port=_free_port(),
@@ -74,8 +73,26 @@ def invoke_fresh(
         build_dir=build_dir,
         prewarm=False,
     )
+    return DevStack(options).start()
+
+
+def invoke_on(stack: DevStack, function: str, event: Any, state: dict, keys: dict[str, str]) -> Any:
+    """Seed the fixture's state, then invoke: a Function URL request goes to the function's served URL."""
+    seed(stack, state, keys)
+    if state.get("endpoints"):
+        # The fixture calls the stack's own endpoint: its environment starts now, not inside the call's timeout.
+        stack.prewarm(web.spec.logical_id for web in stack.web_functions.values())
+    web = next((w for w in stack.web_functions.values() if w.spec.logical_id == function), None)
+    if web is not None:
+        return function_url_request(web.url, event, next(iter(keys.values()), None))
+    return stack.environment.invoke(function, event)
+
+
+def invoke_fresh(
+    parser: argparse.ArgumentParser, function: str, event: Any, state: dict, runtime: str, build_dir: Path
+) -> int:
     try:
-        stack = DevStack(options).start()
+        stack = fresh_stack(runtime, build_dir)
     except LambdaRuntimeUnavailable as missing:
         print(f"error: the Lambda runtime is unavailable here: {missing}", file=sys.stderr)
         return 2
@@ -83,16 +100,7 @@ def invoke_fresh(
         functions = sorted(stack.environment.stack.functions())
         if function not in functions:
             parser.error(f"{function} is not a function in template.yaml: {functions}")
-        keys = issue_dev_keys(stack)
-        seed(stack, state, keys)
-        if state.get("endpoints"):
-            # The fixture calls the stack's own endpoint: its environment starts now, not inside the call's timeout.
-            stack.prewarm(web.spec.logical_id for web in stack.web_functions.values())
-        web = next((w for w in stack.web_functions.values() if w.spec.logical_id == function), None)
-        if web is not None:
-            response: Any = function_url_request(web.url, event, next(iter(keys.values()), None))
-        else:
-            response = stack.environment.invoke(function, event)
+        response = invoke_on(stack, function, event, state, issue_dev_keys(stack))
     except HandlerImportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
