@@ -30,6 +30,8 @@ REQUEST_PRICES: dict[str, str | None] = {
     "dynamodb:UpdateItem": "dynamodb_write_request_unit",
     "dynamodb:DeleteItem": "dynamodb_write_request_unit",
     "dynamodb:BatchWriteItem": None,  # priced per item written (dynamodb_batch_items)
+    # Two write request units per item written in a transaction (not priced here: shown as unpriced).
+    "dynamodb:TransactWriteItems": None,
     "sqs:SendMessage": "sqs_request",
     "sqs:SendMessageBatch": "sqs_request",
     "sqs:ReceiveMessage": "sqs_request",
@@ -44,6 +46,7 @@ REQUEST_PRICES: dict[str, str | None] = {
     "kms:GenerateDataKey": "kms_request",
     "sns:Publish": "sns_publish",
     "s3:GetObject": "s3_get",
+    "s3:PutObject": None,  # large job results only; not priced here
     "lambda:Invoke": None,
 }
 
