@@ -7,6 +7,7 @@ import boto3
 from mcp_backend.api_keys import ApiKeyTable, hash_api_key
 from mcp_backend.config import ProbeDispatcherSettings, load_settings
 from mcp_backend.probes.dispatcher import ProbeDispatcher
+from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
 
 FUNCTION_URL = "https://abc123.lambda-url.us-east-1.on.aws/"
 
@@ -53,7 +54,10 @@ def test_first_run_registers_the_own_endpoint_with_a_key_the_endpoint_accepts(lo
     # Then the own endpoint is registered once, with a token whose hash the endpoint's key table holds
     item = self_item(local)
     assert item["url"]["S"] == FUNCTION_URL.rstrip("/") + "/mcp"
-    principal = key_table(local)[hash_api_key(item["authToken"]["S"])]
+    assert "authToken" not in item  # stored only sealed; ProbeWorker's key policy statement opens it
+    key_id = local.stack.function("ProbeWorker").environment["ENDPOINT_TOKEN_KEY_ID"]
+    token = EndpointTokenCipher(key_id).open("self", "stack", item["authTokenCiphertext"]["B"])
+    principal = key_table(local)[hash_api_key(token)]
     assert (principal.user_id, principal.tier) == ("self-probe", "internal")
     assert len(key_table(local)) == 1
     # And every tick dispatched one probe of it, carrying no token

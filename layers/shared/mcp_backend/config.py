@@ -36,6 +36,8 @@ class ToolSettings(Settings):
     job_result_page_bytes: int = Field(default=256 * 1024, ge=64, le=4 * 1024 * 1024)  # far below the 20 MB stream cap
     # Registered probe endpoints (register_endpoint, list_endpoints, endpoint_status).
     monitor_table_name: str = ""
+    # The KMS key endpoint tokens are sealed with (probes/endpoint_tokens.py); empty: a token is refused.
+    endpoint_token_key_id: str = ""
     # Only the local stack sets this: register_endpoint accepts loopback (no other private address) and http.
     probe_allow_loopback_hosts: bool = False
     # endpoint_status reports uptime over this many seconds of probe results.
@@ -149,13 +151,17 @@ class ProbeDispatcherSettings(Settings):
     # The stack's own MCP endpoint: this function's Function URL (+ mcp_path) is registered on the first run.
     self_function_name: str = ""
     self_function_qualifier: str = "live"
-    # The dispatcher issues the self-probe its own key in this secret (first run only).
+    # The dispatcher issues the self-probe its own key in this secret (first run only), sealed with this
+    # KMS key before it is stored; without either, the own endpoint is not registered.
     api_keys_secret_id: str = ""
+    endpoint_token_key_id: str = ""
     mcp_path: str = "/mcp"
 
 
 class ProbeWorkerSettings(Settings):
     monitor_table_name: str
+    # Opens the endpoint's sealed token (only this function may decrypt with the key).
+    endpoint_token_key_id: str = ""
     # The same template parameter sets the function's Timeout and this value; the probe's own
     # deadline is derived from it (see probe_timeout_seconds), so a hung endpoint ends as ProbeTimeout,
     # not as a Lambda timeout without details.

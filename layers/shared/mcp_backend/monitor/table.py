@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from mcp_backend.aws import client_or_lazy
 from mcp_backend.monitor.items import (
+    AUTH_CIPHERTEXT,
     ENDPOINT_SORT_KEY,
     ENDPOINTS_BY_OWNER_INDEX,
     PROBE_PREFIX,
@@ -71,15 +72,15 @@ class MonitorTable:
         return cls(settings.monitor_table_name, client, sleep)
 
     # -- endpoints: writes ------------------------------------------------------
-    def register_endpoint(self, endpoint: Endpoint, auth_token: str | None) -> None:
+    def register_endpoint(self, endpoint: Endpoint, auth_ciphertext: bytes | None) -> None:
         """Write the registration fields; schema state kept by the drift detector stays."""
-        item = endpoint_item(endpoint, auth_token=auth_token, registered_at=datetime.now(UTC))
+        item = endpoint_item(endpoint, auth_ciphertext=auth_ciphertext, registered_at=datetime.now(UTC))
         names = {f"#{n}": n for n in item if n not in ("serverId", "sortKey")}
         values = {f":{n}": v for n, v in item.items() if n not in ("serverId", "sortKey")}
         update = "SET " + ", ".join(f"{alias} = :{alias[1:]}" for alias in names)
-        if not auth_token:
-            names["#authToken"] = "authToken"
-            update += " REMOVE #authToken"
+        if not auth_ciphertext:
+            names[f"#{AUTH_CIPHERTEXT}"] = AUTH_CIPHERTEXT
+            update += f" REMOVE #{AUTH_CIPHERTEXT}"
         self._client.update_item(
             TableName=self.table_name,
             Key=key(endpoint.server_id, ENDPOINT_SORT_KEY),
@@ -90,12 +91,12 @@ class MonitorTable:
             ExpressionAttributeValues=values,
         )
 
-    def put_endpoint_unless_at(self, endpoint: Endpoint, auth_token: str | None) -> bool:
+    def put_endpoint_unless_at(self, endpoint: Endpoint, auth_ciphertext: bytes | None) -> bool:
         """Write the whole endpoint item unless it exists with this URL; True when written."""
         try:
             self._client.put_item(
                 TableName=self.table_name,
-                Item=endpoint_item(endpoint, auth_token=auth_token, registered_at=datetime.now(UTC)),
+                Item=endpoint_item(endpoint, auth_ciphertext=auth_ciphertext, registered_at=datetime.now(UTC)),
                 ConditionExpression="attribute_not_exists(serverId) OR #url <> :url",
                 ExpressionAttributeNames={"#url": "url"},
                 ExpressionAttributeValues={":url": {"S": endpoint.url}},
@@ -104,14 +105,14 @@ class MonitorTable:
             return False
         return True
 
-    def set_first_auth_token(self, server_id: str, auth_token: str) -> None:
-        """Set the endpoint's token only if it has none: a token in use is never replaced."""
+    def set_first_auth_ciphertext(self, server_id: str, auth_ciphertext: bytes) -> None:
+        """Set the endpoint's (sealed) token only if it has none: a token in use is never replaced."""
         self._client.update_item(
             TableName=self.table_name,
             Key=key(server_id, ENDPOINT_SORT_KEY),
-            UpdateExpression="SET authToken = :token",
-            ConditionExpression="attribute_exists(serverId) AND attribute_not_exists(authToken)",
-            ExpressionAttributeValues={":token": {"S": auth_token}},
+            UpdateExpression=f"SET {AUTH_CIPHERTEXT} = :token",
+            ConditionExpression=f"attribute_exists(serverId) AND attribute_not_exists({AUTH_CIPHERTEXT})",
+            ExpressionAttributeValues={":token": {"B": auth_ciphertext}},
         )
 
     # -- endpoints: reads -------------------------------------------------------
@@ -128,17 +129,17 @@ class MonitorTable:
         ).get("Item")
         return item
 
-    def probe_target(self, server_id: str) -> tuple[str, str | None] | None:
-        """The registered URL and auth token, or None when the endpoint is not registered."""
+    def probe_target(self, server_id: str) -> tuple[str, str, bytes | None] | None:
+        """The registered URL, owner and sealed auth token, or None when the endpoint is not registered."""
         item = self._client.get_item(
             TableName=self.table_name,
             Key=key(server_id, ENDPOINT_SORT_KEY),
-            ProjectionExpression="authToken, #url",
+            ProjectionExpression=f"{AUTH_CIPHERTEXT}, ownerId, #url",
             ExpressionAttributeNames={"#url": "url"},
         ).get("Item")
-        if item is None or "url" not in item:
+        if item is None or "url" not in item or "ownerId" not in item:
             return None
-        return item["url"]["S"], item.get("authToken", {}).get("S")
+        return item["url"]["S"], item["ownerId"]["S"], item.get(AUTH_CIPHERTEXT, {}).get("B")
 
     def all_endpoints(self) -> Iterator[Endpoint]:
         """Every registered endpoint: a scan of the sparse index (endpoint items only, no tokens)."""

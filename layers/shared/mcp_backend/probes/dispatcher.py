@@ -16,6 +16,7 @@ from mcp_backend.aws import client_or_lazy
 from mcp_backend.config import ProbeDispatcherSettings
 from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.observability import logger, metrics
+from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
 from mcp_backend.probes.registry import EndpointRegistry
 from mcp_backend.probes.worker import ProbeTarget
 
@@ -27,12 +28,17 @@ class ProbeDispatcher:
         dynamodb_client: Any = None,
         lambda_client: Any = None,
         secrets_client: Any = None,
+        kms_client: Any = None,
     ) -> None:
         self.settings = settings
-        self.registry = EndpointRegistry(MonitorTable.from_settings(settings, dynamodb_client))
+        cipher = EndpointTokenCipher(settings.endpoint_token_key_id, kms_client)
+        self.registry = EndpointRegistry(MonitorTable.from_settings(settings, dynamodb_client), cipher)
         self._lambda = client_or_lazy(lambda_client, "lambda")
         self._secrets = client_or_lazy(secrets_client, "secretsmanager")
-        self._self_registered = not (settings.self_function_name and settings.api_keys_secret_id)
+        # No key to seal the self-probe's API key with: no key is issued and the own endpoint is not probed.
+        self._self_registered = not (
+            settings.self_function_name and settings.api_keys_secret_id and settings.endpoint_token_key_id
+        )
 
     def _register_self(self) -> None:
         """First run: register the stack's own endpoint (its Function URL), once per container at most."""
@@ -50,14 +56,14 @@ class ProbeDispatcher:
             self._self_registered = True
             return
         # Claim first, then issue the key: a tick that loses the race issues nothing.
-        if self.registry.ensure_self(url.rstrip("/") + self.settings.mcp_path, auth_token=None):
+        if self.registry.ensure_self(url.rstrip("/") + self.settings.mcp_path):
             self.registry.set_self_token(self._issue_self_probe_key())
             logger.info("registered the stack's own MCP endpoint")
         self._self_registered = True
 
     def _issue_self_probe_key(self) -> str:
         """A new internal key in the API key secret (user "self-probe"), so the stack's own endpoint is
-        probed authenticated from the first deploy on; its plaintext lives only in the `self` item."""
+        probed authenticated from the first deploy on; it is stored only sealed, in the `self` item."""
         return add_api_key(self._secrets, self.settings.api_keys_secret_id, user_id="self-probe", tier="internal")
 
     def dispatch(self) -> dict[str, int]:

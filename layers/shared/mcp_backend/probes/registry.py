@@ -2,8 +2,9 @@
 (monitor/table.py).
 
 A user sees only endpoints whose ownerId is their user id; someone else's endpoint is indistinguishable
-from none. The optional bearer token is written to the endpoint item only: the EndpointsByOwner index
-does not project it, no tool returns it (only hasAuth), and only the ProbeWorker reads it back.
+from none. The optional bearer token is sealed with KMS (probes/endpoint_tokens.py) before it is written, to
+the endpoint item only: the EndpointsByOwner index does not project it, no tool returns it (only hasAuth),
+and only the ProbeWorker can open it.
 """
 
 from __future__ import annotations
@@ -13,34 +14,51 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mcp_backend.monitor.items import Endpoint, ProbeStatus, probed_at_text
+from mcp_backend.monitor.items import AUTH_CIPHERTEXT, Endpoint, ProbeStatus, probed_at_text
 from mcp_backend.monitor.table import MonitorTable
+from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
 
 SELF_SERVER_ID = "self"
 SELF_OWNER_ID = "stack"  # the stack's own endpoint belongs to no API user
 MAX_STATUS_RESULTS = 2000  # probe results read for one uptime figure (a day at one per minute is 1440)
 
 
+class EndpointTokensUnsealable(RuntimeError):
+    """A token was given but this function has no key to seal it with: it is never stored in plaintext."""
+
+
 class EndpointRegistry:
-    def __init__(self, table: MonitorTable) -> None:
+    def __init__(self, table: MonitorTable, cipher: EndpointTokenCipher | None = None) -> None:
         self.table = table
+        self.cipher = cipher
+
+    @property
+    def seals_tokens(self) -> bool:
+        return self.cipher is not None
+
+    def _seal(self, server_id: str, owner_id: str, auth_token: str) -> bytes:
+        if self.cipher is None:
+            raise EndpointTokensUnsealable("no endpoint token key configured (ENDPOINT_TOKEN_KEY_ID)")
+        return self.cipher.seal(server_id, owner_id, auth_token)
 
     # -- writes -----------------------------------------------------------------
     def register(self, owner_id: str, url: str, name: str, auth_token: str | None) -> dict[str, Any]:
         """Register (or re-register: same owner and URL, same serverId) an endpoint."""
         digest = hashlib.sha256(f"{owner_id}\n{url}".encode()).hexdigest()
         endpoint = Endpoint(server_id=f"ep-{digest[:24]}", owner_id=owner_id, name=name, url=url)
-        self.table.register_endpoint(endpoint, auth_token)
+        sealed = self._seal(endpoint.server_id, owner_id, auth_token) if auth_token else None
+        self.table.register_endpoint(endpoint, sealed)
         return {"serverId": endpoint.server_id, "name": name, "url": url, "hasAuth": bool(auth_token)}
 
-    def ensure_self(self, url: str, auth_token: str | None) -> bool:
-        """Register the stack's own endpoint once (first run); True when this call registered it."""
+    def ensure_self(self, url: str) -> bool:
+        """Register the stack's own endpoint once (first run), without a token yet; True when this call
+        registered it."""
         endpoint = Endpoint(server_id=SELF_SERVER_ID, owner_id=SELF_OWNER_ID, name="this stack", url=url)
-        return self.table.put_endpoint_unless_at(endpoint, auth_token)
+        return self.table.put_endpoint_unless_at(endpoint, None)
 
     def set_self_token(self, auth_token: str) -> None:
-        """The self-probe's key, once: a later tick never replaces a token that is in use."""
-        self.table.set_first_auth_token(SELF_SERVER_ID, auth_token)
+        """The self-probe's key, sealed, once: a later tick never replaces a token that is in use."""
+        self.table.set_first_auth_ciphertext(SELF_SERVER_ID, self._seal(SELF_SERVER_ID, SELF_OWNER_ID, auth_token))
 
     # -- reads ------------------------------------------------------------------
     def self_registered(self) -> bool:
@@ -66,7 +84,7 @@ class EndpointRegistry:
             "serverId": server_id,
             "name": item["name"]["S"],
             "url": item["url"]["S"],
-            "hasAuth": "authToken" in item,
+            "hasAuth": AUTH_CIPHERTEXT in item,
             "latest": results[-1] if results else self._latest(server_id),
             "uptime": {
                 "windowSeconds": window_seconds,

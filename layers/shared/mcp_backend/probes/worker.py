@@ -2,8 +2,9 @@
 nothing. Success and failure leave only through the function's Destinations (OnSuccess topic,
 OnFailure queue), so the result travels in the envelope's responsePayload.
 
-The auth token is read here, from the endpoint item, and never put into the invocation payload: the
-payload is the envelope's requestPayload, which is copied to queues and alerts.
+The auth token is read here, from the endpoint item, and opened (KMS Decrypt, which only this function's
+role may call) only here; it is never put into the invocation payload: the payload is the envelope's
+requestPayload, which is copied to queues and alerts.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.netsafety import UnsafeEndpointUrl, resolve_endpoint
 from mcp_backend.observability import logger
 from mcp_backend.probes.client import ProbeRequest, probe
+from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
 from mcp_backend.probes.errors import EndpointNotFound, ProbeRefused
 from mcp_backend.validation import describe_validation_error
 
@@ -38,9 +40,10 @@ class MalformedProbeTarget(ValueError):
 
 
 class ProbeWorker:
-    def __init__(self, settings: ProbeWorkerSettings, dynamodb_client: Any = None) -> None:
+    def __init__(self, settings: ProbeWorkerSettings, dynamodb_client: Any = None, kms_client: Any = None) -> None:
         self.settings = settings
         self.table = MonitorTable.from_settings(settings, dynamodb_client)
+        self.cipher = EndpointTokenCipher(settings.endpoint_token_key_id, kms_client)
 
     def handle(self, event: Any) -> dict[str, Any]:
         import anyio
@@ -77,4 +80,5 @@ class ProbeWorker:
         target = self.table.probe_target(server_id)
         if target is None:
             raise EndpointNotFound(f"endpoint {server_id} is no longer registered")
-        return target
+        url, owner_id, sealed = target
+        return url, self.cipher.open(server_id, owner_id, sealed) if sealed else None

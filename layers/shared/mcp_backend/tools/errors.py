@@ -61,3 +61,7 @@ class DatasetUnparseable(ToolError):
 
 class EndpointNotFound(ToolError):
     """No registered endpoint with this id belongs to the caller."""
+
+
+class EndpointTokensUnavailable(ToolError):
+    """A token was given, but this deployment has no key to encrypt it with: it is refused, not stored."""

@@ -18,6 +18,7 @@ from mcp_backend.aws import AwsClients, LazyClient
 from mcp_backend.config import ToolSettings
 from mcp_backend.jobs.service import JobQueues, JobsService
 from mcp_backend.monitor.table import MonitorTable
+from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
 from mcp_backend.probes.registry import EndpointRegistry
 from mcp_backend.tools.context import ProgressCallback, ToolContext
 from mcp_backend.tools.dataset_stream import FetchPolicy
@@ -70,7 +71,10 @@ class ToolServices:
             jobs = JobsService(queues, clients)
         endpoints = None
         if MonitorTable.is_configured(settings):
-            endpoints = EndpointRegistry(MonitorTable.from_settings(settings, LazyClient("dynamodb", clients)))
+            cipher = None
+            if settings.endpoint_token_key_id:
+                cipher = EndpointTokenCipher(settings.endpoint_token_key_id, LazyClient("kms", clients))
+            endpoints = EndpointRegistry(MonitorTable.from_settings(settings, LazyClient("dynamodb", clients)), cipher)
         return cls(
             fetch_policy=FetchPolicy(
                 max_bytes=settings.dataset_max_bytes, allow_loopback_hosts=settings.dataset_allow_loopback_hosts
