@@ -29,9 +29,18 @@ from devstack.sources.sqs import SqsEventSource
 from devstack.stack import LocalStack
 from devstack.template import ROOT, Template
 
-# Sample datasets for analyze_dataset jobs: events/datasets/* is uploaded to this bucket.
+# Sample datasets for analyze_dataset jobs: events/datasets/* is uploaded to this bucket (the stack's
+# DatasetBucketName), under the prefix of each user the local stack's keys, fixtures and tests act as: a tenant
+# reads only its own prefix. These ids are letters, digits and "-", so each prefix is the id itself
+# (mcp_backend.tools.dataset_access percent-encodes anything else).
 DATASET_BUCKET = "local-datasets"
 DATASET_DIR = ROOT / "events" / "datasets"
+DATASET_OWNERS = ("user-alice", "user-bob", "user-e2e", "dev-user")
+
+
+def local_dataset_url(owner: str, name: str) -> str:
+    """The s3:// URL of a sample dataset as `owner` reads it."""
+    return f"s3://{DATASET_BUCKET}/{owner}/{name}"
 
 
 class LocalEnvironment:
@@ -48,6 +57,7 @@ class LocalEnvironment:
         self.client = client_factory
         # Environment the local stack adds to every function (e.g. allowing loopback datasets).
         self.function_overrides = function_overrides or {}
+        parameters = {"DatasetBucketName": DATASET_BUCKET, **(parameters or {})}
         self.stack = LocalStack(client_factory, template=template, parameters=parameters).create_all()
         self.runtime_mode = runtime
         self._runtimes: dict[str, FunctionRuntime] = {}
@@ -152,14 +162,15 @@ class LocalEnvironment:
     def table_name(self, logical_id: str) -> str:
         return self.stack.ensure(logical_id).ref
 
-    def seed_datasets(self, directory: Path = DATASET_DIR) -> list[str]:
+    def seed_datasets(self, directory: Path = DATASET_DIR, owners: tuple[str, ...] = DATASET_OWNERS) -> list[str]:
         s3 = self.client("s3")
         s3.create_bucket(Bucket=DATASET_BUCKET)
-        keys = []
-        for path in sorted(directory.iterdir()):
-            s3.put_object(Bucket=DATASET_BUCKET, Key=path.name, Body=path.read_bytes())
-            keys.append(f"s3://{DATASET_BUCKET}/{path.name}")
-        return keys
+        urls = []
+        for owner in owners:
+            for path in sorted(directory.iterdir()):
+                s3.put_object(Bucket=DATASET_BUCKET, Key=f"{owner}/{path.name}", Body=path.read_bytes())
+                urls.append(local_dataset_url(owner, path.name))
+        return urls
 
     def function_logical_id(self, function_name: str) -> str:
         """FunctionName as templates and APIs give it (name, ARN, ARN with qualifier) -> logical id."""

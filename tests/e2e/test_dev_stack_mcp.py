@@ -32,7 +32,9 @@ def test_dev_stack_serves_the_mcp_endpoint_and_a_job_completes_through_it(dev_en
     # When an MCP client submits an analysis, the stack runs its event sources, and the client asks for the job
     async def submit() -> str:
         async with mcp_client(endpoint, "legacy") as client:
-            result = await client.call_tool("submit_analysis", {"dataset_url": "s3://local-datasets/sales.csv"})
+            result = await client.call_tool(
+                "submit_analysis", {"dataset_url": "s3://local-datasets/dev-user/sales.csv"}
+            )
             return result.structured_content["jobId"]
 
     job_id = asyncio.run(submit())
@@ -74,7 +76,7 @@ def test_each_mcp_tool_call_puts_one_call_log_record_for_its_caller(dev_endpoint
     # When the caller makes one successful call and one that fails as a tool error
     async def calls() -> None:
         async with mcp_client(endpoint, "2026-07-28") as client:
-            await client.call_tool("submit_analysis", {"dataset_url": "s3://local-datasets/sales.csv"})
+            await client.call_tool("submit_analysis", {"dataset_url": "s3://local-datasets/dev-user/sales.csv"})
             await client.call_tool("get_job", {"job_id": "job-nobody-knows"})
 
     asyncio.run(calls())

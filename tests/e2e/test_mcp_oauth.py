@@ -44,16 +44,17 @@ def rpc(url: str, token: str | None, method: str, params: dict | None = None) ->
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 def test_an_sdk_client_with_a_client_credentials_token_submits_and_reads_its_job(oauth_stack, mode):
-    # Given the OAuth-mode stack and a token from its token endpoint
+    # Given the OAuth-mode stack, a token from its token endpoint, and the sample data under the client's prefix
     stack, web, client_id, secret = oauth_stack
     token = access_token(stack, client_id, secret)
     endpoint = Endpoint(url=f"{web.url}/mcp", alice_key=token, bob_key=token, local=stack.environment)
+    [sales] = [url for url in stack.environment.seed_datasets(owners=(client_id,)) if url.endswith("/sales.csv")]
 
     # When the SDK's client, in this protocol era, lists tools and submits an analysis, and the job runs
     async def submit() -> tuple[list[str], str]:
         async with mcp_client(endpoint, mode, token) as client:
             tools = [tool.name for tool in (await client.list_tools()).tools]
-            result = await client.call_tool("submit_analysis", {"dataset_url": "s3://local-datasets/sales.csv"})
+            result = await client.call_tool("submit_analysis", {"dataset_url": sales})
             return tools, result.structured_content["jobId"]
 
     tools, job_id = asyncio.run(submit())

@@ -36,7 +36,7 @@ def final_attempt_batch(jobs: list[tuple[str, str]]) -> dict:
                 "jobId": job_id,
                 "userId": user,
                 "tool": "analyze_dataset",
-                "input": {"dataset_url": "s3://local-datasets/absent.csv"},
+                "input": {"dataset_url": f"s3://local-datasets/{user}/absent.csv"},
             }
         )
         records.append(record)

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from mcp_backend.api_keys import new_api_key
 from mcp_backend.config import McpSettings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator
-from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard, _buffered, principal_of
+from mcp_backend.mcp.guard import MAX_JSON_DEPTH, HostPolicy, McpHttpGuard, _buffered, principal_of
 from mcp_backend.mcp.oauth import (
     EitherAuthenticator,
     JwksCache,
@@ -92,7 +92,7 @@ async def echo(scope, receive, send) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-def guard(authenticator: Any, resource: str = "") -> McpHttpGuard:
+def guard(authenticator: Any, resource: str = RESOURCE) -> McpHttpGuard:
     return McpHttpGuard(
         echo,
         path="/mcp",
@@ -448,7 +448,7 @@ def test_required_access_reads_each_tools_call():
     body = json.dumps([{"method": "tools/call", "params": {"name": "get_job"}}, {"method": "tools/list"}]).encode()
     assert required_access(body, TOOL_ACCESS) == {Access.READ}
     assert required_access(b'{"method":"tools/call","params":{"name":"nope"}}', TOOL_ACCESS) == {Access.SUBMIT}
-    assert required_access(b"not json", TOOL_ACCESS) == set()
+    assert required_access(b"not json", TOOL_ACCESS) == {Access.SUBMIT}  # unreadable: the strictest
 
 
 @pytest.mark.parametrize("algorithms", ["HS256", "none", "RS256,HS512", ""])
@@ -486,3 +486,106 @@ def test_the_issuers_urls_are_https_unless_on_loopback(url):
 def test_loopback_hosts_are_localhost_and_loopback_literals(host, loopback):
     """Given a URL's host, then it is loopback when it names localhost or a loopback address (IPv4-mapped too)."""
     assert is_loopback_host(host) is loopback
+
+
+def call_as_host(app: McpHttpGuard, bearer: str, host: str) -> httpx.Response:
+    async def send() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=f"https://{host}") as client:
+            headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_job", "arguments": {}}}
+            return await client.post("/mcp", json=body, headers={**headers, "authorization": f"Bearer {bearer}"})
+
+    return anyio.run(send)
+
+
+@pytest.mark.parametrize("resource", ["", "https://abc123.lambda-url.us-east-1.on.aws/mcp"])
+def test_a_token_for_another_function_url_sent_with_that_url_as_host_is_a_401(resource):
+    # Given an endpoint on a Function URL (every Function URL host of the region passes the Host check), with or
+    # without its resource configured, accepting one extra audience
+    authenticator = oauth(StubIssuer(jwk(RSA_KEY, "k1")), audiences=("api://mcp-backend",))
+    app = McpHttpGuard(
+        echo,
+        path="/mcp",
+        hosts=HostPolicy.for_region("us-east-1"),
+        authenticator=authenticator,
+        resource=resource,
+        tool_access=TOOL_ACCESS,
+    )
+    other = "evil999.lambda-url.us-east-1.on.aws"
+
+    # When a token minted for another Function URL is sent with that URL as Host
+    response = call_as_host(app, token(aud=f"https://{other}/mcp"), other)
+
+    # Then it is refused: the audience never comes from the request
+    assert response.status_code == 401
+    assert 'error="invalid_token"' in response.headers["www-authenticate"]
+    # And a token for an audience this endpoint is configured with still passes, whatever the Host
+    assert call_as_host(app, token(aud="api://mcp-backend"), other).status_code == 200
+
+
+@pytest.mark.parametrize("alg", [["RS256"], {"RS256": 1}, 256, None])
+def test_a_jwt_header_whose_alg_is_not_a_string_is_a_401_invalid_token(alg):
+    # Given an endpoint accepting tokens of one issuer
+    app = guard(oauth(StubIssuer(jwk(RSA_KEY, "k1"))))
+    header = base64.urlsafe_b64encode(json.dumps({"alg": alg, "kid": "k1", "typ": "JWT"}).encode()).rstrip(b"=")
+    payload = base64.urlsafe_b64encode(json.dumps(claims()).encode()).rstrip(b"=")
+
+    # When a token whose header's alg is a list, an object, a number or null is presented
+    response = call(app, f"{header.decode()}.{payload.decode()}.c2ln")
+
+    # Then it is an ordinary invalid token (401), not an unavailable service
+    assert_unauthorized(response)
+
+
+def post_raw(app: McpHttpGuard, bearer: str, body: bytes) -> httpx.Response:
+    async def send() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=f"https://{HOST}") as client:
+            headers = {
+                "accept": "application/json, text/event-stream",
+                "content-type": "application/json",
+                "authorization": f"Bearer {bearer}",
+            }
+            return await client.post("/mcp", content=body, headers=headers)
+
+    return anyio.run(send)
+
+
+@pytest.mark.parametrize("opening", [b"[", b'{"a":'])
+def test_a_body_nested_deeper_than_the_limit_is_a_400_before_any_parser_recurses(opening):
+    # Given a valid token (its scopes are read from the body) and a 5,000-deep JSON body
+    app = guard(oauth(StubIssuer(jwk(RSA_KEY, "k1"))))
+    body = opening * 5000 + b"1" + (b"]" if opening == b"[" else b"}") * 5000
+
+    # When it is posted
+    response = post_raw(app, token(), body)
+
+    # Then it is a 400 JSON-RPC parse error naming the limit, not a 500
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == -32700 and str(MAX_JSON_DEPTH) in error["message"]
+
+
+def test_brackets_inside_strings_do_not_count_towards_the_nesting_limit():
+    app = guard(oauth(StubIssuer(jwk(RSA_KEY, "k1"))))
+    call_body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_job", "arguments": {}}}
+    call_body["params"]["arguments"] = {"note": "[[[{{{" * 1000 + '\\"' + "]]]"}
+    assert post_raw(app, token(), json.dumps(call_body).encode()).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"submit_analysis"',  # truncated
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_job"}}\xff',  # not UTF-8 after it
+    ],
+)
+def test_a_body_the_parsers_cannot_read_needs_the_strictest_scope(body):
+    # Given a token that may only read
+    app = guard(oauth(StubIssuer(jwk(RSA_KEY, "k1"))))
+
+    # When it posts a body a JSON parser cannot read
+    response = post_raw(app, token(scope="read"), body)
+
+    # Then the guard fails closed: the body needs the submit scope, so it is a 403 before the SDK sees it
+    assert response.status_code == 403
+    assert 'error="insufficient_scope", scope="submit"' in response.headers["www-authenticate"]

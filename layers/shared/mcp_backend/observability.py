@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 Handler = Callable[[Any, Any], Any]
 
@@ -46,6 +46,13 @@ def tool_invocation(tool_name: str) -> Iterator[None]:
                 name="ToolDuration", unit=MetricUnit.Milliseconds, value=(time.monotonic() - started) * 1000
             )
             metrics.flush_metrics()
+
+
+def count_refusal(reason: str) -> None:
+    """One refused request or malformed credential (RequestRefused, dimension Reason): a constant name per
+    kind of refusal, never anything from the request, so the metric's streams stay bounded."""
+    with single_metric(name="RequestRefused", unit=MetricUnit.Count, value=1, namespace=metrics.namespace) as metric:
+        metric.add_dimension(name="Reason", value=reason)
 
 
 def instrumented_handler(correlation_id_path: str | None = None) -> Callable[[Handler], Handler]:

@@ -6,8 +6,9 @@ A token is accepted when, in this order: its header's `alg` is in the allow-list
 `none` and HS* never verify); its `kid` is in the JWKS (an unknown kid refreshes the JWKS at most once
 per refresh interval); the signature verifies; `iss` is the issuer; `exp`/`nbf` hold within the leeway;
 `token_use`, when present, is "access"; and it was issued for this resource: `aud` holds this resource's
-URL (RFC 8707) or a configured extra audience, or, for issuers whose access tokens carry no `aud`
-(Cognito), `client_id` is in the allow-list and a scope carries this resource server's prefix.
+configured URL (RFC 8707; OAUTH_RESOURCE, never the request's Host) or a configured extra audience, or, for
+issuers whose access tokens carry no `aud` (Cognito), `client_id` is in the allow-list and a scope carries
+this resource server's prefix.
 The caller's user id is the configured claim (`sub` by default); its scopes decide which tools it may call.
 
 A JWKS that cannot be fetched (a wrong issuer, a network failure) is not the caller's fault: 503 with
@@ -27,6 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pydantic_core
 from mcp.shared.auth import ProtectedResourceMetadata
 from pydantic import ValidationError
 
@@ -216,7 +218,8 @@ class OAuthAuthenticator:
         except jwt.PyJWTError:
             raise TokenRejected("not a JWT") from None
         algorithm, kid = header.get("alg"), header.get("kid")
-        if algorithm not in self.policy.algorithms:
+        # A header is attacker-chosen JSON: an `alg` that is a list or object is just a bad token.
+        if not isinstance(algorithm, str) or algorithm not in self.policy.algorithms:
             raise TokenRejected("algorithm not allowed")
         if not isinstance(kid, str):
             raise TokenRejected("no kid")
@@ -259,10 +262,12 @@ class OAuthAuthenticator:
             raise TokenRejected("user claim missing or not a valid user id") from None
 
     def _check_audience(self, claims: dict[str, Any], scopes: set[str], resource: str) -> None:
+        """`resource` is the configured one (OAUTH_RESOURCE), never derived from the request: empty, only the
+        configured extra audiences (or, without `aud`, the allowed clients) bind a token to this endpoint."""
         audience = claims.get("aud")
         if audience is not None:
             audiences = [audience] if isinstance(audience, str) else audience
-            accepted = (resource, *self.policy.audiences)
+            accepted = tuple(a for a in (resource, *self.policy.audiences) if a)
             if not isinstance(audiences, list) or not any(_same(a, b) for a in audiences for b in accepted):
                 raise TokenRejected("wrong audience")
             return
@@ -344,12 +349,20 @@ def _same(presented: Any, expected: str) -> bool:
 def required_access(body: bytes, tool_access: dict[str, Access]) -> set[Access]:
     """The scopes a JSON-RPC body needs: each `tools/call`'s tool's Access; nothing for other methods.
 
-    An unknown tool needs SUBMIT (the strictest); a body that is not JSON-RPC needs nothing here, the SDK
-    answers it with its own error."""
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return set()
+    The body is read by both parsers the SDK uses (pydantic_core in the handshake era, json in the modern
+    one) and needs what either reading needs, so the two can never disagree in the caller's favour. An
+    unknown tool, or a body either parser cannot read, needs SUBMIT (the strictest): fail closed."""
+    needed: set[Access] = set()
+    for parse in (pydantic_core.from_json, json.loads):
+        try:
+            parsed = parse(body)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return {Access.SUBMIT}
+        needed |= _access_of(parsed, tool_access)
+    return needed
+
+
+def _access_of(parsed: Any, tool_access: dict[str, Access]) -> set[Access]:
     messages: Iterable[Any] = parsed if isinstance(parsed, list) else [parsed]
     needed: set[Access] = set()
     for message in messages:

@@ -35,6 +35,10 @@ class UnsafeDatasetUrl(ToolError):
     """The URL's scheme or (resolved) host is not allowed by the fetch policy."""
 
 
+class DatasetAccessDenied(ToolError):
+    """An s3:// dataset outside the caller's own prefix and the operator's shared prefixes."""
+
+
 class DatasetUnreachable(ToolError):
     """The dataset could not be fetched and will not be on a retry: an unresolvable host, a refused
     connection, HTTP 4xx, a missing or forbidden S3 object."""

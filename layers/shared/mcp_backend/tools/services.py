@@ -77,7 +77,10 @@ class ToolServices:
             endpoints = EndpointRegistry(MonitorTable.from_settings(settings, LazyClient("dynamodb", clients)), cipher)
         return cls(
             fetch_policy=FetchPolicy(
-                max_bytes=settings.dataset_max_bytes, allow_loopback_hosts=settings.dataset_allow_loopback_hosts
+                max_bytes=settings.dataset_max_bytes,
+                allow_loopback_hosts=settings.dataset_allow_loopback_hosts,
+                dataset_bucket=settings.dataset_bucket_name,
+                shared_prefixes=settings.dataset_shared_prefix_list(),
             ),
             jobs=jobs,
             endpoints=endpoints,
