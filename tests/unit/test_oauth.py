@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import base64
 import hmac
+import http.server
 import json
+import threading
 import time
+import urllib.error
 from typing import Any
 
 import anyio
@@ -589,3 +592,67 @@ def test_a_body_the_parsers_cannot_read_needs_the_strictest_scope(body):
     # Then the guard fails closed: the body needs the submit scope, so it is a 403 before the SDK sees it
     assert response.status_code == 403
     assert 'error="insufficient_scope", scope="submit"' in response.headers["www-authenticate"]
+
+
+@pytest.fixture
+def redirecting_issuer():
+    """A loopback JWKS host that answers every GET with a 302 to another loopback URL serving keys."""
+    keys = json.dumps({"keys": [jwk(RSA_KEY, "k1")]}).encode()
+    served: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            served.append(self.path)
+            if self.path == "/jwks":
+                self.send_response(302)
+                self.send_header("location", "/elsewhere")
+                self.send_header("content-length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(keys)))
+            self.end_headers()
+            self.wfile.write(keys)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", served
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_jwks_fetch_follows_no_redirect(redirecting_issuer):
+    # Given a JWKS URL that redirects to a document holding the keys
+    base, served = redirecting_issuer
+
+    # When the keys are fetched
+    # Then the redirect is refused, not followed: the target was never requested
+    with pytest.raises(urllib.error.HTTPError, match="302"):
+        fetch_url(f"{base}/jwks")
+    assert served == ["/jwks"]
+
+
+def test_the_jwks_lock_is_not_held_while_the_keys_are_fetched():
+    # Given a JWKS cache whose fetch checks, while it runs, whether another request could take the lock
+    lock_free_during_fetch: list[bool] = []
+    issuer = StubIssuer(jwk(RSA_KEY, "k1"))
+    cache = JwksCache(ISSUER, "https://issuer.example.com/jwks", issuer, refresh_seconds=30, clock=Clock())
+
+    def fetch(url: str) -> bytes:
+        acquired = cache._lock.acquire(blocking=False)
+        if acquired:
+            cache._lock.release()
+        lock_free_during_fetch.append(acquired)
+        return issuer(url)
+
+    cache.fetch = fetch
+
+    # When a key is looked up (a first fetch)
+    key = cache.key_for("k1")
+
+    # Then the key was found, and the lock was free during the network I/O
+    assert key is not None and lock_free_during_fetch == [True]

@@ -22,6 +22,7 @@ import json
 import math
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable
@@ -54,14 +55,24 @@ class JwksUnavailable(AuthenticationUnavailable):
     logged = True  # JwksCache logs the cause once per refresh interval
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error: the scheme check above holds for the one URL fetched (no https -> http hop)."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        raise urllib.error.HTTPError(req.full_url, code, f"{code} redirects are not followed", headers, fp)
+
+
+_ISSUER_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
 def fetch_url(url: str, timeout: float = 3.0) -> bytes:
-    """GET a JSON document from the authorization server: https only (plain http only on loopback)."""
+    """GET a JSON document from the authorization server: https only (plain http only on loopback), no redirects."""
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme != "https" and not (parsed.scheme == "http" and is_loopback_host(parsed.hostname or "")):
         raise ValueError("the issuer's URLs must be https")
     request = urllib.request.Request(url, headers={"accept": "application/json"})  # noqa: S310 - checked above
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - scheme checked above
-        return response.read(1024 * 1024)
+    with _ISSUER_OPENER.open(request, timeout=timeout) as response:
+        return bytes(response.read(1024 * 1024))
 
 
 @dataclass(frozen=True)
@@ -99,31 +110,33 @@ class JwksCache:
         self._lock = threading.Lock()
 
     def key_for(self, kid: str) -> SigningKey | None:
+        # The lock guards the cache's state only: the fetch runs outside it, so a slow issuer never holds up
+        # requests whose keys are cached. A fetch is claimed (attempted_at) under the lock: one per interval.
         with self._lock:
             now = self.clock()
-            if self._keys is None or now - self._fetched_at > self.cache_seconds:
-                self._refresh(now, required=self._keys is None)
-            assert self._keys is not None  # _refresh raised otherwise
-            key = self._keys.get(kid)
-            if key is None and now - self._attempted_at >= self.refresh_seconds:
-                self._refresh(now, required=True)  # a rotated key: fetch once, then the kid is unknown
-                key = self._keys.get(kid)
-            return key
-
-    def _refresh(self, now: float, required: bool) -> None:
-        if now - self._attempted_at < self.refresh_seconds:
-            if required and self._keys is None:
-                raise JwksUnavailable("the issuer's keys are unavailable", self._retry_after(now))
-            return
-        self._attempted_at = now
-        try:
-            self._keys = self._load()
-            self._fetched_at = now
-        except Exception as error:
-            # Logged here, at most once per refresh interval, never per request; the type only, no URL contents.
-            logger.error("OAuth issuer keys unavailable", extra={"error_type": type(error).__name__})
-            if required:
-                raise JwksUnavailable("the issuer's keys are unavailable", self._retry_after(now)) from error
+            keys = self._keys
+            # Stale keys, or an unknown kid (a rotated key): fetch, at most once per refresh interval.
+            wanted = keys is None or now - self._fetched_at > self.cache_seconds or kid not in keys
+            fetching = wanted and now - self._attempted_at >= self.refresh_seconds
+            if fetching:
+                self._attempted_at = now
+        if fetching:
+            try:
+                loaded = self._load()
+            except Exception as error:
+                # Logged here, at most once per refresh interval, never per request; the type only, no URL contents.
+                logger.error("OAuth issuer keys unavailable", extra={"error_type": type(error).__name__})
+                with self._lock:
+                    keys = self._keys
+                    if keys is None or kid not in keys:
+                        raise JwksUnavailable("the issuer's keys are unavailable", self._retry_after(now)) from error
+                    return keys[kid]  # keep serving the keys held
+            with self._lock:
+                self._keys, self._fetched_at = loaded, now
+                keys = loaded
+        if keys is None:
+            raise JwksUnavailable("the issuer's keys are unavailable", self._retry_after(now))
+        return keys.get(kid)
 
     def _retry_after(self, now: float) -> int:
         return max(1, math.ceil(self._attempted_at + self.refresh_seconds - now))

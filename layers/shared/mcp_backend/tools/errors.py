@@ -59,6 +59,11 @@ class DatasetTooLarge(ToolError):
     """The dataset exceeds the policy's byte cap."""
 
 
+class DatasetCompressed(ToolError):
+    """The source answered with a Content-Encoding other than identity: a small body could inflate far past
+    the byte cap, so it is refused rather than decoded."""
+
+
 class DatasetUnparseable(ToolError):
     """The bytes are not UTF-8 CSV, JSON Lines or a JSON array of objects."""
 
