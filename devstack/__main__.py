@@ -152,7 +152,7 @@ def banner(stack: DevStack, ready_seconds: float, dev_keys: dict[str, str] | Non
                 "method": "tools/call",
                 "params": {
                     "name": "submit_analysis",
-                    "arguments": {"dataset_url": "s3://local-datasets/dev-user/sales.csv"},
+                    "arguments": {"dataset_url": "s3://local-datasets/apikey%3Adev-user/sales.csv"},
                 },
             }
         )

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from devstack.lambda_runtime import (
     DEFAULT_BUILD_DIR,
@@ -31,16 +32,25 @@ from devstack.template import ROOT, Template
 
 # Sample datasets for analyze_dataset jobs: events/datasets/* is uploaded to this bucket (the stack's
 # DatasetBucketName), under the prefix of each user the local stack's keys, fixtures and tests act as: a tenant
-# reads only its own prefix. These ids are letters, digits and "-", so each prefix is the id itself
-# (mcp_backend.tools.dataset_access percent-encodes anything else).
+# reads only its own prefix. Callers of the MCP endpoint are namespaced ("apikey:user-alice"); job fixtures name
+# their user directly.
 DATASET_BUCKET = "local-datasets"
 DATASET_DIR = ROOT / "events" / "datasets"
-DATASET_OWNERS = ("user-alice", "user-bob", "user-e2e", "dev-user")
+DATASET_OWNERS = (
+    *("user-alice", "user-bob", "user-e2e", "dev-user"),
+    *("apikey:user-alice", "apikey:user-bob", "apikey:dev-user"),
+)
+
+
+def dataset_prefix(owner: str) -> str:
+    """The owner's key prefix, by the rule mcp_backend.tools.dataset_access applies (percent-encoded, so
+    "apikey:user-alice" is "apikey%3Auser-alice/"); a unit test holds the two equal."""
+    return quote(owner, safe="") + "/"
 
 
 def local_dataset_url(owner: str, name: str) -> str:
     """The s3:// URL of a sample dataset as `owner` reads it."""
-    return f"s3://{DATASET_BUCKET}/{owner}/{name}"
+    return f"s3://{DATASET_BUCKET}/{dataset_prefix(owner)}{name}"
 
 
 class LocalEnvironment:
@@ -168,7 +178,7 @@ class LocalEnvironment:
         urls = []
         for owner in owners:
             for path in sorted(directory.iterdir()):
-                s3.put_object(Bucket=DATASET_BUCKET, Key=f"{owner}/{path.name}", Body=path.read_bytes())
+                s3.put_object(Bucket=DATASET_BUCKET, Key=dataset_prefix(owner) + path.name, Body=path.read_bytes())
                 urls.append(local_dataset_url(owner, path.name))
         return urls
 

@@ -33,7 +33,7 @@ def test_dev_stack_serves_the_mcp_endpoint_and_a_job_completes_through_it(dev_en
     async def submit() -> str:
         async with mcp_client(endpoint, "legacy") as client:
             result = await client.call_tool(
-                "submit_analysis", {"dataset_url": "s3://local-datasets/dev-user/sales.csv"}
+                "submit_analysis", {"dataset_url": "s3://local-datasets/apikey%3Adev-user/sales.csv"}
             )
             return result.structured_content["jobId"]
 
@@ -76,13 +76,15 @@ def test_each_mcp_tool_call_puts_one_call_log_record_for_its_caller(dev_endpoint
     # When the caller makes one successful call and one that fails as a tool error
     async def calls() -> None:
         async with mcp_client(endpoint, "2026-07-28") as client:
-            await client.call_tool("submit_analysis", {"dataset_url": "s3://local-datasets/dev-user/sales.csv"})
+            await client.call_tool(
+                "submit_analysis", {"dataset_url": "s3://local-datasets/apikey%3Adev-user/sales.csv"}
+            )
             await client.call_tool("get_job", {"job_id": "job-nobody-knows"})
 
     asyncio.run(calls())
 
     # Then the call log holds one tool_call and one tool_error record for that user, without payloads
     records = stream_json(stack.environment.stack.ensure("CallLogStream").ref)
-    mine = sorted((r["eventType"], r["toolName"]) for r in records if r.get("userId") == "dev-user")
+    mine = sorted((r["eventType"], r["toolName"]) for r in records if r.get("userId") == "apikey:dev-user")
     assert mine == [("tool_call", "submit_analysis"), ("tool_error", "get_job")]
     assert all("local-datasets" not in json.dumps(r) for r in records)

@@ -48,7 +48,8 @@ def test_an_sdk_client_with_a_client_credentials_token_submits_and_reads_its_job
     stack, web, client_id, secret = oauth_stack
     token = access_token(stack, client_id, secret)
     endpoint = Endpoint(url=f"{web.url}/mcp", alice_key=token, bob_key=token, local=stack.environment)
-    [sales] = [url for url in stack.environment.seed_datasets(owners=(client_id,)) if url.endswith("/sales.csv")]
+    user_id = f"oauth:{stack.environment.stack.function('McpServer').environment['OAUTH_ISSUER']}:{client_id}"
+    [sales] = [url for url in stack.environment.seed_datasets(owners=(user_id,)) if url.endswith("/sales.csv")]
 
     # When the SDK's client, in this protocol era, lists tools and submits an analysis, and the job runs
     async def submit() -> tuple[list[str], str]:
@@ -70,7 +71,7 @@ def test_an_sdk_client_with_a_client_credentials_token_submits_and_reads_its_job
     assert "submit_analysis" in tools
     assert (job["status"], job["result"]["rowCount"]) == ("SUCCEEDED", 6)
     stored = stack.client("dynamodb").scan(TableName=stack.environment.table_name("JobTable"))["Items"]
-    assert {item["userId"]["S"] for item in stored} == {client_id}
+    assert {item["userId"]["S"] for item in stored} == {user_id}
 
 
 def test_the_endpoint_publishes_its_metadata_and_challenges_with_it(oauth_stack):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from devstack.environment import local_dataset_url
 from mcp_backend.tools import analyze_dataset, fetch
 from mcp_backend.tools.analyze_dataset import AnalyzeInput
 from mcp_backend.tools.context import ToolContext
@@ -86,3 +87,5 @@ def test_without_a_dataset_bucket_no_s3_dataset_is_readable(s3):
 )
 def test_a_user_id_becomes_one_key_segment(user_id, prefix):
     assert dataset_key_prefix(user_id) == prefix
+    # and the local stack seeds its sample datasets under the same prefix
+    assert local_dataset_url(user_id, "sales.csv") == f"s3://local-datasets/{prefix}sales.csv"

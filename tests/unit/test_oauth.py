@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from pydantic import ValidationError
 
-from mcp_backend.api_keys import new_api_key
+from mcp_backend.api_keys import ReservedUserId, new_api_key
 from mcp_backend.config import McpSettings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator
 from mcp_backend.mcp.guard import MAX_JSON_DEPTH, HostPolicy, McpHttpGuard, _buffered, principal_of
@@ -151,7 +151,7 @@ def test_a_valid_token_for_this_resource_is_the_caller_named_by_sub():
 
     # Then the request reaches the app as that subject, body intact
     assert response.status_code == 200
-    assert response.json()["userId"] == "user-carol"
+    assert response.json()["userId"] == f"oauth:{ISSUER}:user-carol"
     assert response.json()["body"]["params"]["name"] == "get_job"
 
 
@@ -163,7 +163,7 @@ def test_es256_tokens_and_a_configured_user_claim_work():
     response = call(app, token(EC_KEY, kid="e1", alg="ES256", email="carol@example.com"))
 
     # Then the user id is the claim's value
-    assert response.status_code == 200 and response.json()["userId"] == "carol@example.com"
+    assert response.status_code == 200 and response.json()["userId"] == f"oauth:{ISSUER}:carol@example.com"
 
 
 @pytest.mark.parametrize(
@@ -431,7 +431,7 @@ def test_api_key_mode_has_no_metadata_and_keeps_its_challenge():
     # Then there is no metadata, the challenge is as it always was, and keys work
     assert call(app, None, url="/.well-known/oauth-protected-resource", method="GET").status_code == 404
     assert call(app, "mcpk_wrong").headers["www-authenticate"] == 'Bearer realm="mcp", error="invalid_token"'
-    assert call(app, key, tool="submit_analysis").json()["userId"] == "user-alice"
+    assert call(app, key, tool="submit_analysis").json()["userId"] == "apikey:user-alice"
 
 
 def test_both_mode_accepts_an_api_key_or_a_token():
@@ -442,8 +442,8 @@ def test_both_mode_accepts_an_api_key_or_a_token():
             return table
 
     app = guard(EitherAuthenticator(ApiKeyAuthenticator(Secret()), oauth(StubIssuer(jwk(RSA_KEY, "k1")))))
-    assert call(app, key, tool="submit_analysis").json()["userId"] == "user-alice"
-    assert call(app, token()).json()["userId"] == "user-carol"
+    assert call(app, key, tool="submit_analysis").json()["userId"] == "apikey:user-alice"
+    assert call(app, token()).json()["userId"] == f"oauth:{ISSUER}:user-carol"
     assert_unauthorized(call(app, "not-a-token"))
 
 
@@ -656,3 +656,32 @@ def test_the_jwks_lock_is_not_held_while_the_keys_are_fetched():
 
     # Then the key was found, and the lock was free during the network I/O
     assert key is not None and lock_free_during_fetch == [True]
+
+
+class StaticSecret:
+    def __init__(self, table: str) -> None:
+        self.table = table
+
+    def read(self, fresh: bool = False) -> str:
+        return self.table
+
+
+def test_an_api_key_user_and_a_token_subject_of_the_same_name_are_different_principals():
+    # Given AuthMode both: an API key issued for "user-carol" and a token whose sub is "user-carol"
+    key, table = new_api_key("user-carol")
+    api_keys = ApiKeyAuthenticator(StaticSecret(table))
+    app = guard(EitherAuthenticator(api_keys, oauth(StubIssuer(jwk(RSA_KEY, "k1")))))
+
+    # When each calls
+    by_key = call(app, key).json()["userId"]
+    by_token = call(app, token(sub="user-carol")).json()["userId"]
+
+    # Then each is named by how it authenticated, so neither can reach the other's jobs, datasets or endpoints
+    assert by_key == "apikey:user-carol"
+    assert by_token == f"oauth:{ISSUER}:user-carol"
+
+
+@pytest.mark.parametrize("reserved", ["stack", "self-probe"])
+def test_a_reserved_user_id_is_refused_for_a_new_key(reserved):
+    with pytest.raises(ReservedUserId, match=reserved):
+        new_api_key(reserved)

@@ -9,7 +9,8 @@ per refresh interval); the signature verifies; `iss` is the issuer; `exp`/`nbf` 
 configured URL (RFC 8707; OAUTH_RESOURCE, never the request's Host) or a configured extra audience, or, for
 issuers whose access tokens carry no `aud` (Cognito), `client_id` is in the allow-list and a scope carries
 this resource server's prefix.
-The caller's user id is the configured claim (`sub` by default); its scopes decide which tools it may call.
+The caller's user id is "oauth:<issuer>:<the configured claim>" (`sub` by default; API-key callers are
+"apikey:<id>"); its scopes decide which tools it may call.
 
 A JWKS that cannot be fetched (a wrong issuer, a network failure) is not the caller's fault: 503 with
 Retry-After, logged once per refresh interval. No token, claim value or key material is ever logged.
@@ -265,10 +266,13 @@ class OAuthAuthenticator:
             raise TokenRejected("not an access token")
         scopes = _scopes(claims)
         self._check_audience(claims, scopes, resource)
-        user_id = claims.get(self.policy.user_claim)
+        subject = claims.get(self.policy.user_claim)
+        if not isinstance(subject, str) or not subject:
+            raise TokenRejected("user claim missing or not a string")
         try:
             return ScopedPrincipal(
-                user_id=user_id,  # type: ignore[arg-type]
+                # Namespaced by issuer: never the same principal as an API-key user, or another issuer's subject.
+                user_id=f"oauth:{self.policy.issuer}:{subject}",
                 access=frozenset(access.value for access in Access if self.policy.scope(access) in scopes),
             )
         except ValidationError:

@@ -64,7 +64,9 @@ class ProbeDispatcher:
     def _issue_self_probe_key(self) -> str:
         """A new internal key in the API key secret (user "self-probe"), so the stack's own endpoint is
         probed authenticated from the first deploy on; it is stored only sealed, in the `self` item."""
-        return add_api_key(self._secrets, self.settings.api_keys_secret_id, user_id="self-probe", tier="internal")
+        return add_api_key(
+            self._secrets, self.settings.api_keys_secret_id, user_id="self-probe", tier="internal", allow_reserved=True
+        )
 
     def dispatch(self) -> dict[str, int]:
         self._register_self()
