@@ -177,12 +177,34 @@ class ToolBindings:
         one = submit_model(tool)
         many = submit_many_envelope(tool)
 
+        def refusal(request: BaseModel, user_id: str) -> ToolError | None:
+            """The tool's own admission check for this caller (a dataset outside its prefix, say)."""
+            if tool.admit is None:
+                return None
+            try:
+                tool.admit(request, self.services.context_for(tool, user_id))
+            except ToolError as refused:
+                return refused
+            return None
+
         async def submit(ctx: Context, **arguments: Any) -> dict[str, Any]:
-            job = submission(tool.name, one.model_validate(arguments))
-            return await anyio.to_thread.run_sync(reported, self.jobs.submit, _caller(ctx).user_id, job)
+            request, user_id = one.model_validate(arguments), _caller(ctx).user_id
+            refused = refusal(request, user_id)
+            if refused is not None:
+                raise SdkToolError(f"{refused.error_type}: {refused.message}")
+            job = submission(tool.name, request)
+            return await anyio.to_thread.run_sync(reported, self.jobs.submit, user_id, job)
 
         async def submit_many(ctx: Context, **arguments: Any) -> dict[str, Any]:
             valid, results = validated_items(one, many.model_validate(arguments).items)  # type: ignore[attr-defined]
+            admitted = []
+            for index, item in valid:
+                refused = refusal(item, _caller(ctx).user_id)
+                if refused is None:
+                    admitted.append((index, item))
+                else:
+                    results.append({"index": index, "error": {"type": refused.error_type, "message": refused.message}})
+            valid = admitted
             jobs = [submission(tool.name, item) for _, item in valid]
             submitted = await anyio.to_thread.run_sync(reported, self.jobs.submit_many, _caller(ctx).user_id, jobs)
             # The service numbers the valid items it was given; answer in the caller's positions.

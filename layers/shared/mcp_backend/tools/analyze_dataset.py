@@ -79,6 +79,11 @@ class AnalyzeInput(BaseModel):
         return value
 
 
+def admit(request: AnalyzeInput, ctx: ToolContext) -> None:
+    """Before a job is queued: an s3:// dataset outside the caller's prefix is refused, no job written."""
+    check_s3_dataset_access(request.dataset_url, ctx.user_id, ctx.fetch_policy)
+
+
 def run(request: AnalyzeInput, ctx: ToolContext) -> dict[str, Any]:
     """The tool table's entry point: the caller's fetch policy and progress sink; an s3:// dataset outside
     the caller's prefix is refused before any S3 call."""
