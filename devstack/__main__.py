@@ -169,7 +169,10 @@ def banner(stack: DevStack, ready_seconds: float, dev_keys: dict[str, str] | Non
                 "jsonrpc": "2.0",
                 "id": 1,
                 "method": "tools/call",
-                "params": {"name": "submit_analysis", "arguments": {"dataset_url": "s3://local-datasets/sales.csv"}},
+                "params": {
+                    "name": "submit_analysis",
+                    "arguments": {"dataset_url": "s3://local-datasets/apikey%3Adev-user/sales.csv"},
+                },
             }
         )
         lines.append(
@@ -183,7 +186,7 @@ def banner(stack: DevStack, ready_seconds: float, dev_keys: dict[str, str] | Non
                 "jobId": "job-example-0001",
                 "userId": "dev-user",
                 "tool": "analyze_dataset",
-                "input": {"dataset_url": "s3://local-datasets/sales.csv"},
+                "input": {"dataset_url": "s3://local-datasets/dev-user/sales.csv"},
             }
         )
         lines.append(

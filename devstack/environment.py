@@ -13,6 +13,7 @@ from collections.abc import Callable
 from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from devstack.lambda_runtime import (
     DEFAULT_BUILD_DIR,
@@ -29,9 +30,27 @@ from devstack.sources.sqs import SqsEventSource
 from devstack.stack import LocalStack, unqualified
 from devstack.template import ROOT, Template
 
-# Sample datasets for analyze_dataset jobs: events/datasets/* is uploaded to this bucket.
+# Sample datasets for analyze_dataset jobs: events/datasets/* is uploaded to this bucket (the stack's
+# DatasetBucketName), under the prefix of each user the local stack's keys, fixtures and tests act as: a tenant
+# reads only its own prefix. Callers of the MCP endpoint are namespaced ("apikey:user-alice"); job fixtures name
+# their user directly.
 DATASET_BUCKET = "local-datasets"
 DATASET_DIR = ROOT / "events" / "datasets"
+DATASET_OWNERS = (
+    *("user-alice", "user-bob", "user-e2e", "dev-user"),
+    *("apikey:user-alice", "apikey:user-bob", "apikey:dev-user"),
+)
+
+
+def dataset_prefix(owner: str) -> str:
+    """The owner's key prefix, by the rule mcp_backend.tools.dataset_access applies (percent-encoded, so
+    "apikey:user-alice" is "apikey%3Auser-alice/"); a unit test holds the two equal."""
+    return quote(owner, safe="") + "/"
+
+
+def local_dataset_url(owner: str, name: str) -> str:
+    """The s3:// URL of a sample dataset as `owner` reads it."""
+    return f"s3://{DATASET_BUCKET}/{dataset_prefix(owner)}{name}"
 
 
 class LocalEnvironment:
@@ -47,6 +66,7 @@ class LocalEnvironment:
     ) -> None:
         # Environment the local stack adds to every function (e.g. allowing loopback datasets).
         self.function_overrides = function_overrides or {}
+        parameters = {"DatasetBucketName": DATASET_BUCKET, **(parameters or {})}
         self.stack = LocalStack(client_factory, template=template, parameters=parameters).create_all()
         self.client = self.stack.client
         self.runtime_mode = runtime
@@ -152,14 +172,15 @@ class LocalEnvironment:
     def table_name(self, logical_id: str) -> str:
         return self.stack.ensure(logical_id).ref
 
-    def seed_datasets(self, directory: Path = DATASET_DIR) -> list[str]:
+    def seed_datasets(self, directory: Path = DATASET_DIR, owners: tuple[str, ...] = DATASET_OWNERS) -> list[str]:
         s3 = self.client("s3")
         s3.create_bucket(Bucket=DATASET_BUCKET)
-        keys = []
-        for path in sorted(directory.iterdir()):
-            s3.put_object(Bucket=DATASET_BUCKET, Key=path.name, Body=path.read_bytes())
-            keys.append(f"s3://{DATASET_BUCKET}/{path.name}")
-        return keys
+        urls = []
+        for owner in owners:
+            for path in sorted(directory.iterdir()):
+                s3.put_object(Bucket=DATASET_BUCKET, Key=dataset_prefix(owner) + path.name, Body=path.read_bytes())
+                urls.append(local_dataset_url(owner, path.name))
+        return urls
 
     def function_logical_id(self, function_name: str) -> str:
         """FunctionName as templates and APIs give it (name, ARN, ARN with qualifier) -> logical id."""

@@ -476,6 +476,26 @@ def _secret(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Create
     return Created(ref=arn, attributes={"Id": arn})
 
 
+def _kms_key(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    request: dict[str, Any] = {"KeyUsage": props.get("KeyUsage", "ENCRYPT_DECRYPT")}
+    for key in ("Description", "KeySpec"):
+        if key in props:
+            request[key] = props[key]
+    if "KeyPolicy" in props:  # stored, not enforced: moto does not evaluate key policies
+        request["Policy"] = json.dumps(props["KeyPolicy"])
+    kms = stack.client("kms")
+    metadata = kms.create_key(**request)["KeyMetadata"]
+    if props.get("EnableKeyRotation"):
+        kms.enable_key_rotation(KeyId=metadata["KeyId"])
+    # Ref of a key is its id.
+    return Created(ref=metadata["KeyId"], attributes={"Arn": metadata["Arn"], "KeyId": metadata["KeyId"]})
+
+
+def _kms_alias(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    stack.client("kms").create_alias(AliasName=props["AliasName"], TargetKeyId=props["TargetKeyId"])
+    return Created(ref=props["AliasName"])
+
+
 def _user_pool(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
     pool_id, attributes = cognito.create_user_pool(stack.client("cognito-idp"), stack.physical_name(logical_id), props)
     return Created(ref=pool_id, attributes=attributes)
@@ -533,6 +553,8 @@ _CREATORS: dict[str, Callable[[LocalStack, str, dict[str, Any]], Created]] = {
     "AWS::SecretsManager::Secret": _secret,
     "AWS::S3::Bucket": _s3_bucket,
     "AWS::S3::BucketPolicy": _s3_bucket_policy,
+    "AWS::KMS::Key": _kms_key,
+    "AWS::KMS::Alias": _kms_alias,
     "AWS::Cognito::UserPool": _user_pool,
     "AWS::Cognito::UserPoolDomain": _user_pool_domain,
     "AWS::Cognito::UserPoolResourceServer": _user_pool_resource_server,

@@ -309,6 +309,9 @@ class DynamoDBStreamEventSource(StreamEventSource):
         created = change.get("ApproximateCreationDateTime")
         arrival = created if isinstance(created, dt.datetime) else self.clock()
         change["ApproximateCreationDateTime"] = int(arrival.timestamp())
+        for image in ("Keys", "NewImage", "OldImage"):
+            if image in change:
+                change[image] = _json_attributes(change[image])
         record = {
             "eventID": raw["eventID"],
             "eventName": raw["eventName"],
@@ -324,6 +327,23 @@ class DynamoDBStreamEventSource(StreamEventSource):
             # Deleted by the local TTL sweeper: marked the way DynamoDB marks its TTL deletes.
             record["userIdentity"] = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
         return StreamRecord(sequence_number=change["SequenceNumber"], arrival=arrival, event_record=record)
+
+
+def _json_attributes(image: dict[str, Any]) -> dict[str, Any]:
+    """An image as Lambda's JSON event carries it: binary values (B, BS) base64 text, not bytes."""
+    return {name: _json_attribute(value) for name, value in image.items()}
+
+
+def _json_attribute(value: dict[str, Any]) -> dict[str, Any]:
+    if "B" in value:
+        return {"B": base64.b64encode(value["B"]).decode()}
+    if "BS" in value:
+        return {"BS": [base64.b64encode(item).decode() for item in value["BS"]]}
+    if "M" in value:
+        return {"M": _json_attributes(value["M"])}
+    if "L" in value:
+        return {"L": [_json_attribute(item) for item in value["L"]]}
+    return value
 
 
 def _iso(moment: dt.datetime) -> str:

@@ -190,9 +190,9 @@ def drain_seconds(stack: DevStack, runtime: LambdaRuntime, concurrency: int) -> 
                     "MessageBody": json.dumps(
                         {
                             "jobId": f"bench-{uuid.uuid4().hex[:12]}",
-                            "userId": "bench",
+                            "userId": "user-e2e",
                             "tool": "analyze_dataset",
-                            "input": {"dataset_url": "s3://local-datasets/sales.csv"},
+                            "input": {"dataset_url": "s3://local-datasets/user-e2e/sales.csv"},
                         }
                     ),
                 }

@@ -125,9 +125,9 @@ def job_latency(port: int) -> float:
     job_id = f"bench-{uuid.uuid4().hex[:12]}"
     body = {
         "jobId": job_id,
-        "userId": "bench",
+        "userId": "user-e2e",
         "tool": "analyze_dataset",
-        "input": {"dataset_url": "s3://local-datasets/sales.csv"},
+        "input": {"dataset_url": "s3://local-datasets/user-e2e/sales.csv"},
     }
     started = time.perf_counter()
     sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(body))

@@ -40,7 +40,8 @@ def run() -> list[str]:
         from mcp_backend.mcp.server import create_app
 
         rows = "\n".join(f"{i},{i % 97},{'ab'[i % 2]}" for i in range(DATASET_ROWS))
-        boto3.client("s3").put_object(Bucket=DATASET_BUCKET, Key="bench.csv", Body=f"id,score,kind\n{rows}\n")
+        body = f"id,score,kind\n{rows}\n"
+        boto3.client("s3").put_object(Bucket=DATASET_BUCKET, Key="apikey%3Abench-user/bench.csv", Body=body)
         key = add_api_key(boto3.client("secretsmanager"), environment["API_KEYS_SECRET_ID"], "bench-user", "pro")
         server, thread, port = serve(create_app(McpSettings.model_validate(environment)))
         url = f"http://127.0.0.1:{port}/mcp"
@@ -113,7 +114,7 @@ def _streamed_calls(client: httpx.Client, url: str, headers: dict[str, str]) -> 
             "method": "tools/call",
             "params": {
                 "name": "analyze_dataset",
-                "arguments": {"dataset_url": "s3://local-datasets/bench.csv"},
+                "arguments": {"dataset_url": "s3://local-datasets/apikey%3Abench-user/bench.csv"},
                 "_meta": {"progressToken": f"bench-{call}"},
             },
         }

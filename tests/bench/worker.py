@@ -334,9 +334,9 @@ def _jobs() -> list[dict]:
     return [
         {
             "jobId": f"bench-{uuid.uuid4().hex[:16]}",
-            "userId": "bench-user",
+            "userId": "user-e2e",
             "tool": "analyze_dataset",
-            "input": {"dataset_url": "s3://local-datasets/sales.csv"},
+            "input": {"dataset_url": "s3://local-datasets/user-e2e/sales.csv"},
         }
         for _ in range(JOBS)
     ]

@@ -36,7 +36,9 @@ def test_dev_stack_serves_the_mcp_endpoint_and_a_job_completes_through_it(dev_en
     # When an MCP client submits an analysis, the stack runs its event sources, and the client asks for the job
     async def submit() -> str:
         async with mcp_client(endpoint, "legacy") as client:
-            result = await client.call_tool("submit_analysis", {"dataset_url": "s3://local-datasets/sales.csv"})
+            result = await client.call_tool(
+                "submit_analysis", {"dataset_url": "s3://local-datasets/apikey%3Adev-user/sales.csv"}
+            )
             return result.structured_content["jobId"]
 
     job_id = asyncio.run(submit())
@@ -78,7 +80,9 @@ def test_each_mcp_tool_call_puts_one_call_log_record_for_its_caller(dev_endpoint
     # When the caller makes one successful call and one that fails as a tool error
     async def calls() -> None:
         async with mcp_client(endpoint, "2026-07-28") as client:
-            await client.call_tool("submit_analysis", {"dataset_url": "s3://local-datasets/sales.csv"})
+            await client.call_tool(
+                "submit_analysis", {"dataset_url": "s3://local-datasets/apikey%3Adev-user/sales.csv"}
+            )
             await client.call_tool("get_job", {"job_id": "job-nobody-knows"})
 
     asyncio.run(calls())
@@ -87,7 +91,7 @@ def test_each_mcp_tool_call_puts_one_call_log_record_for_its_caller(dev_endpoint
     # one tool_error record for that user, without payloads
     def mine() -> list[tuple[str, str]]:
         records = stream_json(stack.environment.stack.ensure("CallLogStream").ref)
-        return sorted((r["eventType"], r["toolName"]) for r in records if r.get("userId") == "dev-user")
+        return sorted((r["eventType"], r["toolName"]) for r in records if r.get("userId") == "apikey:dev-user")
 
     assert wait_until(lambda: len(mine()) >= 2)
     assert mine() == [("tool_call", "submit_analysis"), ("tool_error", "get_job")]

@@ -20,7 +20,7 @@ from mcp_backend.jobs.store import JobStore
 pytestmark = pytest.mark.e2e
 
 
-def submit(stack, job_id: str, dataset: str = "s3://local-datasets/sales.csv") -> str:
+def submit(stack, job_id: str, dataset: str = "s3://local-datasets/user-e2e/sales.csv") -> str:
     body = {"jobId": job_id, "userId": "user-e2e", "tool": "analyze_dataset", "input": {"dataset_url": dataset}}
     return stack.client("sqs").send_message(
         QueueUrl=stack.environment.queue_url("JobQueue"), MessageBody=json.dumps(body)
@@ -54,7 +54,7 @@ def test_a_job_is_processed_once(start_stack):
 def test_a_permanent_failure_reaches_failed_and_the_dlq_within_one_batch_cycle(start_stack):
     # Given a job whose dataset does not exist (no retry can change that)
     stack = start_stack()
-    submit(stack, "job-e2e-poison1", dataset="s3://local-datasets/absent.csv")
+    submit(stack, "job-e2e-poison1", dataset="s3://local-datasets/user-e2e/absent.csv")
 
     # When the event source delivers one batch
     stack.environment.sqs_source_for("ToolWorker").poll_once()
@@ -191,7 +191,7 @@ def test_redrive_lists_then_moves_the_dlq_back_and_the_job_runs_again_with_its_h
     from devstack.redrive import redrive_running_stack
 
     stack = start_stack()
-    submit(stack, "job-e2e-redrive", dataset="s3://local-datasets/late.csv")
+    submit(stack, "job-e2e-redrive", dataset="s3://local-datasets/user-e2e/late.csv")
     stack.settle()
     assert job(stack, "job-e2e-redrive")["status"] == "FAILED"
 
@@ -206,7 +206,7 @@ def test_redrive_lists_then_moves_the_dlq_back_and_the_job_runs_again_with_its_h
     assert queue_attribute(stack, "JobDeadLetterQueue", "ApproximateNumberOfMessages") == "1"
 
     # When the data is fixed and the operator redrives
-    stack.client("s3").put_object(Bucket="local-datasets", Key="late.csv", Body=b"region,amount\nnorth,1\n")
+    stack.client("s3").put_object(Bucket="local-datasets", Key="user-e2e/late.csv", Body=b"region,amount\nnorth,1\n")
     capsys.readouterr()
     assert redrive_running_stack(stack.aws_url, dry_run=False) == 0
     moved = json.loads(capsys.readouterr().out)

@@ -14,7 +14,7 @@ import time_machine
 from tests.e2e.conftest import mcp_client
 
 ERAS = ["legacy", "2026-07-28"]  # initialize handshake (2025-03-26 ... 2025-11-25) and the stateless era
-SALES = "s3://local-datasets/sales.csv"
+SALES = "s3://local-datasets/apikey%3Auser-alice/sales.csv"
 TOOL_NAMES = {
     "submit_analysis",
     "submit_analyses",
@@ -270,7 +270,7 @@ def test_list_failed_jobs_peeks_the_dlq_without_consuming_and_shows_the_recorded
 
     async def submit():
         async with mcp_client(endpoint, "2026-07-28") as client:
-            arguments = {"dataset_url": "s3://local-datasets/missing.csv"}
+            arguments = {"dataset_url": "s3://local-datasets/apikey%3Auser-alice/missing.csv"}
             return (await client.call_tool("submit_analysis", arguments)).structured_content["jobId"]
 
     job_id = run(submit)

@@ -51,7 +51,7 @@ safe_urls = st.builds(
     safe_hosts,
     safe_ports,
     st.text(alphabet=st.characters(codec="ascii", exclude_characters="\r\n"), max_size=20),
-) | st.sampled_from(["s3://local-datasets/sales.csv", "s3://no-such-bucket/x.csv", "", "not a url"])
+) | st.sampled_from(["s3://local-datasets/apikey%3Auser-alice/sales.csv", "s3://no-such-bucket/x.csv", "", "not a url"])
 
 
 def _has_url(value: Any) -> bool:

@@ -364,7 +364,10 @@ def test_a_slow_tool_gets_keepalives_and_a_raising_tool_still_closes_its_stream(
         "jsonrpc": "2.0",
         "id": 9,
         "method": "tools/call",
-        "params": {"name": "analyze_dataset", "arguments": {"dataset_url": "s3://local-datasets/sales.csv"}},
+        "params": {
+            "name": "analyze_dataset",
+            "arguments": {"dataset_url": "s3://local-datasets/apikey%3Auser-alice/sales.csv"},
+        },
     }
 
     # When it is called (the stream is read to its end, or the test times out)

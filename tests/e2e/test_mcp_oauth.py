@@ -44,16 +44,18 @@ def rpc(url: str, token: str | None, method: str, params: dict | None = None) ->
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 def test_an_sdk_client_with_a_client_credentials_token_submits_and_reads_its_job(oauth_stack, mode):
-    # Given the OAuth-mode stack and a token from its token endpoint
+    # Given the OAuth-mode stack, a token from its token endpoint, and the sample data under the client's prefix
     stack, web, client_id, secret = oauth_stack
     token = access_token(stack, client_id, secret)
     endpoint = Endpoint(url=f"{web.url}/mcp", alice_key=token, bob_key=token, local=stack.environment)
+    user_id = f"oauth:{stack.environment.stack.function('McpServer').environment['OAUTH_ISSUER']}:{client_id}"
+    [sales] = [url for url in stack.environment.seed_datasets(owners=(user_id,)) if url.endswith("/sales.csv")]
 
     # When the SDK's client, in this protocol era, lists tools and submits an analysis, and the job runs
     async def submit() -> tuple[list[str], str]:
         async with mcp_client(endpoint, mode, token) as client:
             tools = [tool.name for tool in (await client.list_tools()).tools]
-            result = await client.call_tool("submit_analysis", {"dataset_url": "s3://local-datasets/sales.csv"})
+            result = await client.call_tool("submit_analysis", {"dataset_url": sales})
             return tools, result.structured_content["jobId"]
 
     tools, job_id = asyncio.run(submit())
@@ -70,8 +72,8 @@ def test_an_sdk_client_with_a_client_credentials_token_submits_and_reads_its_job
     assert (job["status"], job["result"]["rowCount"]) == ("SUCCEEDED", 6)
     stored = stack.client("dynamodb").scan(TableName=stack.environment.table_name("JobTable"))["Items"]
     # (the caller's quota items, keyed active#<user> and daily#<user>#<day>, are not jobs)
-    assert {item["userId"]["S"] for item in stored if "#" not in item["jobId"]["S"]} == {client_id}
-    assert {item["jobId"]["S"].split("#")[1] for item in stored if "#" in item["jobId"]["S"]} == {client_id}
+    assert {item["userId"]["S"] for item in stored if "#" not in item["jobId"]["S"]} == {user_id}
+    assert {item["jobId"]["S"].split("#")[1] for item in stored if "#" in item["jobId"]["S"]} == {user_id}
 
 
 def test_the_endpoint_publishes_its_metadata_and_challenges_with_it(oauth_stack):

@@ -49,6 +49,17 @@ def product_endpoint(stack, start) -> Endpoint:
     return Endpoint(f"http://127.0.0.1:{port}/mcp", alice, bob, stack.environment)
 
 
+def register_with_alices_key(endpoint: Endpoint) -> dict:
+    """alice registers the app through its own register_endpoint tool, her API key as its bearer token."""
+
+    async def register() -> dict:
+        async with mcp_client(endpoint, "auto") as client:
+            arguments = {"url": endpoint.url, "name": "local app", "auth": endpoint.alice_key}
+            return (await client.call_tool("register_endpoint", arguments)).structured_content
+
+    return anyio.run(register)
+
+
 def registry(stack) -> EndpointRegistry:
     return EndpointRegistry(MonitorTable(stack.environment.table_name("MonitorTable"), stack.client("dynamodb")))
 
@@ -96,12 +107,7 @@ def test_probing_a_live_local_mcp_endpoint_stores_a_healthy_result(start_stack, 
     stack = start_stack()
     endpoint = product_endpoint(stack, servers)
 
-    async def register() -> dict:
-        async with mcp_client(endpoint, "auto") as client:
-            arguments = {"url": endpoint.url, "name": "local app", "auth": endpoint.alice_key}
-            return (await client.call_tool("register_endpoint", arguments)).structured_content
-
-    registered = anyio.run(register)
+    registered = register_with_alices_key(endpoint)
     assert endpoint.alice_key not in json.dumps(registered)
 
     # When the probe schedule fires and everything settles
@@ -130,6 +136,47 @@ def test_probing_a_live_local_mcp_endpoint_stores_a_healthy_result(start_stack, 
     assert own["latest"]["status"] == "healthy" and own["uptime"]["ratio"] == 1.0 and own["hasAuth"] is True
     assert endpoint.alice_key not in json.dumps(own)
     assert hidden
+
+
+def monitor_stream_images(stack) -> list[dict]:
+    """Every image MonitorTable's stream (NEW_AND_OLD_IMAGES) holds, as a consumer would read it."""
+    streams = stack.client("dynamodbstreams")
+    arn = stack.environment.stack.ensure("MonitorTable").attributes["StreamArn"]
+    images = []
+    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        iterator = streams.get_shard_iterator(
+            StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        for record in streams.get_records(ShardIterator=iterator)["Records"]:
+            images += [record["dynamodb"].get(name, {}) for name in ("NewImage", "OldImage")]
+    return images
+
+
+def test_a_registered_token_is_only_ciphertext_in_the_table_and_its_stream_and_the_probe_still_uses_it(
+    start_stack, servers
+):
+    # Given the product stack and its MCP app on loopback
+    stack = start_stack()
+    endpoint = product_endpoint(stack, servers)
+
+    # When alice registers it through the tool with her API key as its bearer token
+    registered = register_with_alices_key(endpoint)
+
+    # Then no item of MonitorTable and no image of its stream holds the token (as text or as bytes)
+    items = stack.client("dynamodb").scan(TableName=stack.environment.table_name("MonitorTable"))["Items"]
+    images = monitor_stream_images(stack)
+    assert items and images
+    for stored in (items, images):
+        assert endpoint.alice_key not in repr(stored)
+        assert endpoint.alice_key.encode() not in repr(stored).encode()
+    [item] = [i for i in items if i["serverId"]["S"] == registered["serverId"]]
+    assert "authToken" not in item and item["authTokenCiphertext"]["B"]
+
+    # And when the schedule fires, the probe authenticated with it: the endpoint answered healthy (401 otherwise)
+    stack.fire(SCHEDULE)
+    stack.settle()
+    [outcome] = worker_outcomes(stack)
+    assert outcome.condition == "Success" and outcome.envelope["responsePayload"]["status"] == "healthy"
 
 
 def test_a_dead_endpoint_fails_once_per_probe_and_alerts_once_per_incident_window(start_stack):

@@ -32,7 +32,7 @@ def test_a_job_sent_to_a_stack_at_rest_is_picked_up_before_the_pollers_long_poll
 
     # When a job is sent to JobQueue
     body: dict[str, object] = {"jobId": "job-at-rest-001", "userId": "user-e2e", "tool": "analyze_dataset"}
-    body["input"] = {"dataset_url": "s3://local-datasets/sales.csv"}
+    body["input"] = {"dataset_url": "s3://local-datasets/user-e2e/sales.csv"}
     sent = time.monotonic()
     stack.client("sqs").send_message(QueueUrl=stack.environment.queue_url("JobQueue"), MessageBody=json.dumps(body))
 

@@ -17,7 +17,7 @@ from mcp_backend.jobs.store import JobStore
 from tests.e2e.conftest import Endpoint, mcp_client
 
 pytestmark = pytest.mark.e2e
-SALES = "s3://local-datasets/sales.csv"
+SALES = "s3://local-datasets/apikey%3Adev-user/sales.csv"
 # No reserved concurrency: in the Lambda runtime the endpoint then runs up to 4 environments and further
 # callers wait for one, instead of 20 cold starts at once on a small machine (or 429s past the reservation).
 # Its 120 jobs wait for the delivery in between: more than the pro tier's concurrent jobs, so the limit is raised.

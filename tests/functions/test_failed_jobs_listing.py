@@ -36,7 +36,7 @@ def final_attempt_batch(jobs: list[tuple[str, str]]) -> dict:
                 "jobId": job_id,
                 "userId": user,
                 "tool": "analyze_dataset",
-                "input": {"dataset_url": "s3://local-datasets/absent.csv"},
+                "input": {"dataset_url": f"s3://local-datasets/{user}/absent.csv"},
             }
         )
         records.append(record)
@@ -120,9 +120,9 @@ def test_every_failed_job_of_each_user_is_listed_newest_first_however_deep_the_d
         "DatasetUnreachable",
         "analyze_dataset",
     )
-    # And the DLQ was only asked for its depth: its messages (the 120 dead-lettered jobs and 120 others) are all
-    # still visible
-    assert alice[0]["deadLetterQueueDepth"] == 240
+    # And no page carries a figure of anyone else: nothing about the shared DLQ (its depth counts every tenant)
+    assert all(set(page) <= {"failedJobs", "nextCursor"} for page in alice + bob)
+    # And the DLQ was not touched: its messages (the 120 dead-lettered jobs and 120 others) are all still visible
     assert local.queue_depth("JobDeadLetterQueue") == 240
     # And the listed message id is the dead-lettered copy of the job's message
     assert dead_letter_sources(local)[first["messageId"]] == f"msg-{first['jobId']}"

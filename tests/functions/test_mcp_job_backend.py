@@ -74,7 +74,7 @@ def queued(local) -> int:
 
 def analysis(call_id: str) -> JobSubmission:
     return JobSubmission(
-        tool="analyze_dataset", input={"dataset_url": "s3://local-datasets/sales.csv"}, call_id=call_id
+        tool="analyze_dataset", input={"dataset_url": "s3://local-datasets/user-alice/sales.csv"}, call_id=call_id
     )
 
 

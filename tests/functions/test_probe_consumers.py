@@ -7,6 +7,7 @@ import copy
 import json
 
 from mcp_backend.config import ProbeRecorderSettings
+from mcp_backend.probes.alerts import ERROR_MESSAGE_CHARS
 from mcp_backend.probes.recorder import ProbeRecorder
 from mcp_backend.probes.schema import schema_hash
 from tests.conftest import load_event
@@ -160,3 +161,24 @@ def test_the_schema_hash_ignores_order_and_extra_fields_but_not_descriptions():
     assert schema_hash(tools) == schema_hash(reordered)
     assert schema_hash(tools) != schema_hash(changed)
     assert len(schema_hash(tools)) == 64
+
+
+def test_an_endpoints_error_text_reaches_the_alert_sanitised_and_truncated(local):
+    # Given a subscriber on AlertTopic, and an error result whose JSON-RPC error the endpoint wrote: control
+    # characters, a forged header line, 10,000 characters, and a code that is not a number
+    observer = alert_observer(local)
+    event = load_event("alert_handler/success-error.json")
+    body = json.loads(event["Records"][0]["body"])
+    hostile = "boom\r\nSubject: pay now\x1b[31m" + "A" * 10_000
+    body["responsePayload"]["error"] = {"code": {"nested": "x"}, "message": hostile, "extra": "y" * 5000}
+    event["Records"][0]["body"] = json.dumps(body)
+
+    # When the alert handler publishes it
+    assert local.invoke(ALERTS, event) == {"batchItemFailures": []}
+
+    # Then the alert carries the message with printable characters only, bounded, and nothing else the endpoint sent
+    [alert] = received(observer)
+    message = alert["error"]["message"]
+    assert message.startswith("boom  Subject: pay now") and "\r" not in message and "\x1b" not in message
+    assert len(message) <= ERROR_MESSAGE_CHARS
+    assert alert["error"] == {"code": None, "message": message}

@@ -11,6 +11,7 @@ import pytest
 
 from mcp_backend.config import ProbeWorkerSettings, load_settings
 from mcp_backend.monitor.items import Endpoint, endpoint_item
+from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher, EndpointTokenUnreadable
 from mcp_backend.probes.errors import ProbeFailed
 from mcp_backend.probes.worker import ProbeWorker
 
@@ -113,14 +114,34 @@ def recording_server(address: str, port: int, seen: list) -> ThreadingHTTPServer
 
 
 def register_and_load_worker(local, server_id: str, url: str, token: str) -> ProbeWorker:
-    """The endpoint registered with its token, and a ProbeWorker with the local stack's loopback policy."""
+    """The endpoint registered with its token (sealed as register_endpoint seals it), and a ProbeWorker with the
+    local stack's loopback policy."""
+    environment = {**local.stack.function("ProbeWorker").environment, "PROBE_ALLOW_LOOPBACK_HOSTS": "true"}
+    sealed = EndpointTokenCipher(environment["ENDPOINT_TOKEN_KEY_ID"]).seal(server_id, "user-alice", token)
     boto3.client("dynamodb").put_item(
         TableName=local.table_name("MonitorTable"),
         Item=endpoint_item(
             Endpoint(server_id=server_id, owner_id="user-alice", name=server_id, url=url),
-            auth_token=token,
+            auth_ciphertext=sealed,
             registered_at=datetime.now(UTC),
         ),
     )
-    environment = {**local.stack.function("ProbeWorker").environment, "PROBE_ALLOW_LOOPBACK_HOSTS": "true"}
     return ProbeWorker(load_settings(ProbeWorkerSettings, environment), boto3.client("dynamodb"))
+
+
+def test_a_token_copied_onto_another_endpoint_does_not_open_and_nothing_is_sent(local, listener):
+    # Given srv-1 registered with a sealed token, and srv-2 (another owner's) whose item carries a copy of it
+    url, seen = listener()
+    worker = register_and_load_worker(local, "srv-1", url, "token-for-srv-1")
+    table = boto3.client("dynamodb")
+    key = {"sortKey": {"S": "endpoint"}}
+    stolen = table.get_item(TableName=local.table_name("MonitorTable"), Key={"serverId": {"S": "srv-1"}, **key})
+    copy = {**stolen["Item"], "serverId": {"S": "srv-2"}, "ownerId": {"S": "user-mallory"}}
+    table.put_item(TableName=local.table_name("MonitorTable"), Item=copy)
+
+    # When srv-2 is probed
+    with pytest.raises(EndpointTokenUnreadable, match="srv-2"):
+        worker.handle({"serverId": "srv-2", "endpoint": url})
+
+    # Then its encryption context ({serverId, ownerId}) refused the ciphertext and no request was made
+    assert seen == []

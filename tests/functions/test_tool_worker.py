@@ -18,7 +18,7 @@ from tests.conftest import load_event
 WORKER = "ToolWorker"
 
 
-def job_body(job_id: str, user: str = "user-alice", url: str = "s3://local-datasets/sales.csv") -> str:
+def job_body(job_id: str, user: str = "user-alice", url: str = "s3://local-datasets/user-alice/sales.csv") -> str:
     return json.dumps({"jobId": job_id, "userId": user, "tool": "analyze_dataset", "input": {"dataset_url": url}})
 
 
@@ -67,7 +67,7 @@ def throttling_s3(monkeypatch):
     monkeypatch.setattr(fetch, "_default_s3_client", lambda policy: ThrottlingS3(boto3.client("s3")))
 
 
-UNAVAILABLE = "s3://local-datasets/unavailable.csv"
+UNAVAILABLE = "s3://local-datasets/user-alice/unavailable.csv"
 
 
 def dead_letters(local) -> list[dict]:
@@ -116,7 +116,7 @@ def test_a_permanent_failure_fails_the_job_at_once_and_dead_letters_its_message(
     event = load_event("tool_worker/healthy-batch.json")
     event["Records"] = event["Records"][:3]
     missing = event["Records"][1]
-    missing["body"] = job_body("job-missing-once", url="s3://local-datasets/missing.csv")
+    missing["body"] = job_body("job-missing-once", url="s3://local-datasets/user-alice/missing.csv")
 
     # When the worker handles it on the message's first receive
     response = local.invoke(WORKER, event)
@@ -336,7 +336,7 @@ def test_a_transiently_failing_message_is_received_three_times_then_sits_in_the_
 def test_worker_logs_carry_no_payload(local, capsys):
     # Given a job whose input holds a secret-looking value
     event = load_event("tool_worker/redelivered-duplicate.json")
-    secret = f"s3://local-datasets/missing.csv?token={uuid.uuid4().hex}"
+    secret = f"s3://local-datasets/user-alice/missing.csv?token={uuid.uuid4().hex}"
     event["Records"][0]["body"] = job_body("job-secret-0001", url=secret)
 
     # When it fails and is logged
@@ -372,7 +372,7 @@ def test_each_job_emits_its_tool_metrics_with_tool_name_and_default_dimensions(l
     # Given a batch with one job that succeeds and one that fails
     event = load_event("tool_worker/healthy-batch.json")
     event["Records"] = event["Records"][:2]
-    event["Records"][1]["body"] = job_body("job-metric-fail", url="s3://local-datasets/missing.csv")
+    event["Records"][1]["body"] = job_body("job-metric-fail", url="s3://local-datasets/user-alice/missing.csv")
     capsys.readouterr()
 
     # When the worker handles it

@@ -20,7 +20,7 @@ def test_a_batch_puts_one_tool_call_per_success_and_job_failed_for_a_permanent_f
     # Given a batch with two jobs that succeed and one whose dataset is missing (a permanent failure)
     event = load_event("tool_worker/healthy-batch.json")
     event["Records"] = event["Records"][:3]
-    event["Records"][2]["body"] = job_body("job-calllog-fail", url="s3://local-datasets/missing.csv")
+    event["Records"][2]["body"] = job_body("job-calllog-fail", url="s3://local-datasets/user-alice/missing.csv")
 
     # When the worker handles it
     local.invoke(WORKER, event)

@@ -36,6 +36,7 @@ CREATE_ACTION = {
     "AWS::Events::Rule": "events:PutRule",
     "AWS::IAM::ManagedPolicy": "iam:CreatePolicy",
     "AWS::IAM::Role": "iam:CreateRole",
+    "AWS::KMS::Alias": "kms:CreateAlias",
     "AWS::KMS::Key": "kms:CreateKey",
     "AWS::Kinesis::Stream": "kinesis:CreateStream",
     "AWS::Lambda::Alias": "lambda:CreateAlias",

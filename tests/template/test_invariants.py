@@ -429,7 +429,7 @@ def test_the_api_key_secret_is_read_by_the_mcp_server_and_written_only_by_the_de
     assert "ApiKeysSecretArn" in EXPANDED["Outputs"] and "McpServerUrl" in EXPANDED["Outputs"]
 
 
-def test_the_mcp_server_only_reads_the_dlqs_depth():
+def test_the_mcp_server_only_sends_jobs_and_never_reads_the_shared_dlq():
     # Given the McpServer role's SQS actions
     actions = {
         action
@@ -438,8 +438,9 @@ def test_the_mcp_server_only_reads_the_dlqs_depth():
         for action in as_list(statement["Action"])
         if action.startswith("sqs:")
     }
-    # Then it sends jobs and reads queue attributes: no receive, no delete (the DLQ stays untouched for redrive)
-    assert actions == {"sqs:SendMessage", "sqs:GetQueueAttributes"}
+    # Then it only sends jobs: no receive, no delete (the DLQ stays untouched for redrive), and not even the DLQ's
+    # depth, which counts every tenant's failures
+    assert actions == {"sqs:SendMessage"}
 
 
 def test_alarm_topics_use_a_key_cloudwatch_may_use():

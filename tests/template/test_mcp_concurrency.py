@@ -36,3 +36,21 @@ def test_provisioned_concurrency_above_reserved_is_refused_by_a_rule_and_every_o
             assert failures == [], values
         checked += 1
     assert checked == 8 * 8
+
+
+def test_an_external_issuer_without_oauth_resource_is_refused_by_a_rule():
+    # Given oauth/both with an external issuer, with and without OAuthResource, and the stack's own pool
+    external = {"OAuthIssuer": "https://issuer.example.com/"}
+    for mode in ("oauth", "both"):
+        # When CloudFormation checks the rules
+        missing = scope(AuthMode=mode, **external).rule_failures(RULES)
+        pinned = scope(AuthMode=mode, OAuthResource="https://mcp.example.com/mcp", **external).rule_failures(RULES)
+        own_pool = scope(AuthMode=mode).rule_failures(RULES)
+
+        # Then only the external issuer without a resource is refused, naming the parameter
+        assert (
+            len(missing) == 1
+            and missing[0].startswith("OAuthResourceForExternalIssuer: ")
+            and "OAuthResource" in missing[0]
+        )
+        assert pinned == [] and own_pool == []

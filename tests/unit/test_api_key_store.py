@@ -45,7 +45,7 @@ def test_a_key_added_since_the_extension_cached_the_table_works_after_one_refres
     principal = authenticate(authenticator, new_key)
 
     # Then the refresh bypassed the extension's cache (read fresh) and the key is accepted
-    assert principal is not None and principal.user_id == "user-bob"
+    assert principal is not None and principal.user_id == "apikey:user-bob"
     assert secret.reads == [False, True]
 
 
@@ -61,7 +61,7 @@ def test_a_transient_read_failure_keeps_the_last_good_table():
     principal = authenticate(authenticator, key)
 
     # Then the last good table still answers
-    assert principal is not None and principal.user_id == "user-alice"
+    assert principal is not None and principal.user_id == "apikey:user-alice"
 
 
 def test_no_readable_key_table_is_a_503_json_rpc_error_not_a_500():

@@ -101,7 +101,7 @@ def test_without_the_extension_the_sdk_is_used_and_keys_authenticate(aws):
     malformed = anyio.run(authenticator.authenticate, "x" * 1000)
 
     # Then only the valid key names a user
-    assert (alice.user_id, alice.tier) == ("user-alice", "pro")
+    assert (alice.user_id, alice.tier) == ("apikey:user-alice", "pro")
     assert unknown is None and malformed is None
     assert authenticator.reader.extension_available is False
 
@@ -117,7 +117,7 @@ def test_a_key_added_during_rotation_works_without_waiting_for_the_cache(aws, mo
 
     key = add_api_key(secrets, arn, "user-bob")
 
-    assert anyio.run(authenticator.authenticate, key).user_id == "user-bob"
+    assert anyio.run(authenticator.authenticate, key).user_id == "apikey:user-bob"
 
 
 def test_concurrent_adds_never_lose_a_key(aws):

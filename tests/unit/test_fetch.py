@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import ipaddress
 import socket
@@ -15,7 +16,7 @@ import pytest
 
 from mcp_backend.netsafety import is_public_address
 from mcp_backend.tools.dataset_stream import FetchPolicy
-from mcp_backend.tools.errors import DatasetTooLarge, DatasetUnreachable, UnsafeDatasetUrl
+from mcp_backend.tools.errors import DatasetCompressed, DatasetTooLarge, DatasetUnreachable, UnsafeDatasetUrl
 from mcp_backend.tools.fetch import open_dataset
 
 PUBLIC_IP = "93.184.216.34"
@@ -555,3 +556,33 @@ def test_fetches_share_one_tls_context_instead_of_loading_the_ca_bundle_each_tim
     # Then each was read, and at most one TLS context was built for the three
     assert bodies == [b"a\n1\n"] * 3
     assert len(built) <= 1
+
+
+def gzip_bomb(decompressed_bytes: int) -> bytes:
+    return gzip.compress(b"0" * decompressed_bytes, compresslevel=9)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "x-gzip, identity"])
+def test_a_compressed_response_is_refused_before_it_is_decoded(dns: DNS, server: Server, encoding: str) -> None:
+    # Given a host answering (although asked for identity) with a small compressed body that inflates past the cap
+    bomb = gzip_bomb(10 * 1024 * 1024)
+    server.route(
+        "data.example.com",
+        "/d.csv",
+        lambda _request: httpx.Response(200, stream=httpx.ByteStream(bomb), headers={"content-encoding": encoding}),
+    )
+
+    # When it is read with a 1 MiB cap
+    # Then it is refused as compressed, naming the encoding, and nothing was inflated
+    with pytest.raises(DatasetCompressed, match="Content-Encoding"):
+        read_all("https://data.example.com/d.csv", FetchPolicy(max_bytes=1024 * 1024), server)
+    assert server.requests[0].headers["accept-encoding"] == "identity"
+
+
+def test_an_identity_encoded_response_is_read_as_sent(dns: DNS, server: Server) -> None:
+    server.route(
+        "data.example.com",
+        "/d.csv",
+        lambda _request: httpx.Response(200, content=b"a,b\n1,2\n", headers={"content-encoding": "identity"}),
+    )
+    assert read_all("https://data.example.com/d.csv", FetchPolicy(), server) == b"a,b\n1,2\n"

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import base64
 import hmac
+import http.server
 import json
+import threading
 import time
+import urllib.error
 from typing import Any
 
 import anyio
@@ -18,10 +21,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from pydantic import ValidationError
 
-from mcp_backend.api_keys import new_api_key
+from mcp_backend.api_keys import ReservedUserId, new_api_key
 from mcp_backend.config import McpSettings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator
-from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard, _buffered, principal_of
+from mcp_backend.mcp.guard import MAX_JSON_DEPTH, HostPolicy, McpHttpGuard, _buffered, principal_of
 from mcp_backend.mcp.oauth import (
     EitherAuthenticator,
     JwksCache,
@@ -92,7 +95,7 @@ async def echo(scope, receive, send) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-def guard(authenticator: Any, resource: str = "") -> McpHttpGuard:
+def guard(authenticator: Any, resource: str = RESOURCE) -> McpHttpGuard:
     return McpHttpGuard(
         echo,
         path="/mcp",
@@ -148,7 +151,7 @@ def test_a_valid_token_for_this_resource_is_the_caller_named_by_sub():
 
     # Then the request reaches the app as that subject, body intact
     assert response.status_code == 200
-    assert response.json()["userId"] == "user-carol"
+    assert response.json()["userId"] == f"oauth:{ISSUER}:user-carol"
     assert response.json()["body"]["params"]["name"] == "get_job"
 
 
@@ -160,7 +163,7 @@ def test_es256_tokens_and_a_configured_user_claim_work():
     response = call(app, token(EC_KEY, kid="e1", alg="ES256", email="carol@example.com"))
 
     # Then the user id is the claim's value
-    assert response.status_code == 200 and response.json()["userId"] == "carol@example.com"
+    assert response.status_code == 200 and response.json()["userId"] == f"oauth:{ISSUER}:carol@example.com"
 
 
 @pytest.mark.parametrize(
@@ -428,7 +431,7 @@ def test_api_key_mode_has_no_metadata_and_keeps_its_challenge():
     # Then there is no metadata, the challenge is as it always was, and keys work
     assert call(app, None, url="/.well-known/oauth-protected-resource", method="GET").status_code == 404
     assert call(app, "mcpk_wrong").headers["www-authenticate"] == 'Bearer realm="mcp", error="invalid_token"'
-    assert call(app, key, tool="submit_analysis").json()["userId"] == "user-alice"
+    assert call(app, key, tool="submit_analysis").json()["userId"] == "apikey:user-alice"
 
 
 def test_both_mode_accepts_an_api_key_or_a_token():
@@ -439,8 +442,8 @@ def test_both_mode_accepts_an_api_key_or_a_token():
             return table
 
     app = guard(EitherAuthenticator(ApiKeyAuthenticator(Secret()), oauth(StubIssuer(jwk(RSA_KEY, "k1")))))
-    assert call(app, key, tool="submit_analysis").json()["userId"] == "user-alice"
-    assert call(app, token()).json()["userId"] == "user-carol"
+    assert call(app, key, tool="submit_analysis").json()["userId"] == "apikey:user-alice"
+    assert call(app, token()).json()["userId"] == f"oauth:{ISSUER}:user-carol"
     assert_unauthorized(call(app, "not-a-token"))
 
 
@@ -448,7 +451,7 @@ def test_required_access_reads_each_tools_call():
     body = json.dumps([{"method": "tools/call", "params": {"name": "get_job"}}, {"method": "tools/list"}]).encode()
     assert required_access(body, TOOL_ACCESS) == {Access.READ}
     assert required_access(b'{"method":"tools/call","params":{"name":"nope"}}', TOOL_ACCESS) == {Access.SUBMIT}
-    assert required_access(b"not json", TOOL_ACCESS) == set()
+    assert required_access(b"not json", TOOL_ACCESS) == {Access.SUBMIT}  # unreadable: the strictest
 
 
 def test_cancelling_a_task_needs_the_submit_scope_and_polling_it_the_read_one():
@@ -493,3 +496,199 @@ def test_the_issuers_urls_are_https_unless_on_loopback(url):
 def test_loopback_hosts_are_localhost_and_loopback_literals(host, loopback):
     """Given a URL's host, then it is loopback when it names localhost or a loopback address (IPv4-mapped too)."""
     assert is_loopback_host(host) is loopback
+
+
+def call_as_host(app: McpHttpGuard, bearer: str, host: str) -> httpx.Response:
+    async def send() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=f"https://{host}") as client:
+            headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_job", "arguments": {}}}
+            return await client.post("/mcp", json=body, headers={**headers, "authorization": f"Bearer {bearer}"})
+
+    return anyio.run(send)
+
+
+@pytest.mark.parametrize("resource", ["", "https://abc123.lambda-url.us-east-1.on.aws/mcp"])
+def test_a_token_for_another_function_url_sent_with_that_url_as_host_is_a_401(resource):
+    # Given an endpoint on a Function URL (every Function URL host of the region passes the Host check), with or
+    # without its resource configured, accepting one extra audience
+    authenticator = oauth(StubIssuer(jwk(RSA_KEY, "k1")), audiences=("api://mcp-backend",))
+    app = McpHttpGuard(
+        echo,
+        path="/mcp",
+        hosts=HostPolicy.for_region("us-east-1"),
+        authenticator=authenticator,
+        resource=resource,
+        tool_access=TOOL_ACCESS,
+    )
+    other = "evil999.lambda-url.us-east-1.on.aws"
+
+    # When a token minted for another Function URL is sent with that URL as Host
+    response = call_as_host(app, token(aud=f"https://{other}/mcp"), other)
+
+    # Then it is refused: the audience never comes from the request
+    assert response.status_code == 401
+    assert 'error="invalid_token"' in response.headers["www-authenticate"]
+    # And a token for an audience this endpoint is configured with still passes, whatever the Host
+    assert call_as_host(app, token(aud="api://mcp-backend"), other).status_code == 200
+
+
+@pytest.mark.parametrize("alg", [["RS256"], {"RS256": 1}, 256, None])
+def test_a_jwt_header_whose_alg_is_not_a_string_is_a_401_invalid_token(alg):
+    # Given an endpoint accepting tokens of one issuer
+    app = guard(oauth(StubIssuer(jwk(RSA_KEY, "k1"))))
+    header = base64.urlsafe_b64encode(json.dumps({"alg": alg, "kid": "k1", "typ": "JWT"}).encode()).rstrip(b"=")
+    payload = base64.urlsafe_b64encode(json.dumps(claims()).encode()).rstrip(b"=")
+
+    # When a token whose header's alg is a list, an object, a number or null is presented
+    response = call(app, f"{header.decode()}.{payload.decode()}.c2ln")
+
+    # Then it is an ordinary invalid token (401), not an unavailable service
+    assert_unauthorized(response)
+
+
+def post_raw(app: McpHttpGuard, bearer: str, body: bytes) -> httpx.Response:
+    async def send() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=f"https://{HOST}") as client:
+            headers = {
+                "accept": "application/json, text/event-stream",
+                "content-type": "application/json",
+                "authorization": f"Bearer {bearer}",
+            }
+            return await client.post("/mcp", content=body, headers=headers)
+
+    return anyio.run(send)
+
+
+@pytest.mark.parametrize("opening", [b"[", b'{"a":'])
+def test_a_body_nested_deeper_than_the_limit_is_a_400_before_any_parser_recurses(opening):
+    # Given a valid token (its scopes are read from the body) and a 5,000-deep JSON body
+    app = guard(oauth(StubIssuer(jwk(RSA_KEY, "k1"))))
+    body = opening * 5000 + b"1" + (b"]" if opening == b"[" else b"}") * 5000
+
+    # When it is posted
+    response = post_raw(app, token(), body)
+
+    # Then it is a 400 JSON-RPC parse error naming the limit, not a 500
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == -32700 and str(MAX_JSON_DEPTH) in error["message"]
+
+
+def test_brackets_inside_strings_do_not_count_towards_the_nesting_limit():
+    app = guard(oauth(StubIssuer(jwk(RSA_KEY, "k1"))))
+    call_body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_job", "arguments": {}}}
+    call_body["params"]["arguments"] = {"note": "[[[{{{" * 1000 + '\\"' + "]]]"}
+    assert post_raw(app, token(), json.dumps(call_body).encode()).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"submit_analysis"',  # truncated
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_job"}}\xff',  # not UTF-8 after it
+    ],
+)
+def test_a_body_the_parsers_cannot_read_needs_the_strictest_scope(body):
+    # Given a token that may only read
+    app = guard(oauth(StubIssuer(jwk(RSA_KEY, "k1"))))
+
+    # When it posts a body a JSON parser cannot read
+    response = post_raw(app, token(scope="read"), body)
+
+    # Then the guard fails closed: the body needs the submit scope, so it is a 403 before the SDK sees it
+    assert response.status_code == 403
+    assert 'error="insufficient_scope", scope="submit"' in response.headers["www-authenticate"]
+
+
+@pytest.fixture
+def redirecting_issuer():
+    """A loopback JWKS host that answers every GET with a 302 to another loopback URL serving keys."""
+    keys = json.dumps({"keys": [jwk(RSA_KEY, "k1")]}).encode()
+    served: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            served.append(self.path)
+            if self.path == "/jwks":
+                self.send_response(302)
+                self.send_header("location", "/elsewhere")
+                self.send_header("content-length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(keys)))
+            self.end_headers()
+            self.wfile.write(keys)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", served
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_jwks_fetch_follows_no_redirect(redirecting_issuer):
+    # Given a JWKS URL that redirects to a document holding the keys
+    base, served = redirecting_issuer
+
+    # When the keys are fetched
+    # Then the redirect is refused, not followed: the target was never requested
+    with pytest.raises(urllib.error.HTTPError, match="302"):
+        fetch_url(f"{base}/jwks")
+    assert served == ["/jwks"]
+
+
+def test_the_jwks_lock_is_not_held_while_the_keys_are_fetched():
+    # Given a JWKS cache whose fetch checks, while it runs, whether another request could take the lock
+    lock_free_during_fetch: list[bool] = []
+    issuer = StubIssuer(jwk(RSA_KEY, "k1"))
+    cache = JwksCache(ISSUER, "https://issuer.example.com/jwks", issuer, refresh_seconds=30, clock=Clock())
+
+    def fetch(url: str) -> bytes:
+        acquired = cache._lock.acquire(blocking=False)
+        if acquired:
+            cache._lock.release()
+        lock_free_during_fetch.append(acquired)
+        return issuer(url)
+
+    cache.fetch = fetch
+
+    # When a key is looked up (a first fetch)
+    key = cache.key_for("k1")
+
+    # Then the key was found, and the lock was free during the network I/O
+    assert key is not None and lock_free_during_fetch == [True]
+
+
+class StaticSecret:
+    def __init__(self, table: str) -> None:
+        self.table = table
+
+    def read(self, fresh: bool = False) -> str:
+        return self.table
+
+
+def test_an_api_key_user_and_a_token_subject_of_the_same_name_are_different_principals():
+    # Given AuthMode both: an API key issued for "user-carol" and a token whose sub is "user-carol"
+    key, table = new_api_key("user-carol")
+    api_keys = ApiKeyAuthenticator(StaticSecret(table))
+    app = guard(EitherAuthenticator(api_keys, oauth(StubIssuer(jwk(RSA_KEY, "k1")))))
+
+    # When each calls
+    by_key = call(app, key).json()["userId"]
+    by_token = call(app, token(sub="user-carol")).json()["userId"]
+
+    # Then each is named by how it authenticated, so neither can reach the other's jobs, datasets or endpoints
+    assert by_key == "apikey:user-carol"
+    assert by_token == f"oauth:{ISSUER}:user-carol"
+
+
+@pytest.mark.parametrize("reserved", ["stack", "self-probe"])
+def test_a_reserved_user_id_is_refused_for_a_new_key(reserved):
+    with pytest.raises(ReservedUserId, match=reserved):
+        new_api_key(reserved)

@@ -11,8 +11,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import anyio
 import pytest
 
-from mcp_backend.probes.client import ProbeRequest, probe
-from mcp_backend.probes.errors import ProbeHttpStatus, ProbeProtocolError, ProbeTimeout, ProbeUnreachable
+from mcp_backend.probes.client import MAX_PROBE_RESPONSE_BYTES, ProbeRequest, probe
+from mcp_backend.probes.errors import (
+    ProbeHttpStatus,
+    ProbeProtocolError,
+    ProbeResponseTooLarge,
+    ProbeTimeout,
+    ProbeUnreachable,
+)
 
 
 def serve(behaviour) -> Iterator[str]:
@@ -101,3 +107,25 @@ def test_a_closed_port_is_unreachable():
     # When / Then
     with pytest.raises(ProbeUnreachable):
         run_probe(f"http://127.0.0.1:{port}/mcp")
+
+
+def endless_json(handler: BaseHTTPRequestHandler) -> None:
+    """A JSON answer far larger than any MCP handshake, streamed without a length."""
+    handler.rfile.read(int(handler.headers.get("content-length", 0)))
+    handler.send_response(200)
+    handler.send_header("content-type", "application/json")
+    handler.end_headers()
+    handler.wfile.write(b'{"jsonrpc": "2.0", "id": 1, "result": {"padding": "')
+    try:
+        for _ in range(64):
+            handler.wfile.write(b"x" * (1024 * 1024))
+    except OSError:
+        pass  # the probe stopped reading
+
+
+@pytest.mark.parametrize("endpoint", [endless_json], indirect=True)
+def test_a_response_larger_than_the_cap_stops_the_probe_with_a_typed_error(endpoint):
+    # Given an endpoint that answers the handshake with 64 MiB / When it is probed
+    # Then the probe stops reading at the cap and says so (no 64 MiB held in memory)
+    with pytest.raises(ProbeResponseTooLarge, match=str(MAX_PROBE_RESPONSE_BYTES)):
+        run_probe(endpoint)

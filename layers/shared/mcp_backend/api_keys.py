@@ -55,14 +55,40 @@ MAX_WRITE_ATTEMPTS = 30
 _RACE_LOST_CODES = frozenset({"InvalidParameterException", "InvalidRequestException", "ResourceNotFoundException"})
 
 
+# Ids the stack itself uses: the owner of its own endpoint, and the self-probe's key. No issued key takes them.
+RESERVED_USER_IDS = frozenset({"stack", "self-probe"})
+# How a caller authenticated prefixes its user id, so an API-key user and a token subject of the same name are
+# different principals: "apikey:<user id in the key table>", "oauth:<issuer>:<subject claim>".
+API_KEY_NAMESPACE = "apikey:"
+# A key table user id leaves room for its namespace within a principal's 128 characters.
+MAX_KEY_USER_ID_CHARS = 128 - len(API_KEY_NAMESPACE)
+
+
+class ReservedUserId(ValueError):
+    """A key was asked for an id the stack reserves for itself, or one too long to namespace."""
+
+
 class Principal(BaseModel):
     """The authenticated caller: the user id goes into job records, the tier into traces."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
 
-    # `|` for token subjects such as Auth0's "auth0|5f...".
-    user_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.@:|-]+$")
+    # `|` for token subjects such as Auth0's "auth0|5f..."; `/` and `:` for an issuer URL in a namespaced id.
+    user_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.@:|/-]+$")
     tier: Literal["free", "pro", "internal"] = "free"
+
+    def namespaced(self, namespace: str) -> Principal:
+        """The same caller, its id prefixed by how it authenticated (validated again: at most 128 characters)."""
+        return type(self).model_validate({**self.model_dump(), "user_id": namespace + self.user_id})
+
+
+def key_table_principal(user_id: str, tier: str, *, allow_reserved: bool = False) -> Principal:
+    """A key table entry for a new key: never a reserved id (the stack issues those itself)."""
+    if user_id in RESERVED_USER_IDS and not allow_reserved:
+        raise ReservedUserId(f"user id {user_id!r} is reserved for the stack itself")
+    if len(user_id) > MAX_KEY_USER_ID_CHARS:
+        raise ReservedUserId(f"a key's user id is at most {MAX_KEY_USER_ID_CHARS} characters")
+    return Principal(user_id=user_id, tier=tier)  # type: ignore[arg-type]
 
 
 class ApiKeyTable(RootModel[dict[str, Principal]]):
@@ -89,7 +115,7 @@ def new_api_key(user_id: str, tier: str = "free", existing_secret: str | None = 
     key = _generate_key()
     table = ApiKeyTable.model_validate_json(existing_secret) if existing_secret else ApiKeyTable({})
     entries = dict(table.root)
-    entries[hash_api_key(key)] = Principal(user_id=user_id, tier=tier)  # type: ignore[arg-type]
+    entries[hash_api_key(key)] = key_table_principal(user_id, tier)
     return key, ApiKeyTable(entries).model_dump_json(by_alias=True)
 
 
@@ -148,10 +174,18 @@ class SecretReader:
         return self._client
 
 
-def add_api_key(secrets_client: SecretsManagerClient, secret_id: str, user_id: str, tier: str = "free") -> str:
-    """Store a new key's hash in the secret and return the plaintext key (the only copy)."""
+def add_api_key(
+    secrets_client: SecretsManagerClient,
+    secret_id: str,
+    user_id: str,
+    tier: str = "free",
+    *,
+    allow_reserved: bool = False,
+) -> str:
+    """Store a new key's hash in the secret and return the plaintext key (the only copy). A reserved user id is
+    refused unless the stack issues it itself (`allow_reserved`: the self-probe key issued at deploy)."""
     key = _generate_key()
-    principal = Principal(user_id=user_id, tier=tier)  # type: ignore[arg-type]
+    principal = key_table_principal(user_id, tier, allow_reserved=allow_reserved)
     _change_table(secrets_client, secret_id, lambda table: {**table, hash_api_key(key): principal})
     return key
 
@@ -228,7 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "add":
         if not args.user_id:
             parser.error("add needs --user-id")
-        print(add_api_key(client, args.secret_id, args.user_id, args.tier))
+        try:
+            print(add_api_key(client, args.secret_id, args.user_id, args.tier))
+        except ReservedUserId as refused:
+            parser.error(str(refused))
         return 0
     if args.action == "revoke":
         if not args.key_hash:

@@ -79,6 +79,8 @@ class ToolSettings(TierLimitSettings):
     job_result_bucket_name: str = ""
     # Registered probe endpoints (register_endpoint, list_endpoints, endpoint_status).
     monitor_table_name: str = ""
+    # The KMS key endpoint tokens are sealed with (probes/endpoint_tokens.py); empty: a token is refused.
+    endpoint_token_key_id: str = ""
     # Only the local stack sets this: register_endpoint accepts loopback (no other private address) and http.
     probe_allow_loopback_hosts: bool = False
     # A PENDING or RUNNING job holds one of its owner's concurrent-job slots until it ends, or at most this
@@ -87,9 +89,24 @@ class ToolSettings(TierLimitSettings):
     # endpoint_status reports uptime over this many seconds of probe results.
     probe_uptime_window_seconds: int = Field(default=86400, gt=0)
     dataset_max_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
+    # s3:// datasets: the bucket tenants upload to (each under its own prefix), and comma-separated key
+    # prefixes of it that every tenant may read (each ending in "/"); empty: none.
+    dataset_bucket_name: str = ""
+    dataset_shared_prefixes: str = ""
     # Only the local stack sets this: the fetcher may reach loopback (no other private address) and plain http.
     dataset_allow_loopback_hosts: bool = False
     call_log_stream_name: str
+
+    def dataset_shared_prefix_list(self) -> tuple[str, ...]:
+        return tuple(prefix.strip() for prefix in self.dataset_shared_prefixes.split(",") if prefix.strip())
+
+    @model_validator(mode="after")
+    def _shared_prefixes_are_folders(self) -> ToolSettings:
+        # "team" would also share "team-secrets/...": a prefix must end at a folder boundary.
+        for prefix in self.dataset_shared_prefix_list():
+            if not prefix.endswith("/") or prefix.startswith("/") or ".." in prefix.split("/"):
+                raise ValueError(f"DATASET_SHARED_PREFIXES: {prefix!r} must be a key prefix ending in '/'")
+        return self
 
 
 class WorkerSettings(ToolSettings):
@@ -141,7 +158,7 @@ class McpSettings(ToolSettings):
     # OAuth resource-server mode (auth_mode oauth or both): the authorization server whose tokens are accepted.
     oauth_issuer: str = ""
     oauth_jwks_url: str = ""  # empty: the jwks_uri of the issuer's /.well-known/openid-configuration
-    # This resource's URL (the tokens' audience, RFC 8707); empty: https://<request Host><mcp_path>.
+    # This resource's URL (the tokens' audience, RFC 8707), never taken from the request's Host.
     oauth_resource: str = ""
     oauth_audiences: str = ""  # comma-separated audiences accepted besides the resource URL
     # Tokens without `aud` (Cognito access tokens) are accepted only from these clients (`client_id`).
@@ -178,6 +195,9 @@ class McpSettings(ToolSettings):
     def _oauth_is_configured(self) -> McpSettings:
         if self.auth_mode != "apikey" and not self.oauth_issuer:
             raise ValueError("AUTH_MODE oauth/both needs OAUTH_ISSUER")
+        # The audience is configured, never the request's Host: with none of these no token could be bound here.
+        if self.auth_mode != "apikey" and not (self.oauth_resource or self.oauth_audiences or self.oauth_client_ids):
+            raise ValueError("AUTH_MODE oauth/both needs OAUTH_RESOURCE (or OAUTH_AUDIENCES / OAUTH_CLIENT_IDS)")
         # Asymmetric algorithms only: `none` and HS* (a shared secret, or a public key misused as one) never.
         unsafe = set(self._split(self.oauth_algorithms)) - ASYMMETRIC_JWT_ALGORITHMS
         if unsafe or not self._split(self.oauth_algorithms):
@@ -203,11 +223,15 @@ class SelfProbeKeySettings(Settings):
 
     monitor_table_name: str
     api_keys_secret_id: str = Field(min_length=1)
+    # The self-probe's key is sealed with this KMS key (the endpoint-token key) before it is stored.
+    endpoint_token_key_id: str = ""
     mcp_path: str = "/mcp"
 
 
 class ProbeWorkerSettings(Settings):
     monitor_table_name: str
+    # Opens the endpoint's sealed token (only this function may decrypt with the key).
+    endpoint_token_key_id: str = ""
     # The same template parameter sets the function's Timeout and this value; the probe's own
     # deadline is derived from it (see probe_timeout_seconds), so a hung endpoint ends as ProbeTimeout,
     # not as a Lambda timeout without details.

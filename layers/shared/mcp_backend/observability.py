@@ -61,6 +61,13 @@ def count_limit_refusal(limit: str, tier: str, user_id: str, resets: str = "") -
     logger.warning("limit refused", extra={"limit": limit, "tier": tier, "principal": user_id, "resets": resets})
 
 
+def count_refusal(reason: str) -> None:
+    """One refused request or malformed credential (RequestRefused, dimension Reason): a constant name per
+    kind of refusal, never anything from the request, so the metric's streams stay bounded."""
+    with single_metric(name="RequestRefused", unit=MetricUnit.Count, value=1, namespace=metrics.namespace) as metric:
+        metric.add_dimension(name="Reason", value=reason)
+
+
 def instrumented_handler(correlation_id_path: str | None = None) -> Callable[[Handler], Handler]:
     """The decorator stack every Lambda handler carries, in its order (outermost first):
     - inject_lambda_context(clear_state=True, log_event=False): context keys on every line, no state

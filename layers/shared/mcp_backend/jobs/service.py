@@ -329,7 +329,8 @@ class JobsService:
     def failed(self, user_id: str, limit: int, cursor_text: str | None = None) -> dict[str, Any]:
         """The caller's failed jobs, newest first, `limit` per page, from JobTable's sparse index of failures
         (so every one is listed however deep the DLQ is), with the error the worker recorded on the final
-        attempt. The DLQ is only asked for its depth: no message is received or hidden."""
+        attempt. Only the caller's own figures: the shared DLQ (whose depth counts every tenant's failures) is
+        not read at all."""
         after = FailedCursor.decode(cursor_text).position() if cursor_text is not None else None
         items, position = self.store.failed_page(user_id, limit, after)
         failed = [
@@ -344,10 +345,7 @@ class JobsService:
             }
             for item in items
         ]
-        depth = self._clients("sqs").get_queue_attributes(
-            QueueUrl=self.queues.job_dead_letter_queue_url, AttributeNames=["ApproximateNumberOfMessages"]
-        )["Attributes"]["ApproximateNumberOfMessages"]
-        page: dict[str, Any] = {"failedJobs": failed, "deadLetterQueueDepth": int(depth)}
+        page: dict[str, Any] = {"failedJobs": failed}
         if position is not None:
             page["nextCursor"] = FailedCursor(job_id=position["jobId"], failed_at=position["failedAt"]).encode()
         return page

@@ -12,7 +12,14 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from mcp_backend.api_keys import API_KEY_PREFIX, ApiKeyTable, Principal, SecretReader, hash_api_key
+from mcp_backend.api_keys import (
+    API_KEY_NAMESPACE,
+    API_KEY_PREFIX,
+    ApiKeyTable,
+    Principal,
+    SecretReader,
+    hash_api_key,
+)
 from mcp_backend.observability import logger
 
 
@@ -83,7 +90,12 @@ class ApiKeyAuthenticator:
         found = _lookup(table, digest)
         if found is None and time.monotonic() - self._loaded_at > min(self.cache_seconds, 30.0):
             found = _lookup(await anyio.to_thread.run_sync(self._current_table, True), digest)
-        return found
+        if found is None:
+            return None
+        try:
+            return found.namespaced(API_KEY_NAMESPACE)
+        except ValidationError:
+            return None  # an entry written before ids were namespaced, too long to carry the namespace
 
     def challenge(self, resource: str = "", token_presented: bool = True) -> str:
         return 'Bearer realm="mcp", error="invalid_token"'

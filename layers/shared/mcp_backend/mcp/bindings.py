@@ -196,9 +196,22 @@ class ToolBindings:
         one = submit_model(tool)
         many = submit_many_envelope(tool)
 
+        def refusal(request: BaseModel, user_id: str) -> ToolError | None:
+            """The tool's own admission check for this caller (a dataset outside its prefix, say)."""
+            if tool.admit is None:
+                return None
+            try:
+                tool.admit(request, self.services.context_for(tool, user_id))
+            except ToolError as refused:
+                return refused
+            return None
+
         async def submit(ctx: Context, **arguments: Any) -> dict[str, Any]:
-            job = submission(tool.name, one.model_validate(arguments))
-            caller = _caller(ctx)
+            request, caller = one.model_validate(arguments), _caller(ctx)
+            refused = refusal(request, caller.user_id)
+            if refused is not None:
+                raise SdkToolError(f"{refused.error_type}: {refused.message}")
+            job = submission(tool.name, request)
             quota = self.services.job_quota(caller.tier)
             return await anyio.to_thread.run_sync(reported, self.jobs.submit, caller.user_id, job, quota)
 
@@ -207,9 +220,18 @@ class ToolBindings:
             items = many.model_validate(arguments).items  # type: ignore[attr-defined]
             # Past the tier's batch size each item is its own refusal; the ones within it are submitted.
             cap = self.services.tier_limits(caller.tier).batch_items
-            refused = [batch_item_refused(index, caller, cap) for index in range(cap, len(items))]
+            refused_items = [batch_item_refused(index, caller, cap) for index in range(cap, len(items))]
             valid, results = validated_items(one, items[:cap])
-            results.extend(refused)
+            results.extend(refused_items)
+            admitted = []
+            for index, item in valid:
+                refused = refusal(item, caller.user_id)
+                if refused is None:
+                    admitted.append((index, item))
+                else:
+                    error = {"type": refused.error_type, "message": refused.message}
+                    results.append({"index": index, "error": error})
+            valid = admitted
             jobs = [submission(tool.name, item) for _, item in valid]
             quota = self.services.job_quota(caller.tier)
             submitted = await anyio.to_thread.run_sync(reported, self.jobs.submit_many, caller.user_id, jobs, quota)

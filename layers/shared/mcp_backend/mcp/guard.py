@@ -24,12 +24,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mcp_backend.api_keys import Principal
 from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
 from mcp_backend.mcp.oauth import METADATA_PATH, required_access
-from mcp_backend.observability import count_limit_refusal, logger
+from mcp_backend.observability import count_limit_refusal, count_refusal, logger
 from mcp_backend.ratelimit import RateDecision, RateLimitUnavailable
 from mcp_backend.tools.registry import Access
 
 PRINCIPAL_SCOPE_KEY = "mcp_backend.principal"
 HEALTH_PATH = "/healthz"
+# JSON-RPC messages nest a handful of levels; deeper bodies are refused before any parser (the SDK's, or the
+# scope check's) recurses into them.
+MAX_JSON_DEPTH = 64
+# A JSON string (escapes included) or one bracket: brackets inside strings do not nest anything.
+_JSON_STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 _STREAM_OPENED = b": stream open\r\n\r\n"
 _KEEPALIVE = b": keepalive\r\n\r\n"
 # CORS (https://fetch.spec.whatwg.org/#http-cors-protocol): what a browser page on an allowed origin may send,
@@ -113,7 +118,9 @@ class McpHttpGuard:
         self.authenticator = authenticator
         self.keepalive_seconds = keepalive_seconds
         self.on_principal = on_principal
-        # This endpoint's URL as tokens name it; empty: https://<Host><path> (the Host is checked first).
+        # This endpoint's URL as tokens name it (their audience). Empty: tokens are bound by the configured
+        # audiences or client ids only, and https://<Host><path> names the endpoint in metadata and challenges,
+        # never as an accepted audience (every Function URL host of the region passes the Host check).
         self.resource = resource
         self.tool_access = dict(tool_access or {})
         # Counts each authenticated request against the principal's tier (mcp_backend.ratelimit); blocking I/O.
@@ -163,7 +170,7 @@ class McpHttpGuard:
         token = token.strip() if scheme.lower() == "bearer" else ""
         try:
             # Only the Authorization header counts: a token in the query string or body is never read.
-            principal = await self.authenticator.authenticate(token, resource) if token else None
+            principal = await self.authenticator.authenticate(token, self.resource) if token else None
         except Exception as error:  # noqa: BLE001 - keys or JWKS unavailable: say so, never a 500 with a trace
             retry_after = error.retry_after_seconds if isinstance(error, AuthenticationUnavailable) else 5
             if not getattr(error, "logged", False):
@@ -176,6 +183,7 @@ class McpHttpGuard:
             )
             return
         if principal is None:
+            count_refusal("InvalidToken" if token else "NoToken")
             challenge = self.authenticator.challenge(resource, bool(token)).encode()
             await _json(send, 401, _rpc_error(-32001, "Unauthorized"), [(b"www-authenticate", challenge)])
             return
@@ -191,10 +199,16 @@ class McpHttpGuard:
             body, receive = await _buffered(receive)
         except ClientDisconnected:
             return  # nobody is left to answer; RequestTelemetry logs and counts the hang-up
+        if json_nesting_exceeds(body, MAX_JSON_DEPTH):
+            count_refusal("JsonTooDeep")
+            message = f"Parse error: JSON nested deeper than {MAX_JSON_DEPTH} levels"
+            await _json(send, 400, _rpc_error(-32700, message))
+            return
         if isinstance(principal, ScopedPrincipal):
             # A token's scopes decide which tools it may call; the body names the tool.
             missing = sorted(required_access(body, self.tool_access) - principal.access)
             if missing:
+                count_refusal("InsufficientScope")
                 challenge = self.authenticator.insufficient_scope(resource, missing[0]).encode()
                 await _json(
                     send, 403, _rpc_error(-32001, "Forbidden: insufficient scope"), [(b"www-authenticate", challenge)]
@@ -324,6 +338,20 @@ def _with_cors(send: Send, origin: str) -> Send:
 
 class ClientDisconnected(Exception):
     """The client closed the connection before its request body ended."""
+
+
+def json_nesting_exceeds(body: bytes, limit: int) -> bool:
+    """Whether `body` opens more than `limit` arrays/objects at once; a scan, no recursion, strings skipped."""
+    depth = 0
+    for match in _JSON_STRING_OR_BRACKET.finditer(body):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                return True
+        elif token in (b"]", b"}"):
+            depth -= 1
+    return False
 
 
 async def _buffered(receive: Receive) -> tuple[bytes, Receive]:

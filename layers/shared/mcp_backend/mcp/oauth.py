@@ -6,9 +6,11 @@ A token is accepted when, in this order: its header's `alg` is in the allow-list
 `none` and HS* never verify); its `kid` is in the JWKS (an unknown kid refreshes the JWKS at most once
 per refresh interval); the signature verifies; `iss` is the issuer; `exp`/`nbf` hold within the leeway;
 `token_use`, when present, is "access"; and it was issued for this resource: `aud` holds this resource's
-URL (RFC 8707) or a configured extra audience, or, for issuers whose access tokens carry no `aud`
-(Cognito), `client_id` is in the allow-list and a scope carries this resource server's prefix.
-The caller's user id is the configured claim (`sub` by default); its scopes decide which tools it may call.
+configured URL (RFC 8707; OAUTH_RESOURCE, never the request's Host) or a configured extra audience, or, for
+issuers whose access tokens carry no `aud` (Cognito), `client_id` is in the allow-list and a scope carries
+this resource server's prefix.
+The caller's user id is "oauth:<issuer>:<the configured claim>" (`sub` by default; API-key callers are
+"apikey:<id>"); its scopes decide which tools it may call.
 
 A JWKS that cannot be fetched (a wrong issuer, a network failure) is not the caller's fault: 503 with
 Retry-After, logged once per refresh interval. No token, claim value or key material is ever logged.
@@ -21,12 +23,14 @@ import json
 import math
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pydantic_core
 from mcp.shared.auth import ProtectedResourceMetadata
 from pydantic import ValidationError
 
@@ -52,14 +56,24 @@ class JwksUnavailable(AuthenticationUnavailable):
     logged = True  # JwksCache logs the cause once per refresh interval
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error: the scheme check above holds for the one URL fetched (no https -> http hop)."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        raise urllib.error.HTTPError(req.full_url, code, f"{code} redirects are not followed", headers, fp)
+
+
+_ISSUER_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
 def fetch_url(url: str, timeout: float = 3.0) -> bytes:
-    """GET a JSON document from the authorization server: https only (plain http only on loopback)."""
+    """GET a JSON document from the authorization server: https only (plain http only on loopback), no redirects."""
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme != "https" and not (parsed.scheme == "http" and is_loopback_host(parsed.hostname or "")):
         raise ValueError("the issuer's URLs must be https")
     request = urllib.request.Request(url, headers={"accept": "application/json"})  # noqa: S310 - checked above
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - scheme checked above
-        return response.read(1024 * 1024)
+    with _ISSUER_OPENER.open(request, timeout=timeout) as response:
+        return bytes(response.read(1024 * 1024))
 
 
 @dataclass(frozen=True)
@@ -97,31 +111,33 @@ class JwksCache:
         self._lock = threading.Lock()
 
     def key_for(self, kid: str) -> SigningKey | None:
+        # The lock guards the cache's state only: the fetch runs outside it, so a slow issuer never holds up
+        # requests whose keys are cached. A fetch is claimed (attempted_at) under the lock: one per interval.
         with self._lock:
             now = self.clock()
-            if self._keys is None or now - self._fetched_at > self.cache_seconds:
-                self._refresh(now, required=self._keys is None)
-            assert self._keys is not None  # _refresh raised otherwise
-            key = self._keys.get(kid)
-            if key is None and now - self._attempted_at >= self.refresh_seconds:
-                self._refresh(now, required=True)  # a rotated key: fetch once, then the kid is unknown
-                key = self._keys.get(kid)
-            return key
-
-    def _refresh(self, now: float, required: bool) -> None:
-        if now - self._attempted_at < self.refresh_seconds:
-            if required and self._keys is None:
-                raise JwksUnavailable("the issuer's keys are unavailable", self._retry_after(now))
-            return
-        self._attempted_at = now
-        try:
-            self._keys = self._load()
-            self._fetched_at = now
-        except Exception as error:
-            # Logged here, at most once per refresh interval, never per request; the type only, no URL contents.
-            logger.error("OAuth issuer keys unavailable", extra={"error_type": type(error).__name__})
-            if required:
-                raise JwksUnavailable("the issuer's keys are unavailable", self._retry_after(now)) from error
+            keys = self._keys
+            # Stale keys, or an unknown kid (a rotated key): fetch, at most once per refresh interval.
+            wanted = keys is None or now - self._fetched_at > self.cache_seconds or kid not in keys
+            fetching = wanted and now - self._attempted_at >= self.refresh_seconds
+            if fetching:
+                self._attempted_at = now
+        if fetching:
+            try:
+                loaded = self._load()
+            except Exception as error:
+                # Logged here, at most once per refresh interval, never per request; the type only, no URL contents.
+                logger.error("OAuth issuer keys unavailable", extra={"error_type": type(error).__name__})
+                with self._lock:
+                    keys = self._keys
+                    if keys is None or kid not in keys:
+                        raise JwksUnavailable("the issuer's keys are unavailable", self._retry_after(now)) from error
+                    return keys[kid]  # keep serving the keys held
+            with self._lock:
+                self._keys, self._fetched_at = loaded, now
+                keys = loaded
+        if keys is None:
+            raise JwksUnavailable("the issuer's keys are unavailable", self._retry_after(now))
+        return keys.get(kid)
 
     def _retry_after(self, now: float) -> int:
         return max(1, math.ceil(self._attempted_at + self.refresh_seconds - now))
@@ -217,7 +233,8 @@ class OAuthAuthenticator:
         except jwt.PyJWTError:
             raise TokenRejected("not a JWT") from None
         algorithm, kid = header.get("alg"), header.get("kid")
-        if algorithm not in self.policy.algorithms:
+        # A header is attacker-chosen JSON: an `alg` that is a list or object is just a bad token.
+        if not isinstance(algorithm, str) or algorithm not in self.policy.algorithms:
             raise TokenRejected("algorithm not allowed")
         if not isinstance(kid, str):
             raise TokenRejected("no kid")
@@ -250,20 +267,25 @@ class OAuthAuthenticator:
             raise TokenRejected("not an access token")
         scopes = _scopes(claims)
         self._check_audience(claims, scopes, resource)
-        user_id = claims.get(self.policy.user_claim)
+        subject = claims.get(self.policy.user_claim)
+        if not isinstance(subject, str) or not subject:
+            raise TokenRejected("user claim missing or not a string")
         try:
             return ScopedPrincipal(
-                user_id=user_id,  # type: ignore[arg-type]
+                # Namespaced by issuer: never the same principal as an API-key user, or another issuer's subject.
+                user_id=f"oauth:{self.policy.issuer}:{subject}",
                 access=frozenset(access.value for access in Access if self.policy.scope(access) in scopes),
             )
         except ValidationError:
             raise TokenRejected("user claim missing or not a valid user id") from None
 
     def _check_audience(self, claims: dict[str, Any], scopes: set[str], resource: str) -> None:
+        """`resource` is the configured one (OAUTH_RESOURCE), never derived from the request: empty, only the
+        configured extra audiences (or, without `aud`, the allowed clients) bind a token to this endpoint."""
         audience = claims.get("aud")
         if audience is not None:
             audiences = [audience] if isinstance(audience, str) else audience
-            accepted = (resource, *self.policy.audiences)
+            accepted = tuple(a for a in (resource, *self.policy.audiences) if a)
             if not isinstance(audiences, list) or not any(_same(a, b) for a in audiences for b in accepted):
                 raise TokenRejected("wrong audience")
             return
@@ -350,12 +372,20 @@ def required_access(body: bytes, tool_access: dict[str, Access]) -> set[Access]:
     """The scopes a JSON-RPC body needs: each `tools/call`'s tool's Access, SUBMIT for tasks/cancel; nothing
     for other methods.
 
-    An unknown tool needs SUBMIT (the strictest); a body that is not JSON-RPC needs nothing here, the SDK
-    answers it with its own error."""
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return set()
+    The body is read by both parsers the SDK uses (pydantic_core in the handshake era, json in the modern
+    one) and needs what either reading needs, so the two can never disagree in the caller's favour. An
+    unknown tool, or a body either parser cannot read, needs SUBMIT (the strictest): fail closed."""
+    needed: set[Access] = set()
+    for parse in (pydantic_core.from_json, json.loads):
+        try:
+            parsed = parse(body)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return {Access.SUBMIT}
+        needed |= _access_of(parsed, tool_access)
+    return needed
+
+
+def _access_of(parsed: Any, tool_access: dict[str, Access]) -> set[Access]:
     messages: Iterable[Any] = parsed if isinstance(parsed, list) else [parsed]
     needed: set[Access] = set()
     for message in messages:

@@ -1,6 +1,6 @@
 """MonitorTable's item shapes. Key: serverId (HASH) + sortKey (RANGE):
 
-- the endpoint:      sortKey "endpoint",              itemType "endpoint", ownerId, name, url, authToken?
+- the endpoint:      sortKey "endpoint",              itemType "endpoint", ownerId, name, url, authTokenCiphertext?
 - a probe result:    sortKey "probe#<probedAt>#<id>", itemType "probe_result", TTL expiresAt
 - a daily rollup:    sortKey "rollup#<YYYY-MM-DD>",   itemType "probe_rollup" (kept: history survives expiry)
 - an owner's count:  serverId "owner#<ownerId>", sortKey "endpoints", serverIds (string set): the endpoints
@@ -10,7 +10,8 @@ An endpoint item also carries failingSince (its probes fail since then) and prob
 the configured days and the dispatcher no longer probes it, until its owner registers it again).
 
 Only endpoint items carry ownerId, so the EndpointsByOwner index (ownerId, serverId) is sparse: it holds the
-registered endpoints and nothing else. It projects name and url, never authToken (see README, "Probes").
+registered endpoints and nothing else. It projects name and url, never the token. The token is stored only as
+KMS ciphertext (binary, probes/endpoint_tokens.py), so neither the table nor its stream holds a usable one.
 """
 
 from __future__ import annotations
@@ -103,7 +104,10 @@ class Endpoint(BaseModel):
         return cls.model_validate({name: value["S"] for name, value in item.items() if "S" in value})
 
 
-def endpoint_item(endpoint: Endpoint, *, auth_token: str | None, registered_at: datetime) -> dict[str, Any]:
+AUTH_CIPHERTEXT = "authTokenCiphertext"
+
+
+def endpoint_item(endpoint: Endpoint, *, auth_ciphertext: bytes | None, registered_at: datetime) -> dict[str, Any]:
     item: dict[str, Any] = {
         **key(endpoint.server_id, ENDPOINT_SORT_KEY),
         "itemType": {"S": ItemType.ENDPOINT},
@@ -112,8 +116,8 @@ def endpoint_item(endpoint: Endpoint, *, auth_token: str | None, registered_at: 
         "url": {"S": endpoint.url},
         "registeredAt": {"S": probed_at_text(registered_at)},
     }
-    if auth_token:
-        item["authToken"] = {"S": auth_token}
+    if auth_ciphertext:
+        item[AUTH_CIPHERTEXT] = {"B": auth_ciphertext}
     return item
 
 

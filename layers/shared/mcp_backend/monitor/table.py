@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from mcp_backend.aws import client_or_lazy
 from mcp_backend.monitor.items import (
+    AUTH_CIPHERTEXT,
     ENDPOINT_SORT_KEY,
     ENDPOINTS_BY_OWNER_INDEX,
     OWNER_ENDPOINTS_SORT_KEY,
@@ -81,19 +82,19 @@ class MonitorTable:
         return cls(settings.monitor_table_name, client, sleep)
 
     # -- endpoints: writes ------------------------------------------------------
-    def register_endpoint(self, endpoint: Endpoint, auth_token: str | None, cap: int | None = None) -> bool:
+    def register_endpoint(self, endpoint: Endpoint, auth_ciphertext: bytes | None, cap: int | None = None) -> bool:
         """Write the registration fields; schema state kept by the drift detector stays, probes stopped for
         failing resume. With a cap, the endpoint and its owner's count are written in one transaction:
         False (and nothing written) when the owner has `cap` other endpoints registered."""
-        item = endpoint_item(endpoint, auth_token=auth_token, registered_at=datetime.now(UTC))
+        item = endpoint_item(endpoint, auth_ciphertext=auth_ciphertext, registered_at=datetime.now(UTC))
         names: dict[str, str] = {f"#{n}": n for n in item if n not in ("serverId", "sortKey")}
         values: dict[str, Any] = {f":{n}": v for n, v in item.items() if n not in ("serverId", "sortKey")}
         update = "SET " + ", ".join(f"{alias} = :{alias[1:]}" for alias in names)
         # A re-registration resumes probes that stopped for failing (a fresh start for the failure clock).
         update += " REMOVE failingSince, probesStoppedAt"
-        if not auth_token:
-            names["#authToken"] = "authToken"
-            update += ", #authToken"
+        if not auth_ciphertext:
+            names[f"#{AUTH_CIPHERTEXT}"] = AUTH_CIPHERTEXT
+            update += f", #{AUTH_CIPHERTEXT}"
         write: Any = {
             "TableName": self.table_name,
             "Key": key(endpoint.server_id, ENDPOINT_SORT_KEY),
@@ -244,17 +245,17 @@ class MonitorTable:
         ).get("Item")
         return item
 
-    def probe_target(self, server_id: str) -> tuple[str, str | None] | None:
-        """The registered URL and auth token, or None when the endpoint is not registered."""
+    def probe_target(self, server_id: str) -> tuple[str, str, bytes | None] | None:
+        """The registered URL, owner and sealed auth token, or None when the endpoint is not registered."""
         item = self._client.get_item(
             TableName=self.table_name,
             Key=key(server_id, ENDPOINT_SORT_KEY),
-            ProjectionExpression="authToken, #url",
+            ProjectionExpression=f"{AUTH_CIPHERTEXT}, ownerId, #url",
             ExpressionAttributeNames={"#url": "url"},
         ).get("Item")
-        if item is None or "url" not in item:
+        if item is None or "url" not in item or "ownerId" not in item:
             return None
-        return item["url"]["S"], item.get("authToken", {}).get("S")
+        return item["url"]["S"], item["ownerId"]["S"], item.get(AUTH_CIPHERTEXT, {}).get("B")
 
     def all_endpoints(self) -> Iterator[Endpoint]:
         """Every registered endpoint: a scan of the sparse index (endpoint items only, no tokens)."""

@@ -100,7 +100,7 @@ class AlertHandler:
                 return None
             incident |= {"alert": f"probe_{status}", "status": status, "latencyMs": payload.get("latencyMs")}
             if payload.get("error"):
-                incident["error"] = payload["error"]
+                incident["error"] = _rpc_error_view(payload["error"])
         else:
             incident |= {
                 "alert": "probe_failed",
@@ -130,6 +130,17 @@ class AlertHandler:
 
 
 __all__ = ["AlertHandler", "MalformedEnvelope"]
+
+
+def _rpc_error_view(error: Any) -> dict[str, Any]:
+    """The endpoint's JSON-RPC error as an alert may carry it: an integer code, and its message (text the
+    endpoint controls) printable and bounded; nothing else it sent."""
+    error = error if isinstance(error, dict) else {}
+    code = error.get("code")
+    return {
+        "code": code if isinstance(code, int) and not isinstance(code, bool) else None,
+        "message": _printable(str(error.get("message", "")))[:ERROR_MESSAGE_CHARS],
+    }
 
 
 def _printable(text: str) -> str:

@@ -23,11 +23,18 @@ from typing import Any
 
 from mcp_backend.monitor.items import ProbeStatus
 from mcp_backend.netsafety import IPAddress
-from mcp_backend.probes.errors import ProbeHttpStatus, ProbeProtocolError, ProbeTimeout, ProbeUnreachable
+from mcp_backend.probes.errors import (
+    ProbeHttpStatus,
+    ProbeProtocolError,
+    ProbeResponseTooLarge,
+    ProbeTimeout,
+    ProbeUnreachable,
+)
 from mcp_backend.probes.schema import schema_hash
 
 MAX_TOOL_PAGES = 20
 ERROR_MESSAGE_CHARS = 200
+MAX_PROBE_RESPONSE_BYTES = 4 * 1024 * 1024  # per HTTP response, counted as read; a tools/list page is far less
 # The HTTP client logs every request URL at INFO; the probe logs its own outcome without URLs.
 logging.getLogger("httpx2").setLevel(logging.WARNING)
 
@@ -59,7 +66,10 @@ async def probe(request: ProbeRequest) -> dict[str, Any]:
         if response.status_code >= 400:
             http_errors.append(response.status_code)
 
-    headers = {"authorization": f"Bearer {request.auth_token}"} if request.auth_token else {}
+    # identity: the byte cap counts what arrives, and nothing inflates after it.
+    headers = {"accept-encoding": "identity"}
+    if request.auth_token:
+        headers["authorization"] = f"Bearer {request.auth_token}"
     probed_at = datetime.now(UTC)
     started = time.monotonic()
     tools: list[dict[str, Any]] = []
@@ -70,7 +80,7 @@ async def probe(request: ProbeRequest) -> dict[str, Any]:
             timeout = httpx2.Timeout(request.timeout_seconds)
             # What create_mcp_http_client builds, with the pinned transport and no proxy from the environment
             # (a proxy would connect wherever its own DNS says).
-            transport = PinnedTransport(request.url, request.addresses)
+            transport = PinnedTransport(request.url, request.addresses, max_response_bytes=MAX_PROBE_RESPONSE_BYTES)
             async with httpx2.AsyncClient(
                 headers=headers, timeout=timeout, transport=transport, trust_env=False
             ) as http:
@@ -123,6 +133,9 @@ def _classify(server_id: str, error: BaseException, http_errors: list[int]) -> E
     import httpx2
 
     leaves = _leaves(error)
+    too_large = [leaf for leaf in leaves if isinstance(leaf, ProbeResponseTooLarge)]
+    if too_large:
+        return ProbeResponseTooLarge(f"endpoint {server_id}: an answer exceeded {MAX_PROBE_RESPONSE_BYTES} bytes")
     if any(isinstance(leaf, TimeoutError | httpx2.TimeoutException) for leaf in leaves):
         return ProbeTimeout(f"endpoint {server_id} did not finish the MCP handshake and tools/list in time")
     if http_errors:

@@ -29,6 +29,10 @@ class ProbeProtocolError(ProbeFailed):
     """A 2xx answer that is not MCP: no valid handshake or an unparseable message."""
 
 
+class ProbeResponseTooLarge(ProbeFailed):
+    """One HTTP response of the endpoint was larger than the probe reads (MAX_PROBE_RESPONSE_BYTES)."""
+
+
 class ProbeRefused(ProbeFailed):
     """The URL is not one a probe may call (scheme, or a private address outside the local stack)."""
 

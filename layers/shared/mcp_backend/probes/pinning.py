@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import functools
 import ssl
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx2
 
 from mcp_backend.netsafety import IPAddress
+from mcp_backend.probes.errors import ProbeResponseTooLarge
 
 
 class PinnedTransport(httpx2.AsyncBaseTransport):
@@ -20,11 +23,16 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
     `sni_hostname` extension), so the certificate is verified for the name, not for the address."""
 
     def __init__(
-        self, url: str, addresses: tuple[IPAddress, ...], inner: httpx2.AsyncBaseTransport | None = None
+        self,
+        url: str,
+        addresses: tuple[IPAddress, ...],
+        inner: httpx2.AsyncBaseTransport | None = None,
+        max_response_bytes: int | None = None,
     ) -> None:
         self.origin = _origin(httpx2.URL(url))
         self.addresses = addresses
         self.inner = inner if inner is not None else httpx2.AsyncHTTPTransport(verify=_tls_context())
+        self.max_response_bytes = max_response_bytes
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         if _origin(request.url) != self.origin or not self.addresses:
@@ -39,11 +47,36 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
                 extensions={**request.extensions, "sni_hostname": request.url.host},
             )
             try:
-                return await self.inner.handle_async_request(pinned)
+                response = await self.inner.handle_async_request(pinned)
             except httpx2.ConnectError as error:
                 last_error = error  # refused or unroutable: try the next checked address
+                continue
+            if self.max_response_bytes is not None:
+                response.stream = CappedStream(response.stream, self.max_response_bytes, request.url.host)
+            return response
         assert last_error is not None
         raise last_error
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class CappedStream(httpx2.AsyncByteStream):
+    """A response body read up to `limit` bytes as they arrive (before any decoding); one more is a
+    ProbeResponseTooLarge, so an endpoint cannot make the probe hold an unbounded answer."""
+
+    def __init__(self, inner: Any, limit: int, host: str) -> None:
+        self.inner = inner
+        self.limit = limit
+        self.host = host
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        read = 0
+        async for chunk in self.inner:
+            read += len(chunk)
+            if read > self.limit:
+                raise ProbeResponseTooLarge(f"an answer of {self.host} exceeded {self.limit} bytes")
+            yield chunk
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -2,8 +2,9 @@
 (monitor/table.py).
 
 A user sees only endpoints whose ownerId is their user id; someone else's endpoint is indistinguishable
-from none. The optional bearer token is written to the endpoint item only: the EndpointsByOwner index
-does not project it, no tool returns it (only hasAuth), and only the ProbeWorker reads it back.
+from none. The optional bearer token is sealed with KMS (probes/endpoint_tokens.py) before it is written, to
+the endpoint item only: the EndpointsByOwner index does not project it, no tool returns it (only hasAuth),
+and only the ProbeWorker can open it.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mcp_backend.monitor.items import Endpoint, ProbeStatus, probed_at_text
+from mcp_backend.monitor.items import AUTH_CIPHERTEXT, Endpoint, ProbeStatus, probed_at_text
 from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.observability import count_limit_refusal
+from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
 from mcp_backend.quotas import EndpointQuota
 
 SELF_SERVER_ID = "self"
@@ -23,9 +25,23 @@ SELF_OWNER_ID = "stack"  # the stack's own endpoint belongs to no API user
 MAX_STATUS_RESULTS = 2000  # probe results read for one uptime figure (a day at one per minute is 1440)
 
 
+class EndpointTokensUnsealable(RuntimeError):
+    """A token was given but this function has no key to seal it with: it is never stored in plaintext."""
+
+
 class EndpointRegistry:
-    def __init__(self, table: MonitorTable) -> None:
+    def __init__(self, table: MonitorTable, cipher: EndpointTokenCipher | None = None) -> None:
         self.table = table
+        self.cipher = cipher
+
+    @property
+    def seals_tokens(self) -> bool:
+        return self.cipher is not None
+
+    def _seal(self, server_id: str, owner_id: str, auth_token: str) -> bytes:
+        if self.cipher is None:
+            raise EndpointTokensUnsealable("no endpoint token key configured (ENDPOINT_TOKEN_KEY_ID)")
+        return self.cipher.seal(server_id, owner_id, auth_token)
 
     # -- writes -----------------------------------------------------------------
     def register(
@@ -35,7 +51,8 @@ class EndpointRegistry:
         QuotaExceeded and nothing is written (a re-registration never counts twice)."""
         digest = hashlib.sha256(f"{owner_id}\n{url}".encode()).hexdigest()
         endpoint = Endpoint(server_id=f"ep-{digest[:24]}", owner_id=owner_id, name=name, url=url)
-        if not self.table.register_endpoint(endpoint, auth_token, quota.endpoints if quota else None):
+        sealed = self._seal(endpoint.server_id, owner_id, auth_token) if auth_token else None
+        if not self.table.register_endpoint(endpoint, sealed, quota.endpoints if quota else None):
             refused = quota.refused()  # type: ignore[union-attr]  # only a capped write is refused
             count_limit_refusal(refused.limit, refused.tier, owner_id, refused.resets)
             raise refused
@@ -46,9 +63,10 @@ class EndpointRegistry:
         return self.table.delete_endpoint(server_id, owner_id)
 
     def register_self(self, url: str, auth_token: str) -> None:
-        """The stack's own endpoint, with the self-probe's key (the SelfProbeKey custom resource, at deploy)."""
+        """The stack's own endpoint, with the self-probe's key sealed (the SelfProbeKey custom resource, at deploy)."""
+        sealed = self._seal(SELF_SERVER_ID, SELF_OWNER_ID, auth_token)
         self.table.register_endpoint(
-            Endpoint(server_id=SELF_SERVER_ID, owner_id=SELF_OWNER_ID, name="this stack", url=url), auth_token
+            Endpoint(server_id=SELF_SERVER_ID, owner_id=SELF_OWNER_ID, name="this stack", url=url), sealed
         )
 
     def move_self(self, url: str) -> None:
@@ -86,7 +104,7 @@ class EndpointRegistry:
             "serverId": server_id,
             "name": item["name"]["S"],
             "url": item["url"]["S"],
-            "hasAuth": "authToken" in item,
+            "hasAuth": AUTH_CIPHERTEXT in item,
             "latest": results[-1] if results else self._latest(server_id),
             "uptime": {
                 "windowSeconds": window_seconds,

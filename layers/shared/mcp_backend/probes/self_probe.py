@@ -1,8 +1,9 @@
 """The stack's own MCP endpoint, probed with a key of its own: issued once, at deploy, by the SelfProbeKey
 custom resource (functions/self_probe_key), so no function keeps write access to the API key table.
 
-- Create: a new internal key (user "self-probe") is added to the key table and the endpoint is registered
-  as "self" with it; the key's plaintext lives only in that item (ProbeWorker reads it), its hash in the table.
+- Create: a new internal key (user "self-probe", a reserved id only the stack issues) is added to the key table
+  and the endpoint is registered as "self" with it, sealed with the endpoint-token key (probes/endpoint_tokens.py):
+  only ProbeWorker can open it; the key table holds its hash.
   The physical id names the key's hash, so a later Delete knows what to revoke.
 - Update: the endpoint follows a new URL; the key stays.
 - Delete (stack deleted, or AuthMode oauth, which refuses API keys): the key is revoked and the endpoint
@@ -18,6 +19,7 @@ from mcp_backend.aws import client_or_lazy
 from mcp_backend.config import SelfProbeKeySettings
 from mcp_backend.custom_resource import CustomResourceFailed, CustomResourceRequest, CustomResourceResult
 from mcp_backend.monitor.table import MonitorTable
+from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
 from mcp_backend.probes.registry import EndpointRegistry
 
 SELF_PROBE_USER = "self-probe"
@@ -26,9 +28,18 @@ NOT_ISSUED = "self-probe-key-not-issued"
 
 
 class SelfProbeKeys:
-    def __init__(self, settings: SelfProbeKeySettings, dynamodb_client: Any = None, secrets_client: Any = None):
+    def __init__(
+        self,
+        settings: SelfProbeKeySettings,
+        dynamodb_client: Any = None,
+        secrets_client: Any = None,
+        kms_client: Any = None,
+    ):
         self.settings = settings
-        self.registry = EndpointRegistry(MonitorTable.from_settings(settings, dynamodb_client))
+        cipher = (
+            EndpointTokenCipher(settings.endpoint_token_key_id, kms_client) if settings.endpoint_token_key_id else None
+        )
+        self.registry = EndpointRegistry(MonitorTable.from_settings(settings, dynamodb_client), cipher)
         self._secrets = client_or_lazy(secrets_client, "secretsmanager")
 
     def handle(self, request: CustomResourceRequest) -> CustomResourceResult:
@@ -41,7 +52,15 @@ class SelfProbeKeys:
         return self.issue(url)
 
     def issue(self, url: str) -> CustomResourceResult:
-        key = add_api_key(self._secrets, self.settings.api_keys_secret_id, user_id=SELF_PROBE_USER, tier="internal")
+        if not self.registry.seals_tokens:  # the key would be stored in plaintext: refuse, nothing issued
+            raise CustomResourceFailed("ENDPOINT_TOKEN_KEY_ID is not set: the self-probe key cannot be sealed")
+        key = add_api_key(
+            self._secrets,
+            self.settings.api_keys_secret_id,
+            user_id=SELF_PROBE_USER,
+            tier="internal",
+            allow_reserved=True,
+        )
         self.registry.register_self(url, auth_token=key)
         return CustomResourceResult(physical_resource_id=PHYSICAL_ID_PREFIX + hash_api_key(key))
 

@@ -3,8 +3,9 @@ failure leave only through the function's Destinations (OnSuccess topic, OnFailu
 travels in the envelope's responsePayload. The one thing it writes is the endpoint's failingSince, when the
 endpoint starts or stops failing (the dispatcher stops probing an endpoint failing for too long).
 
-The auth token is read here, from the endpoint item, and never put into the invocation payload: the
-payload is the envelope's requestPayload, which is copied to queues and alerts.
+The auth token is read here, from the endpoint item, and opened (KMS Decrypt, which only this function's
+role may call) only here; it is never put into the invocation payload: the payload is the envelope's
+requestPayload, which is copied to queues and alerts.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.netsafety import UnsafeEndpointUrl, resolve_endpoint
 from mcp_backend.observability import logger
 from mcp_backend.probes.client import ProbeRequest, probe
+from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
 from mcp_backend.probes.errors import EndpointNotFound, ProbeFailed, ProbeRefused
 from mcp_backend.validation import describe_validation_error
 
@@ -44,9 +46,12 @@ class MalformedProbeTarget(ValueError):
 
 
 class ProbeWorker:
-    def __init__(self, settings: ProbeWorkerSettings, dynamodb_client: DynamoDBClient | None = None) -> None:
+    def __init__(
+        self, settings: ProbeWorkerSettings, dynamodb_client: DynamoDBClient | None = None, kms_client: Any = None
+    ) -> None:
         self.settings = settings
         self.table = MonitorTable.from_settings(settings, dynamodb_client)
+        self.cipher = EndpointTokenCipher(settings.endpoint_token_key_id, kms_client)
 
     def handle(self, event: Any) -> dict[str, Any]:
         import anyio
@@ -99,5 +104,6 @@ class ProbeWorker:
     def _registered(self, server_id: str) -> tuple[str, str | None]:
         target = self.table.probe_target(server_id)
         if target is None:
-            raise EndpointNotFound(f"endpoint {server_id} is not registered")
-        return target
+            raise EndpointNotFound(f"endpoint {server_id} is no longer registered")
+        url, owner_id, sealed = target
+        return url, self.cipher.open(server_id, owner_id, sealed) if sealed else None

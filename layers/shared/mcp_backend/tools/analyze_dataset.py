@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mcp_backend.netsafety import redact_url
 from mcp_backend.tools.context import ProgressCallback, ToolContext
+from mcp_backend.tools.dataset_access import check_s3_dataset_access
 from mcp_backend.tools.dataset_stream import DatasetStream, FetchPolicy
 from mcp_backend.tools.errors import DatasetUnparseable
 from mcp_backend.tools.fetch import S3Client, open_dataset, split_s3_url
@@ -78,9 +79,16 @@ class AnalyzeInput(BaseModel):
         return value
 
 
+def admit(request: AnalyzeInput, ctx: ToolContext) -> None:
+    """Before a job is queued: an s3:// dataset outside the caller's prefix is refused, no job written."""
+    check_s3_dataset_access(request.dataset_url, ctx.user_id, ctx.fetch_policy)
+
+
 def run(request: AnalyzeInput, ctx: ToolContext) -> dict[str, Any]:
-    """The tool table's entry point: the caller's fetch policy and progress sink. Every progress report is
-    also a cancellation checkpoint: a cancelled job stops there (ToolContext.checkpoint)."""
+    """The tool table's entry point: the caller's fetch policy and progress sink; an s3:// dataset outside
+    the caller's prefix is refused before any S3 call. Every progress report is also a cancellation
+    checkpoint: a cancelled job stops there (ToolContext.checkpoint)."""
+    check_s3_dataset_access(request.dataset_url, ctx.user_id, ctx.fetch_policy)
     sink = ctx.progress
 
     def report(fraction: float, message: str) -> None:

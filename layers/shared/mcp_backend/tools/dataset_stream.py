@@ -15,6 +15,10 @@ class FetchPolicy:
     timeout_seconds: float = 10.0
     # Only the local dev stack sets this: loopback hosts (no other private address) and plain http://.
     allow_loopback_hosts: bool = False
+    # s3:// datasets: the one bucket the functions may read, and the key prefixes in it every tenant may read
+    # besides its own (mcp_backend.tools.dataset_access).
+    dataset_bucket: str = ""
+    shared_prefixes: tuple[str, ...] = ()
 
 
 class DatasetStream:

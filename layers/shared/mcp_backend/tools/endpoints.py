@@ -7,19 +7,25 @@ from typing import Any
 from pydantic import Field
 
 from mcp_backend.netsafety import check_endpoint_url
+from mcp_backend.probes.endpoint_tokens import MAX_TOKEN_BYTES
 from mcp_backend.quotas import EndpointQuota
 from mcp_backend.tools.context import StrictInput, ToolContext
-from mcp_backend.tools.errors import EndpointNotFound
+from mcp_backend.tools.errors import EndpointNotFound, EndpointTokensUnavailable
 
 
 class RegisterEndpointInput(StrictInput):
     url: str = Field(min_length=1, max_length=2048, description="The endpoint's MCP URL (https).")
     name: str = Field(min_length=1, max_length=128, description="A label for the endpoint.")
+    # RFC 6750's b64token: ASCII, so 4,096 characters are 4,096 bytes, what one KMS Encrypt call takes.
     auth: str | None = Field(
         None,
         min_length=1,
-        max_length=4096,
-        description="Optional bearer token the probe sends; stored encrypted, never shown again.",
+        max_length=MAX_TOKEN_BYTES,
+        pattern=r"^[A-Za-z0-9\-._~+/]+=*$",
+        description=(
+            "Optional bearer token the probe sends. Encrypted with a KMS key before it is stored (only the "
+            "probe can decrypt it); never shown again."
+        ),
     )
 
 
@@ -37,8 +43,11 @@ class UnregisterEndpointInput(StrictInput):
 
 def register_endpoint(request: RegisterEndpointInput, ctx: ToolContext) -> dict[str, Any]:
     url = check_endpoint_url(request.url, allow_loopback_hosts=ctx.allow_loopback_endpoints)
+    registry = ctx.endpoint_registry()
+    if request.auth and not registry.seals_tokens:  # never stored in plaintext
+        raise EndpointTokensUnavailable("this deployment cannot store endpoint tokens (no token key configured)")
     quota = EndpointQuota(ctx.tier, ctx.limits.endpoints)
-    return ctx.endpoint_registry().register(ctx.user_id, url, request.name, request.auth, quota)
+    return registry.register(ctx.user_id, url, request.name, request.auth, quota)
 
 
 def unregister_endpoint(request: UnregisterEndpointInput, ctx: ToolContext) -> dict[str, Any]:

@@ -35,6 +35,10 @@ class UnsafeDatasetUrl(ToolError):
     """The URL's scheme or (resolved) host is not allowed by the fetch policy."""
 
 
+class DatasetAccessDenied(ToolError):
+    """An s3:// dataset outside the caller's own prefix and the operator's shared prefixes."""
+
+
 class DatasetUnreachable(ToolError):
     """The dataset could not be fetched and will not be on a retry: an unresolvable host, a refused
     connection, HTTP 4xx, a missing or forbidden S3 object."""
@@ -55,9 +59,18 @@ class DatasetTooLarge(ToolError):
     """The dataset exceeds the policy's byte cap."""
 
 
+class DatasetCompressed(ToolError):
+    """The source answered with a Content-Encoding other than identity: a small body could inflate far past
+    the byte cap, so it is refused rather than decoded."""
+
+
 class DatasetUnparseable(ToolError):
     """The bytes are not UTF-8 CSV, JSON Lines or a JSON array of objects."""
 
 
 class EndpointNotFound(ToolError):
     """No registered endpoint with this id belongs to the caller."""
+
+
+class EndpointTokensUnavailable(ToolError):
+    """A token was given, but this deployment has no key to encrypt it with: it is refused, not stored."""

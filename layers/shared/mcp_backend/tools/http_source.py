@@ -22,6 +22,7 @@ from mcp_backend.netsafety import (
 )
 from mcp_backend.tools.dataset_stream import DatasetStream, FetchPolicy
 from mcp_backend.tools.errors import (
+    DatasetCompressed,
     DatasetTemporarilyUnreachable,
     DatasetTooLarge,
     DatasetUnreachable,
@@ -67,6 +68,12 @@ def open_http(url: str, policy: FetchPolicy, transport: httpx.BaseTransport | No
                     else DatasetUnreachable
                 )
                 raise status_error(f"Dataset {shown} returned HTTP {response.status_code}")
+            encoding = response.headers.get("content-encoding", "identity").strip().lower()
+            if encoding != "identity":
+                # Asked for identity; a compressed body could inflate far past the cap before it is counted.
+                raise DatasetCompressed(
+                    f"Dataset {shown} answered with Content-Encoding {encoding[:40]!r}; only identity is accepted"
+                )
             content_length = parse_content_length(response.headers.get("content-length"))
             if content_length is not None and content_length > policy.max_bytes:
                 raise DatasetTooLarge(
@@ -157,7 +164,8 @@ def parse_content_length(value: str | None) -> int | None:
 
 def _http_chunks(response: httpx.Response, shown: str) -> Iterator[bytes]:
     try:
-        # No chunk_size: yield as bytes arrive, so the cap is checked per network read.
+        # No chunk_size: yield as bytes arrive, so the cap is checked per network read. The encoding was
+        # checked to be identity, so these are the bytes that came over the wire, nothing inflated.
         yield from response.iter_bytes()
     except httpx.HTTPError as exc:
         raise _unreachable(shown, exc) from exc

@@ -53,6 +53,8 @@ class Tool:
     submit_names: tuple[str, str] | None = None
     # Synchronous calls send progress notifications ("started" before run, "done" after, and the tool's own).
     streams_progress: bool = False
+    # Checks a job's input for its caller before the job is queued (raises a ToolError): a refusal writes nothing.
+    admit: Callable[[Any, ToolContext], None] | None = None
 
     @property
     def runs_sync(self) -> bool:
@@ -124,6 +126,7 @@ TOOLS: dict[str, Tool] = {
             streams_progress=True,
             access=Access.SUBMIT,  # fetches and computes on the endpoint
             services=frozenset(),
+            admit=analyze_dataset.admit,
         ),
         Tool(
             name="register_endpoint",

@@ -18,6 +18,7 @@ from mcp_backend.aws import AwsClients, LazyClient
 from mcp_backend.config import LOWEST_TIER, TierLimits, TierLimitSettings, ToolSettings
 from mcp_backend.jobs.service import JobQueues, JobsService
 from mcp_backend.monitor.table import MonitorTable
+from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
 from mcp_backend.probes.registry import EndpointRegistry
 from mcp_backend.quotas import JobQuota
 from mcp_backend.tools.context import CancellationCheck, ProgressCallback, ToolContext
@@ -81,12 +82,18 @@ class ToolServices:
             jobs = JobsService(queues, clients)
         endpoints = None
         if MonitorTable.is_configured(settings):
+            cipher = None
+            if settings.endpoint_token_key_id:
+                cipher = EndpointTokenCipher(settings.endpoint_token_key_id, LazyClient("kms", clients))
             endpoints = EndpointRegistry(
-                MonitorTable.from_settings(settings, cast("DynamoDBClient", LazyClient("dynamodb", clients)))
+                MonitorTable.from_settings(settings, cast("DynamoDBClient", LazyClient("dynamodb", clients))), cipher
             )
         return cls(
             fetch_policy=FetchPolicy(
-                max_bytes=settings.dataset_max_bytes, allow_loopback_hosts=settings.dataset_allow_loopback_hosts
+                max_bytes=settings.dataset_max_bytes,
+                allow_loopback_hosts=settings.dataset_allow_loopback_hosts,
+                dataset_bucket=settings.dataset_bucket_name,
+                shared_prefixes=settings.dataset_shared_prefix_list(),
             ),
             jobs=jobs,
             endpoints=endpoints,
