@@ -113,11 +113,12 @@ def recording_server(address: str, port: int, seen: list) -> ThreadingHTTPServer
     return server
 
 
-def register_and_load_worker(local, server_id: str, url: str, token: str) -> ProbeWorker:
+def register_and_load_worker(local, server_id: str, url: str, token: str | None) -> ProbeWorker:
     """The endpoint registered with its token (sealed as register_endpoint seals it), and a ProbeWorker with the
     local stack's loopback policy."""
     environment = {**local.stack.function("ProbeWorker").environment, "PROBE_ALLOW_LOOPBACK_HOSTS": "true"}
-    sealed = EndpointTokenCipher(environment["ENDPOINT_TOKEN_KEY_ID"]).seal(server_id, "user-alice", token)
+    cipher = EndpointTokenCipher(environment["ENDPOINT_TOKEN_KEY_ID"])
+    sealed = cipher.seal(server_id, "user-alice", token) if token else None
     boto3.client("dynamodb").put_item(
         TableName=local.table_name("MonitorTable"),
         Item=endpoint_item(

@@ -12,7 +12,9 @@ import pytest
 from mcp_backend.api_keys import ApiKeyTable, hash_api_key
 from mcp_backend.config import ProbeDispatcherSettings, SelfProbeKeySettings, load_settings
 from mcp_backend.custom_resource import CustomResourceFailed, put_response, respond_to_cloudformation
+from mcp_backend.monitor.items import AUTH_CIPHERTEXT
 from mcp_backend.probes.dispatcher import ProbeDispatcher
+from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
 from mcp_backend.probes.self_probe import SelfProbeKeys
 
 FUNCTION_URL = "https://abc123.lambda-url.us-east-1.on.aws/"
@@ -63,6 +65,13 @@ def self_item(local) -> dict | None:
     )
 
 
+def opened_token(local, item: dict | None) -> str:
+    """The self item's token, opened as ProbeWorker opens it (the only function the key lets decrypt)."""
+    assert item is not None
+    key_id = local.stack.function("ProbeWorker").environment["ENDPOINT_TOKEN_KEY_ID"]
+    return EndpointTokenCipher(key_id).open("self", "stack", item[AUTH_CIPHERTEXT]["B"])
+
+
 def key_table(local) -> dict:
     secret = local.stack.function("McpServer").environment["API_KEYS_SECRET_ID"]
     text = boto3.client("secretsmanager").get_secret_value(SecretId=secret, VersionStage="AWSCURRENT")["SecretString"]
@@ -80,7 +89,8 @@ def test_create_registers_the_own_endpoint_with_a_key_the_endpoint_accepts(local
     assert answer["Status"] == "SUCCESS" and answer["NoEcho"] is True
     item = self_item(local)
     assert item is not None and item["url"]["S"] == FUNCTION_URL.rstrip("/") + "/mcp"
-    token = item["authToken"]["S"]
+    assert "authToken" not in item  # only the sealed form is stored
+    token = opened_token(local, item)
     principal = key_table(local)[hash_api_key(token)]
     assert (principal.user_id, principal.tier) == ("self-probe", "internal")
     # And the physical id names the key's hash only, never the key
@@ -108,13 +118,13 @@ def test_the_dispatcher_probes_the_registered_endpoint_without_the_key_table(loc
 def test_an_update_moves_the_endpoint_and_keeps_its_key(local):
     cloudformation = CloudFormation(local)
     created = cloudformation.send("Create")
-    token = self_item(local)["authToken"]["S"]
+    token = opened_token(local, self_item(local))
 
     updated = cloudformation.send("Update", created["PhysicalResourceId"], url=MOVED_URL)
 
     assert updated["Status"] == "SUCCESS" and updated["PhysicalResourceId"] == created["PhysicalResourceId"]
     item = self_item(local)
-    assert item["url"]["S"] == MOVED_URL.rstrip("/") + "/mcp" and item["authToken"]["S"] == token
+    assert item["url"]["S"] == MOVED_URL.rstrip("/") + "/mcp" and opened_token(local, item) == token
     assert len(key_table(local)) == 1
 
 

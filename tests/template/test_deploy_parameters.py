@@ -61,13 +61,14 @@ def test_make_delete_lists_every_store_the_stack_keeps_with_its_removal():
         for logical_id, resource in template["Resources"].items()
         if resource.get("DeletionPolicy") == "Retain" and resource["Type"] != "AWS::Lambda::Version"
     }
-    assert kept == {"JobTable", "MonitorTable", "ApiKeysSecret"}
+    assert kept == {"JobTable", "MonitorTable", "ApiKeysSecret", "EndpointTokenKey"}
     # Then `make delete` reads each one's name from an output and prints how to remove it
     recipe = (ROOT / "Makefile").read_text().split("\ndelete:")[1].split("\n\n")[0]
     for logical_id in kept:
         [output] = [name for name, o in template["Outputs"].items() if o["Value"] == {"Ref": logical_id}]
         assert f"value {output}" in recipe, logical_id
-    assert "delete-table" in recipe and "delete-secret" in recipe and "$(SAM) delete" in recipe
+    assert "delete-table" in recipe and "delete-secret" in recipe and "schedule-key-deletion" in recipe
+    assert "$(SAM) delete" in recipe
 
 
 def test_a_deploy_without_a_boundary_keeps_the_one_the_stack_has(aws):
