@@ -126,8 +126,14 @@ def seed(stack: DevStack, state: dict, keys: dict[str, str]) -> None:
             text = text.replace(placeholder, value)
         return text
 
+    # The layer's own sealing (issue_dev_keys has put the layer on sys.path, as devstack does for the key format).
+    from mcp_backend.monitor.items import AUTH_CIPHERTEXT
+    from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
+
     table = stack.environment.table_name("MonitorTable")
     dynamodb = stack.client("dynamodb")
+    key_id = stack.environment.stack.function("ProbeWorker").environment["ENDPOINT_TOKEN_KEY_ID"]
+    cipher = EndpointTokenCipher(key_id, stack.client("kms"))
     for endpoint in state.get("endpoints", []):
         item = {
             "serverId": {"S": endpoint["serverId"]},
@@ -139,7 +145,9 @@ def seed(stack: DevStack, state: dict, keys: dict[str, str]) -> None:
             "registeredAt": {"S": "2026-01-01T00:00:00.000Z"},
         }
         if endpoint.get("authToken"):
-            item["authToken"] = {"S": filled(endpoint["authToken"])}
+            # Sealed as register_endpoint seals it: only ProbeWorker opens it, for this endpoint and owner.
+            sealed = cipher.seal(endpoint["serverId"], item["ownerId"]["S"], filled(endpoint["authToken"]))
+            item[AUTH_CIPHERTEXT] = {"B": sealed}
         dynamodb.put_item(TableName=table, Item=item)
 
 
