@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,7 +16,22 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 Handler = Callable[[Any, Any], Any]
 
-logger = Logger()
+
+class CurrentStdoutHandler(logging.StreamHandler):
+    """Writes each line to sys.stdout as it is when the line is written. On Lambda that is always the same
+    stream; where one process hosts several functions or test runs that swap sys.stdout (the local stack's
+    in-process runtime, pytest's capture), a handler bound at import would write into a stream closed since."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass  # the stream is always the current sys.stdout
+
+
+logger = Logger(logger_handler=CurrentStdoutHandler())
 metrics = Metrics(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "mcp-backend"))
 # Constant labels only: per-tool labels are per-record dimensions (bounded metric streams). The service label is
 # Powertools' own `service` dimension (from POWERTOOLS_SERVICE_NAME), added to every blob at flush: a second,
