@@ -34,14 +34,18 @@ def test_every_expected_request_maps_to_a_price_in_the_table():
 
 
 def test_a_new_request_per_unit_is_reported_with_its_unit_and_operation():
-    # Given a job that made one PutItem and now also makes a GetItem, and a call that dropped its Kinesis put
+    # Given a job that made one PutItem and now also makes a GetItem, and a call that dropped its SQS send
+    # (while its time-batched Kinesis puts moved, which is not a change of the unit)
     expected = {
         "job": {"requests": {"dynamodb:PutItem": 1.0}, "invocations": {"ToolWorker": 1.0}},
-        "tools/call": {"requests": {"kinesis:PutRecords": 1.0}, "invocations": {"McpServer": 1.0}},
+        "tools/call": {
+            "requests": {"sqs:SendMessage": 1.0, "kinesis:PutRecords": 1.0},
+            "invocations": {"McpServer": 1.0},
+        },
     }
     counted = {
         "job": {"requests": {"dynamodb:PutItem": 1.0, "dynamodb:GetItem": 1.0}, "invocations": {"ToolWorker": 1.0}},
-        "tools/call": {"requests": {}, "invocations": {"McpServer": 1.0}},
+        "tools/call": {"requests": {"kinesis:PutRecords": 0.2}, "invocations": {"McpServer": 1.0}},
     }
 
     # When the counts are compared
@@ -50,5 +54,5 @@ def test_a_new_request_per_unit_is_reported_with_its_unit_and_operation():
     # Then each change names its unit, the request and both counts; unchanged figures are not listed
     assert changes == [
         "job: dynamodb:GetItem 0 -> 1 per unit",
-        "tools/call: kinesis:PutRecords 1 -> 0 per unit",
+        "tools/call: sqs:SendMessage 1 -> 0 per unit",
     ]

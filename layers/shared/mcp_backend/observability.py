@@ -18,17 +18,22 @@ Handler = Callable[[Any, Any], Any]
 
 
 class CurrentStdoutHandler(logging.StreamHandler):
-    """Writes each line to sys.stdout as it is when the line is written. On Lambda that is always the same
-    stream; where one process hosts several functions or test runs that swap sys.stdout (the local stack's
-    in-process runtime, pytest's capture), a handler bound at import would write into a stream closed since."""
+    """Writes each line to sys.stdout as it is when the line is written (unless a stream is set explicitly,
+    with setStream). On Lambda that is always the same stream; where one process hosts several functions or
+    test runs that swap sys.stdout (the local stack's in-process runtime, pytest's capture), a handler bound at
+    import would write into a stream closed since."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+        self._pinned: Any = None
 
     @property
     def stream(self) -> Any:
-        return sys.stdout
+        return self._pinned if self._pinned is not None else sys.stdout
 
     @stream.setter
     def stream(self, value: Any) -> None:
-        pass  # the stream is always the current sys.stdout
+        self._pinned = value
 
 
 logger = Logger(logger_handler=CurrentStdoutHandler())
