@@ -73,7 +73,7 @@ def run() -> list[str]:
         # namespace and service from it when the module loads), then the bare loop uses the same modules.
         environment.invoke("ToolWorker", batches()[0])
         from mcp_backend.tools.context import ToolContext
-        from mcp_backend.tools.registry import TOOLS
+        from mcp_backend.tools.table import TOOLS
 
         tool = TOOLS["analyze_dataset"]
         handler_path = per_item_seconds(through_handler, JOBS)

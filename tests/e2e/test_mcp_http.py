@@ -343,14 +343,14 @@ def test_streamed_responses_are_proxy_safe_and_open_with_an_event(endpoint):
 
 def test_a_slow_tool_gets_keepalives_and_a_raising_tool_still_closes_its_stream(endpoint, monkeypatch):
     # Given an analysis that works in silence for several keepalive periods, then raises
-    from mcp_backend.tools import registry
-    from mcp_backend.tools.registry import Tool
+    from mcp_backend.tools import table as tool_table
+    from mcp_backend.tools.table import Tool
 
     def silent_then_broken(request, context):
         time.sleep(float(TEST_KEEPALIVE_SECONDS) * 4)
         raise RuntimeError("secret-bearing internal detail")
 
-    original = registry.TOOLS["analyze_dataset"]
+    original = tool_table.TOOLS["analyze_dataset"]
     broken = Tool(
         name="analyze_dataset",
         description="test double",
@@ -359,7 +359,7 @@ def test_a_slow_tool_gets_keepalives_and_a_raising_tool_still_closes_its_stream(
         access=original.access,
         services=original.services,
     )
-    monkeypatch.setitem(registry.TOOLS, "analyze_dataset", broken)
+    monkeypatch.setitem(tool_table.TOOLS, "analyze_dataset", broken)
     call = {
         "jsonrpc": "2.0",
         "id": 9,

@@ -8,7 +8,7 @@ import pytest
 from pydantic import Field
 
 from mcp_backend.tools.context import StrictInput, ToolContext
-from mcp_backend.tools.registry import TOOLS, Access, Mode, Tool
+from mcp_backend.tools.table import TOOLS, Access, Mode, Tool
 from tests.e2e.conftest import mcp_client
 
 pytestmark = pytest.mark.e2e

@@ -18,7 +18,7 @@ from mcp_backend.jobs.errors import InvalidCursor
 from mcp_backend.jobs.models import JobMessage
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.mcp.server import tool_bindings
-from mcp_backend.tools.registry import TOOLS
+from mcp_backend.tools.table import TOOLS
 from tests.conftest import load_event
 
 USERS = {"user-alice": 96, "user-bob": 24}  # 120 failed jobs in all

@@ -22,7 +22,7 @@ from mcp_backend.jobs.service import JobQueues, JobsService
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.mcp.tasks import JobTasks
 from mcp_backend.tools.context import ToolContext
-from mcp_backend.tools.registry import TOOLS, Mode
+from mcp_backend.tools.table import TOOLS, Mode
 from mcp_backend.tools.worker import is_permanent
 
 USER, OTHER = "user-alice", "user-bob"

@@ -34,7 +34,7 @@ from mcp_backend.mcp.oauth import (
     required_access,
 )
 from mcp_backend.netsafety import is_loopback_host
-from mcp_backend.tools.registry import Access
+from mcp_backend.tools.table import Access
 
 ISSUER = "https://issuer.example.com/"
 HOST = "mcp.example.com"

@@ -21,8 +21,8 @@ from mcp_backend.mcp.auth import ScopedPrincipal
 from mcp_backend.mcp.bindings import ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 from mcp_backend.tools.context import ServiceNotDeclared, StrictInput, ToolContext
-from mcp_backend.tools.registry import TOOLS, Access, Mode, Tool
 from mcp_backend.tools.services import MissingToolService, Service, ToolServices
+from mcp_backend.tools.table import TOOLS, Access, Mode, Tool
 from mcp_backend.tools.worker import JobWorker
 
 TEMPLATE = load_template()

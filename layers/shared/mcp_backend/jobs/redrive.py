@@ -32,7 +32,7 @@ PEEK_ROUNDS = 100  # ReceiveMessage returns at most 10 a call and a sample of th
 
 
 @dataclass(frozen=True)
-class JobQueues:
+class RedriveQueues:
     queue_url: str
     dead_letter_queue_url: str
     table_name: str
@@ -67,7 +67,7 @@ def describe(message: MessageTypeDef) -> dict[str, Any]:
     }
 
 
-def redrive(queues: JobQueues, *, dry_run: bool, sqs: SQSClient, store: JobStore) -> dict[str, Any]:
+def redrive(queues: RedriveQueues, *, dry_run: bool, sqs: SQSClient, store: JobStore) -> dict[str, Any]:
     waiting = [describe(message) for message in peek(sqs, queues.dead_letter_queue_url)]
     report: dict[str, Any] = {"dryRun": dry_run, "messages": waiting}
     if dry_run or not waiting:
@@ -87,10 +87,10 @@ def redrive(queues: JobQueues, *, dry_run: bool, sqs: SQSClient, store: JobStore
     return report
 
 
-def stack_queues(stack_name: str) -> JobQueues:
+def stack_queues(stack_name: str) -> RedriveQueues:
     stacks = new_client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"]
     outputs = {output["OutputKey"]: output["OutputValue"] for output in stacks[0].get("Outputs", [])}
-    return JobQueues(outputs["JobQueueUrl"], outputs["JobDeadLetterQueueUrl"], outputs["JobTableName"])
+    return RedriveQueues(outputs["JobQueueUrl"], outputs["JobDeadLetterQueueUrl"], outputs["JobTableName"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.stack:
         queues = stack_queues(args.stack)
     elif args.queue_url and args.dead_letter_queue_url and args.table_name:
-        queues = JobQueues(args.queue_url, args.dead_letter_queue_url, args.table_name)
+        queues = RedriveQueues(args.queue_url, args.dead_letter_queue_url, args.table_name)
     else:
         parser.error("give --stack, or --queue-url, --dead-letter-queue-url and --table-name")
     sqs = new_client("sqs")

@@ -1,4 +1,4 @@
-"""The MCP tools, generated from the tool table (mcp_backend.tools.registry): each synchronous tool under
+"""The MCP tools, generated from the tool table (mcp_backend.tools.table): each synchronous tool under
 its own name, and for each job-capable tool two that submit it (one job, or up to 100 at once), which the
 jobs service enqueues. Only the protocol edge lives here: arguments in, the caller, errors out.
 
@@ -37,8 +37,8 @@ from mcp_backend.observability import count_limit_refusal, logger
 from mcp_backend.quotas import QuotaExceeded
 from mcp_backend.tools.context import ProgressCallback, StrictInput
 from mcp_backend.tools.errors import ToolError
-from mcp_backend.tools.registry import Access, Tool
 from mcp_backend.tools.services import MissingToolService, ToolServices
+from mcp_backend.tools.table import Access, Tool
 from mcp_backend.validation import describe_validation_error
 
 # Failures whose type and message are written to be shown to the caller.

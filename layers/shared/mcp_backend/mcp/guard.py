@@ -26,7 +26,7 @@ from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, Scope
 from mcp_backend.mcp.oauth import METADATA_PATH, required_access
 from mcp_backend.observability import count_limit_refusal, count_refusal, logger
 from mcp_backend.ratelimit import RateDecision, RateLimitUnavailable
-from mcp_backend.tools.registry import Access
+from mcp_backend.tools.table import Access
 
 PRINCIPAL_SCOPE_KEY = "mcp_backend.principal"
 HEALTH_PATH = "/healthz"

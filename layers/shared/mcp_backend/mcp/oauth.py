@@ -39,7 +39,7 @@ from mcp_backend.config import McpSettings
 from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
 from mcp_backend.netsafety import is_loopback_host
 from mcp_backend.observability import logger
-from mcp_backend.tools.registry import Access
+from mcp_backend.tools.table import Access
 
 if TYPE_CHECKING:
     import jwt

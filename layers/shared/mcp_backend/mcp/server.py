@@ -34,8 +34,8 @@ from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.tasks import task_extensions
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.ratelimit import RateDecision, RequestRateLimiter
-from mcp_backend.tools.registry import TOOLS, Tool
 from mcp_backend.tools.services import ToolServices
+from mcp_backend.tools.table import TOOLS, Tool
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient

@@ -40,7 +40,7 @@ from mcp_backend.mcp.guard import principal_of
 from mcp_backend.netsafety import UnsafeUrl
 from mcp_backend.observability import logger
 from mcp_backend.tools.errors import ToolError
-from mcp_backend.tools.registry import Tool
+from mcp_backend.tools.table import Tool
 from mcp_backend.validation import describe_validation_error
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"

@@ -44,8 +44,8 @@ from mcp_backend.jobs.results import INLINE_RESULT_LIMIT_BYTES, ResultObjects, r
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.observability import logger, tool_invocation
 from mcp_backend.tools.errors import ToolError
-from mcp_backend.tools.registry import TOOLS, Tool, job_tools
 from mcp_backend.tools.services import ToolServices
+from mcp_backend.tools.table import TOOLS, Tool, job_tools
 from mcp_backend.validation import describe_validation_error
 
 if TYPE_CHECKING:
