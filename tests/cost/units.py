@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from devstack.__main__ import issue_dev_keys
+from devstack.environment import local_dataset_url
 from devstack.server import DevStack, DevStackOptions
 from devstack.sources.sqs import LONG_POLL_SECONDS
 from tests.bench.stock_app import create_app as create_probe_target
@@ -28,7 +29,8 @@ from tests.cost.figures import Measurement, UnitFigures
 from tests.e2e.conftest import free_port, serve
 
 MCP_FUNCTION = "McpServer"  # the web-adapter function behind the Function URL: one invocation per HTTP request
-DATASET_URL = "s3://local-datasets/sales.csv"  # a sample the stack uploads at start
+# A sample the stack uploads at start under the dev key's own prefix (datasets are readable per tenant only).
+DATASET_URL = local_dataset_url("apikey:dev-user", "sales.csv")
 PROBE_SCHEDULE = "ProbeSchedule"  # the EventBridge rule that triggers ProbeDispatcher
 _RATE = re.compile(r"^rate\((\d+)\s+(minute|hour|day)s?\)$")
 _UNIT_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}

@@ -10,6 +10,7 @@ import time
 import httpx
 import pytest
 
+from devstack.environment import local_dataset_url
 from tests.e2e.conftest import ALLOWED_ORIGIN, TEST_KEEPALIVE_SECONDS
 
 LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
@@ -255,7 +256,10 @@ def test_a_legacy_initialize_negotiates_a_handshake_version_without_a_session(en
 
 
 def analysis_call(request_id: int = 9, meta: dict | None = None) -> dict:
-    params = {"name": "analyze_dataset", "arguments": {"dataset_url": "s3://local-datasets/sales.csv"}}
+    params = {
+        "name": "analyze_dataset",
+        "arguments": {"dataset_url": local_dataset_url("apikey:user-alice", "sales.csv")},
+    }
     return {
         "jsonrpc": "2.0",
         "id": request_id,

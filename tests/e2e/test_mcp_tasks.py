@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from devstack.__main__ import issue_dev_keys
+from devstack.environment import dataset_prefix, local_dataset_url
 from mcp_backend.jobs.store import JobStore
 from tests.e2e.conftest import Endpoint, wait_until
 
@@ -20,7 +21,8 @@ pytestmark = pytest.mark.e2e
 
 MODERN = "2026-07-28"
 TASKS = "io.modelcontextprotocol/tasks"
-SALES = "s3://local-datasets/sales.csv"
+SALES = local_dataset_url("apikey:user-alice", "sales.csv")  # alice's own prefix: datasets are per tenant
+DEV_SALES = local_dataset_url("apikey:dev-user", "sales.csv")
 
 
 def rpc(endpoint, method: str, params: dict[str, Any], key: str | None = None, tasks: bool = True) -> dict:
@@ -266,8 +268,9 @@ def wide_csv(columns: int = 3000) -> bytes:
 
 def test_a_result_over_400_kb_is_stored_in_the_result_bucket_and_read_back_whole(endpoint):
     # Given a dataset whose analysis is over 400 KB
-    endpoint.local.client("s3").put_object(Bucket="local-datasets", Key="wide.csv", Body=wide_csv())
-    task_id = call_analysis(endpoint, "s3://local-datasets/wide.csv")["result"]["taskId"]
+    key = dataset_prefix("apikey:user-alice") + "wide.csv"
+    endpoint.local.client("s3").put_object(Bucket="local-datasets", Key=key, Body=wide_csv())
+    task_id = call_analysis(endpoint, f"s3://local-datasets/{key}")["result"]["taskId"]
 
     # When the worker runs it
     endpoint.local.sqs_source_for("ToolWorker").drain()
@@ -298,8 +301,9 @@ def test_a_result_over_400_kb_is_stored_in_the_result_bucket_and_read_back_whole
 def test_without_a_result_bucket_an_oversized_result_fails_at_once_and_is_not_retried(endpoint):
     # Given a worker without a result bucket and a dataset whose analysis is over 400 KB
     endpoint.local.function_overrides["JOB_RESULT_BUCKET_NAME"] = ""
-    endpoint.local.client("s3").put_object(Bucket="local-datasets", Key="wide.csv", Body=wide_csv())
-    task_id = call_analysis(endpoint, "s3://local-datasets/wide.csv")["result"]["taskId"]
+    key = dataset_prefix("apikey:user-alice") + "wide.csv"
+    endpoint.local.client("s3").put_object(Bucket="local-datasets", Key=key, Body=wide_csv())
+    task_id = call_analysis(endpoint, f"s3://local-datasets/{key}")["result"]["taskId"]
 
     # When the worker runs it
     endpoint.local.sqs_source_for("ToolWorker").drain()
@@ -322,7 +326,7 @@ def test_a_task_is_polled_from_a_new_execution_environment_of_the_served_functio
     [key] = issue_dev_keys(stack).values()
     [web] = stack.web_functions.values()
     served = Endpoint(url=f"{web.url}/mcp", alice_key=key, bob_key=key, local=stack.environment)
-    task_id = call_analysis(served)["result"]["taskId"]
+    task_id = call_analysis(served, DEV_SALES)["result"]["taskId"]
     pool = runtime.pool("McpServer")
     creators = {env.process.pid for env in pool.environments() if env.process is not None}
 

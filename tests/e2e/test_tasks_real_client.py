@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from devstack.__main__ import issue_dev_keys
+from devstack.environment import local_dataset_url
 from mcp_backend.jobs.store import JobStore
 
 pytestmark = pytest.mark.e2e
 
 CLIENT_DIR = Path(__file__).parent / "tasks_client"
-SALES = "s3://local-datasets/sales.csv"
+SALES = local_dataset_url("apikey:dev-user", "sales.csv")  # the dev key's own prefix
 
 
 def node_binary() -> Path:

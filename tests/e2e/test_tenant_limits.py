@@ -7,9 +7,12 @@ import anyio
 import boto3
 import httpx
 
+from devstack.environment import local_dataset_url
 from tests.e2e.conftest import mcp_client
 
-SALES = "s3://local-datasets/sales.csv"
+# Each tenant's own copy of the sample (datasets are readable under their owner's prefix only).
+SALES = local_dataset_url("apikey:user-bob", "sales.csv")
+ALICE_SALES = local_dataset_url("apikey:user-alice", "sales.csv")
 LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
 
 
@@ -71,7 +74,7 @@ def test_job_quotas_refuse_with_a_typed_error_and_queue_nothing_more(endpoint_fa
     assert endpoint.local.queue_depth("JobQueue") == 1
 
     # And alice (pro) is not held to bob's tier
-    assert not call(endpoint, endpoint.alice_key, "submit_analysis", {"dataset_url": SALES}).is_error
+    assert not call(endpoint, endpoint.alice_key, "submit_analysis", {"dataset_url": ALICE_SALES}).is_error
 
 
 def test_endpoint_cap_and_unregister_through_the_tools(endpoint_factory):
