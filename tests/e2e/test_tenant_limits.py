@@ -148,4 +148,4 @@ def test_a_hostile_tenant_trying_every_limit_finds_nothing_past_them(endpoint_fa
     listed = call(endpoint, bob, "list_endpoints", {}).structured_content["endpoints"]
     assert len(listed) == 2
     jobs = boto3.client("dynamodb").scan(TableName=local.table_name("JobTable"))["Items"]
-    assert sum(1 for job in jobs if job.get("userId", {}).get("S") == "user-bob") == 3
+    assert sum(1 for job in jobs if job.get("userId", {}).get("S") == "apikey:user-bob") == 3
