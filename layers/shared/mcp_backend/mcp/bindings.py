@@ -281,7 +281,9 @@ class StrictArguments:
         if not isinstance(name, str):
             raise MCPError(INVALID_PARAMS, "tools/call: params.name must be a string naming a tool")
         model = self.input_models.get(name)
-        arguments = params.get("arguments") or {}
+        arguments = params.get("arguments", {})
+        if arguments is None:  # absent and null are an empty argument object; [] or "" are not objects
+            arguments = {}
         if model is not None:
             if not isinstance(arguments, Mapping):
                 raise MCPError(INVALID_PARAMS, f"{name}: params.arguments must be an object")
