@@ -90,7 +90,12 @@ def outcome_on(browser: Browser, page: PageServer, url: str, key: str) -> list[d
 
 
 def tools_of(body: str) -> list[str]:
-    messages = [json.loads(line[len("data: ") :]) for line in body.splitlines() if line.startswith("data: ")]
+    """The listed tool names, whichever form the endpoint answered in: one JSON body (tools/list is ready at
+    once) or an event stream."""
+    if body.lstrip().startswith("{"):
+        messages = [json.loads(body)]
+    else:
+        messages = [json.loads(line[len("data: ") :]) for line in body.splitlines() if line.startswith("data: ")]
     return [tool["name"] for tool in messages[-1]["result"]["tools"]]
 
 
