@@ -65,4 +65,4 @@ def test_a_throwaway_tool_added_by_one_entry_is_listed_submitted_run_by_the_work
     # Then the worker ran the new tool for the caller
     assert job["status"] == "SUCCEEDED"
     assert job["tool"] == "count_words"
-    assert job["result"] == {"words": 3, "by": "user-alice"}
+    assert job["result"] == {"words": 3, "by": "apikey:user-alice"}  # the caller, namespaced by how it authenticated
