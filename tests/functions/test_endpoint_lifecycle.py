@@ -12,7 +12,7 @@ import pytest
 from mcp_backend.config import ProbeDispatcherSettings, load_settings
 from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.probes.dispatcher import ProbeDispatcher
-from mcp_backend.probes.errors import EndpointNotFound
+from mcp_backend.probes.errors import EndpointUnregistered
 from mcp_backend.probes.registry import EndpointRegistry
 from mcp_backend.quotas import EndpointQuota, QuotaExceeded
 from tests.conftest import load_event
@@ -96,14 +96,14 @@ def test_a_probe_in_flight_for_an_unregistered_endpoint_raises_and_alerts_nobody
     boto3.client("dynamodb").delete_item(
         TableName=local.table_name("MonitorTable"), Key={"serverId": {"S": "srv-gone"}, "sortKey": {"S": "endpoint"}}
     )
-    with pytest.raises(EndpointNotFound):
+    with pytest.raises(EndpointUnregistered):
         worker.handle({"serverId": "srv-gone", "endpoint": "https://mcp.example.com/mcp"})
 
     # When its OnFailure envelope reaches the AlertHandler
     observer = alert_observer(local)
     event = copy.deepcopy(load_event("alert_handler/failure-unreachable.json"))
     body = json.loads(event["Records"][0]["body"])
-    body["responsePayload"] = {"errorType": "EndpointNotFound", "errorMessage": "endpoint srv-gone is gone"}
+    body["responsePayload"] = {"errorType": "EndpointUnregistered", "errorMessage": "endpoint srv-gone is gone"}
     event["Records"][0]["body"] = json.dumps(body)
     response = local.invoke("AlertHandler", event)
 

@@ -22,7 +22,7 @@ from mcp_backend.idempotency import run_once_or_none
 from mcp_backend.monitor.items import ProbeStatus
 from mcp_backend.observability import logger, metrics
 from mcp_backend.probes.envelope import DestinationEnvelope, MalformedEnvelope
-from mcp_backend.probes.errors import EndpointNotFound
+from mcp_backend.probes.errors import EndpointUnregistered
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -92,7 +92,7 @@ class AlertHandler:
             "timestamp": envelope.timestamp.isoformat(),
         }
         payload = envelope.response_payload or {}
-        if not envelope.succeeded and payload.get("errorType") == EndpointNotFound.__name__:
+        if not envelope.succeeded and payload.get("errorType") == EndpointUnregistered.__name__:
             return None  # unregistered while its probe was in flight: its owner asked for no more alerts
         if envelope.succeeded:
             status = payload.get("status")

@@ -37,5 +37,8 @@ class ProbeRefused(ProbeFailed):
     """The URL is not one a probe may call (scheme, or a private address outside the local stack)."""
 
 
-class EndpointNotFound(ProbeFailed):
-    """The event names a server id that no registered endpoint has."""
+class EndpointUnregistered(ProbeFailed):
+    """The event names a server id that no registered endpoint has (unregistered while its probe was due).
+
+    Distinct from the tools' EndpointNotFound, which answers a caller that names no endpoint of its own.
+    """

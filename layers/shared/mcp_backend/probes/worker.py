@@ -22,7 +22,7 @@ from mcp_backend.netsafety import UnsafeEndpointUrl, resolve_endpoint
 from mcp_backend.observability import logger
 from mcp_backend.probes.client import ProbeRequest, probe
 from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
-from mcp_backend.probes.errors import EndpointNotFound, ProbeFailed, ProbeRefused
+from mcp_backend.probes.errors import EndpointUnregistered, ProbeFailed, ProbeRefused
 from mcp_backend.validation import describe_validation_error
 
 if TYPE_CHECKING:
@@ -104,6 +104,6 @@ class ProbeWorker:
     def _registered(self, server_id: str) -> tuple[str, str | None]:
         target = self.table.probe_target(server_id)
         if target is None:
-            raise EndpointNotFound(f"endpoint {server_id} is no longer registered")
+            raise EndpointUnregistered(f"endpoint {server_id} is no longer registered")
         url, owner_id, sealed = target
         return url, self.cipher.open(server_id, owner_id, sealed) if sealed else None
