@@ -25,29 +25,29 @@ import boto3
 import httpx
 from botocore.config import Config
 
-from devstack.async_invoke import AWS_RETRY_DELAYS, AsyncConfig, AsyncInvoker
-from devstack.atomic_items import make_item_operations_atomic
-from devstack.cognito import ClientCredentialsTokens
-from devstack.deliveries import Deliveries
-from devstack.destinations import Destinations
-from devstack.environment import LocalEnvironment
-from devstack.function_errors import FunctionError
-from devstack.intrinsics import Unsupported
-from devstack.lambda_api import LambdaApi
-from devstack.lambda_runtime import DEFAULT_BUILD_DIR, LambdaRuntime
-from devstack.logs import PrefixedStream
-from devstack.pollers import PollerGate
-from devstack.queue_state import restore_messages, saved_messages
-from devstack.runtime import HandlerImportError
+from devstack.front_doors.async_invoke import AWS_RETRY_DELAYS, AsyncConfig, AsyncInvoker
+from devstack.front_doors.destinations import Destinations
+from devstack.front_doors.function_urls import NotAWebFunction, WebFunction
+from devstack.front_doors.function_urls import serve as serve_web
+from devstack.front_doors.function_urls import stop as stop_web
+from devstack.front_doors.lambda_api import LambdaApi
+from devstack.front_doors.web_adapter import serve_function_url
+from devstack.runtime.function_errors import FunctionError
+from devstack.runtime.in_process import HandlerImportError
+from devstack.runtime.lambda_runtime import DEFAULT_BUILD_DIR, LambdaRuntime
+from devstack.runtime.logs import PrefixedStream
+from devstack.sources.batches_in_delivery import Deliveries
+from devstack.sources.pollers import PollerGate
 from devstack.sources.sqs import SqsEventSource
 from devstack.sources.streams import DynamoDBStreamEventSource, KinesisEventSource, StreamEventSource
-from devstack.sqs_move_task import MotoServerWithMoveTasks
-from devstack.template import Template, load_template
-from devstack.web import NotAWebFunction, WebFunction
-from devstack.web import serve as serve_web
-from devstack.web import stop as stop_web
-from devstack.web_adapter import serve_function_url
-from devstack.writes import WriteSignal
+from devstack.sources.write_signal import WriteSignal
+from devstack.sqs_extras.move_tasks import MotoServerWithMoveTasks
+from devstack.sqs_extras.queue_state import restore_messages, saved_messages
+from devstack.stack.atomic_items import make_item_operations_atomic
+from devstack.stack.cognito import ClientCredentialsTokens
+from devstack.stack.intrinsics import Unsupported
+from devstack.stack.template import Template, load_template
+from devstack.wired_stack import LocalEnvironment
 
 log = logging.getLogger("devstack")
 
@@ -99,7 +99,7 @@ class DevStackOptions:
         default_factory=lambda: {"DATASET_ALLOW_LOOPBACK_HOSTS": "true", "PROBE_ALLOW_LOOPBACK_HOSTS": "true"}
     )
     # "inprocess": functions imported from their source folders; "lambda": the build output in
-    # Lambda-shaped sandboxes through the Runtime Interface Client (devstack.lambda_runtime).
+    # Lambda-shaped sandboxes through the Runtime Interface Client (devstack.runtime.lambda_runtime).
     runtime: str = "inprocess"
     build_dir: Path = DEFAULT_BUILD_DIR
     prewarm: bool = True  # lambda runtime: start one environment per function at start (init errors show)
@@ -156,7 +156,7 @@ class DevStack:
         make_item_operations_atomic()
         self._moto = MotoServerWithMoveTasks(ip_address=self.options.host, port=self.options.aws_port, verbose=False)
         self._moto.start()
-        # Event-source loops wait for a write rather than poll an idle stack (devstack.writes).
+        # Event-source loops wait for a write rather than poll an idle stack (devstack.sources.write_signal).
         self._moto._server.app = self.writes.wrap(self._moto._server.app)
         # moto keeps its state per process: start from nothing, then restore what state_dir holds.
         httpx.post(f"{self.aws_url}/moto-api/reset", timeout=10).raise_for_status()

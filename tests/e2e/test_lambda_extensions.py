@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from devstack import lambda_runtime
-from devstack.function_errors import FunctionError
-from devstack.lambda_runtime import (
+from devstack.runtime import lambda_runtime
+from devstack.runtime.function_errors import FunctionError
+from devstack.runtime.lambda_runtime import (
     LambdaFunction,
     LambdaRuntime,
     LambdaRuntimeUnavailable,
     prepare_runtime_image,
 )
-from devstack.stack import FunctionSpec
+from devstack.stack.resources import FunctionSpec
 from tests.e2e.conftest import process_states, wait_until
 
 pytestmark = pytest.mark.e2e

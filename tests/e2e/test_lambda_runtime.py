@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from devstack.function_errors import FunctionError
-from devstack.lambda_runtime import (
+from devstack.runtime.function_errors import FunctionError
+from devstack.runtime.lambda_runtime import (
     LAMBDA_LD_LIBRARY_PATH,
     LAMBDA_PATH,
     LambdaFunction,
@@ -25,7 +25,7 @@ from devstack.lambda_runtime import (
     RuntimeImage,
     prepare_runtime_image,
 )
-from devstack.stack import FunctionSpec
+from devstack.stack.resources import FunctionSpec
 from tests.e2e.conftest import BUILD_DIR, require_build
 
 pytestmark = pytest.mark.e2e

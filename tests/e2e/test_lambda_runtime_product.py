@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from devstack import lambda_runtime
 from devstack.__main__ import banner, issue_dev_keys
+from devstack.runtime import lambda_runtime
 from mcp_backend.jobs.store import JobStore
 from tests.e2e.conftest import process_states, wait_until
 

@@ -3,7 +3,7 @@ a newcomer reads first cannot drift from the tree."""
 
 from __future__ import annotations
 
-from devstack.template import ROOT
+from devstack.stack.template import ROOT
 from tests.unit.test_import_graph import LAYERS
 
 PAGE = (ROOT / "docs" / "architecture.md").read_text()

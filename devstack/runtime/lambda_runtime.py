@@ -2,9 +2,9 @@
 environment, started by the runtime's own bootstrap and AWS's Runtime Interface Client (awslambdaric).
 
 - An execution environment is one process tree started from `.aws-sam/build/<LogicalId>` (see
-  devstack.sandbox for its file system) with exactly the variables the Lambda Python runtime documents,
+  devstack.runtime.sandbox for its file system) with exactly the variables the Lambda Python runtime documents,
   the template's Environment and the local stack's endpoints. It serves one invocation at a time
-  through its own Runtime API (devstack.runtime_api) and is reused while warm.
+  through its own Runtime API (devstack.runtime.runtime_api) and is reused while warm.
 - A function gets up to N environments at once: its ReservedConcurrentExecutions, else its SQS
   mapping's ScalingConfig.MaximumConcurrency, else DEFAULT_CONCURRENCY.
 - An invocation past the function's Timeout kills its environment (the next one is a cold start) and
@@ -12,7 +12,7 @@ environment, started by the runtime's own bootstrap and AWS's Runtime Interface 
   readiness check that never answers) fails the invocation with the error type Lambda gives it.
 - Each environment's output is prefixed `[LogicalId/env] `; each invocation ends with a REPORT line.
 - Exec-wrapper functions behind the Lambda Web Adapter are started through the wrapper, which runs
-  their start script; devstack.web_adapter then plays the adapter's part (readiness check, proxying).
+  their start script; devstack.front_doors.web_adapter then plays the adapter's part (readiness check, proxying).
 - An idle environment is frozen (SIGSTOP to its process group: the runtime, its extensions and what a
   start script launched) and thawed (SIGCONT) before its next event: an invocation, a proxied request or
   SHUTDOWN. "Lambda freezes the execution environment when the runtime and each extension have completed
@@ -49,12 +49,12 @@ from typing import Any, TextIO
 
 import httpx
 
-from devstack import leases, procfs
-from devstack.extensions_api import SANDBOX_HOST, ExtensionsApi
-from devstack.function_errors import FunctionError
-from devstack.interpreter import RUNTIME_VERSION, UV, InterpreterNotFound, find_runtime_python
-from devstack.runtime_api import Invocation, RuntimeApi
-from devstack.sandbox import (
+from devstack.runtime import leases, procfs
+from devstack.runtime.extensions_api import SANDBOX_HOST, ExtensionsApi
+from devstack.runtime.function_errors import FunctionError
+from devstack.runtime.interpreter import RUNTIME_VERSION, UV, InterpreterNotFound, find_runtime_python
+from devstack.runtime.runtime_api import Invocation, RuntimeApi
+from devstack.runtime.sandbox import (
     RUNTIME_DIR,
     TASK_ROOT,
     SandboxLayout,
@@ -64,8 +64,8 @@ from devstack.sandbox import (
     sandbox_command,
     unavailable_reason,
 )
-from devstack.stack import FunctionSpec
-from devstack.template import ROOT
+from devstack.stack.resources import FunctionSpec
+from devstack.stack.template import ROOT
 
 log = logging.getLogger("devstack.lambda")
 
@@ -74,8 +74,8 @@ DEFAULT_BUILD_DIR = ROOT / ".aws-sam" / "build"
 RUNTIME_CACHE = ROOT / ".devstack" / "runtime"
 BOOTSTRAP_FILES = Path(__file__).parent / "var_runtime"
 # Stand-in for the Lambda Web Adapter layer's /opt/bootstrap (exec the function's start script); the
-# adapter's extension half is devstack.web_adapter.
-WEB_ADAPTER_LAYER = Path(__file__).parent / "layers" / "lambda-web-adapter"
+# adapter's extension half is devstack.front_doors.web_adapter.
+WEB_ADAPTER_LAYER = Path(__file__).parents[1] / "front_doors" / "layers" / "lambda-web-adapter"
 WEB_ADAPTER_LAYER_NAME = ":layer:LambdaAdapterLayer"
 # Lambda's values for the Python runtimes: configuration-envvars.html lists PATH and LD_LIBRARY_PATH (its
 # older copies omit /var/lang, which the python3.11+ runtimes put first; that part is from the runtime
