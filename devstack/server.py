@@ -32,9 +32,10 @@ from devstack.front_doors.function_urls import serve as serve_web
 from devstack.front_doors.function_urls import stop as stop_web
 from devstack.front_doors.lambda_api import LambdaApi
 from devstack.front_doors.web_adapter import serve_function_url
+from devstack.runtime.build_output import DEFAULT_BUILD_DIR
 from devstack.runtime.function_errors import FunctionError
 from devstack.runtime.in_process import HandlerImportError
-from devstack.runtime.lambda_runtime import DEFAULT_BUILD_DIR, LambdaRuntime
+from devstack.runtime.lambda_runtime import LambdaRuntime
 from devstack.runtime.logs import PrefixedStream
 from devstack.sources.batches_in_delivery import Deliveries
 from devstack.sources.pollers import PollerGate

@@ -15,17 +15,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from devstack.runtime.build_output import DEFAULT_BUILD_DIR, check_build, layer_dirs_for
+from devstack.runtime.execution_environment import LambdaFunction
 from devstack.runtime.in_process import FunctionRuntime
-from devstack.runtime.lambda_runtime import (
-    DEFAULT_BUILD_DIR,
-    DEFAULT_CONCURRENCY,
-    LambdaFunction,
-    LambdaRuntime,
-    check_build,
-    host_architecture,
-    layer_dirs_for,
-    prepare_runtime_image,
-)
+from devstack.runtime.lambda_runtime import DEFAULT_CONCURRENCY, LambdaRuntime
+from devstack.runtime.runtime_image import host_architecture, prepare_runtime_image
 from devstack.sources.sqs import SqsEventSource
 from devstack.stack.resources import LocalStack, unqualified
 from devstack.stack.template import ROOT, Template

@@ -15,8 +15,9 @@ import time
 import uuid
 from pathlib import Path
 
+from devstack.runtime.execution_environment import LambdaFunction
 from devstack.runtime.in_process import FunctionRuntime
-from devstack.runtime.lambda_runtime import FunctionPool, LambdaFunction, LambdaRuntime
+from devstack.runtime.lambda_runtime import FunctionPool, LambdaRuntime
 from devstack.server import DevStack
 from devstack.stack.resources import FunctionSpec
 from tests.bench.measure import ROOT, lambda_runtime_stack

@@ -16,7 +16,7 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
-from devstack.runtime.lambda_runtime import prepare_runtime_image
+from devstack.runtime.runtime_image import prepare_runtime_image
 from tests.bench.measure import (
     RESULTS,
     DeployedPython,

@@ -22,7 +22,9 @@ import pytest
 import uvicorn
 
 from devstack.runtime import procfs
-from devstack.runtime.lambda_runtime import DEFAULT_BUILD_DIR, ExecutionEnvironment, LambdaRuntimeUnavailable
+from devstack.runtime.build_output import DEFAULT_BUILD_DIR
+from devstack.runtime.execution_environment import ExecutionEnvironment
+from devstack.runtime.runtime_image import LambdaRuntimeUnavailable
 from devstack.server import DevStack, DevStackOptions, PortInUse
 from devstack.stack.template import load_template
 
