@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
-from devstack.server import LOCAL_CREDENTIALS
+from devstack.process_environment import LOCAL_CREDENTIALS
 from devstack.stack.resources import LOCAL_STACK_NAME
 from devstack.stack.template import ROOT
 
