@@ -5,7 +5,7 @@ script launched answers its readiness check, then turns each Function URL invoca
 request to that app and relays the response, streamed when AWS_LWA_INVOKE_MODE=response_stream.
 Here the start script really runs, in the function's sandbox (devstack.runtime.lambda_runtime), launched by
 the layer's /opt/bootstrap wrapper; the readiness wait is part of the environment's init
-(execution_environment.AdapterSettings) and this module does the relaying. Both read the adapter's
+(devstack.runtime.adapter_readiness) and this module does the relaying. Both read the adapter's
 documented settings (https://github.com/awslabs/aws-lambda-web-adapter, README):
 - AWS_LWA_PORT (falls back to PORT, default 8080): where the app listens. Every sandbox here shares
   the machine's loopback, so each environment is given its own port through these variables;
@@ -27,8 +27,10 @@ import anyio
 import httpx
 
 from devstack.front_doors.function_urls import WebFunction, serve_app, with_request_context
-from devstack.runtime.execution_environment import AdapterSettings, ExecutionEnvironment, timeout_document
+from devstack.runtime.adapter_readiness import AdapterSettings
+from devstack.runtime.execution_environment import ExecutionEnvironment
 from devstack.runtime.function_errors import FunctionError
+from devstack.runtime.invocation_records import timeout_document
 from devstack.runtime.lambda_runtime import FunctionPool, Throttled
 from devstack.runtime.runtime_api import trace_header
 

@@ -22,13 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-import httpx
-
 from devstack.runtime import leases, procfs
 from devstack.runtime.build_output import external_extensions
 from devstack.runtime.extensions_api import SANDBOX_HOST, ExtensionsApi
 from devstack.runtime.function_errors import FunctionError
 from devstack.runtime.interpreter import RUNTIME_VERSION
+from devstack.runtime.invocation_records import Report, telemetry_status, timeout_document
 from devstack.runtime.runtime_api import Invocation, RuntimeApi
 from devstack.runtime.runtime_image import RuntimeImage
 from devstack.runtime.sandbox import (
@@ -80,64 +79,6 @@ class LambdaFunction:
     @property
     def exec_wrapper(self) -> str | None:
         return self.environment.get("AWS_LAMBDA_EXEC_WRAPPER")
-
-
-@dataclass
-class Report:
-    request_id: str
-    duration_ms: float
-    memory_mb: int
-    max_memory_mb: int
-    init_duration_ms: float | None
-
-    @property
-    def billed_ms(self) -> int:
-        return math.ceil(self.duration_ms + (self.init_duration_ms or 0))
-
-    def line(self) -> str:
-        text = (
-            f"REPORT RequestId: {self.request_id}\tDuration: {self.duration_ms:.2f} ms\t"
-            f"Billed Duration: {self.billed_ms} ms\t"
-            f"Memory Size: {self.memory_mb} MB\tMax Memory Used: {self.max_memory_mb} MB"
-        )
-        if self.init_duration_ms is not None:
-            text += f"\tInit Duration: {self.init_duration_ms:.2f} ms"
-        return text
-
-
-@dataclass(frozen=True)
-class AdapterSettings:
-    readiness_path: str
-    readiness_protocol: str
-    healthy: tuple[tuple[int, int], ...]
-    streaming: bool
-
-    @classmethod
-    def from_environment(cls, environment: dict[str, str]) -> AdapterSettings:
-        ranges = []
-        for part in environment.get("AWS_LWA_READINESS_CHECK_HEALTHY_STATUS", "100-499").split(","):
-            low, _, high = part.strip().partition("-")
-            ranges.append((int(low), int(high or low)))
-        return cls(
-            readiness_path=environment.get("AWS_LWA_READINESS_CHECK_PATH", "/"),
-            readiness_protocol=environment.get("AWS_LWA_READINESS_CHECK_PROTOCOL", "http"),
-            healthy=tuple(ranges),
-            streaming=environment.get("AWS_LWA_INVOKE_MODE", "buffered").lower() == "response_stream",
-        )
-
-    def ready(self, env: ExecutionEnvironment) -> bool:
-        """One readiness check of the environment's app."""
-        if self.readiness_protocol == "tcp":
-            try:
-                with socket.create_connection(("127.0.0.1", env.port or 0), timeout=0.2):
-                    return True
-            except OSError:
-                return False
-        try:
-            status = httpx.get(f"http://127.0.0.1:{env.port}{self.readiness_path}", timeout=0.5).status_code
-        except httpx.HTTPError:
-            return False
-        return any(low <= status <= high for low, high in self.healthy)
 
 
 class ExecutionEnvironment:
@@ -540,11 +481,6 @@ class ExecutionEnvironment:
         self._output_done.set()
 
 
-def telemetry_status(error: FunctionError) -> str:
-    """The Telemetry API status of a failed invocation."""
-    return {"Sandbox.Timedout": "timeout", "Runtime.ExitError": "failure"}.get(error.error_type, "error")
-
-
 def _epoch_ms() -> int:
     return int(time.time() * 1000)
 
@@ -556,15 +492,6 @@ def _wait_group_exit(pgid: int, seconds: float) -> None:
         if not procfs.group_states(pgid):
             return
         time.sleep(0.02)
-
-
-def timeout_document(request_id: str, timeout: int) -> dict[str, Any]:
-    """A timed-out invocation's error as Lambda reports it to Invoke and Destinations. The type and wording
-    are as Lambda returns them; no documentation page spelling them out was found with the search tool."""
-    return {
-        "errorType": "Sandbox.Timedout",
-        "errorMessage": f"RequestId: {request_id} Error: Task timed out after {timeout:.2f} seconds",
-    }
 
 
 def _free_port() -> int:

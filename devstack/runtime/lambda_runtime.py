@@ -39,13 +39,10 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from devstack.runtime import leases
-from devstack.runtime.execution_environment import (
-    AdapterSettings,
-    ExecutionEnvironment,
-    LambdaFunction,
-    telemetry_status,
-)
+from devstack.runtime.adapter_readiness import AdapterSettings
+from devstack.runtime.execution_environment import ExecutionEnvironment, LambdaFunction
 from devstack.runtime.function_errors import FunctionError
+from devstack.runtime.invocation_records import telemetry_status
 from devstack.runtime.runtime_image import RuntimeImage
 from devstack.runtime.sandbox import unavailable_reason
 
