@@ -88,7 +88,7 @@ layer-requirements: $(UV) ## export both layers' pinned requirements (with hashe
 		--output-file $(MCP_LAYER_REQUIREMENTS) --quiet
 
 build/expanded-template.json: template.yaml env
-	$(RUN) python -m devstack.template $@
+	$(RUN) python -m devstack.stack.template $@
 
 expanded: build/expanded-template.json ## write the SAM expansion of template.yaml (what tests and make dev read)
 
@@ -156,7 +156,7 @@ build-local: ## sam build for this machine's architecture (what the e2e tier and
 
 build: $(SAM) layer-requirements env ## sam build for arm64, no Docker (ARCH=x86_64 for an x86_64 host)
 	@case "$(ARCH)" in arm64|x86_64) ;; *) echo "ARCH must be arm64 or x86_64, not $(ARCH)" >&2; exit 2;; esac
-	LAMBDA_ARCHITECTURE=$(ARCH) LAMBDA_PYTHON="$$($(RUN) python -m devstack.interpreter 2>/dev/null)" \
+	LAMBDA_ARCHITECTURE=$(ARCH) LAMBDA_PYTHON="$$($(RUN) python -m devstack.runtime.interpreter 2>/dev/null)" \
 		$(SAM) build --template template.yaml --build-dir $(BUILD_DIR) --cache-dir .aws-sam/cache-$(ARCH) \
 		--parameter-overrides Architecture=$(ARCH)
 

@@ -20,11 +20,13 @@ from pathlib import Path
 import boto3
 import httpx
 
-from devstack.cognito import machine_clients
-from devstack.lambda_runtime import DEFAULT_BUILD_DIR, LambdaRuntimeUnavailable
+from devstack.ports import PortInUse
 from devstack.redrive import redrive_running_stack
-from devstack.running import SAM_ENV_FILE, announce, running_stack, withdraw
-from devstack.server import DevStack, DevStackOptions, PortInUse, install_log_prefixes
+from devstack.running_stack import SAM_ENV_FILE, announce, running_stack, withdraw
+from devstack.runtime.build_output import DEFAULT_BUILD_DIR
+from devstack.runtime.runtime_image import LambdaRuntimeUnavailable
+from devstack.server import DevStack, DevStackOptions, install_log_prefixes
+from devstack.stack.cognito import machine_clients
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,10 +27,11 @@ import boto3
 import httpx
 
 from devstack.__main__ import issue_dev_keys
-from devstack.function_errors import FunctionError
-from devstack.lambda_runtime import DEFAULT_BUILD_DIR, LambdaRuntimeUnavailable
-from devstack.running import running_stack
-from devstack.runtime import HandlerImportError
+from devstack.running_stack import running_stack
+from devstack.runtime.build_output import DEFAULT_BUILD_DIR
+from devstack.runtime.function_errors import FunctionError
+from devstack.runtime.in_process import HandlerImportError
+from devstack.runtime.runtime_image import LambdaRuntimeUnavailable
 from devstack.server import DevStack, DevStackOptions
 
 # Request headers the Function URL and the adapter own: never relayed from the event.

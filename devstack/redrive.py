@@ -1,15 +1,15 @@
 """`make redrive` against the running `make dev` stack: the operator's redrive (mcp_backend.jobs.redrive),
 pointed at the stack's AWS endpoint and its JobQueue, JobDeadLetterQueue and JobTable. The move task
-itself is answered by the stack (devstack.sqs_move_task), as SQS answers it on AWS."""
+itself is answered by the stack (devstack.sqs_extras.move_tasks), as SQS answers it on AWS."""
 
 from __future__ import annotations
 
 import os
 import sys
 
-from devstack.server import LOCAL_CREDENTIALS
-from devstack.stack import LOCAL_STACK_NAME
-from devstack.template import ROOT
+from devstack.process_environment import LOCAL_CREDENTIALS
+from devstack.stack.resources import LOCAL_STACK_NAME
+from devstack.stack.template import ROOT
 
 SHARED_LAYER = ROOT / "layers" / "shared"
 

@@ -10,7 +10,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from devstack.atomic_items import make_item_operations_atomic
+from devstack.stack.atomic_items import make_item_operations_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / "events"
@@ -22,7 +22,7 @@ def _shared_module_environment() -> None:
     Shared modules build Logger/Metrics at import; one imported by a unit test outside a function's
     environment would otherwise keep an empty metrics namespace for every later handler test.
     """
-    from devstack.template import load_template
+    from devstack.stack.template import load_template
 
     variables = load_template().source["Globals"]["Function"]["Environment"]["Variables"]
     for name, value in variables.items():
@@ -58,7 +58,7 @@ def aws():
 @pytest.fixture
 def local(aws):
     """The template's resources on moto, functions runnable in-process, sample datasets uploaded."""
-    from devstack.environment import LocalEnvironment
+    from devstack.wired_stack import LocalEnvironment
 
     environment = LocalEnvironment(boto3.client)
     environment.seed_datasets()

@@ -60,7 +60,7 @@ def lambda_event(records: list[dict[str, Any]], stream_arn: str, region: str = "
 
 def mapping_of(function_logical_id: str) -> dict[str, Any]:
     """The (single) event source mapping of a function, as template.yaml declares it."""
-    from devstack.template import load_template
+    from devstack.stack.template import load_template
 
     found = [
         resource["Properties"]
@@ -74,7 +74,7 @@ def mapping_of(function_logical_id: str) -> dict[str, Any]:
 
 def delivered(event: dict[str, Any], function_logical_id: str) -> dict[str, Any]:
     """What Lambda would invoke the function with: the records its mapping's FilterCriteria let through."""
-    from devstack.filters import RecordFilter
+    from devstack.sources.filters import RecordFilter
 
     record_filter = RecordFilter(mapping_of(function_logical_id).get("FilterCriteria"))
     return {"Records": [record for record in event["Records"] if record_filter.matches(record)]}

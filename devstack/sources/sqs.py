@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from devstack.filters import RecordFilter
-from devstack.function_errors import error_document, error_type
+from devstack.runtime.function_errors import error_document, error_type
+from devstack.sources.filters import RecordFilter
 
 log = logging.getLogger("devstack.sqs")
 

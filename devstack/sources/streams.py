@@ -27,9 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from devstack.destinations import Destinations
-from devstack.filters import RecordFilter
-from devstack.function_errors import error_type
+from devstack.front_doors.destinations import Destinations
+from devstack.runtime.function_errors import error_type
+from devstack.sources.filters import RecordFilter
 
 log = logging.getLogger("devstack.streams")
 

@@ -20,7 +20,7 @@ from typing import IO, Any
 import boto3
 import httpx
 
-from devstack.procfs import cpu_seconds
+from devstack.runtime.procfs import cpu_seconds
 from tests.bench.load import WARM_UP_REQUESTS
 from tests.bench.measure import RESULTS, ROOT
 from tests.e2e.conftest import free_port, mcp_environment
@@ -140,7 +140,7 @@ def run() -> list[str]:
 
 
 def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], processes: list) -> dict[str, Any]:
-    from devstack.environment import LocalEnvironment
+    from devstack.wired_stack import LocalEnvironment
     from mcp_backend.api_keys import add_api_key
 
     def client(service: str) -> Any:

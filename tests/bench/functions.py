@@ -17,7 +17,7 @@ from pathlib import Path
 import boto3
 from moto import mock_aws
 
-from devstack.interpreter import RUNTIME_VERSION
+from devstack.runtime.interpreter import RUNTIME_VERSION
 from tests.bench.measure import RESULTS, ROOT, DeployedPython
 
 RUNS = 5
@@ -32,7 +32,7 @@ PROBE = (
     "elapsed = time.perf_counter() - t\n"
     "print(json.dumps({'seconds': elapsed, 'packages': sorted({m.split('.')[0] for m in sys.modules})}))\n"
 )
-# What the runtime sets beside the template's Environment (devstack.runtime.function_environment).
+# What the runtime sets beside the template's Environment (devstack.runtime.in_process.function_environment).
 RUNTIME_NAMES = ("AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_REGION", "_HANDLER")
 BARE_HANDLER = "import boto3\nclient = boto3.client('sqs')\ndef handler(event, context):\n    return None\n"
 
@@ -77,8 +77,8 @@ def _shipped(code_dir: Path, layer_ids: list[str], layer_dirs: list[Path]) -> di
 
 
 def run() -> list[str]:
-    from devstack.runtime import function_environment
-    from devstack.stack import LocalStack
+    from devstack.runtime.in_process import function_environment
+    from devstack.stack.resources import LocalStack
 
     with mock_aws():
         stack = LocalStack(boto3.client).create_all()

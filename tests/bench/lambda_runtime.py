@@ -15,10 +15,11 @@ import time
 import uuid
 from pathlib import Path
 
-from devstack.lambda_runtime import FunctionPool, LambdaFunction, LambdaRuntime
-from devstack.runtime import FunctionRuntime
+from devstack.runtime.execution_environment import LambdaFunction
+from devstack.runtime.in_process import FunctionRuntime
+from devstack.runtime.lambda_runtime import FunctionPool, LambdaRuntime
 from devstack.server import DevStack
-from devstack.stack import FunctionSpec
+from devstack.stack.resources import FunctionSpec
 from tests.bench.measure import ROOT, lambda_runtime_stack
 from tests.e2e.conftest import BUILD_DIR
 

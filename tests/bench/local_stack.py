@@ -12,8 +12,8 @@ import uuid
 
 import boto3
 
-from devstack import procfs
-from devstack.template import load_template
+from devstack.runtime import procfs
+from devstack.stack.template import load_template
 from tests.bench.measure import RESULTS, fresh_interpreter_seconds
 from tests.e2e.conftest import BUILD_DIR, start_make_dev
 

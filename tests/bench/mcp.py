@@ -12,7 +12,7 @@ import boto3
 import httpx
 from moto import mock_aws
 
-from devstack.interpreter import RUNTIME_VERSION
+from devstack.runtime.interpreter import RUNTIME_VERSION
 from tests.bench.measure import RESULTS, ROOT, DeployedPython, timed_in_new_interpreter
 
 # The load is far above a tier's rate: the limiter still counts every request, it never refuses one.
@@ -26,7 +26,7 @@ STOCK_APP_BUILD = "import tests.bench.stock_app as s\ns.create_app()"
 
 def run() -> list[str]:
     with mock_aws():
-        from devstack.environment import DATASET_BUCKET, LocalEnvironment
+        from devstack.wired_stack import DATASET_BUCKET, LocalEnvironment
         from tests.e2e.conftest import mcp_environment, serve
 
         local = LocalEnvironment(boto3.client)

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from devstack.lambda_runtime import check_build, host_architecture, layer_dirs_for, prepare_runtime_image
+from devstack.runtime.build_output import check_build, layer_dirs_for
+from devstack.runtime.runtime_image import host_architecture, prepare_runtime_image
 from devstack.server import DevStack, DevStackOptions
-from devstack.template import Template
+from devstack.stack.template import Template
 from tests.e2e.conftest import BUILD_DIR, free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -81,7 +81,7 @@ async def _profile(app: Any, headers: list[tuple[bytes, bytes]], body: bytes, re
 def main(server: str = "ours", request: str = "list", requests: str = "300") -> None:
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
     with mock_aws():
-        from devstack.environment import LocalEnvironment
+        from devstack.wired_stack import LocalEnvironment
         from tests.e2e.conftest import mcp_environment
 
         local = LocalEnvironment(boto3.client)

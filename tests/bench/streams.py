@@ -21,8 +21,8 @@ def run() -> list[str]:
     with mock_aws():
         from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 
-        from devstack.environment import LocalEnvironment
-        from devstack.runtime import LocalLambdaContext, function_environment
+        from devstack.runtime.in_process import LocalLambdaContext, function_environment
+        from devstack.wired_stack import LocalEnvironment
         from mcp_backend.batch import handle_batch
         from mcp_backend.calllog.analyzer import CallLogAnalyzer
         from mcp_backend.config import CallLogAnalyzerSettings, load_settings

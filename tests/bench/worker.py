@@ -16,7 +16,7 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
-from devstack.lambda_runtime import prepare_runtime_image
+from devstack.runtime.runtime_image import prepare_runtime_image
 from tests.bench.measure import (
     RESULTS,
     DeployedPython,
@@ -31,7 +31,7 @@ JOBS = 100
 
 def run() -> list[str]:
     with mock_aws():
-        from devstack.environment import LocalEnvironment
+        from devstack.wired_stack import LocalEnvironment
 
         environment = LocalEnvironment(boto3.client)
         spec = environment.stack.function("ToolWorker")
@@ -49,7 +49,7 @@ def run() -> list[str]:
     cold_import, baseline_boto3 = statistics.median(imports), statistics.median(boto3_imports)
 
     with mock_aws():
-        from devstack.environment import LocalEnvironment
+        from devstack.wired_stack import LocalEnvironment
 
         environment = LocalEnvironment(boto3.client)
         environment.seed_datasets()

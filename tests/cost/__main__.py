@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from devstack.template import ROOT
+from devstack.stack.template import ROOT
 from tests.cost.model import EXPECTED_FILE, count_changes, counts, load_expected, load_prices, write_expected
 from tests.cost.report import render
 from tests.cost.units import measure

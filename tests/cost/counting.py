@@ -19,7 +19,7 @@ from unittest import mock
 
 from botocore.client import BaseClient
 
-from devstack.runtime import FunctionRuntime
+from devstack.runtime.in_process import FunctionRuntime
 
 # Queues the local stack adds to emulate SNS -> Lambda and rule -> Lambda deliveries: not the account's queues.
 TAP_QUEUE_MARK = "devstack-tap-"

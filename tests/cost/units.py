@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 
 from devstack.__main__ import issue_dev_keys
-from devstack.environment import local_dataset_url
 from devstack.server import DevStack, DevStackOptions
 from devstack.sources.sqs import LONG_POLL_SECONDS
+from devstack.wired_stack import local_dataset_url
 from tests.bench.stock_app import create_app as create_probe_target
 from tests.cost.counting import RequestCounter, RequestLog
 from tests.cost.figures import Measurement, UnitFigures

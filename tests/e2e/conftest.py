@@ -21,10 +21,13 @@ import boto3
 import pytest
 import uvicorn
 
-from devstack import procfs
-from devstack.lambda_runtime import DEFAULT_BUILD_DIR, ExecutionEnvironment, LambdaRuntimeUnavailable
-from devstack.server import DevStack, DevStackOptions, PortInUse
-from devstack.template import load_template
+from devstack.ports import PortInUse
+from devstack.runtime import procfs
+from devstack.runtime.build_output import DEFAULT_BUILD_DIR
+from devstack.runtime.execution_environment import ExecutionEnvironment
+from devstack.runtime.runtime_image import LambdaRuntimeUnavailable
+from devstack.server import DevStack, DevStackOptions
+from devstack.stack.template import load_template
 
 SEMANTICS_TEMPLATE = Path(__file__).parent / "semantics" / "template.yaml"
 

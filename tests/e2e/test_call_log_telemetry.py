@@ -9,9 +9,10 @@ import json
 
 import pytest
 
-from devstack.function_errors import FunctionError
-from devstack.lambda_runtime import LambdaFunction, LambdaRuntime
-from devstack.stack import FunctionSpec
+from devstack.runtime.execution_environment import LambdaFunction
+from devstack.runtime.function_errors import FunctionError
+from devstack.runtime.lambda_runtime import LambdaRuntime
+from devstack.stack.resources import FunctionSpec
 from tests.e2e.conftest import BUILD_DIR, free_port
 from tests.kinesis import stream_records
 

@@ -14,15 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from devstack import lambda_runtime
-from devstack.function_errors import FunctionError
-from devstack.lambda_runtime import (
-    LambdaFunction,
-    LambdaRuntime,
-    LambdaRuntimeUnavailable,
-    prepare_runtime_image,
-)
-from devstack.stack import FunctionSpec
+from devstack.runtime import execution_environment
+from devstack.runtime.execution_environment import LambdaFunction
+from devstack.runtime.function_errors import FunctionError
+from devstack.runtime.lambda_runtime import LambdaRuntime
+from devstack.runtime.runtime_image import LambdaRuntimeUnavailable, prepare_runtime_image
+from devstack.stack.resources import FunctionSpec
 from tests.e2e.conftest import process_states, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -154,7 +151,7 @@ def test_an_idle_environment_is_frozen_thawed_for_its_next_invocation_and_still_
     with_extension, recorder, monkeypatch
 ):
     # Given a function whose layer ships an external extension, frozen soon after it goes idle
-    monkeypatch.setattr(lambda_runtime, "FREEZE_AFTER_SECONDS", 0.1)
+    monkeypatch.setattr(execution_environment, "FREEZE_AFTER_SECONDS", 0.1)
     runtime = with_extension()
     first = runtime.invoke("Probe", {})
     [env] = runtime.pool("Probe").environments()

@@ -15,17 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from devstack.function_errors import FunctionError
-from devstack.lambda_runtime import (
-    LAMBDA_LD_LIBRARY_PATH,
-    LAMBDA_PATH,
-    LambdaFunction,
-    LambdaRuntime,
-    LambdaRuntimeUnavailable,
-    RuntimeImage,
-    prepare_runtime_image,
-)
-from devstack.stack import FunctionSpec
+from devstack.runtime.execution_environment import LAMBDA_LD_LIBRARY_PATH, LAMBDA_PATH, LambdaFunction
+from devstack.runtime.function_errors import FunctionError
+from devstack.runtime.lambda_runtime import LambdaRuntime
+from devstack.runtime.runtime_image import LambdaRuntimeUnavailable, RuntimeImage, prepare_runtime_image
+from devstack.stack.resources import FunctionSpec
 from tests.e2e.conftest import BUILD_DIR, require_build
 
 pytestmark = pytest.mark.e2e

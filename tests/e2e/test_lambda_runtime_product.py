@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from devstack import lambda_runtime
 from devstack.__main__ import banner, issue_dev_keys
+from devstack.runtime import execution_environment
 from mcp_backend.jobs.store import JobStore
 from tests.e2e.conftest import process_states, wait_until
 
@@ -49,7 +49,7 @@ def test_mcp_server_starts_from_its_start_script_with_only_what_lambda_provides(
 
 def test_mcp_server_answers_after_its_idle_environment_was_frozen(start_stack, monkeypatch):
     # Given the product stack in the Lambda runtime, environments frozen soon after they go idle
-    monkeypatch.setattr(lambda_runtime, "FREEZE_AFTER_SECONDS", 0.1)
+    monkeypatch.setattr(execution_environment, "FREEZE_AFTER_SECONDS", 0.1)
     stack = start_stack(runtime="lambda")
     [key] = issue_dev_keys(stack).values()
     [web] = stack.web_functions.values()

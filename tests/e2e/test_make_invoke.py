@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from devstack.__main__ import issue_dev_keys
-from devstack.function_errors import FunctionError
 from devstack.invoke import fresh_stack, invoke_on
-from devstack.lambda_runtime import LambdaRuntimeUnavailable
+from devstack.runtime.function_errors import FunctionError
+from devstack.runtime.runtime_image import LambdaRuntimeUnavailable
 from devstack.server import DevStack
 from tests.conftest import EVENTS, ROOT
 from tests.e2e.conftest import BUILD_DIR, PRODUCT_RUNTIME, start_make_dev

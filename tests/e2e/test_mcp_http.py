@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from devstack.environment import local_dataset_url
+from devstack.wired_stack import local_dataset_url
 from tests.e2e.conftest import ALLOWED_ORIGIN, TEST_KEEPALIVE_SECONDS
 
 LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}

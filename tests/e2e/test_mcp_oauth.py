@@ -12,7 +12,7 @@ import pytest
 
 import devstack.__main__ as devstack_cli
 from devstack.__main__ import banner, issue_dev_keys
-from devstack.cognito import machine_clients
+from devstack.stack.cognito import machine_clients
 from tests.e2e.conftest import Endpoint, mcp_client
 
 pytestmark = pytest.mark.e2e

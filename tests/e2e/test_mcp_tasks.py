@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from devstack.__main__ import issue_dev_keys
-from devstack.environment import dataset_prefix, local_dataset_url
+from devstack.wired_stack import dataset_prefix, local_dataset_url
 from mcp_backend.jobs.store import JobStore
 from tests.e2e.conftest import Endpoint, wait_until
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from devstack.__main__ import issue_dev_keys
-from devstack.environment import local_dataset_url
+from devstack.wired_stack import local_dataset_url
 from mcp_backend.jobs.store import JobStore
 
 pytestmark = pytest.mark.e2e

@@ -7,7 +7,7 @@ import anyio
 import boto3
 import httpx
 
-from devstack.environment import local_dataset_url
+from devstack.wired_stack import local_dataset_url
 from tests.e2e.conftest import mcp_client
 
 # Each tenant's own copy of the sample (datasets are readable under their owner's prefix only).

@@ -11,7 +11,7 @@ import pytest
 import time_machine
 from botocore.exceptions import ClientError
 
-from devstack.runtime import LocalLambdaContext
+from devstack.runtime.in_process import LocalLambdaContext
 from mcp_backend.batch import UnexpectedEventSource
 from tests.conftest import load_event
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.template import load_template
+from devstack.stack.template import load_template
 
 FIGURES = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.json"
 MCP_STACK = {"mcp", "mcp_types", "starlette", "uvicorn", "sse_starlette"}

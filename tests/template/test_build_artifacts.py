@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.template import load_template
+from devstack.stack.template import load_template
 
 BUILD = Path(__file__).resolve().parents[2] / ".aws-sam" / "build"
 

@@ -9,7 +9,7 @@ import json
 
 import boto3
 
-from devstack.template import ROOT, load_template
+from devstack.stack.template import ROOT, load_template
 
 _SPEC = importlib.util.spec_from_file_location("deploy_parameters", ROOT / "deploy" / "deploy_parameters.py")
 assert _SPEC and _SPEC.loader

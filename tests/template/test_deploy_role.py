@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from samtranslator.yaml_helper import yaml_parse
 
-from devstack.template import ROOT
+from devstack.stack.template import ROOT
 from tests.template.test_invariants import RESOURCES, all_statements, as_list, of_type
 
 ROLE_TEMPLATE = yaml_parse((ROOT / "deploy" / "github-oidc-role.yaml").read_text())

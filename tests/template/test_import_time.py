@@ -8,8 +8,8 @@ import boto3
 import botocore.client
 import pytest
 
-from devstack.runtime import FunctionRuntime
-from devstack.template import load_template
+from devstack.runtime.in_process import FunctionRuntime
+from devstack.stack.template import load_template
 
 FUNCTIONS = sorted(
     logical_id
@@ -21,7 +21,7 @@ FUNCTIONS = sorted(
 @pytest.mark.parametrize("function_id", FUNCTIONS)
 def test_loading_the_handler_makes_no_aws_call(aws, monkeypatch, function_id):
     # Given the function as the template declares it, and every AWS API call recorded
-    from devstack.stack import LocalStack
+    from devstack.stack.resources import LocalStack
 
     spec = LocalStack(boto3.client).create_all().function(function_id)
     calls: list[str] = []

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from devstack.filters import RecordFilter
-from devstack.intrinsics import Scope
-from devstack.template import load_template
+from devstack.sources.filters import RecordFilter
+from devstack.stack.intrinsics import Scope
+from devstack.stack.template import load_template
 
 TEMPLATE = load_template()
 EXPANDED = TEMPLATE.expanded

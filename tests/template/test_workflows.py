@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devstack.template import ROOT
+from devstack.stack.template import ROOT
 
 WORKFLOWS = {path.name: yaml.safe_load(path.read_text()) for path in (ROOT / ".github" / "workflows").glob("*.yml")}
 

@@ -3,8 +3,8 @@ a newcomer reads first cannot drift from the tree."""
 
 from __future__ import annotations
 
-from devstack.template import ROOT
-from tests.unit.test_import_graph import LAYERS
+from devstack.stack.template import ROOT
+from tests.unit.test_import_graph import LAYERS, LOCAL_STACK_LAYERS
 
 PAGE = (ROOT / "docs" / "architecture.md").read_text()
 
@@ -26,4 +26,12 @@ def test_every_layer_of_the_shared_package_is_on_the_architecture_page():
     parts = set().union(*LAYERS)
 
     # Then the layering table names each
+    assert {name for name in parts if f"`{name}`" not in PAGE} == set()
+
+
+def test_every_layer_of_the_local_stack_is_on_the_architecture_page():
+    # Given every part of the local stack the import check places in a layer, but its top-level commands
+    parts = set().union(*LOCAL_STACK_LAYERS) - {"commands"}
+
+    # Then the page names each
     assert {name for name in parts if f"`{name}`" not in PAGE} == set()

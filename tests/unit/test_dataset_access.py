@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from devstack.environment import local_dataset_url
+from devstack.wired_stack import local_dataset_url
 from mcp_backend.tools import analyze_dataset, fetch
 from mcp_backend.tools.analyze_dataset import AnalyzeInput
 from mcp_backend.tools.context import ToolContext

@@ -1,10 +1,10 @@
-"""The gate between the local stack's SQS pollers and its stop (devstack.deliveries)."""
+"""The gate between the local stack's SQS pollers and its stop (devstack.sources.batches_in_delivery)."""
 
 from __future__ import annotations
 
 import threading
 
-from devstack.deliveries import Deliveries
+from devstack.sources.batches_in_delivery import Deliveries
 
 
 def test_a_batch_received_after_the_stop_began_is_refused():

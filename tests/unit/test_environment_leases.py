@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from devstack import leases, procfs
+from devstack.runtime import leases, procfs
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux /proc")
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 OWNER = textwrap.dedent(
     """
     import os, signal, subprocess, sys, time
-    from devstack import leases
+    from devstack.runtime import leases
     child = subprocess.Popen(["sleep", "300"], start_new_session=True)
     leases.take(child.pid, sandbox_root=None)
     os.killpg(child.pid, signal.SIGSTOP)
@@ -37,7 +37,9 @@ def lease_folder(tmp_path, monkeypatch):
 
 
 def start_owner(lease_folder) -> tuple[subprocess.Popen[str], int]:
-    code = f"from devstack import leases; from pathlib import Path; leases.LEASES = Path({str(lease_folder)!r})\n"
+    code = (
+        f"from devstack.runtime import leases; from pathlib import Path; leases.LEASES = Path({str(lease_folder)!r})\n"
+    )
     owner = subprocess.Popen(
         [sys.executable, "-c", code + OWNER],
         stdout=subprocess.PIPE,

@@ -1,6 +1,7 @@
 """First-party import graphs: in the shared package and in the local stack, no cycles between modules, and
 no first-party import hidden inside a function (where it could hide a cycle) unless it is there for cold
-start; in the shared package, no cycles between its top-level parts either."""
+start; in both, no cycles between their top-level parts either, and no part importing from a layer above its
+own."""
 
 from __future__ import annotations
 
@@ -145,12 +146,30 @@ def test_first_party_imports_are_at_module_level(package: Package):
     assert hidden == set()
 
 
-def layer_of(part_name: str) -> int:
+# The local stack's layers, top to bottom (docs/architecture.md, "The local stack's modules"): the developer's
+# commands (devstack's top-level modules) wire the front doors and event sources to the runtimes, which run
+# functions against the stack's resources. A new subpackage goes into one of them.
+LOCAL_STACK_LAYERS: list[set[str]] = [
+    {"commands"},  # make dev, make invoke, make redrive ...: the whole stack, or the stack wired without servers
+    {"front_doors", "sources"},  # the Invoke API, async invocation, Function URLs; SQS and stream pollers
+    {"runtime", "sqs_extras"},  # the functions in this process or in sandboxes; SQS behaviour moto lacks
+    {"stack"},  # the template, its resources on moto, moto's internals
+]
+
+
+def local_stack_part(module: str) -> str:
+    """The subpackage a local stack module is in (devstack.runtime.sandbox -> runtime); top-level modules are
+    the developer's commands."""
+    folders = LOCAL_STACK.modules[module].relative_to(LOCAL_STACK.directory).parts[:-1]
+    return folders[0] if folders else "commands"
+
+
+def layer_of(part_name: str, layers: list[set[str]] = LAYERS) -> int:
     short = part_name.removeprefix("mcp_backend").lstrip(".")
-    for depth, members in enumerate(LAYERS):
+    for depth, members in enumerate(layers):
         if short in members:
             return depth
-    raise AssertionError(f"{part_name} is in no layer: add it to LAYERS (and docs/architecture.md)")
+    raise AssertionError(f"{part_name} is in no layer: add it to its package's layers (and docs/architecture.md)")
 
 
 def test_every_part_imports_only_its_own_layer_or_below():
@@ -165,3 +184,43 @@ def test_every_part_imports_only_its_own_layer_or_below():
 
     # Then none reaches up to a layer above its own
     assert upward == []
+
+
+def local_stack_part_graph() -> dict[str, set[str]]:
+    parts: dict[str, set[str]] = {}
+    for module, targets in LOCAL_STACK.graph().items():
+        source = local_stack_part(module)
+        parts.setdefault(source, set()).update(
+            local_stack_part(target) for target in targets if local_stack_part(target) != source
+        )
+    return parts
+
+
+def test_no_two_parts_of_the_local_stack_import_each_other():
+    # Given the graph between the local stack's subpackages (and its commands)
+    parts = local_stack_part_graph()
+
+    # Then no part depends on itself through another
+    assert cycles(parts) == []
+
+
+def test_every_part_of_the_local_stack_imports_only_its_own_layer_or_below():
+    # Given every import between two parts of the local stack
+    upward = sorted(
+        f"{source} -> {target}"
+        for source, targets in local_stack_part_graph().items()
+        for target in targets
+        if layer_of(target, LOCAL_STACK_LAYERS) < layer_of(source, LOCAL_STACK_LAYERS)
+    )
+
+    # Then none reaches up to a layer above its own (the runtimes never reach for a front door, the stack for
+    # anything)
+    assert upward == []
+
+
+def test_every_part_of_the_local_stack_is_in_a_layer():
+    # Given the local stack's subpackages, and its commands
+    parts = {local_stack_part(module) for module in LOCAL_STACK.modules}
+
+    # Then each has its place in the layering
+    assert {name for name in parts if not any(name in members for members in LOCAL_STACK_LAYERS)} == set()

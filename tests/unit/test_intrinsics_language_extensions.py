@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from devstack.intrinsics import Scope, Unsupported
+from devstack.stack.intrinsics import Scope, Unsupported
 
 MAPPINGS = {"Layers": {"us-east-1": {"arm64": "arn:mapped"}}}
 RULES = {

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from devstack import interpreter
-from devstack.interpreter import InterpreterNotFound, find_runtime_python
-from devstack.lambda_runtime import LambdaRuntimeUnavailable, check_build
-from devstack.template import ROOT
+from devstack.runtime import interpreter
+from devstack.runtime.build_output import check_build
+from devstack.runtime.interpreter import InterpreterNotFound, find_runtime_python
+from devstack.runtime.runtime_image import LambdaRuntimeUnavailable
+from devstack.stack.template import ROOT
 from tests.e2e.conftest import free_port_block
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from devstack.sandbox import opt_dir
+from devstack.runtime.sandbox import opt_dir
 
 
 def test_layers_merge_folder_by_folder_and_a_later_layer_wins_a_file_both_ship(tmp_path):

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from devstack.template import ROOT
+from devstack.stack.template import ROOT
 
 TARGET = re.compile(r"^([a-zA-Z0-9_-]+):(?!=)")
 

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from devstack.template import ROOT
+from devstack.stack.template import ROOT
 
 PROBE = (
     "import json, sys\n"
@@ -24,8 +24,8 @@ def test_building_the_app_loads_no_aws_sdk_no_jwt_and_no_tracing_sdk(aws):
     # AuthMode: API keys)
     import boto3
 
-    from devstack.runtime import function_environment
-    from devstack.stack import LocalStack
+    from devstack.runtime.in_process import function_environment
+    from devstack.stack.resources import LocalStack
 
     stack = LocalStack(boto3.client).create_all()
     spec = stack.function("McpServer")

@@ -7,15 +7,15 @@ import ast
 
 import pytest
 
-from devstack.moto_internals import MOTO_VERSION, UnsupportedMotoVersion, check_moto_version
-from devstack.template import ROOT
+from devstack.stack.moto_internals import MOTO_VERSION, UnsupportedMotoVersion, check_moto_version
+from devstack.stack.template import ROOT
 
 PUBLIC_MOTO = {"moto"}  # `from moto import mock_aws` and the like: moto's public API
 
 
 def test_a_moto_version_the_local_stack_was_not_tested_with_is_refused_by_name():
     # When the compatibility module meets a moto minor version it was not written against
-    with pytest.raises(UnsupportedMotoVersion, match=r"moto 6\.0\.0 .*devstack/moto_internals\.py"):
+    with pytest.raises(UnsupportedMotoVersion, match=r"moto 6\.0\.0 .*devstack/stack/moto_internals\.py"):
         check_moto_version("6.0.0")
 
 

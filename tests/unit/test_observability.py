@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from devstack.runtime import LocalLambdaContext
+from devstack.runtime.in_process import LocalLambdaContext
 from mcp_backend.observability import count_limit_refusal, instrumented_handler, logger, metrics, tool_invocation
 
 

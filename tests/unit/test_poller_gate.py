@@ -1,12 +1,12 @@
 """An SQS mapping's pollers: one long-polls an idle queue, every one polls once messages come, and an
-empty long poll returns the queue to one (devstack.pollers)."""
+empty long poll returns the queue to one (devstack.sources.pollers)."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from devstack.pollers import PollerGate
+from devstack.sources.pollers import PollerGate
 
 
 def test_an_idle_queue_is_long_polled_by_one_poller_only():

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from devstack.filters import RecordFilter
-from devstack.template import load_template
+from devstack.sources.filters import RecordFilter
+from devstack.stack.template import load_template
 from tests.conftest import load_event
 
 RESOURCES = load_template().resources()

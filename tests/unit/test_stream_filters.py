@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.filters import RecordFilter
+from devstack.sources.filters import RecordFilter
 from mcp_backend.calllog.models import ACTIONABLE
 from tests.conftest import EVENTS, ROOT, load_event
 from tests.kinesis import mapping_of

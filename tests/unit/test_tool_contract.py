@@ -12,8 +12,8 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from devstack.intrinsics import Scope
-from devstack.template import load_template
+from devstack.stack.intrinsics import Scope
+from devstack.stack.template import load_template
 from mcp_backend.aws import AwsClients
 from mcp_backend.config import McpSettings, ToolSettings, WorkerSettings, load_settings
 from mcp_backend.jobs.store import JobStore

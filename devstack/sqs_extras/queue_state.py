@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from devstack.moto_internals import Message, queue_messages, sqs_queue
+from devstack.stack.moto_internals import Message, queue_messages, sqs_queue
 
 _FIELDS = (
     "sender_id",

@@ -25,8 +25,8 @@ from typing import Any
 
 import uvicorn
 
-from devstack.runtime import function_environment
-from devstack.stack import FunctionSpec
+from devstack.runtime.in_process import function_environment
+from devstack.stack.resources import FunctionSpec
 
 _UVICORN_TARGET = re.compile(r"uvicorn\s+(?P<flags>(?:--?\S+\s+)*)(?P<target>[\w.]+:[\w]+)")
 

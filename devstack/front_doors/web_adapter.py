@@ -3,9 +3,9 @@
 On Lambda the adapter (an extension in its layer) waits until the web app that the function's start
 script launched answers its readiness check, then turns each Function URL invocation into an HTTP
 request to that app and relays the response, streamed when AWS_LWA_INVOKE_MODE=response_stream.
-Here the start script really runs, in the function's sandbox (devstack.lambda_runtime), launched by
+Here the start script really runs, in the function's sandbox (devstack.runtime.lambda_runtime), launched by
 the layer's /opt/bootstrap wrapper; the readiness wait is part of the environment's init
-(lambda_runtime.AdapterSettings) and this module does the relaying. Both read the adapter's
+(devstack.runtime.adapter_readiness) and this module does the relaying. Both read the adapter's
 documented settings (https://github.com/awslabs/aws-lambda-web-adapter, README):
 - AWS_LWA_PORT (falls back to PORT, default 8080): where the app listens. Every sandbox here shares
   the machine's loopback, so each environment is given its own port through these variables;
@@ -26,10 +26,13 @@ from typing import Any
 import anyio
 import httpx
 
-from devstack.function_errors import FunctionError
-from devstack.lambda_runtime import AdapterSettings, ExecutionEnvironment, FunctionPool, Throttled, timeout_document
-from devstack.runtime_api import trace_header
-from devstack.web import WebFunction, serve_app, with_request_context
+from devstack.front_doors.function_urls import WebFunction, serve_app, with_request_context
+from devstack.runtime.adapter_readiness import AdapterSettings
+from devstack.runtime.execution_environment import ExecutionEnvironment
+from devstack.runtime.function_errors import FunctionError
+from devstack.runtime.invocation_records import timeout_document
+from devstack.runtime.lambda_runtime import FunctionPool, Throttled
+from devstack.runtime.runtime_api import trace_header
 
 log = logging.getLogger("devstack.web")
 

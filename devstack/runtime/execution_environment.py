@@ -1,82 +1,48 @@
-"""Functions run the way Lambda runs them: the built artifact, in a Lambda-shaped sandbox per execution
-environment, started by the runtime's own bootstrap and AWS's Runtime Interface Client (awslambdaric).
-
-- An execution environment is one process tree started from `.aws-sam/build/<LogicalId>` (see
-  devstack.sandbox for its file system) with exactly the variables the Lambda Python runtime documents,
-  the template's Environment and the local stack's endpoints. It serves one invocation at a time
-  through its own Runtime API (devstack.runtime_api) and is reused while warm.
-- A function gets up to N environments at once: its ReservedConcurrentExecutions, else its SQS
-  mapping's ScalingConfig.MaximumConcurrency, else DEFAULT_CONCURRENCY.
-- An invocation past the function's Timeout kills its environment (the next one is a cold start) and
-  fails with Sandbox.Timedout; an init failure (an import error, a start script that exits, a
-  readiness check that never answers) fails the invocation with the error type Lambda gives it.
-- Each environment's output is prefixed `[LogicalId/env] `; each invocation ends with a REPORT line.
-- Exec-wrapper functions behind the Lambda Web Adapter are started through the wrapper, which runs
-  their start script; devstack.web_adapter then plays the adapter's part (readiness check, proxying).
-- An idle environment is frozen (SIGSTOP to its process group: the runtime, its extensions and what a
-  start script launched) and thawed (SIGCONT) before its next event: an invocation, a proxied request or
-  SHUTDOWN. "Lambda freezes the execution environment when the runtime and each extension have completed
-  and there are no pending events" (lambda-runtime-environment.html); here after FREEZE_AFTER_SECONDS.
-
-https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html (lifecycle, init, timeouts)
-https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html (defined runtime variables)
+"""One execution environment: a sandboxed process tree (the runtime and its external extensions) started with
+Lambda's variables, supervised through init, invocations, freeze and thaw and shutdown, and what the platform
+tells its extensions and logs about each invocation (START, END, REPORT; platform.* events).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 import logging
 import math
 import os
-import platform
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-import httpx
-
-from devstack import leases, procfs
-from devstack.extensions_api import SANDBOX_HOST, ExtensionsApi
-from devstack.function_errors import FunctionError
-from devstack.interpreter import RUNTIME_VERSION, UV, InterpreterNotFound, find_runtime_python
-from devstack.runtime_api import Invocation, RuntimeApi
-from devstack.sandbox import (
+from devstack.runtime import leases, procfs
+from devstack.runtime.build_output import external_extensions
+from devstack.runtime.extensions_api import SANDBOX_HOST, ExtensionsApi
+from devstack.runtime.function_errors import FunctionError
+from devstack.runtime.interpreter import RUNTIME_VERSION
+from devstack.runtime.invocation_records import Report, telemetry_status, timeout_document
+from devstack.runtime.runtime_api import Invocation, RuntimeApi
+from devstack.runtime.runtime_image import RuntimeImage
+from devstack.runtime.sandbox import (
     RUNTIME_DIR,
     TASK_ROOT,
     SandboxLayout,
     emulated_paths,
-    namespaces_available,
     opt_dir,
     sandbox_command,
-    unavailable_reason,
 )
-from devstack.stack import FunctionSpec
-from devstack.template import ROOT
+from devstack.stack.resources import FunctionSpec
 
 log = logging.getLogger("devstack.lambda")
 
-DEFAULT_CONCURRENCY = 4
-DEFAULT_BUILD_DIR = ROOT / ".aws-sam" / "build"
-RUNTIME_CACHE = ROOT / ".devstack" / "runtime"
-BOOTSTRAP_FILES = Path(__file__).parent / "var_runtime"
-# Stand-in for the Lambda Web Adapter layer's /opt/bootstrap (exec the function's start script); the
-# adapter's extension half is devstack.web_adapter.
-WEB_ADAPTER_LAYER = Path(__file__).parent / "layers" / "lambda-web-adapter"
-WEB_ADAPTER_LAYER_NAME = ":layer:LambdaAdapterLayer"
+
 # Lambda's values for the Python runtimes: configuration-envvars.html lists PATH and LD_LIBRARY_PATH (its
 # older copies omit /var/lang, which the python3.11+ runtimes put first; that part is from the runtime
 # images, not from a page found here).
@@ -84,9 +50,6 @@ LAMBDA_PATH = "/var/lang/bin:/usr/local/bin:/usr/bin/:/bin:/opt/bin"
 LAMBDA_LD_LIBRARY_PATH = (
     "/var/lang/lib:/lib64:/usr/lib64:/var/runtime:/var/runtime/lib:/var/task:/var/task/lib:/opt/lib"
 )
-# Files that drive the build rather than being copied into it.
-_BUILD_INPUTS = {"Makefile", "requirements.txt"}
-INIT_LIMIT_SECONDS = 10.0
 # The Shutdown phase's limit: 2,000 ms, of which up to 300 ms go to the runtime and the rest to external
 # extensions (runtimes-extensions-api.html, Shutdown phase). Here the runtime is killed at once.
 SHUTDOWN_GRACE_SECONDS = 2.0
@@ -103,120 +66,6 @@ _START_EXTENSIONS_THEN_RUNTIME = (
 )  # on-demand init; past it Lambda re-runs init within the invocation's timeout
 
 
-class Throttled(Exception):
-    """Every environment the function may have is busy and the caller asked not to wait."""
-
-
-class LambdaRuntimeUnavailable(Exception):
-    """The Lambda runtime cannot start on this machine; the message is one line saying how to fix it."""
-
-
-def host_architecture() -> str:
-    machine = platform.machine().lower()
-    return {"aarch64": "arm64", "arm64": "arm64", "x86_64": "x86_64", "amd64": "x86_64"}.get(machine, machine)
-
-
-def check_build(build_dir: Path, architecture: str, code_paths: dict[str, Path]) -> None:
-    """Refuse a missing build, one for another architecture, or one older than the source."""
-    make = "make build" if architecture == "arm64" else f"make build ARCH={architecture}"
-    if build_dir.resolve() != DEFAULT_BUILD_DIR:
-        make += f" BUILD_DIR={build_dir}"
-    if not (build_dir / "template.yaml").exists():
-        raise LambdaRuntimeUnavailable(f"no build in {build_dir}: run `{make}` first")
-    machine = "aarch64" if architecture == "arm64" else architecture
-    foreign = [so for so in build_dir.glob("*/python/**/*.cpython-*-linux-gnu.so") if f"-{machine}-" not in so.name]
-    if foreign:
-        raise LambdaRuntimeUnavailable(
-            f"{build_dir} was built for another architecture ({foreign[0].name}): "
-            f"run `{make}` for this {architecture} host"
-        )
-    for logical_id, source in code_paths.items():
-        changed = _first_unbuilt_file(source, build_dir / logical_id)
-        if changed is not None:
-            raise LambdaRuntimeUnavailable(f"{build_dir} is older than {changed}: run `{make}`")
-
-
-def _first_unbuilt_file(source: Path, built: Path) -> Path | None:
-    """A source file whose built copy (at its path, or under python/ for a layer) is missing or differs."""
-    for path in sorted(source.rglob("*")):
-        if not path.is_file() or path.name in _BUILD_INPUTS or "__pycache__" in path.parts:
-            continue
-        relative = path.relative_to(source)
-        copies = [built / relative, built / "python" / relative]
-        if not any(copy.is_file() and copy.read_bytes() == path.read_bytes() for copy in copies):
-            return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-    return None
-
-
-# ---------------------------------------------------------------------- the runtime's own files
-@dataclass(frozen=True)
-class RuntimeImage:
-    """What every environment shares: python3.13 (/var/lang), the RIC (/var/runtime), boto3."""
-
-    python: Path
-    prefix: Path
-    runtime_dir: Path
-    provided_packages: Path
-    architecture: str
-    namespaces: bool
-
-
-def prepare_runtime_image() -> RuntimeImage:
-    try:
-        python = find_runtime_python(install=True)
-    except InterpreterNotFound as missing:
-        raise LambdaRuntimeUnavailable(str(missing)) from None
-    prefix = Path(
-        subprocess.run(
-            [str(python), "-c", "import sys; print(sys.base_prefix)"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    )
-    architecture = host_architecture()
-    interface = _export_group("lambda-runtime-interface")
-    provided = _export_group("lambda-runtime-provided")
-    bootstrap = b"".join(p.read_bytes() for p in sorted(BOOTSTRAP_FILES.iterdir()))
-    key = hashlib.sha256(
-        b"\0".join([interface.encode(), provided.encode(), bootstrap, str(prefix).encode(), architecture.encode()])
-    ).hexdigest()[:16]
-    base = RUNTIME_CACHE / f"python{RUNTIME_VERSION}-{architecture}-{key}"
-    runtime_dir, provided_dir = base / "var-runtime", base / "site-packages"
-    if not (base / "ready").exists():
-        shutil.rmtree(base, ignore_errors=True)
-        _install(python, interface, runtime_dir)
-        _install(python, provided, provided_dir)
-        for source in BOOTSTRAP_FILES.iterdir():
-            shutil.copy2(source, runtime_dir / source.name)
-        (base / "ready").write_text("")
-    return RuntimeImage(python, prefix, runtime_dir, provided_dir, architecture, namespaces_available())
-
-
-def _export_group(group: str) -> str:
-    """A dependency group's pins from uv.lock (the versions the local runtime installs)."""
-    return subprocess.run(
-        [str(UV), "export", "--frozen", "--only-group", group, "--no-hashes", "--no-header", "--no-emit-project"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    ).stdout
-
-
-def _install(python: Path, requirements: str, target: Path) -> None:
-    target.mkdir(parents=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".txt") as pins:
-        pins.write(requirements)
-        pins.flush()
-        result = subprocess.run(
-            [str(UV), "pip", "install", "--quiet", "--python", str(python), "--target", str(target), "-r", pins.name],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    if result.returncode != 0:
-        raise LambdaRuntimeUnavailable(f"could not install the Lambda runtime's packages: {result.stderr.strip()}")
-
-
-# ---------------------------------------------------------------------- one function as Lambda sees it
 @dataclass(frozen=True)
 class LambdaFunction:
     spec: FunctionSpec
@@ -230,64 +79,6 @@ class LambdaFunction:
     @property
     def exec_wrapper(self) -> str | None:
         return self.environment.get("AWS_LAMBDA_EXEC_WRAPPER")
-
-
-@dataclass
-class Report:
-    request_id: str
-    duration_ms: float
-    memory_mb: int
-    max_memory_mb: int
-    init_duration_ms: float | None
-
-    @property
-    def billed_ms(self) -> int:
-        return math.ceil(self.duration_ms + (self.init_duration_ms or 0))
-
-    def line(self) -> str:
-        text = (
-            f"REPORT RequestId: {self.request_id}\tDuration: {self.duration_ms:.2f} ms\t"
-            f"Billed Duration: {self.billed_ms} ms\t"
-            f"Memory Size: {self.memory_mb} MB\tMax Memory Used: {self.max_memory_mb} MB"
-        )
-        if self.init_duration_ms is not None:
-            text += f"\tInit Duration: {self.init_duration_ms:.2f} ms"
-        return text
-
-
-@dataclass(frozen=True)
-class AdapterSettings:
-    readiness_path: str
-    readiness_protocol: str
-    healthy: tuple[tuple[int, int], ...]
-    streaming: bool
-
-    @classmethod
-    def from_environment(cls, environment: dict[str, str]) -> AdapterSettings:
-        ranges = []
-        for part in environment.get("AWS_LWA_READINESS_CHECK_HEALTHY_STATUS", "100-499").split(","):
-            low, _, high = part.strip().partition("-")
-            ranges.append((int(low), int(high or low)))
-        return cls(
-            readiness_path=environment.get("AWS_LWA_READINESS_CHECK_PATH", "/"),
-            readiness_protocol=environment.get("AWS_LWA_READINESS_CHECK_PROTOCOL", "http"),
-            healthy=tuple(ranges),
-            streaming=environment.get("AWS_LWA_INVOKE_MODE", "buffered").lower() == "response_stream",
-        )
-
-    def ready(self, env: ExecutionEnvironment) -> bool:
-        """One readiness check of the environment's app."""
-        if self.readiness_protocol == "tcp":
-            try:
-                with socket.create_connection(("127.0.0.1", env.port or 0), timeout=0.2):
-                    return True
-            except OSError:
-                return False
-        try:
-            status = httpx.get(f"http://127.0.0.1:{env.port}{self.readiness_path}", timeout=0.5).status_code
-        except httpx.HTTPError:
-            return False
-        return any(low <= status <= high for low, high in self.healthy)
 
 
 class ExecutionEnvironment:
@@ -501,7 +292,7 @@ class ExecutionEnvironment:
                     self.end_runtime()  # the runtime is stopped at once; extensions get SHUTDOWN (timeout)
                     raise FunctionError(timeout_document(invocation.request_id, self.function.spec.timeout))
         except FunctionError as error:
-            self.end_invocation(request_id, started, _status(error), deadline)
+            self.end_invocation(request_id, started, telemetry_status(error), deadline)
             raise
         if invocation.error is not None:
             self.end_invocation(request_id, started, "error", deadline, len(invocation.response or b""))
@@ -690,22 +481,6 @@ class ExecutionEnvironment:
         self._output_done.set()
 
 
-def external_extensions(layer_dirs: tuple[Path, ...]) -> list[Path]:
-    """The executables Lambda starts as external extensions: /opt/extensions/* of the merged layers."""
-    return sorted(
-        path
-        for layer in layer_dirs
-        if (layer / "extensions").is_dir()
-        for path in (layer / "extensions").iterdir()
-        if path.is_file() and os.access(path, os.X_OK)
-    )
-
-
-def _status(error: FunctionError) -> str:
-    """The Telemetry API status of a failed invocation."""
-    return {"Sandbox.Timedout": "timeout", "Runtime.ExitError": "failure"}.get(error.error_type, "error")
-
-
 def _epoch_ms() -> int:
     return int(time.time() * 1000)
 
@@ -717,188 +492,6 @@ def _wait_group_exit(pgid: int, seconds: float) -> None:
         if not procfs.group_states(pgid):
             return
         time.sleep(0.02)
-
-
-def timeout_document(request_id: str, timeout: int) -> dict[str, Any]:
-    """A timed-out invocation's error as Lambda reports it to Invoke and Destinations. The type and wording
-    are as Lambda returns them; no documentation page spelling them out was found with the search tool."""
-    return {
-        "errorType": "Sandbox.Timedout",
-        "errorMessage": f"RequestId: {request_id} Error: Task timed out after {timeout:.2f} seconds",
-    }
-
-
-class FunctionPool:
-    """A function's execution environments: one invocation each at a time, reused while warm."""
-
-    def __init__(self, function: LambdaFunction, image: RuntimeImage, output: TextIO) -> None:
-        self.function = function
-        self.image = image
-        self.output = output
-        self._idle: list[ExecutionEnvironment] = []
-        self._count = 0
-        self._all: set[ExecutionEnvironment] = set()
-        self._condition = threading.Condition()
-        self.cold_starts = 0
-
-    @contextmanager
-    def environment(self, wait: bool = True) -> Iterator[ExecutionEnvironment]:
-        """An initialized environment for one invocation; it returns to the pool unless it was ended.
-        wait=False raises Throttled instead of waiting for a busy environment."""
-        env = self._acquire(wait)
-        healthy = False
-        try:
-            yield env
-            healthy = env.alive()
-        except FunctionError as error:
-            healthy = env.alive() and error.error_type not in ("Sandbox.Timedout", "Runtime.ExitError")
-            raise
-        finally:
-            self._release(env, healthy)
-
-    def invoke(self, event: Any) -> Any:
-        payload = json.dumps(event).encode()
-        with self.environment() as env:
-            init_ms = env.init_duration_ms if env.cold else None
-            env.cold = False
-            started = time.monotonic()
-            deadline = started + self.function.spec.timeout
-            request_id = str(uuid.uuid4())
-            env.print(f"START RequestId: {request_id} Version: $LATEST")
-            status = "success"
-            try:
-                response = env.invoke(payload, deadline, request_id)
-            except FunctionError as error:
-                status = _status(error)
-                if error.error_type == "Sandbox.Timedout":
-                    env.print(str(error.document["errorMessage"]))
-                raise
-            finally:
-                env.close_invocation(request_id, started, status, init_ms)
-        return json.loads(response) if response else None
-
-    def cpu_seconds(self) -> float:
-        """CPU time the function's live environments have used (benchmarks)."""
-        return sum(env.cpu_seconds() for env in self.environments())
-
-    def environments(self) -> list[ExecutionEnvironment]:
-        """The function's environments now: busy, idle and frozen ones."""
-        with self._condition:
-            return list(self._all)
-
-    def release_all(self) -> list[ExecutionEnvironment]:
-        """Every environment of the function, none idle any more (the caller stops them)."""
-        with self._condition:
-            self._idle.clear()
-            return list(self._all)
-
-    def _acquire(self, wait: bool) -> ExecutionEnvironment:
-        with self._condition:
-            while True:
-                while self._idle:
-                    env = self._idle.pop()
-                    if env.alive():
-                        env.thaw()
-                        return env
-                    self._forget(env)
-                if self._count < self.function.concurrency:
-                    self._count += 1
-                    break
-                if not wait:
-                    raise Throttled(self.function.spec.logical_id)
-                self._condition.wait()
-        env = ExecutionEnvironment(self.function, self.image, self.output)
-        with self._condition:
-            self._all.add(env)
-        try:
-            env.start()
-            limit = max(INIT_LIMIT_SECONDS, float(self.function.spec.timeout))
-            # An exec-wrapper function behind the web adapter is ready when its app answers the adapter's
-            # readiness check; a handler function when the runtime asks for its first invocation.
-            adapter = (
-                AdapterSettings.from_environment(self.function.environment) if self.function.exec_wrapper else None
-            )
-            env.wait_initialized(limit, (lambda: adapter.ready(env)) if adapter is not None else None)
-        except BaseException:
-            env.stop()
-            with self._condition:
-                self._forget(env)
-                self._condition.notify()
-            raise
-        self.cold_starts += 1
-        return env
-
-    def _release(self, env: ExecutionEnvironment, healthy: bool) -> None:
-        if healthy:
-            env.park()  # before it is idle in the pool: whoever takes it next thaws it
-        else:
-            env.stop()
-        with self._condition:
-            if healthy:
-                self._idle.append(env)
-            else:
-                self._forget(env)
-            self._condition.notify()
-
-    def _forget(self, env: ExecutionEnvironment) -> None:
-        if env in self._all:
-            self._all.discard(env)
-            self._count -= 1
-
-
-class LambdaRuntime:
-    """Every function of the stack, each with its pool of execution environments."""
-
-    def __init__(
-        self,
-        functions: dict[str, LambdaFunction],
-        image: RuntimeImage,
-        output: TextIO | None = None,
-    ) -> None:
-        self.functions = functions
-        self.image = image
-        self.output = output or sys.stdout
-        # Environments left frozen by an owner that was killed (a `kill -9` of make dev or of a test run).
-        for pgid in leases.reap():
-            self.output.write(f"ended environment process group {pgid}: its owner is gone\n")
-        self._pools: dict[str, FunctionPool] = {}
-        self._lock = threading.Lock()
-        if not image.namespaces:
-            log.warning(
-                "%s: the Lambda runtime runs with emulated paths (host folders for /var/task, /opt, /var/runtime); "
-                "read-only code, the /opt layout, start scripts' PYTHONPATH and writes outside /tmp are not checked",
-                unavailable_reason(),
-            )
-
-    def pool(self, logical_id: str) -> FunctionPool:
-        with self._lock:
-            if logical_id not in self._pools:
-                self._pools[logical_id] = FunctionPool(self.functions[logical_id], self.image, self.output)
-            return self._pools[logical_id]
-
-    def invoke(self, logical_id: str, event: Any) -> Any:
-        return self.pool(logical_id).invoke(event)
-
-    def shutdown(self) -> None:
-        """Stop every environment at once, as Lambda shuts environments down independently: each may give
-        its extensions up to SHUTDOWN_GRACE_SECONDS, and the stack's stop waits for the slowest, not the sum."""
-        environments = [env for pool in list(self._pools.values()) for env in pool.release_all()]
-        if environments:
-            with ThreadPoolExecutor(max_workers=len(environments), thread_name_prefix="shutdown") as stopping:
-                list(stopping.map(ExecutionEnvironment.stop, environments))
-
-
-def layer_dirs_for(layer_refs: list[str], build_dir: Path, code_paths: dict[str, Path]) -> tuple[Path, ...]:
-    """Each of the function's layers as a folder to merge into /opt: local layers from the build
-    output, the Web Adapter layer from its local stand-in. Other published layers are not emulated."""
-    by_source = {str(path): logical_id for logical_id, path in code_paths.items()}
-    dirs = []
-    for ref in layer_refs:
-        if ref in by_source:
-            dirs.append(build_dir / by_source[ref])
-        elif WEB_ADAPTER_LAYER_NAME in ref:
-            dirs.append(WEB_ADAPTER_LAYER)
-    return tuple(dirs)
 
 
 def _free_port() -> int:

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from devstack.logs import function_scope
-from devstack.stack import FunctionSpec
+from devstack.runtime.logs import function_scope
+from devstack.stack.resources import FunctionSpec
 
 # One invocation at a time per process: functions share os.environ and module state.
 _INVOKE_LOCK = threading.RLock()

@@ -21,7 +21,7 @@ from typing import Any
 
 import jwt
 
-from devstack.moto_internals import cognito_signing_key
+from devstack.stack.moto_internals import cognito_signing_key
 
 # moto signs every pool's tokens with this key (kid "dummy") and serves its public half as every pool's JWKS.
 _MOTO_SIGNING_KEY = cognito_signing_key()

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from devstack.destinations import Destinations
-from devstack.function_errors import error_document
+from devstack.front_doors.destinations import Destinations
+from devstack.runtime.function_errors import error_document
 
 log = logging.getLogger("devstack.async")
 

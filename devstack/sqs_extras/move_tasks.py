@@ -21,7 +21,7 @@ from typing import Any
 import boto3
 from werkzeug.serving import make_server
 
-from devstack.moto_internals import (
+from devstack.stack.moto_internals import (
     DomainDispatcherApplication,
     MotoRequestHandler,
     ThreadedMotoServer,

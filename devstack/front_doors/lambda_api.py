@@ -6,7 +6,7 @@ https://docs.aws.amazon.com/lambda/latest/api/API_Invoke.html
 - Event: 202, then the async invoker takes over (retries, destinations);
 - DryRun: 204.
 Plus two local controls: POST /devstack/schedules/<LogicalId>/fire and GET /devstack/health, and the
-Cognito pools' client-credentials token endpoint, POST /oauth2/token (devstack.cognito).
+Cognito pools' client-credentials token endpoint, POST /oauth2/token (devstack.stack.cognito).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
-from devstack.function_errors import error_document
+from devstack.runtime.function_errors import error_document
 
 log = logging.getLogger("devstack.lambda_api")
 

@@ -3,7 +3,7 @@
 Functions run in one of two runtimes:
 - "inprocess": imported from their source folders into this process (fast, any OS);
 - "lambda": the built artifacts, each execution environment a Lambda-shaped sandbox driven through
-  AWS's Runtime Interface Client (devstack.lambda_runtime).
+  AWS's Runtime Interface Client (devstack.runtime.lambda_runtime).
 Tests, `make invoke` and `make dev` all build one of these; none of them re-declares a resource.
 """
 
@@ -15,20 +15,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from devstack.lambda_runtime import (
-    DEFAULT_BUILD_DIR,
-    DEFAULT_CONCURRENCY,
-    LambdaFunction,
-    LambdaRuntime,
-    check_build,
-    host_architecture,
-    layer_dirs_for,
-    prepare_runtime_image,
-)
-from devstack.runtime import FunctionRuntime
+from devstack.runtime.build_output import DEFAULT_BUILD_DIR, check_build, layer_dirs_for
+from devstack.runtime.execution_environment import LambdaFunction
+from devstack.runtime.in_process import FunctionRuntime
+from devstack.runtime.lambda_runtime import DEFAULT_CONCURRENCY, LambdaRuntime
+from devstack.runtime.runtime_image import host_architecture, prepare_runtime_image
 from devstack.sources.sqs import SqsEventSource
-from devstack.stack import LocalStack, unqualified
-from devstack.template import ROOT, Template
+from devstack.stack.resources import LocalStack, unqualified
+from devstack.stack.template import ROOT, Template
 
 # Sample datasets for analyze_dataset jobs: events/datasets/* is uploaded to this bucket (the stack's
 # DatasetBucketName), under the prefix of each user the local stack's keys, fixtures and tests act as: a tenant

@@ -8,7 +8,7 @@ import functools
 import threading
 from typing import Any
 
-from devstack.moto_internals import DynamoDBBackend
+from devstack.stack.moto_internals import DynamoDBBackend
 
 _LOCK = threading.RLock()
 ITEM_OPERATIONS = ("put_item", "update_item", "delete_item", "get_item", "transact_write_items")

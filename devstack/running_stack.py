@@ -7,7 +7,7 @@ import json
 
 import httpx
 
-from devstack.template import ROOT
+from devstack.stack.template import ROOT
 
 RUNNING_FILE = ROOT / ".devstack" / "running.json"
 SAM_ENV_FILE = ROOT / ".devstack" / "sam-env.json"  # `make env-json`: the --env-vars file for `sam local invoke`

@@ -3,7 +3,7 @@
 Search order: `python3.13` on PATH, `uv python find 3.13`, pyenv's versions; with `install=True`, then
 `uv python install 3.13`. Where none can be had the caller gets one line saying how to get one.
 
-`python -m devstack.interpreter [--install]` prints the interpreter's path (exit 0) or that line (exit 2).
+`python -m devstack.runtime.interpreter [--install]` prints the interpreter's path (exit 0) or that line (exit 2).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from devstack.template import ROOT
+from devstack.stack.template import ROOT
 
 RUNTIME_VERSION = "3.13"
 UV = ROOT / ".tools" / "bin" / "uv"
@@ -80,7 +80,7 @@ def _is_runtime_version(python: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devstack.interpreter", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devstack.runtime.interpreter", description=__doc__)
     parser.add_argument("--install", action="store_true", help=f"install python{RUNTIME_VERSION} with uv if missing")
     args = parser.parse_args(argv)
     try:

@@ -12,7 +12,7 @@ import binascii
 import json
 from typing import Any
 
-from devstack.moto_internals import EventPattern
+from devstack.stack.moto_internals import EventPattern
 
 
 class RecordFilter:

@@ -2,7 +2,7 @@
 
 Resources are created on demand in dependency order (a queue's RedrivePolicy needs its DLQ's ARN,
 so resolving that GetAtt creates the DLQ first). Functions are not deployed anywhere: they become
-FunctionSpecs that devstack.runtime runs in-process.
+FunctionSpecs that devstack.runtime.in_process runs in-process.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devstack import cognito
-from devstack.intrinsics import Scope, Unsupported
-from devstack.template import LOCAL_REGION, ROOT, Template, load_template
+from devstack.stack import cognito
+from devstack.stack.intrinsics import Scope, Unsupported
+from devstack.stack.template import LOCAL_REGION, ROOT, Template, load_template
 
 log = logging.getLogger("devstack")
 

@@ -34,7 +34,7 @@ def check_moto_version(found: str) -> None:
     if not found.startswith(TESTED_MOTO):
         raise UnsupportedMotoVersion(
             f"moto {found} is not one the local stack was tested with ({', '.join(TESTED_MOTO)}x): "
-            "check devstack/moto_internals.py against it, then add it to TESTED_MOTO"
+            "check devstack/stack/moto_internals.py against it, then add it to TESTED_MOTO"
         )
 
 

@@ -15,7 +15,7 @@ from samtranslator.parser.parser import Parser
 from samtranslator.translator.translator import Translator
 from samtranslator.yaml_helper import yaml_parse
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = ROOT / "template.yaml"
 LOCAL_REGION = "us-east-1"
 # Local code paths are not S3 URIs; the translator only needs a well-formed placeholder.
@@ -84,7 +84,7 @@ def load_template(path: Path = TEMPLATE_PATH) -> Template:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m devstack.template [OUT]`: write the expanded template for cfn-lint."""
+    """`python -m devstack.stack.template [OUT]`: write the expanded template for cfn-lint."""
     text = json.dumps(load_template().expanded, indent=2, default=str)
     if argv:
         Path(argv[0]).parent.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ import signal
 import tempfile
 from pathlib import Path
 
-from devstack import procfs
+from devstack.runtime import procfs
 
 LEASES = Path(tempfile.gettempdir()) / f"devstack-environments-{os.getuid()}"
 

@@ -8,7 +8,7 @@ https://docs.aws.amazon.com/lambda/latest/dg/runtimes-api.html
 - POST /2018-06-01/runtime/invocation/{id}/response the result;
 - POST /2018-06-01/runtime/invocation/{id}/error    an unhandled error (Lambda-Runtime-Function-Error-Type);
 - POST /2018-06-01/runtime/init/error               an init failure (e.g. Runtime.ImportModuleError).
-The same address serves the Extensions and Telemetry APIs (devstack.extensions_api).
+The same address serves the Extensions and Telemetry APIs (devstack.runtime.extensions_api).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from devstack.extensions_api import ApiError, ExtensionsApi
+from devstack.runtime.extensions_api import ApiError, ExtensionsApi
 
 _PREFIX = "/2018-06-01/runtime"
 _RESULT_PATH = re.compile(rf"^{_PREFIX}/invocation/(?P<id>[^/]+)/(?P<kind>response|error)$")

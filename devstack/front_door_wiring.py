@@ -1,0 +1,99 @@
+"""The template's Function URLs served on loopback, one port each from the stack's web port: a web-adapter
+function's app in this process (in-process runtime) or behind the Web Adapter in its sandboxes (Lambda runtime),
+with the variables the local stack changes for it (allowed hosts and origins, OAuth's resource and JWKS)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from devstack.front_doors.function_urls import NotAWebFunction, WebFunction
+from devstack.front_doors.function_urls import serve as serve_web
+from devstack.front_doors.web_adapter import serve_function_url
+from devstack.ports import require_free
+from devstack.runtime.lambda_runtime import LambdaRuntime
+from devstack.stack.intrinsics import Unsupported
+from devstack.stack.template import Template
+from devstack.wired_stack import LocalEnvironment
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionUrlSettings:
+    host: str
+    first_port: int  # the first Function URL is served here, the next on +1
+    function_overrides: dict[str, str]
+    aws_url: str  # where a created user pool's JWKS is served
+
+
+def serve_function_urls(
+    template: Template,
+    environment: LocalEnvironment,
+    settings: FunctionUrlSettings,
+    served: dict[str, WebFunction],
+    notice: Callable[[str, str], None],
+) -> None:
+    """Serve each Function URL whose function runs a web app behind the Lambda Web Adapter, into `served`."""
+    port = settings.first_port
+    for logical_id, url in template.resources("AWS::Lambda::Url").items():
+        function = _url_target(template, url["Properties"]["TargetFunctionArn"])
+        try:
+            spec = environment.stack.function(function)
+            if port != settings.first_port:
+                require_free(settings.host, port)
+            host = f"{settings.host}:{port}"
+            # Browser pages on the stack's own loopback origins may call it, besides what the template allows.
+            allowed = settings.function_overrides.get("MCP_ALLOWED_ORIGINS")
+            allowed = allowed if allowed is not None else spec.environment.get("MCP_ALLOWED_ORIGINS", "")
+            origins = [allowed, f"http://{host}", f"http://localhost:{port}"]
+            overrides = {
+                **settings.function_overrides,
+                # The Function URL host is not known locally; the loopback host stands in for it.
+                "MCP_ALLOWED_HOSTS": f"{host},localhost:{port}",
+                "MCP_ALLOWED_ORIGINS": ",".join(origin for origin in origins if origin),
+                **_oauth_overrides(spec.environment, f"http://{host}", settings.aws_url),
+            }
+            lambda_runtime = environment.lambda_runtime
+            if lambda_runtime is not None:
+                web = _serve_in_lambda_runtime(lambda_runtime, function, settings.host, port, overrides)
+            else:
+                web = serve_web(spec, settings.host, port, "us-east-1", overrides)
+            served[logical_id] = web
+            environment.stack.ensure(logical_id).attributes["FunctionUrl"] = f"{web.url}/"
+            port += 1
+        except (NotAWebFunction, Unsupported, LookupError) as reason:
+            notice(logical_id, f"Function URL not served: {reason}")
+
+
+def _oauth_overrides(environment: dict[str, str], url: str, aws_url: str) -> dict[str, str]:
+    """OAuth mode: this URL is the resource, and a created pool's JWKS is moto's (same keys, served locally)."""
+    if environment.get("AUTH_MODE", "apikey") == "apikey":
+        return {}
+    overrides = {} if environment.get("OAUTH_RESOURCE") else {"OAUTH_RESOURCE": f"{url}/mcp"}
+    jwks = environment.get("OAUTH_JWKS_URL", "")
+    cognito = "https://cognito-idp.us-east-1.amazonaws.com/"
+    if jwks.startswith(cognito):
+        overrides["OAUTH_JWKS_URL"] = f"{aws_url}/{jwks.removeprefix(cognito)}"
+    return overrides
+
+
+def _serve_in_lambda_runtime(
+    runtime: LambdaRuntime, function: str, host: str, port: int, overrides: dict[str, str]
+) -> WebFunction:
+    lambda_function = runtime.functions[function]
+    if not lambda_function.exec_wrapper:
+        raise NotAWebFunction(f"{function} has no AWS_LAMBDA_EXEC_WRAPPER (a Function URL event handler)")
+    runtime.functions[function] = dataclasses.replace(
+        lambda_function, environment={**lambda_function.environment, **overrides}
+    )
+    return serve_function_url(runtime.pool(function), host, port)
+
+
+def _url_target(template: Template, expression: Any) -> str:
+    """Logical id of the function behind a Function URL's TargetFunctionArn (function or alias)."""
+    target = expression.get("Ref") or expression.get("Fn::GetAtt", [""])[0]
+    resource = template.resources().get(target, {})
+    if resource.get("Type") == "AWS::Lambda::Alias":
+        function = resource["Properties"]["FunctionName"]
+        return function.get("Ref") or function.get("Fn::GetAtt", [""])[0]
+    return target
