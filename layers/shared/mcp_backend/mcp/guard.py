@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
@@ -57,6 +57,16 @@ CORS_REQUEST_HEADERS = frozenset(
 CORS_PARAM_HEADER_PREFIX = "mcp-param-"
 CORS_EXPOSED_HEADERS = b"WWW-Authenticate, MCP-Protocol-Version, Retry-After, X-Correlation-Id"
 CORS_MAX_AGE_SECONDS = b"600"
+
+
+class PrincipalRateLimit(Protocol):
+    """A principal's requests per window (mcp_backend.ratelimit, with the principal's tier limit)."""
+
+    def admit_locally(self, principal: Principal) -> RateDecision | None:
+        """The decision without I/O, or None when `take` must ask the shared counter."""
+
+    def take(self, principal: Principal) -> RateDecision:
+        """The decision; blocking I/O (run in a worker thread)."""
 
 
 def principal_of(scope: Scope) -> Principal | None:
@@ -110,7 +120,7 @@ class McpHttpGuard:
         on_principal: Callable[[Principal], None] | None = None,
         resource: str = "",
         tool_access: Mapping[str, Access] | None = None,
-        rate_limit: Callable[[Principal], RateDecision] | None = None,
+        rate_limit: PrincipalRateLimit | None = None,
     ) -> None:
         self.app = app
         self.path = path.rstrip("/") or "/"
@@ -123,7 +133,7 @@ class McpHttpGuard:
         # never as an accepted audience (every Function URL host of the region passes the Host check).
         self.resource = resource
         self.tool_access = dict(tool_access or {})
-        # Counts each authenticated request against the principal's tier (mcp_backend.ratelimit); blocking I/O.
+        # Counts each authenticated request against the principal's tier (mcp_backend.ratelimit).
         self.rate_limit = rate_limit
 
     # Complexity exception: the request checks (method, path, Host, Origin, size, credentials, scope) in the
@@ -187,7 +197,7 @@ class McpHttpGuard:
             challenge = self.authenticator.challenge(resource, bool(token)).encode()
             await _json(send, 401, _rpc_error(-32001, "Unauthorized"), [(b"www-authenticate", challenge)])
             return
-        if self.rate_limit is not None and not await self._within_rate(principal, send):
+        if self.rate_limit is not None and not await self._within_rate(self.rate_limit, principal, send):
             return
         media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if media_type != "application/json":
@@ -222,11 +232,14 @@ class McpHttpGuard:
         inner["raw_path"] = self.path.encode()
         await self._serve(inner, receive, send)
 
-    async def _within_rate(self, principal: Principal, send: Send) -> bool:
+    async def _within_rate(self, rate_limit: PrincipalRateLimit, principal: Principal, send: Send) -> bool:
         """Count the request; answer 429 (over the tier's rate) or 503 (the counter is unavailable) and
         return False when it must not reach the SDK."""
         try:
-            decision = await anyio.to_thread.run_sync(self.rate_limit, principal)  # type: ignore[arg-type]
+            # Most requests are admitted from this instance's lease, without I/O and without a thread hop.
+            decision = rate_limit.admit_locally(principal)
+            if decision is None:
+                decision = await anyio.to_thread.run_sync(rate_limit.take, principal)
         except RateLimitUnavailable as error:
             # Fail closed: a caller is never served unlimited because the counter cannot be reached.
             logger.error("request rate limit unavailable", extra={"error_type": str(error)})

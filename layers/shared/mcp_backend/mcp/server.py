@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -100,14 +100,21 @@ def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str
     return ToolBindings(table, services)
 
 
-def request_rate_limit(settings: McpSettings, clients: AwsClients) -> Callable[[Principal], RateDecision]:
-    """Counts one request of a principal against its tier's requests per minute (RateLimitTable)."""
-    limiter = RequestRateLimiter(settings.rate_limit_table_name, LazyClient("dynamodb", clients))
+class TierRateLimit:
+    """Each request of a principal counted against its tier's requests per minute (RateLimitTable)."""
 
-    def rate_limit(principal: Principal) -> RateDecision:
-        return limiter.take(principal.user_id, settings.tier_limits(principal.tier).requests_per_minute)
+    def __init__(self, settings: McpSettings, clients: AwsClients) -> None:
+        self.settings = settings
+        self.limiter = RequestRateLimiter(settings.rate_limit_table_name, LazyClient("dynamodb", clients))
 
-    return rate_limit
+    def admit_locally(self, principal: Principal) -> RateDecision | None:
+        return self.limiter.admit_locally(principal.user_id, self._limit(principal))
+
+    def take(self, principal: Principal) -> RateDecision:
+        return self.limiter.take(principal.user_id, self._limit(principal))
+
+    def _limit(self, principal: Principal) -> int:
+        return self.settings.tier_limits(principal.tier).requests_per_minute
 
 
 def create_app(
@@ -171,7 +178,7 @@ def create_app(
         keepalive_seconds=settings.sse_keepalive_seconds,
         resource=settings.oauth_resource,
         tool_access=bindings.access,
-        rate_limit=request_rate_limit(settings, clients),
+        rate_limit=TierRateLimit(settings, clients),
     )
     # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached
     # (https://github.com/aws-samples/graceful-shutdown-with-aws-lambda): pending call-log records go out then.
