@@ -33,6 +33,7 @@ from mcp_backend.mcp.oauth import EitherAuthenticator, OAuthAuthenticator
 from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.tasks import task_extensions
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
+from mcp_backend.observability import CurrentStdoutHandler, logger
 from mcp_backend.ratelimit import RateDecision, RequestRateLimiter
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.table import TOOLS, Tool
@@ -117,6 +118,29 @@ class TierRateLimit:
         return self.settings.tier_limits(principal.tier).requests_per_minute
 
 
+class _LibraryRecords(logging.Filter):
+    """Records of loggers other than Powertools' own, which writes its lines with its own handler and also
+    propagates them to the root (where pytest's caplog, say, reads them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.name.startswith(logger.name)
+
+
+def log_library_records_as_json() -> None:
+    """The process's root logger, set once before the SDK server is built: the libraries' records (the SDK's
+    `mcp.*`, starlette, botocore) at WARNING and above, in Powertools' JSON format on stdout. MCPServer's only
+    logging setting is `log_level`, with which it calls `logging.basicConfig`, and basicConfig does nothing once
+    the root logger has a handler (https://docs.python.org/3/library/logging.html#logging.basicConfig): so the
+    SDK adds no handler of its own (a plain-text or rich one) and no line prints twice."""
+    if any(isinstance(handler.filters[0], _LibraryRecords) for handler in logging.root.handlers if handler.filters):
+        return
+    handler = CurrentStdoutHandler()
+    handler.setFormatter(logger.registered_formatter)
+    handler.addFilter(_LibraryRecords())
+    logging.root.addHandler(handler)
+    logging.root.setLevel(logging.WARNING)
+
+
 def create_app(
     settings: McpSettings | None = None,
     authenticator: Authenticator | None = None,
@@ -143,7 +167,7 @@ def create_app(
         CallLogWriter(settings.call_log_stream_name, cast("KinesisClient", LazyClient("kinesis", clients))),
         name="mcp-call-log",
     )
-    root_handlers = list(logging.root.handlers)
+    log_library_records_as_json()
     server = FixedToolsServer(
         SERVER_NAME,
         instructions="Analyse CSV/JSON datasets: synchronously (analyze_dataset) or as queued jobs.",
@@ -156,8 +180,6 @@ def create_app(
         ],
         log_level="WARNING",
     )
-    # MCPServer calls logging.basicConfig; Powertools' JSON logger propagates, so every line would print twice.
-    logging.root.handlers[:] = root_handlers
     # Host and Origin are checked by McpHttpGuard, which also knows the Function URL's wildcard host.
     transport_security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     json_app, stream_app = (
