@@ -31,9 +31,9 @@ from mcp_backend.mcp.oauth import (
     OAuthAuthenticator,
     TokenPolicy,
     fetch_url,
-    required_access,
 )
 from mcp_backend.mcp.request_body import buffered_body
+from mcp_backend.mcp.scopes import required_access
 from mcp_backend.netsafety import is_loopback_host
 from mcp_backend.tools.table import Access
 

@@ -24,8 +24,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_backend.api_keys import Principal
 from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
-from mcp_backend.mcp.oauth import METADATA_PATH, required_access
 from mcp_backend.mcp.request_body import ClientDisconnected, buffered_body
+from mcp_backend.mcp.scopes import METADATA_PATH, required_access
 from mcp_backend.observability import count_limit_refusal, count_refusal, logger
 from mcp_backend.ratelimit import RateDecision, RateLimitUnavailable
 from mcp_backend.tools.table import Access

@@ -29,7 +29,6 @@ from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
-from mcp_backend.mcp.oauth import EitherAuthenticator, OAuthAuthenticator
 from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.tasks import task_extensions
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
@@ -118,6 +117,25 @@ class TierRateLimit:
         return self.settings.tier_limits(principal.tier).requests_per_minute
 
 
+def default_authenticator(settings: McpSettings, clients: AwsClients) -> Authenticator:
+    """API keys from ApiKeysSecret (through the Parameters and Secrets extension), OAuth access tokens, or
+    either, by AuthMode."""
+    reader = SecretReader(
+        settings.api_keys_secret_id,
+        settings.parameters_secrets_extension_http_port,
+        client_factory=lambda: clients("secretsmanager"),
+    )
+    api_keys = ApiKeyAuthenticator(reader, settings.api_keys_cache_seconds)
+    if settings.auth_mode == "apikey":
+        return api_keys
+    # Loaded only with OAuth on: token verification (its JWKS fetcher, PyJWT at the first token) is no part of
+    # an API-key endpoint's cold start.
+    from mcp_backend.mcp.oauth import EitherAuthenticator, OAuthAuthenticator
+
+    oauth = OAuthAuthenticator.from_settings(settings)
+    return oauth if settings.auth_mode == "oauth" else EitherAuthenticator(api_keys, oauth)
+
+
 class _LibraryRecords(logging.Filter):
     """Records of loggers other than Powertools' own, which writes its lines with its own handler and also
     propagates them to the root (where pytest's caplog, say, reads them)."""
@@ -152,17 +170,7 @@ def create_app(
     clients = AwsClients(client_factory)
     bindings = tool_bindings(settings, clients)
     if authenticator is None:
-        reader = SecretReader(
-            settings.api_keys_secret_id,
-            settings.parameters_secrets_extension_http_port,
-            client_factory=lambda: clients("secretsmanager"),
-        )
-        api_keys = ApiKeyAuthenticator(reader, settings.api_keys_cache_seconds)
-        authenticator = api_keys
-        if settings.auth_mode != "apikey":
-            oauth = OAuthAuthenticator.from_settings(settings)
-            authenticator = oauth if settings.auth_mode == "oauth" else EitherAuthenticator(api_keys, oauth)
-
+        authenticator = default_authenticator(settings, clients)
     call_log = RecordShipper(
         CallLogWriter(settings.call_log_stream_name, cast("KinesisClient", LazyClient("kinesis", clients))),
         name="mcp-call-log",
