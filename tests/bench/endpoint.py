@@ -24,7 +24,7 @@ import httpx
 
 from devstack.procfs import cpu_seconds
 from tests.bench.load import WARM_UP_REQUESTS
-from tests.bench.measure import RESULTS, ROOT, DeployedPython
+from tests.bench.measure import RESULTS, ROOT, DeployedPython, probe_in_new_interpreter
 from tests.e2e.conftest import free_port, mcp_environment
 
 # Server output goes to files: a pipe nobody reads would block a server that logs each request.
@@ -166,17 +166,7 @@ def cold_start() -> dict[str, Any]:
 
 
 def _cold(deployed: DeployedPython, environment: dict[str, str], module: str) -> dict[str, float]:
-    out = subprocess.run(
-        [str(deployed.python), "-c", COLD_PROBE, module, "create_app"],
-        env=environment,
-        cwd="/",
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"cold start of {module} failed: {out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return probe_in_new_interpreter(deployed.python, COLD_PROBE, [module, "create_app"], environment)
 
 
 def _cold_section(figures: dict[str, Any]) -> list[str]:
