@@ -9,7 +9,8 @@ lease that would pass the limit is refused by DynamoDB itself, so all instances 
 than the limit in a window. Requests an instance leased but did not use are lost when the window ends (or
 the instance goes away): the limiter errs on refusing, by at most one block less one per instance that
 served the principal in the window. A refused request changes nothing and learns when the window ends (the
-429's Retry-After); once DynamoDB says the window is spent, the instance refuses the rest of it locally.
+429's Retry-After); once DynamoDB says the window is spent, the instance refuses the rest of it locally. A
+lease that keeps losing races to other instances' leases is given up after a few tries (Retry-After: 1 s).
 
 When DynamoDB cannot be reached, the request is refused (`RateLimitUnavailable`: the guard answers 503),
 never admitted unlimited. Items expire by TTL a few minutes after their window. A fixed window lets a client
@@ -78,6 +79,7 @@ class RequestRateLimiter:
         self._client = client_or_lazy(client, "dynamodb")
         self._clock = clock
         self._leases: dict[str, _Lease] = {}
+        self._window = 0  # the newest window seen: leases of older ones are dropped when it changes
         self._lock = threading.Lock()  # guards `_leases` and every lease's counts; never held across I/O
 
     def admit_locally(self, principal_id: str, limit: int) -> RateDecision | None:
@@ -108,18 +110,20 @@ class RequestRateLimiter:
             if decision is not None:
                 return decision
             leased = self._lease(principal_id, window_start, limit)
+            if leased is None:  # not spent, only contended: the caller may try again at once
+                return RateDecision(allowed=False, limit=limit, retry_after_seconds=1)
             with self._lock:
-                if leased is not None:
-                    lease.remaining += leased
-                    lease.spent = leased == 0
+                lease.remaining += leased
+                lease.spent = leased == 0
                 return self._admit(lease, limit, now) or _refused(limit, window_start, now)
 
     def _current_lease(self, principal_id: str, window_start: int) -> _Lease:
+        if window_start > self._window:
+            # A new window: leases of past windows are worthless (and would pile up, one per principal seen).
+            self._leases = {p: held for p, held in self._leases.items() if held.window_start >= window_start}
+            self._window = window_start
         lease = self._leases.get(principal_id)
         if lease is None or lease.window_start != window_start:
-            if lease is not None:
-                # A new window: leases of past windows are worthless, drop them all.
-                self._leases = {p: held for p, held in self._leases.items() if held.window_start >= window_start}
             lease = self._leases[principal_id] = _Lease(window_start)
         return lease
 
