@@ -6,10 +6,8 @@ that imports boto3 and creates its one client; and what each ships: its code and
 from __future__ import annotations
 
 import io
-import json
 import os
 import statistics
-import subprocess
 import zipfile
 from functools import cache
 from pathlib import Path
@@ -18,7 +16,7 @@ import boto3
 from moto import mock_aws
 
 from devstack.runtime.interpreter import RUNTIME_VERSION
-from tests.bench.measure import RESULTS, ROOT, DeployedPython
+from tests.bench.measure import RESULTS, ROOT, DeployedPython, probe_in_new_interpreter
 
 RUNS = 5
 # Packages whose presence says what a function pays for (the MCP stack, the AWS SDK, tracing).
@@ -38,17 +36,7 @@ BARE_HANDLER = "import boto3\nclient = boto3.client('sqs')\ndef handler(event, c
 
 
 def _import(python: Path, module: str, environment: dict[str, str]) -> tuple[float, list[str]]:
-    out = subprocess.run(
-        [str(python), "-c", PROBE, module],
-        env=environment,
-        cwd="/",
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"importing {module} failed: {out.stderr[-2000:]}")
-    found = json.loads(out.stdout.strip().splitlines()[-1])
+    found = probe_in_new_interpreter(python, PROBE, [module], environment)
     return found["seconds"], found["packages"]
 
 

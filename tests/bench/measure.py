@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
@@ -10,6 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from devstack.runtime.build_output import check_build, layer_dirs_for
 from devstack.runtime.runtime_image import host_architecture, prepare_runtime_image
@@ -39,6 +41,16 @@ def timed_in_new_interpreter(python: os.PathLike[str] | str, code: str, env: dic
     if out.returncode != 0:
         raise RuntimeError(f"{python} failed: {out.stderr[-2000:]}")
     return float(out.stdout.strip().splitlines()[-1])
+
+
+def probe_in_new_interpreter(python: os.PathLike[str] | str, code: str, args: list[str], env: dict[str, str]) -> Any:
+    """What `code` (run with `args`, from /) prints as JSON on its last line, in a new interpreter."""
+    out = subprocess.run(
+        [str(python), "-c", code, *args], env=env, cwd="/", capture_output=True, text=True, check=False
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{python} {' '.join(args)} failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @dataclass(frozen=True)

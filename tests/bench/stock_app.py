@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import boto3
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
 
@@ -35,6 +34,9 @@ def _server() -> MCPServer:
 
 
 def create_getitem_app() -> Starlette:
+    # Imported here: the cold-start baseline (create_app) is the SDK's app alone, as ours loads no AWS SDK either.
+    import boto3
+
     server = MCPServer("bench-stock-getitem")
     table = os.environ["JOB_TABLE_NAME"]
     dynamodb = boto3.client("dynamodb")

@@ -51,6 +51,17 @@ class RequestLog:
         self.durations.setdefault(function, []).append(seconds)
 
 
+# The endpoint's rate-limit leases (mcp_backend.ratelimit): one UpdateItem per block of a principal's requests,
+# counted apart from other UpdateItems because how many a unit makes depends on where it falls in a block.
+RATE_LIMIT_LEASE = "dynamodb:UpdateItem (rate-limit lease)"
+
+
+def request_key(service: str, operation: str, params: dict[str, Any]) -> str:
+    if (service, operation) == ("dynamodb", "UpdateItem") and "RateLimitTable" in str(params.get("TableName")):
+        return RATE_LIMIT_LEASE
+    return f"{service}:{operation}"
+
+
 def billed_platform_request(service: str, operation: str, params: dict[str, Any], response: Any) -> bool:
     if operation not in _BILLED_PLATFORM_OPERATIONS.get(service, set()):
         return False
@@ -89,7 +100,7 @@ class RequestCounter:
                     counter.log.kinesis_bytes_read += sum(len(r["Data"]) for r in response.get("Records", []))
                 if not billed_platform_request(service, operation, params, response):
                     return response
-            counter.log.requests[f"{service}:{operation}"] += 1
+            counter.log.requests[request_key(service, operation, params)] += 1
             if (service, operation) in _RECORD_LISTS:
                 records = params.get(_RECORD_LISTS[service, operation], [])
                 counter.log.kinesis_records += len(records)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.cost.counting import RATE_LIMIT_LEASE
 from tests.cost.figures import Measurement, UnitFigures
 
 HERE = Path(__file__).parent
@@ -28,6 +29,7 @@ REQUEST_PRICES: dict[str, str | None] = {
     "dynamodb:BatchGetItem": "dynamodb_read_request_unit",
     "dynamodb:PutItem": "dynamodb_write_request_unit",
     "dynamodb:UpdateItem": "dynamodb_write_request_unit",
+    RATE_LIMIT_LEASE: "dynamodb_write_request_unit",
     "dynamodb:DeleteItem": "dynamodb_write_request_unit",
     "dynamodb:BatchWriteItem": None,  # priced per item written (dynamodb_batch_items)
     # Two write request units per item written in a transaction (not priced here: shown as unpriced).
@@ -211,6 +213,8 @@ def write_expected(measurement: Measurement, path: Path = EXPECTED_FILE) -> None
 # Requests a shipper batches by time (the call-log RecordShipper: once a second or every 200 records): how many
 # calls a unit makes depends on the traffic around it, not on the unit, and they are priced per record carried.
 TIME_BATCHED = frozenset({"kinesis:PutRecords"})
+# Requests made once per block of requests (the rate-limit leases): likewise set by the traffic around a unit.
+AMORTIZED = frozenset({RATE_LIMIT_LEASE})
 
 
 def count_changes(expected: dict[str, dict[str, Any]], counted: dict[str, dict[str, Any]]) -> list[str]:
@@ -221,7 +225,7 @@ def count_changes(expected: dict[str, dict[str, Any]], counted: dict[str, dict[s
             before = expected.get(unit, {}).get(kind, {})
             after = counted.get(unit, {}).get(kind, {})
             for key in sorted(set(before) | set(after)):
-                if key in TIME_BATCHED:
+                if key in TIME_BATCHED or key in AMORTIZED:
                     continue
                 if before.get(key, 0) != after.get(key, 0):
                     changes.append(f"{unit}: {key} {before.get(key, 0):g} -> {after.get(key, 0):g} per unit")

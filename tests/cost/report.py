@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from mcp_backend.ratelimit import block_size
 from tests.cost.figures import Measurement
 from tests.cost.model import GB, HOURS_PER_MONTH, LineItem, Price, idle_line_items, total, unit_line_items
 
@@ -171,11 +174,34 @@ def what_changes(
         "environment per TTL while it serves, none per request (a warm unit above counts none): "
         f"{secret_calls_month:,.0f} calls, {money(secret_month)} a month for each environment kept busy all "
         "month (unverified price). A shorter cache costs more calls; 0 reads the secret on every request.",
+        rate_limit_leases(params, prices["dynamodb_write_request_unit"]),
         "- **Alarm e-mail** (`AlarmEmail`, default empty). Setting it creates the alarm topic's KMS key: "
         f"{money(prices['kms_key_month'].of(1))} a month, and as much again for each yearly rotation's new "
         "backing key (`EnableKeyRotation`; <https://aws.amazon.com/kms/pricing/>).",
         "",
     ]
+
+
+def rate_limit_leases(params: dict[str, Any], write: Price) -> str:
+    tiers = []
+    for tier in ("Free", "Pro"):
+        limit = int(params.get(f"{tier}RequestsPerMinute", 0))
+        if limit:
+            block = block_size(limit)
+            tiers.append(
+                f"{tier.lower()} {limit} a minute, blocks of {block}: 1/{block} UpdateItem per request, "
+                f"{money(write.of(MILLION / block))} per million requests"
+            )
+    return (
+        "- **Request rate limit** (`FreeRequestsPerMinute`, `ProRequestsPerMinute`). An endpoint instance leases a "
+        "block of a principal's requests (a tenth of its tier's limit, 1 to 50) with one UpdateItem of "
+        "RateLimitTable and admits them without a write, so whether a warm unit above counts one "
+        "(`dynamodb:UpdateItem (rate-limit lease)`) depends on where it falls in a block. With one instance "
+        "serving the principal: "
+        + "; ".join(tiers)
+        + ". Each further instance serving the principal in a minute adds a lease, and one more write finds a "
+        "spent minute."
+    )
 
 
 def method() -> list[str]:

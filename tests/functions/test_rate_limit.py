@@ -1,12 +1,17 @@
-"""The request rate limit holds across instances: every endpoint instance counts in the same DynamoDB item."""
+"""The request rate limit holds across instances: every endpoint instance leases blocks of requests from the
+same DynamoDB item, and admits its leased requests without a write."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
 from mcp_backend.config import McpSettings, load_settings
-from mcp_backend.ratelimit import RateLimitUnavailable, RequestRateLimiter
+from mcp_backend.ratelimit import RateDecision, RateLimitUnavailable, RequestRateLimiter, block_size
 
 
 class Clock:
@@ -20,6 +25,24 @@ class Clock:
 @pytest.fixture
 def table_name(local) -> str:
     return local.stack.function("McpServer").environment["RATE_LIMIT_TABLE_NAME"]
+
+
+def counted_client(writes: list[str]) -> Any:
+    """A DynamoDB client that notes each UpdateItem it sends."""
+    client = boto3.client("dynamodb")
+    client.meta.events.register("before-call.dynamodb.UpdateItem", lambda **_: writes.append("UpdateItem"))
+    return client
+
+
+def admit(limiter: RequestRateLimiter, principal_id: str, limit: int) -> RateDecision:
+    """As the endpoint asks: locally first, the shared counter only when this instance holds no lease."""
+    return limiter.admit_locally(principal_id, limit) or limiter.take(principal_id, limit)
+
+
+def stored_count(table_name: str, principal_id: str, window_start: int) -> int:
+    key = {"id": {"S": f"requests#{principal_id}#{window_start}"}}
+    item = boto3.client("dynamodb").get_item(TableName=table_name, Key=key).get("Item", {})
+    return int(item.get("requests", {}).get("N", "0"))
 
 
 def test_two_instances_sharing_the_table_share_one_limit(table_name):
@@ -69,13 +92,115 @@ def test_a_refused_request_writes_nothing_and_items_expire(table_name):
     assert int(items[0]["expiresAt"]["N"]) > 1_800_000_060
 
 
+def test_a_hostile_tenant_spread_over_instances_never_exceeds_its_limit(table_name):
+    # Given four endpoint instances on the template's table and a tier of 37 a minute (blocks of 4)
+    clock = Clock(1_800_000_000.0)
+    instances = [RequestRateLimiter(table_name, boto3.client("dynamodb"), clock) for _ in range(4)]
+    limit = 37
+
+    # When one principal sends 200 requests at once, spread over the instances, eight at a time
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        decisions = list(pool.map(lambda n: admit(instances[n % 4], "mallory", limit), range(200)))
+
+    # Then no more than the limit are admitted in all, and at most a block less one per instance is lost;
+    # DynamoDB never counts past the limit
+    admitted = sum(d.allowed for d in decisions)
+    assert limit - 4 * (block_size(limit) - 1) <= admitted <= limit
+    assert stored_count(table_name, "mallory", 1_800_000_000) <= limit
+    assert 60 in {d.retry_after_seconds for d in decisions if not d.allowed}
+    assert {d.retry_after_seconds for d in decisions if not d.allowed} <= {1, 60}  # 1: lost a race, not spent
+
+
+class ContendedTable:
+    """A RateLimitTable where other instances always lease first: each lease finds one request left, then none
+    taken by it, as if another instance took it in between."""
+
+    def __init__(self) -> None:
+        self.updates = 0
+
+    def update_item(self, **request: Any) -> dict[str, Any]:
+        self.updates += 1
+        error = {"Code": "ConditionalCheckFailedException", "Message": "The conditional request failed"}
+        raise ClientError({"Error": error, "Item": {"requests": {"N": "9"}}}, "UpdateItem")
+
+
+def test_a_lease_lost_to_other_instances_again_and_again_refuses_briefly_without_spending_the_window():
+    # Given a table where every lease loses a race (limit 10, one request always seemingly left)
+    table = ContendedTable()
+    limiter = RequestRateLimiter("rates", table, Clock(1_800_000_000.0))
+
+    # When a request asks twice
+    first, second = admit(limiter, "user-a", 10), admit(limiter, "user-a", 10)
+
+    # Then each is refused with a retry in a second after a bounded number of writes, and the second tried again
+    assert (first.allowed, first.retry_after_seconds) == (False, 1)
+    assert (second.allowed, second.retry_after_seconds) == (False, 1)
+    assert table.updates == 6
+
+
+def test_an_instance_writes_once_per_block_and_not_again_once_the_window_is_spent(table_name):
+    # Given one instance and the free tier's 120 a minute (blocks of 12)
+    writes: list[str] = []
+    limiter = RequestRateLimiter(table_name, counted_client(writes), Clock(1_800_000_000.0))
+
+    # When the principal sends its 120 requests, then 50 more
+    within = [admit(limiter, "user-a", 120) for _ in range(120)]
+    writes_within = len(writes)
+    beyond = [admit(limiter, "user-a", 120) for _ in range(50)]
+
+    # Then the 120 cost ten writes (one per block); the 50 are refused after one write finds the window spent
+    assert all(d.allowed for d in within) and not any(d.allowed for d in beyond)
+    assert block_size(120) == 12
+    assert writes_within == 10
+    assert len(writes) == 11
+
+
+def test_the_last_lease_of_a_window_takes_what_is_left(table_name):
+    # Given two instances and a limit of 25 (blocks of 3); the first instance leases 8 blocks (24)
+    clock = Clock(1_800_000_000.0)
+    first = RequestRateLimiter(table_name, boto3.client("dynamodb"), clock)
+    second = RequestRateLimiter(table_name, boto3.client("dynamodb"), clock)
+    assert all(admit(first, "user-a", 25).allowed for _ in range(22))
+
+    # When the second instance asks for a block while only one request is left
+    decisions = [admit(second, "user-a", 25) for _ in range(3)]
+
+    # Then it leases the one left and refuses the rest; DynamoDB counts exactly the limit
+    assert [d.allowed for d in decisions] == [True, False, False]
+    assert stored_count(table_name, "user-a", 1_800_000_000) == 25
+
+
+def test_a_new_window_leases_anew_and_unused_leases_of_the_old_one_are_lost(table_name):
+    # Given an instance that used 1 of a lease of 2 (limit 20) and was refused by another's spent window
+    clock = Clock(1_800_000_050.0)
+    limiter = RequestRateLimiter(table_name, boto3.client("dynamodb"), clock)
+    assert admit(limiter, "user-a", 20).allowed
+    spent = RequestRateLimiter(table_name, boto3.client("dynamodb"), clock)
+    assert admit(spent, "user-b", 1).allowed
+    refused = admit(spent, "user-b", 1)
+
+    # When the next minute begins and both principals ask again
+    clock.now += 10
+    again_a = admit(limiter, "user-a", 20)
+    again_b = admit(spent, "user-b", 1)
+
+    # Then the refusal waited for the window's end; the new window admits both with new leases, and the
+    # old window keeps its lease of 2 counted (one went unused: lost, the limiter errs on refusing)
+    assert (refused.allowed, refused.retry_after_seconds) == (False, 10)
+    assert again_a.allowed and again_b.allowed
+    assert stored_count(table_name, "user-a", 1_800_000_000) == 2
+    assert stored_count(table_name, "user-a", 1_800_000_060) == 2
+    assert stored_count(table_name, "user-b", 1_800_000_060) == 1
+
+
 def test_an_unreachable_table_fails_closed(aws):
     # Given a limiter on a table that does not exist
     limiter = RequestRateLimiter("no-such-table", boto3.client("dynamodb"))
 
-    # Then taking a request raises (the guard answers 503), it is never allowed
-    with pytest.raises(RateLimitUnavailable):
-        limiter.take("user-a", 10)
+    # Then taking a request raises (the guard answers 503), it is never allowed, and no lease is assumed
+    for _ in range(2):
+        with pytest.raises(RateLimitUnavailable):
+            admit(limiter, "user-a", 10)
 
 
 def test_the_template_sets_the_limits_table_and_the_main_tier_limits(local):

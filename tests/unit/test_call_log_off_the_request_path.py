@@ -10,22 +10,8 @@ from typing import Any
 import anyio
 import httpx
 
-from mcp_backend.api_keys import Principal
-from mcp_backend.config import McpSettings
 from mcp_backend.mcp.server import create_app
-
-HOST = "abc.lambda-url.us-east-1.on.aws"
-SETTINGS = McpSettings.model_validate(
-    {
-        "JOB_TABLE_NAME": "jobs",
-        "JOB_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/jobs",
-        "JOB_DEAD_LETTER_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/jobs-dlq",
-        "CALL_LOG_STREAM_NAME": "calls",
-        "MONITOR_TABLE_NAME": "monitor",
-        "RATE_LIMIT_TABLE_NAME": "rates",
-        "API_KEYS_SECRET_ID": "keys",
-    }
-)
+from tests.unit.endpoint_fakes import HOST, SETTINGS, EveryoneIsAlice, RoomyRateTable
 
 
 class SlowKinesis:
@@ -41,27 +27,6 @@ class SlowKinesis:
         self.release.wait(10)
         self.records.extend(Records)
         return {"FailedRecordCount": 0, "Records": [{"SequenceNumber": "1", "ShardId": "s"} for _ in Records]}
-
-
-class RoomyRateTable:
-    """Every request is within the caller's rate (the rate limit's conditional write succeeds)."""
-
-    def update_item(self, **request: Any) -> dict[str, Any]:
-        return {}
-
-
-class EveryoneIsAlice:
-    async def authenticate(self, bearer_token: str, resource: str) -> Principal:
-        return Principal(user_id="alice")
-
-    def challenge(self, resource: str, token_presented: bool) -> str:
-        return "Bearer"
-
-    def metadata(self, resource: str) -> None:
-        return None
-
-    def insufficient_scope(self, resource: str, scope: str) -> str:
-        return "Bearer"
 
 
 def test_a_tool_call_is_answered_before_its_call_log_record_is_put_and_shutdown_flushes_it():

@@ -22,6 +22,8 @@ LAZY_FOR_COLD_START = {
     (_EXTENSION, "mcp_backend.calllog.writer"),
     (_EXTENSION, "mcp_backend.telemetry_extension.reports"),
     (_EXTENSION, "mcp_backend.calllog.shipper"),
+    # OAuth token verification loads only when AuthMode turns it on: the default (API keys) never pays for it.
+    ("mcp_backend.mcp.server", "mcp_backend.mcp.oauth"),
 }
 
 

@@ -1,6 +1,6 @@
 """What McpServer's cold start pays for: importing the app module and building the app loads neither the AWS SDK
 (clients are built on first use) nor pyjwt (OAuth token checks load it with the first token) under the default
-AuthMode, and no tracing SDK."""
+AuthMode (nor our OAuth module: token verification), and no tracing SDK."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ PROBE = (
     "import json, sys\n"
     "import mcp_backend.mcp.server as server\n"
     "server.create_app()\n"
-    "print(json.dumps(sorted({name.split('.')[0] for name in sys.modules})))\n"
+    "loaded = {name.split('.')[0] for name in sys.modules}\n"
+    "loaded |= {'oauth'} if 'mcp_backend.mcp.oauth' in sys.modules else set()\n"
+    "print(json.dumps(sorted(loaded)))\n"
 )
 
 
@@ -43,6 +45,7 @@ def test_building_the_app_loads_no_aws_sdk_no_jwt_and_no_tracing_sdk(aws):
     assert out.returncode == 0, out.stderr[-2000:]
     loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
 
-    # Then the app is built without the AWS SDK, pyjwt or a tracing SDK in the process
+    # Then the app is built without the AWS SDK, pyjwt, our OAuth token checks or a tracing SDK in the process
     assert "mcp_backend" in loaded and "starlette" in loaded
-    assert not {"boto3", "jwt", "aws_xray_sdk"} & loaded, sorted({"boto3", "jwt", "aws_xray_sdk"} & loaded)
+    unpaid = {"boto3", "jwt", "oauth", "aws_xray_sdk"}
+    assert not unpaid & loaded, sorted(unpaid & loaded)

@@ -24,15 +24,16 @@ from pydantic import ValidationError
 from mcp_backend.api_keys import ReservedUserId, new_api_key
 from mcp_backend.config import McpSettings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator
-from mcp_backend.mcp.guard import MAX_JSON_DEPTH, HostPolicy, McpHttpGuard, _buffered, principal_of
+from mcp_backend.mcp.guard import MAX_JSON_DEPTH, HostPolicy, McpHttpGuard, principal_of
 from mcp_backend.mcp.oauth import (
     EitherAuthenticator,
     JwksCache,
     OAuthAuthenticator,
     TokenPolicy,
     fetch_url,
-    required_access,
 )
+from mcp_backend.mcp.request_body import buffered_body
+from mcp_backend.mcp.scopes import required_access
 from mcp_backend.netsafety import is_loopback_host
 from mcp_backend.tools.table import Access
 
@@ -88,7 +89,7 @@ def policy(**overrides: Any) -> TokenPolicy:
 
 async def echo(scope, receive, send) -> None:
     """The SDK's place: answers with who the guard said is calling and what body it received."""
-    body, _ = await _buffered(receive)
+    body, _ = await buffered_body(receive)
     principal = principal_of(scope)
     payload = json.dumps({"userId": principal.user_id, "body": json.loads(body)}).encode()
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})

@@ -17,9 +17,13 @@ ASYMMETRIC_JWT_ALGORITHMS = frozenset(
 
 
 class Settings(BaseModel):
-    """Field `job_table_name` is read from the variable JOB_TABLE_NAME, and so on."""
+    """Field `job_table_name` is read from the variable JOB_TABLE_NAME, and so on. Each model's validator is
+    built when the model is first used (`defer_build`): a function loads every function's settings model with
+    this module, and builds only its own."""
 
-    model_config = ConfigDict(alias_generator=str.upper, populate_by_name=True, frozen=True, extra="ignore")
+    model_config = ConfigDict(
+        alias_generator=str.upper, populate_by_name=True, frozen=True, extra="ignore", defer_build=True
+    )
 
     environment: str = "dev"
 

@@ -1,16 +1,27 @@
 """Requests per minute per principal, held across every instance of the endpoint: RateLimitTable's owner.
 
-One item per principal and minute (a fixed window aligned to the epoch minute). Counting a request is one
-`UpdateItem` that ADDs 1 under the condition that the count is below the tier's limit, so the check and the
-count are one atomic write in DynamoDB whatever instance serves the request; a refused request changes
-nothing and learns when the window ends (the 429's Retry-After). Items expire by TTL a few minutes after
-their window. A fixed window lets a client spend its limit at the end of one minute and again at the start of
-the next (at most twice the limit over any 60 s), which is the usual price of one write per request.
+One item per principal and minute (a fixed window aligned to the epoch minute) counts the requests that
+instances have *leased*. An instance leases a block of requests with one conditional `UpdateItem` (ADD the
+block to the count under the condition that the count stays within the tier's limit; when less than a block
+is left, it leases what is left) and then admits that many requests of the principal locally, without a
+write, until the block is spent or the window ends. The count in DynamoDB is the sum of every lease, and a
+lease that would pass the limit is refused by DynamoDB itself, so all instances together never admit more
+than the limit in a window. Requests an instance leased but did not use are lost when the window ends (or
+the instance goes away): the limiter errs on refusing, by at most one block less one per instance that
+served the principal in the window. A refused request changes nothing and learns when the window ends (the
+429's Retry-After); once DynamoDB says the window is spent, the instance refuses the rest of it locally. A
+lease that keeps losing races to other instances' leases is given up after a few tries (Retry-After: 1 s).
+
+When DynamoDB cannot be reached, the request is refused (`RateLimitUnavailable`: the guard answers 503),
+never admitted unlimited. Items expire by TTL a few minutes after their window. A fixed window lets a client
+spend its limit at the end of one minute and again at the start of the next (at most twice the limit over
+any 60 s).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +35,19 @@ WINDOW_SECONDS = 60
 # Kept past its window so a late request of the window still finds it; DynamoDB deletes expired items
 # within a few days of expiry, and counts only the live window (the key names the window).
 ITEM_TTL_SECONDS = 5 * WINDOW_SECONDS
+# A block is a tenth of the limit: about ten writes per principal and window whatever the tier, while an
+# instance that stops serving a principal strands at most a tenth of its limit. The cap bounds what a large
+# tier strands per instance (50 requests) at the price of more writes (6,000 a minute: 120 leases).
+BLOCKS_PER_WINDOW = 10
+MAX_BLOCK = 50
+# Concurrent instances leasing the last requests of a window can each find the count moved; after this many
+# conditional writes the request is refused rather than keep the caller waiting (the next one tries again).
+MAX_LEASE_ATTEMPTS = 3
+
+
+def block_size(limit: int) -> int:
+    """How many requests one lease takes for a tier allowing `limit` a window."""
+    return max(1, min(MAX_BLOCK, math.ceil(limit / BLOCKS_PER_WINDOW)))
 
 
 @dataclass(frozen=True)
@@ -37,33 +61,118 @@ class RateLimitUnavailable(RuntimeError):
     """The counter could not be read or written: the endpoint refuses (503) rather than serve unlimited."""
 
 
+@dataclass
+class _Lease:
+    """What this instance may still admit for one principal in one window."""
+
+    window_start: int
+    remaining: int = 0
+    spent: bool = False  # DynamoDB holds the whole limit for the window: nothing more can be leased in it
+    lock: threading.Lock | None = None  # held while leasing, so one thread per principal writes at a time
+
+
 class RequestRateLimiter:
+    """Thread-safe: the endpoint takes requests from worker threads (`anyio.to_thread`), concurrently."""
+
     def __init__(self, table_name: str, client: Any = None, clock: Callable[[], float] = time.time) -> None:
         self.table_name = table_name
         self._client = client_or_lazy(client, "dynamodb")
         self._clock = clock
+        self._leases: dict[str, _Lease] = {}
+        self._window = 0  # the newest window seen: leases of older ones are dropped when it changes
+        self._lock = threading.Lock()  # guards `_leases` and every lease's counts; never held across I/O
+
+    def admit_locally(self, principal_id: str, limit: int) -> RateDecision | None:
+        """The decision this instance can make without DynamoDB (a leased request, or a spent window);
+        None when a lease is needed (`take`). Cheap: no I/O, safe on the event loop."""
+        now = self._clock()
+        window_start = _window_start(now)
+        with self._lock:
+            lease = self._leases.get(principal_id)
+            if lease is None or lease.window_start != window_start:
+                return None
+            return self._admit(lease, limit, now)
 
     def take(self, principal_id: str, limit: int) -> RateDecision:
-        """Count one request of `principal_id` in the current minute, unless `limit` are counted already."""
+        """Admit one request of `principal_id` in the current window, leasing a block from DynamoDB when this
+        instance holds none; refused once `limit` are leased in the window across all instances. Blocking."""
         now = self._clock()
-        window_start = int(now // WINDOW_SECONDS) * WINDOW_SECONDS
-        try:
-            self._client.update_item(
-                TableName=self.table_name,
-                Key={"id": {"S": f"requests#{principal_id}#{window_start}"}},
-                UpdateExpression="ADD requests :one SET expiresAt = if_not_exists(expiresAt, :expires)",
-                ConditionExpression="attribute_not_exists(requests) OR requests < :limit",
-                ExpressionAttributeValues={
-                    ":one": {"N": "1"},
-                    ":limit": {"N": str(limit)},
-                    ":expires": {"N": str(window_start + ITEM_TTL_SECONDS)},
-                },
-            )
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                retry_after = max(1, math.ceil(window_start + WINDOW_SECONDS - now))
-                return RateDecision(allowed=False, limit=limit, retry_after_seconds=retry_after)
-            raise RateLimitUnavailable(error.response.get("Error", {}).get("Code", "ClientError")) from None
-        except BotoCoreError as error:
-            raise RateLimitUnavailable(type(error).__name__) from None
-        return RateDecision(allowed=True, limit=limit)
+        window_start = _window_start(now)
+        with self._lock:
+            lease = self._current_lease(principal_id, window_start)
+            decision = self._admit(lease, limit, now)
+            if decision is not None:
+                return decision
+            lock = lease.lock = lease.lock or threading.Lock()
+        with lock:
+            with self._lock:  # another thread may have leased while this one waited
+                decision = self._admit(lease, limit, now)
+            if decision is not None:
+                return decision
+            leased = self._lease(principal_id, window_start, limit)
+            if leased is None:  # not spent, only contended: the caller may try again at once
+                return RateDecision(allowed=False, limit=limit, retry_after_seconds=1)
+            with self._lock:
+                lease.remaining += leased
+                lease.spent = leased == 0
+                return self._admit(lease, limit, now) or _refused(limit, window_start, now)
+
+    def _current_lease(self, principal_id: str, window_start: int) -> _Lease:
+        if window_start > self._window:
+            # A new window: leases of past windows are worthless (and would pile up, one per principal seen).
+            self._leases = {p: held for p, held in self._leases.items() if held.window_start >= window_start}
+            self._window = window_start
+        lease = self._leases.get(principal_id)
+        if lease is None or lease.window_start != window_start:
+            lease = self._leases[principal_id] = _Lease(window_start)
+        return lease
+
+    @staticmethod
+    def _admit(lease: _Lease, limit: int, now: float) -> RateDecision | None:
+        if lease.remaining > 0:
+            lease.remaining -= 1
+            return RateDecision(allowed=True, limit=limit)
+        if lease.spent:
+            return _refused(limit, lease.window_start, now)
+        return None
+
+    def _lease(self, principal_id: str, window_start: int, limit: int) -> int | None:
+        """Lease up to a block of the window's requests: how many were leased (0: the window is spent;
+        None: the count kept moving under concurrent leases, this request is refused)."""
+        block = block_size(limit)
+        for _ in range(MAX_LEASE_ATTEMPTS):
+            try:
+                self._client.update_item(
+                    TableName=self.table_name,
+                    Key={"id": {"S": f"requests#{principal_id}#{window_start}"}},
+                    UpdateExpression="ADD requests :block SET expiresAt = if_not_exists(expiresAt, :expires)",
+                    ConditionExpression="attribute_not_exists(requests) OR requests <= :room",
+                    ExpressionAttributeValues={
+                        ":block": {"N": str(block)},
+                        ":room": {"N": str(limit - block)},
+                        ":expires": {"N": str(window_start + ITEM_TTL_SECONDS)},
+                    },
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise RateLimitUnavailable(error.response.get("Error", {}).get("Code", "ClientError")) from None
+                old_item: dict[str, Any] = error.response.get("Item") or {}  # type: ignore[assignment]
+                counted = int(old_item.get("requests", {}).get("N", limit))
+                block = limit - counted  # less than a block is left: lease what is left, if anything
+                if block <= 0:
+                    return 0
+                continue
+            except BotoCoreError as error:
+                raise RateLimitUnavailable(type(error).__name__) from None
+            return block
+        return None
+
+
+def _window_start(now: float) -> int:
+    return int(now // WINDOW_SECONDS) * WINDOW_SECONDS
+
+
+def _refused(limit: int, window_start: int, now: float) -> RateDecision:
+    retry_after = max(1, math.ceil(window_start + WINDOW_SECONDS - now))
+    return RateDecision(allowed=False, limit=limit, retry_after_seconds=retry_after)

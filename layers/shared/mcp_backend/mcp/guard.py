@@ -15,15 +15,17 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_backend.api_keys import Principal
 from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
-from mcp_backend.mcp.oauth import METADATA_PATH, required_access
+from mcp_backend.mcp.request_body import ClientDisconnected, buffered_body
+from mcp_backend.mcp.scopes import METADATA_PATH, required_access
 from mcp_backend.observability import count_limit_refusal, count_refusal, logger
 from mcp_backend.ratelimit import RateDecision, RateLimitUnavailable
 from mcp_backend.tools.table import Access
@@ -57,6 +59,16 @@ CORS_REQUEST_HEADERS = frozenset(
 CORS_PARAM_HEADER_PREFIX = "mcp-param-"
 CORS_EXPOSED_HEADERS = b"WWW-Authenticate, MCP-Protocol-Version, Retry-After, X-Correlation-Id"
 CORS_MAX_AGE_SECONDS = b"600"
+
+
+class PrincipalRateLimit(Protocol):
+    """A principal's requests per window (mcp_backend.ratelimit, with the principal's tier limit)."""
+
+    def admit_locally(self, principal: Principal) -> RateDecision | None:
+        """The decision without I/O, or None when `take` must ask the shared counter."""
+
+    def take(self, principal: Principal) -> RateDecision:
+        """The decision; blocking I/O (run in a worker thread)."""
 
 
 def principal_of(scope: Scope) -> Principal | None:
@@ -110,7 +122,7 @@ class McpHttpGuard:
         on_principal: Callable[[Principal], None] | None = None,
         resource: str = "",
         tool_access: Mapping[str, Access] | None = None,
-        rate_limit: Callable[[Principal], RateDecision] | None = None,
+        rate_limit: PrincipalRateLimit | None = None,
     ) -> None:
         self.app = app
         self.path = path.rstrip("/") or "/"
@@ -123,49 +135,92 @@ class McpHttpGuard:
         # never as an accepted audience (every Function URL host of the region passes the Host check).
         self.resource = resource
         self.tool_access = dict(tool_access or {})
-        # Counts each authenticated request against the principal's tier (mcp_backend.ratelimit); blocking I/O.
+        # Counts each authenticated request against the principal's tier (mcp_backend.ratelimit).
         self.rate_limit = rate_limit
 
-    # Complexity exception: the request checks (method, path, Host, Origin, size, credentials, scope) in the
-    # order the MCP transport requires; to be split into named steps.
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # noqa: C901
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The checks in the order the MCP transport requires; each step answers the request itself and
+        returns None (or False) when it must not go on."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)  # lifespan: the SDK's session manager starts here
             return
         headers = _headers(scope)
-        path = scope["path"]
-        if path == HEALTH_PATH and scope["method"] in ("GET", "HEAD"):
-            await _plain(send, 200, b"ok")  # the Lambda Web Adapter's readiness check
+        if await self.answer_health_check(scope, send):
             return
+        checked_send = await self.check_host_and_origin(scope, headers, send)
+        if checked_send is None:
+            return
+        send = checked_send
+        if await self.answer_outside_the_endpoint(scope, headers, send):
+            return
+        principal = await self.authenticate(scope, headers, send)
+        if principal is None:
+            return
+        if self.rate_limit is not None and not await self.rate_limit_admits(self.rate_limit, principal, send):
+            return
+        request = await self.read_json_body(headers, receive, send)
+        if request is None:
+            return
+        body, receive = request
+        if not await self.scope_allows(principal, body, headers, send):
+            return
+        if self.on_principal is not None:
+            self.on_principal(principal)
+        inner = dict(scope)
+        inner[PRINCIPAL_SCOPE_KEY] = principal
+        inner["path"] = self.path  # `/mcp/` is the same endpoint, not a 307
+        inner["raw_path"] = self.path.encode()
+        await self._serve(inner, receive, send)
+
+    @staticmethod
+    async def answer_health_check(scope: Scope, send: Send) -> bool:
+        """The Lambda Web Adapter's readiness check, answered before anything else."""
+        if scope["path"] == HEALTH_PATH and scope["method"] in ("GET", "HEAD"):
+            await _plain(send, 200, b"ok")
+            return True
+        return False
+
+    async def check_host_and_origin(self, scope: Scope, headers: dict[str, str], send: Send) -> Send | None:
+        """421 for a host not allowed, 403 for an origin not allowed, 204 for a CORS preflight; else the send
+        to answer with (with CORS headers for a browser's allowed origin)."""
         if not self.hosts.host_allowed(headers.get("host")):
             await _plain(send, 421, b"Misdirected Request: host not allowed")
-            return
+            return None
         origin = headers.get("origin")
         if not self.hosts.origin_allowed(origin):
             await _plain(send, 403, b"Forbidden: origin not allowed")  # and no CORS headers: the page reads nothing
-            return
-        if origin is not None:
-            if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
-                await _preflight(send, origin, headers.get("access-control-request-headers", ""))
-                return
-            send = _with_cors(send, origin)
-        resource = self.resource or f"https://{headers.get('host', '')}{self.path}"
-        if path.rstrip("/") in (METADATA_PATH, METADATA_PATH + self.path) and scope["method"] in ("GET", "HEAD"):
-            document = self.authenticator.metadata(resource)
+            return None
+        if origin is None:
+            return send
+        if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
+            await _preflight(send, origin, headers.get("access-control-request-headers", ""))
+            return None
+        return _with_cors(send, origin)
+
+    async def answer_outside_the_endpoint(self, scope: Scope, headers: dict[str, str], send: Send) -> bool:
+        """The RFC 9728 metadata (OAuth mode), 404 for other paths, 405 for other methods: answered here."""
+        path = scope["path"].rstrip("/")
+        if path in (METADATA_PATH, METADATA_PATH + self.path) and scope["method"] in ("GET", "HEAD"):
+            document = self.authenticator.metadata(self._resource(headers))
             if document is not None:  # RFC 9728: public, no credentials
                 await _json(send, 200, document)
-                return
-        if path.rstrip("/") != self.path:
+                return True
+        if path != self.path:
             await _plain(send, 404, b"Not Found")
-            return
+            return True
         if scope["method"] != "POST":
             # Stateless: no GET stream to resume and no session to DELETE.
             await _plain(send, 405, b"Method Not Allowed", [(b"allow", b"POST")])
-            return
+            return True
+        return False
+
+    async def authenticate(self, scope: Scope, headers: dict[str, str], send: Send) -> Principal | None:
+        """The caller named by the one Authorization header; else 400 (several), 401 (none or invalid, with
+        the challenge) or 503 (keys or JWKS unavailable) is answered and None returned."""
         if sum(1 for name, _ in scope["headers"] if name.lower() == b"authorization") > 1:
             # Ambiguous credentials: which one a proxy or framework honours differs, so none is.
             await _json(send, 400, _rpc_error(-32600, "Bad Request: send exactly one Authorization header"))
-            return
+            return None
         scheme, _, token = headers.get("authorization", "").partition(" ")
         token = token.strip() if scheme.lower() == "bearer" else ""
         try:
@@ -181,52 +236,22 @@ class McpHttpGuard:
                 _rpc_error(-32603, "Service Unavailable: try again shortly"),
                 [(b"retry-after", str(retry_after).encode())],
             )
-            return
+            return None
         if principal is None:
             count_refusal("InvalidToken" if token else "NoToken")
-            challenge = self.authenticator.challenge(resource, bool(token)).encode()
+            challenge = self.authenticator.challenge(self._resource(headers), bool(token)).encode()
             await _json(send, 401, _rpc_error(-32001, "Unauthorized"), [(b"www-authenticate", challenge)])
-            return
-        if self.rate_limit is not None and not await self._within_rate(principal, send):
-            return
-        media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if media_type != "application/json":
-            await _json(send, 415, _rpc_error(-32600, "Unsupported Media Type: use application/json"))
-            return
-        try:
-            # The whole body before the SDK runs (the Web Adapter hands the app a complete body anyway): a client
-            # that hangs up while sending it leaves here, instead of failing inside the SDK as a 500 with a trace.
-            body, receive = await _buffered(receive)
-        except ClientDisconnected:
-            return  # nobody is left to answer; RequestTelemetry logs and counts the hang-up
-        if json_nesting_exceeds(body, MAX_JSON_DEPTH):
-            count_refusal("JsonTooDeep")
-            message = f"Parse error: JSON nested deeper than {MAX_JSON_DEPTH} levels"
-            await _json(send, 400, _rpc_error(-32700, message))
-            return
-        if isinstance(principal, ScopedPrincipal):
-            # A token's scopes decide which tools it may call; the body names the tool.
-            missing = sorted(required_access(body, self.tool_access) - principal.access)
-            if missing:
-                count_refusal("InsufficientScope")
-                challenge = self.authenticator.insufficient_scope(resource, missing[0]).encode()
-                await _json(
-                    send, 403, _rpc_error(-32001, "Forbidden: insufficient scope"), [(b"www-authenticate", challenge)]
-                )
-                return
-        if self.on_principal is not None:
-            self.on_principal(principal)
-        inner = dict(scope)
-        inner[PRINCIPAL_SCOPE_KEY] = principal
-        inner["path"] = self.path  # `/mcp/` is the same endpoint, not a 307
-        inner["raw_path"] = self.path.encode()
-        await self._serve(inner, receive, send)
+        return principal
 
-    async def _within_rate(self, principal: Principal, send: Send) -> bool:
+    @staticmethod
+    async def rate_limit_admits(rate_limit: PrincipalRateLimit, principal: Principal, send: Send) -> bool:
         """Count the request; answer 429 (over the tier's rate) or 503 (the counter is unavailable) and
         return False when it must not reach the SDK."""
         try:
-            decision = await anyio.to_thread.run_sync(self.rate_limit, principal)  # type: ignore[arg-type]
+            # Most requests are admitted from this instance's lease, without I/O and without a thread hop.
+            decision = rate_limit.admit_locally(principal)
+            if decision is None:
+                decision = await anyio.to_thread.run_sync(rate_limit.take, principal)
         except RateLimitUnavailable as error:
             # Fail closed: a caller is never served unlimited because the counter cannot be reached.
             logger.error("request rate limit unavailable", extra={"error_type": str(error)})
@@ -245,58 +270,108 @@ class McpHttpGuard:
         await _json(send, 429, _rpc_error(-32029, message), [(b"retry-after", retry_after)])
         return False
 
-    # Complexity exception: one closure shares the stream state between the writer and the keepalive task.
-    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:  # noqa: C901
+    @staticmethod
+    async def read_json_body(headers: dict[str, str], receive: Receive, send: Send) -> tuple[bytes, Receive] | None:
+        """The whole JSON body and a receive replaying it; 415 for another media type, 400 for JSON nested too
+        deep, nothing for a client that hung up (None returned)."""
+        media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media_type != "application/json":
+            await _json(send, 415, _rpc_error(-32600, "Unsupported Media Type: use application/json"))
+            return None
+        try:
+            # The whole body before the SDK runs (the Web Adapter hands the app a complete body anyway): a client
+            # that hangs up while sending it leaves here, instead of failing inside the SDK as a 500 with a trace.
+            body, replay = await buffered_body(receive)
+        except ClientDisconnected:
+            return None  # nobody is left to answer; RequestTelemetry logs and counts the hang-up
+        if json_nesting_exceeds(body, MAX_JSON_DEPTH):
+            count_refusal("JsonTooDeep")
+            message = f"Parse error: JSON nested deeper than {MAX_JSON_DEPTH} levels"
+            await _json(send, 400, _rpc_error(-32700, message))
+            return None
+        return body, replay
+
+    async def scope_allows(self, principal: Principal, body: bytes, headers: dict[str, str], send: Send) -> bool:
+        """An access token's scopes decide which tools it may call (the body names the tool): 403 with the
+        insufficient_scope challenge otherwise. API-key callers may call every tool."""
+        if not isinstance(principal, ScopedPrincipal):
+            return True
+        missing = sorted(required_access(body, self.tool_access) - principal.access)
+        if not missing:
+            return True
+        count_refusal("InsufficientScope")
+        challenge = self.authenticator.insufficient_scope(self._resource(headers), missing[0]).encode()
+        await _json(send, 403, _rpc_error(-32001, "Forbidden: insufficient scope"), [(b"www-authenticate", challenge)])
+        return False
+
+    def _resource(self, headers: dict[str, str]) -> str:
+        """This endpoint's URL as metadata and challenges name it."""
+        return self.resource or f"https://{headers.get('host', '')}{self.path}"
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the SDK app; an event stream gets proxy-safe headers, an opening comment, keepalives and an end."""
-        lock = anyio.Lock()
-        state = {"started": False, "streaming": False, "ended": False, "last_write": 0.0}
-
-        async def write(message: Message) -> None:
-            async with lock:
-                if state["ended"]:
-                    return
-                await send(message)
-                state["last_write"] = anyio.current_time()
-                if message["type"] == "http.response.body" and not message.get("more_body", False):
-                    state["ended"] = True
-
-        async def keepalive() -> None:
-            while not state["ended"]:
-                await anyio.sleep(max(0.0, state["last_write"] + self.keepalive_seconds - anyio.current_time()))
-                if not state["ended"] and anyio.current_time() - state["last_write"] >= self.keepalive_seconds:
-                    await write({"type": "http.response.body", "body": _KEEPALIVE, "more_body": True})
-
         async with anyio.create_task_group() as tasks:
-
-            async def guarded_send(message: Message) -> None:
-                if message["type"] == "http.response.start":
-                    state["started"] = True
-                    headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"mcp-session-id"]
-                    if _header(headers, b"content-type").startswith(b"text/event-stream"):
-                        state["streaming"] = True
-                        headers = [
-                            (k, v) for k, v in headers if k.lower() not in (b"cache-control", b"x-accel-buffering")
-                        ]
-                        headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
-                        await write({**message, "headers": headers})
-                        # Flush headers and a first event now: the adapter streams once bytes arrive.
-                        await write({"type": "http.response.body", "body": _STREAM_OPENED, "more_body": True})
-                        tasks.start_soon(keepalive)
-                        return
-                    message = {**message, "headers": headers}
-                await write(message)
-
+            stream = _GuardedResponse(send, tasks, self.keepalive_seconds)
             try:
-                await self.app(scope, receive, guarded_send)
+                await self.app(scope, receive, stream.send)
             except Exception:  # noqa: BLE001 - the last line before the client: log it, answer without detail
                 # The SDK turns tool failures into results; reaching here is a bug. No detail leaves the process.
                 logger.exception("MCP request failed outside the SDK's error handling")
-                if not state["started"]:
-                    await _json(write, 500, _rpc_error(-32603, "Internal error"))
+                if not stream.started:
+                    await _json(stream.write, 500, _rpc_error(-32603, "Internal error"))
             finally:
-                if state["started"] and not state["ended"]:
-                    await write({"type": "http.response.body", "body": b"", "more_body": False})
+                await stream.end()
                 tasks.cancel_scope.cancel()
+
+
+class _GuardedResponse:
+    """One response of the SDK app on its way out: the session id dropped, an event stream made proxy-safe
+    (no caching, no buffering), opened at once with a comment, kept alive while quiet, and always ended."""
+
+    def __init__(self, send: Send, tasks: anyio.abc.TaskGroup, keepalive_seconds: float) -> None:
+        self._send = send
+        self._tasks = tasks
+        self._keepalive_seconds = keepalive_seconds
+        self._lock = anyio.Lock()  # the SDK's writes and the keepalive task's never interleave
+        self.started = False
+        self.ended = False
+        self._last_write = 0.0
+
+    async def write(self, message: Message) -> None:
+        async with self._lock:
+            if self.ended:
+                return
+            await self._send(message)
+            self._last_write = anyio.current_time()
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                self.ended = True
+
+    async def send(self, message: Message) -> None:
+        """The send the SDK app writes to."""
+        if message["type"] != "http.response.start":
+            await self.write(message)
+            return
+        self.started = True
+        headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"mcp-session-id"]
+        if not _header(headers, b"content-type").startswith(b"text/event-stream"):
+            await self.write({**message, "headers": headers})
+            return
+        headers = [(k, v) for k, v in headers if k.lower() not in (b"cache-control", b"x-accel-buffering")]
+        headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+        await self.write({**message, "headers": headers})
+        # Flush headers and a first event now: the adapter streams once bytes arrive.
+        await self.write({"type": "http.response.body", "body": _STREAM_OPENED, "more_body": True})
+        self._tasks.start_soon(self._keepalive)
+
+    async def end(self) -> None:
+        if self.started and not self.ended:
+            await self.write({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _keepalive(self) -> None:
+        while not self.ended:
+            await anyio.sleep(max(0.0, self._last_write + self._keepalive_seconds - anyio.current_time()))
+            if not self.ended and anyio.current_time() - self._last_write >= self._keepalive_seconds:
+                await self.write({"type": "http.response.body", "body": _KEEPALIVE, "more_body": True})
 
 
 async def _preflight(send: Send, origin: str, requested: str) -> None:
@@ -336,10 +411,6 @@ def _with_cors(send: Send, origin: str) -> Send:
     return send_with_cors
 
 
-class ClientDisconnected(Exception):
-    """The client closed the connection before its request body ended."""
-
-
 def json_nesting_exceeds(body: bytes, limit: int) -> bool:
     """Whether `body` opens more than `limit` arrays/objects at once; a scan, no recursion, strings skipped."""
     depth = 0
@@ -352,31 +423,6 @@ def json_nesting_exceeds(body: bytes, limit: int) -> bool:
         elif token in (b"]", b"}"):
             depth -= 1
     return False
-
-
-async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
-    """The whole request body, and a receive that replays it to the app."""
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnected
-        if message["type"] != "http.request":
-            continue
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    body = b"".join(chunks)
-    replayed = False
-
-    async def replay() -> Message:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return body, replay
 
 
 def _headers(scope: Scope) -> dict[str, str]:

@@ -26,17 +26,17 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pydantic_core
 from mcp.shared.auth import ProtectedResourceMetadata
 from pydantic import ValidationError
 
 from mcp_backend.api_keys import API_KEY_PREFIX, Principal
 from mcp_backend.config import McpSettings
 from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
+from mcp_backend.mcp.scopes import METADATA_PATH
 from mcp_backend.netsafety import is_loopback_host
 from mcp_backend.observability import logger
 from mcp_backend.tools.table import Access
@@ -44,7 +44,6 @@ from mcp_backend.tools.table import Access
 if TYPE_CHECKING:
     import jwt
 
-METADATA_PATH = "/.well-known/oauth-protected-resource"
 MAX_TOKEN_CHARS = 8192
 _KEY_FAMILIES = {"RSA": ("RS", "PS"), "EC": ("ES",), "OKP": ("EdDSA",)}
 Fetch = Callable[[str], bytes]
@@ -362,37 +361,3 @@ def _scopes(claims: dict[str, Any]) -> set[str]:
 
 def _same(presented: Any, expected: str) -> bool:
     return isinstance(presented, str) and hmac.compare_digest(presented.encode(), expected.encode())
-
-
-# Methods other than tools/call that change state: cancelling a task stops the caller's queued work.
-METHOD_ACCESS = {"tasks/cancel": Access.SUBMIT}
-
-
-def required_access(body: bytes, tool_access: dict[str, Access]) -> set[Access]:
-    """The scopes a JSON-RPC body needs: each `tools/call`'s tool's Access, SUBMIT for tasks/cancel; nothing
-    for other methods.
-
-    The body is read by both parsers the SDK uses (pydantic_core in the handshake era, json in the modern
-    one) and needs what either reading needs, so the two can never disagree in the caller's favour. An
-    unknown tool, or a body either parser cannot read, needs SUBMIT (the strictest): fail closed."""
-    needed: set[Access] = set()
-    for parse in (pydantic_core.from_json, json.loads):
-        try:
-            parsed = parse(body)
-        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-            return {Access.SUBMIT}
-        needed |= _access_of(parsed, tool_access)
-    return needed
-
-
-def _access_of(parsed: Any, tool_access: dict[str, Access]) -> set[Access]:
-    messages: Iterable[Any] = parsed if isinstance(parsed, list) else [parsed]
-    needed: set[Access] = set()
-    for message in messages:
-        if isinstance(message, dict) and message.get("method") == "tools/call":
-            params = message.get("params")
-            name = params.get("name") if isinstance(params, dict) else None
-            needed.add(tool_access.get(name, Access.SUBMIT) if isinstance(name, str) else Access.SUBMIT)
-        elif isinstance(message, dict) and message.get("method") in METHOD_ACCESS:
-            needed.add(METHOD_ACCESS[message["method"]])
-    return needed

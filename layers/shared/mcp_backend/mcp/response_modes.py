@@ -18,7 +18,9 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
+
+from mcp_backend.mcp.request_body import ClientDisconnected, buffered_body
 
 
 def streams_its_answer(message: Any, streaming_tools: Collection[str]) -> bool:
@@ -57,7 +59,10 @@ class ResponseModes:
         if scope["type"] != "http" or scope["method"] != "POST":
             await self.json_app(scope, receive, send)
             return
-        body, replay = await read_body(receive)
+        try:
+            body, replay = await buffered_body(receive)  # already whole behind the guard: one message
+        except ClientDisconnected:
+            return  # nobody is left to answer
         try:
             message = json.loads(body)
         except (ValueError, RecursionError):
@@ -80,26 +85,3 @@ class ResponseModes:
             await send({"type": "lifespan.startup.complete"})
             await receive()  # lifespan.shutdown
         await send({"type": "lifespan.shutdown.complete"})
-
-
-async def read_body(receive: Receive) -> tuple[bytes, Receive]:
-    """The whole request body, and a receive that replays it to the next app."""
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    body = b"".join(chunks)
-    replayed = False
-
-    async def replay() -> Message:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return body, replay

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -29,10 +29,10 @@ from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
-from mcp_backend.mcp.oauth import EitherAuthenticator, OAuthAuthenticator
 from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.tasks import task_extensions
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
+from mcp_backend.observability import CurrentStdoutHandler, logger
 from mcp_backend.ratelimit import RateDecision, RequestRateLimiter
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.table import TOOLS, Tool
@@ -100,14 +100,63 @@ def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str
     return ToolBindings(table, services)
 
 
-def request_rate_limit(settings: McpSettings, clients: AwsClients) -> Callable[[Principal], RateDecision]:
-    """Counts one request of a principal against its tier's requests per minute (RateLimitTable)."""
-    limiter = RequestRateLimiter(settings.rate_limit_table_name, LazyClient("dynamodb", clients))
+class TierRateLimit:
+    """Each request of a principal counted against its tier's requests per minute (RateLimitTable)."""
 
-    def rate_limit(principal: Principal) -> RateDecision:
-        return limiter.take(principal.user_id, settings.tier_limits(principal.tier).requests_per_minute)
+    def __init__(self, settings: McpSettings, clients: AwsClients) -> None:
+        self.settings = settings
+        self.limiter = RequestRateLimiter(settings.rate_limit_table_name, LazyClient("dynamodb", clients))
 
-    return rate_limit
+    def admit_locally(self, principal: Principal) -> RateDecision | None:
+        return self.limiter.admit_locally(principal.user_id, self._limit(principal))
+
+    def take(self, principal: Principal) -> RateDecision:
+        return self.limiter.take(principal.user_id, self._limit(principal))
+
+    def _limit(self, principal: Principal) -> int:
+        return self.settings.tier_limits(principal.tier).requests_per_minute
+
+
+def default_authenticator(settings: McpSettings, clients: AwsClients) -> Authenticator:
+    """API keys from ApiKeysSecret (through the Parameters and Secrets extension), OAuth access tokens, or
+    either, by AuthMode."""
+    reader = SecretReader(
+        settings.api_keys_secret_id,
+        settings.parameters_secrets_extension_http_port,
+        client_factory=lambda: clients("secretsmanager"),
+    )
+    api_keys = ApiKeyAuthenticator(reader, settings.api_keys_cache_seconds)
+    if settings.auth_mode == "apikey":
+        return api_keys
+    # Loaded only with OAuth on: token verification (its JWKS fetcher, PyJWT at the first token) is no part of
+    # an API-key endpoint's cold start.
+    from mcp_backend.mcp.oauth import EitherAuthenticator, OAuthAuthenticator
+
+    oauth = OAuthAuthenticator.from_settings(settings)
+    return oauth if settings.auth_mode == "oauth" else EitherAuthenticator(api_keys, oauth)
+
+
+class _LibraryRecords(logging.Filter):
+    """Records of loggers other than Powertools' own, which writes its lines with its own handler and also
+    propagates them to the root (where pytest's caplog, say, reads them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.name.startswith(logger.name)
+
+
+def log_library_records_as_json() -> None:
+    """The process's root logger, set once before the SDK server is built: the libraries' records (the SDK's
+    `mcp.*`, starlette, botocore) at WARNING and above, in Powertools' JSON format on stdout. MCPServer's only
+    logging setting is `log_level`, with which it calls `logging.basicConfig`, and basicConfig does nothing once
+    the root logger has a handler (https://docs.python.org/3/library/logging.html#logging.basicConfig): so the
+    SDK adds no handler of its own (a plain-text or rich one) and no line prints twice."""
+    if any(isinstance(handler.filters[0], _LibraryRecords) for handler in logging.root.handlers if handler.filters):
+        return
+    handler = CurrentStdoutHandler()
+    handler.setFormatter(logger.registered_formatter)
+    handler.addFilter(_LibraryRecords())
+    logging.root.addHandler(handler)
+    logging.root.setLevel(logging.WARNING)
 
 
 def create_app(
@@ -121,22 +170,12 @@ def create_app(
     clients = AwsClients(client_factory)
     bindings = tool_bindings(settings, clients)
     if authenticator is None:
-        reader = SecretReader(
-            settings.api_keys_secret_id,
-            settings.parameters_secrets_extension_http_port,
-            client_factory=lambda: clients("secretsmanager"),
-        )
-        api_keys = ApiKeyAuthenticator(reader, settings.api_keys_cache_seconds)
-        authenticator = api_keys
-        if settings.auth_mode != "apikey":
-            oauth = OAuthAuthenticator.from_settings(settings)
-            authenticator = oauth if settings.auth_mode == "oauth" else EitherAuthenticator(api_keys, oauth)
-
+        authenticator = default_authenticator(settings, clients)
     call_log = RecordShipper(
         CallLogWriter(settings.call_log_stream_name, cast("KinesisClient", LazyClient("kinesis", clients))),
         name="mcp-call-log",
     )
-    root_handlers = list(logging.root.handlers)
+    log_library_records_as_json()
     server = FixedToolsServer(
         SERVER_NAME,
         instructions="Analyse CSV/JSON datasets: synchronously (analyze_dataset) or as queued jobs.",
@@ -149,8 +188,6 @@ def create_app(
         ],
         log_level="WARNING",
     )
-    # MCPServer calls logging.basicConfig; Powertools' JSON logger propagates, so every line would print twice.
-    logging.root.handlers[:] = root_handlers
     # Host and Origin are checked by McpHttpGuard, which also knows the Function URL's wildcard host.
     transport_security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     json_app, stream_app = (
@@ -171,7 +208,7 @@ def create_app(
         keepalive_seconds=settings.sse_keepalive_seconds,
         resource=settings.oauth_resource,
         tool_access=bindings.access,
-        rate_limit=request_rate_limit(settings, clients),
+        rate_limit=TierRateLimit(settings, clients),
     )
     # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached
     # (https://github.com/aws-samples/graceful-shutdown-with-aws-lambda): pending call-log records go out then.
