@@ -106,7 +106,8 @@ lint: env $(SAM) $(CHECKOV) build/expanded-template.json ## ruff, mypy, import-g
 
 # Test tiers, fastest first (docs/testing.md). unit: no build, no sandbox, no moto stack. integration: the
 # handlers and the local stack on moto, in-process, on both cores. e2e: the host-architecture build in
-# Lambda-shaped sandboxes through AWS's Runtime Interface Client, and the checks of the deploy build.
+# Lambda-shaped sandboxes through AWS's Runtime Interface Client, on both cores (its tests mostly wait on
+# sandboxes and loopback; the ones that start `make dev` share one xdist group), and the checks of the deploy build.
 PYTEST := $(RUN) pytest -q -p no:cacheprovider
 # Each tier measures line coverage of the layer package and the handlers ([tool.coverage] in pyproject.toml) into
 # its own directory under build/coverage/ (the last run of each tier counts; coverage's parallel files of one tier
@@ -137,7 +138,7 @@ integration: env ## integration tier: handlers and the local stack on moto, in-p
 	$(INTEGRATION_COVERAGE) $(PYTEST) $(COV) -n 2 tests/functions
 
 e2e: env build-local ## e2e tier: the build output in the Lambda-shaped runtime, and the deploy build's checks
-	$(E2E_COVERAGE) DEVSTACK_RUNTIME=lambda DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(PYTEST) $(COV) tests/e2e
+	$(E2E_COVERAGE) DEVSTACK_RUNTIME=lambda DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(PYTEST) $(COV) -n 2 --dist loadgroup tests/e2e
 	$(PYTEST) tests/template -m build
 
 # The functions the e2e tier runs in sandboxes (separate python3.13 processes) are not measured: the e2e figure is

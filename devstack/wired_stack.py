@@ -10,7 +10,7 @@ Tests, `make invoke` and `make dev` all build one of these; none of them re-decl
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cached_property, partial
+from functools import cache, cached_property, partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -36,6 +36,11 @@ DATASET_OWNERS = (
 )
 
 
+# Preparing the image runs uv and the interpreter several times (a second or more); what it depends on (uv.lock,
+# the bootstrap files, the interpreter) stays put while a process runs, so each process prepares it once.
+runtime_image = cache(prepare_runtime_image)
+
+
 def dataset_prefix(owner: str) -> str:
     """The owner's key prefix, by the rule mcp_backend.tools.dataset_access applies (percent-encoded, so
     "apikey:user-alice" is "apikey%3Auser-alice/"); a unit test holds the two equal."""
@@ -57,11 +62,19 @@ class LocalEnvironment:
         runtime: str = "inprocess",
         build_dir: Path = DEFAULT_BUILD_DIR,
         endpoints: dict[str, str] | None = None,
+        on_demand: bool = False,
     ) -> None:
+        """on_demand: create the resources that act on others (key aliases, subscriptions, rules) at once and
+        every other one when it is first touched (a function's spec, a queue's URL, a table's name, a lookup by
+        ARN); a test that touches a few of the template's resources skips creating the rest in moto."""
         # Environment the local stack adds to every function (e.g. allowing loopback datasets).
         self.function_overrides = function_overrides or {}
         parameters = {"DatasetBucketName": DATASET_BUCKET, **(parameters or {})}
-        self.stack = LocalStack(client_factory, template=template, parameters=parameters).create_all()
+        self.stack = LocalStack(client_factory, template=template, parameters=parameters)
+        if on_demand:
+            self.stack.create_connections()
+        else:
+            self.stack.create_all()
         self.client = self.stack.client
         self.runtime_mode = runtime
         self._runtimes: dict[str, FunctionRuntime] = {}
@@ -69,7 +82,7 @@ class LocalEnvironment:
         if runtime == "lambda":
             # The build is checked first: a missing one stops everything before any install.
             check_build(build_dir, host_architecture(), self.stack.template.code_paths)
-            image = prepare_runtime_image()
+            image = runtime_image()
             self.lambda_runtime = LambdaRuntime(
                 {
                     logical_id: self._lambda_function(logical_id, build_dir, endpoints or {})

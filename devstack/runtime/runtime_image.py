@@ -6,6 +6,7 @@ Client with /var/runtime's bootstrap, and the boto3 the Python runtime provides,
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import shutil
 import subprocess
@@ -60,14 +61,25 @@ def prepare_runtime_image() -> RuntimeImage:
         b"\0".join([interface.encode(), provided.encode(), bootstrap, str(prefix).encode(), architecture.encode()])
     ).hexdigest()[:16]
     base = RUNTIME_CACHE / f"python{RUNTIME_VERSION}-{architecture}-{key}"
-    runtime_dir, provided_dir = base / "var-runtime", base / "site-packages"
     if not (base / "ready").exists():
-        shutil.rmtree(base, ignore_errors=True)
-        _install(python, interface, runtime_dir)
-        _install(python, provided, provided_dir)
+        # Built aside and renamed into place: processes that start at once (a parallel test run's workers)
+        # each build their own, the first rename wins, and none ever reads a half-built image.
+        building = base.with_name(f"{base.name}.{os.getpid()}.building")
+        shutil.rmtree(building, ignore_errors=True)
+        _install(python, interface, building / "var-runtime")
+        _install(python, provided, building / "site-packages")
         for source in BOOTSTRAP_FILES.iterdir():
-            shutil.copy2(source, runtime_dir / source.name)
-        (base / "ready").write_text("")
+            shutil.copy2(source, building / "var-runtime" / source.name)
+        (building / "ready").write_text("")
+        try:
+            building.rename(base)
+        except OSError:
+            if (base / "ready").exists():  # another process's image is in place
+                shutil.rmtree(building, ignore_errors=True)
+            else:  # one an interrupted install left half-built
+                shutil.rmtree(base, ignore_errors=True)
+                building.rename(base)
+    runtime_dir, provided_dir = base / "var-runtime", base / "site-packages"
     return RuntimeImage(python, prefix, runtime_dir, provided_dir, architecture, namespaces_available())
 
 

@@ -40,6 +40,9 @@ _NO_LOCAL_EFFECT = {
     "AWS::CodeDeploy::DeploymentGroup",
     "Custom::SelfProbeKey",
 }
+# Resources that act on others without being referenced by them: found by name (a key alias), delivering messages
+# (a subscription, a rule) or limiting access (a bucket policy). A stack created on demand creates these at once.
+_CONNECTIONS = {"AWS::KMS::Alias", "AWS::SNS::Subscription", "AWS::Events::Rule", "AWS::S3::BucketPolicy"}
 # Custom resources run their function at deploy; locally nothing is deployed (the self-probe's key is issued by
 # a deploy only), and nothing reads their properties, which may name what has no local value (a Function URL).
 _DEPLOY_TIME_ONLY = {"Custom::SelfProbeKey"}
@@ -105,11 +108,24 @@ class LocalStack:
         self.created: dict[str, Created] = {}
         self.notices: list[str] = []
         self._creating: set[str] = set()
+        self._all_created = False
 
     # ------------------------------------------------------------------ public
     def create_all(self) -> LocalStack:
         for logical_id, resource in self.template.resources().items():
             if self._active(resource):
+                try:
+                    self.ensure(logical_id)
+                except Unsupported as reason:
+                    self._notice(logical_id, str(reason))
+        self._all_created = True
+        return self
+
+    def create_connections(self) -> LocalStack:
+        """The resources that act on others without being referenced by them, and what they reference; the rest
+        are created when first touched."""
+        for logical_id, resource in self.template.resources().items():
+            if resource["Type"] in _CONNECTIONS and self._active(resource):
                 try:
                     self.ensure(logical_id)
                 except Unsupported as reason:
@@ -182,18 +198,25 @@ class LocalStack:
     def logical_id_for_name(self, name: str) -> str:
         """A function's logical id from the name a Ref gave (or its logical id)."""
         name = unqualified(name)
-        for logical_id, created in self.created.items():
-            if name in (created.ref, logical_id) and "Spec" in created.attributes:
-                return logical_id
-        raise KeyError(name)
+        return self._created_id(
+            lambda logical_id, created: name in (created.ref, logical_id) and "Spec" in created.attributes, name
+        )
 
     def logical_id_for_arn(self, arn: str) -> str:
-        for logical_id, created in self.created.items():
-            if created.attributes.get("Arn") == arn:
-                return logical_id
-        raise KeyError(arn)
+        return self._created_id(lambda logical_id, created: created.attributes.get("Arn") == arn, arn)
 
     # ------------------------------------------------------------------ internals
+    def _created_id(self, matches: Callable[[str, Created], bool], what: str) -> str:
+        """The logical id of the created resource that matches. A physical name or ARN says nothing of its logical
+        id until the resource exists: in a stack created on demand, a miss creates the rest and looks again."""
+        for logical_id, created in self.created.items():
+            if matches(logical_id, created):
+                return logical_id
+        if not self._all_created:
+            self.create_all()
+            return self._created_id(matches, what)
+        raise KeyError(what)
+
     def _active(self, resource: dict[str, Any]) -> bool:
         condition = resource.get("Condition")
         return condition is None or self.scope.condition(condition)

@@ -68,6 +68,11 @@ def free_port_block(count: int = 3) -> int:
             return port
 
 
+# A running `make dev` records its endpoints in one file per checkout (devstack.running) for make invoke, fire,
+# token and env-json: the tests that start one share an xdist group, so the tier's workers never run two at once.
+MAKE_DEV_GROUP = pytest.mark.xdist_group("make-dev")
+
+
 def start_make_dev(*options: str) -> tuple[subprocess.Popen[str], int, str]:
     """`python -m devstack dev` started on free ports and read up to its banner or its error line: the
     process, its AWS endpoint port and that line. Ports probed free can be taken before the stack binds

@@ -9,18 +9,22 @@ import dataclasses
 import io
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from devstack.runtime import leases, procfs
 from devstack.runtime.execution_environment import LAMBDA_LD_LIBRARY_PATH, LAMBDA_PATH, LambdaFunction
 from devstack.runtime.function_errors import FunctionError
 from devstack.runtime.lambda_runtime import LambdaRuntime
 from devstack.runtime.runtime_image import LambdaRuntimeUnavailable, RuntimeImage, prepare_runtime_image
 from devstack.stack.resources import FunctionSpec
-from tests.e2e.conftest import BUILD_DIR, require_build
+from devstack.stack.template import ROOT
+from tests.e2e.conftest import BUILD_DIR, require_build, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -236,3 +240,49 @@ def test_without_namespaces_the_runtime_says_so_and_runs_the_handler_on_emulated
     assert seen["variables"]["LAMBDA_TASK_ROOT"] == str(PROBES)
     [warning] = [r.getMessage() for r in caplog.records if "emulated paths" in r.getMessage()]
     assert "read-only code" in warning
+
+
+# A test run that holds a warm environment of the probe function, prints its process group and waits to be killed.
+HOLDER = """
+import sys, time
+from pathlib import Path
+from devstack.runtime import leases
+from devstack.runtime.execution_environment import LambdaFunction
+from devstack.runtime.lambda_runtime import LambdaRuntime
+from devstack.runtime.runtime_image import prepare_runtime_image
+from devstack.stack.resources import FunctionSpec
+probes, leases.LEASES = Path(sys.argv[1]), Path(sys.argv[2])
+spec = FunctionSpec("Probe", "local-Probe", "arn:aws:lambda:us-east-1:123456789012:function:local-Probe",
+                    "probe.identity", probes, (), 10, 128, {})
+function = LambdaFunction(spec, probes, (), 1, "us-east-1", {})
+runtime = LambdaRuntime({"Probe": function}, prepare_runtime_image(), sys.stderr)
+runtime.invoke("Probe", {})
+[environment] = runtime.pool("Probe").environments()
+print(environment.process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_environments_of_a_test_run_killed_with_sigkill_are_ended_by_the_next_runtime(image, tmp_path, monkeypatch):
+    # Given a test run holding a warm execution environment, frozen once idle, killed with SIGKILL (no cleanup);
+    # its leases in a folder of their own, so no other runtime on the machine ends it first
+    monkeypatch.setattr(leases, "LEASES", tmp_path / "leases")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(PROBES), str(leases.LEASES)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'layers' / 'shared'}"},
+    )
+    assert holder.stdout is not None
+    pgid = int(holder.stdout.readline())
+    assert wait_until(lambda: "T" in procfs.group_states(pgid).values()), "the idle environment was never frozen"
+    holder.kill()
+    holder.wait()
+
+    # When the next runtime starts on this machine
+    LambdaRuntime({}, image, io.StringIO())
+
+    # Then the orphaned environment's process group is ended and its lease removed
+    assert wait_until(lambda: procfs.start_time(pgid) is None, seconds=10)
+    assert not (leases.LEASES / str(pgid)).exists()

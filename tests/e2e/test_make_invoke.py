@@ -21,7 +21,7 @@ from devstack.runtime.function_errors import FunctionError
 from devstack.runtime.runtime_image import LambdaRuntimeUnavailable
 from devstack.server import DevStack
 from tests.conftest import EVENTS, ROOT
-from tests.e2e.conftest import BUILD_DIR, PRODUCT_RUNTIME, start_make_dev
+from tests.e2e.conftest import BUILD_DIR, MAKE_DEV_GROUP, PRODUCT_RUNTIME, start_make_dev
 
 pytestmark = pytest.mark.e2e
 
@@ -121,6 +121,7 @@ def test_the_fixture_runs_on_a_fresh_stack_as_make_invoke_runs_it(
         assert "submit_analysis" in response["body"]
 
 
+@MAKE_DEV_GROUP
 def test_make_env_json_writes_the_running_stacks_value_of_every_declared_variable(local, tmp_path):
     # Given make dev running
     process, _, line = start_make_dev("--runtime", PRODUCT_RUNTIME, "--build-dir", str(BUILD_DIR))

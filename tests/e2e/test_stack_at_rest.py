@@ -11,7 +11,7 @@ import pytest
 
 from devstack.sources.sqs import LONG_POLL_SECONDS
 from mcp_backend.jobs.store import JobStore
-from tests.e2e.conftest import BUILD_DIR, PRODUCT_RUNTIME, start_make_dev
+from tests.e2e.conftest import BUILD_DIR, MAKE_DEV_GROUP, PRODUCT_RUNTIME, start_make_dev
 
 pytestmark = pytest.mark.e2e
 
@@ -57,6 +57,7 @@ def test_a_stop_does_not_wait_for_the_pollers_long_polls(start_stack):
     assert time.monotonic() - started < LONG_POLL_SECONDS - SETTLE_SECONDS
 
 
+@MAKE_DEV_GROUP
 def test_ctrl_c_stops_make_dev_at_rest_and_exits_cleanly():
     # Given `python -m devstack dev` (what make dev runs) started and at rest
     process, _, line = start_make_dev("--runtime", PRODUCT_RUNTIME, "--build-dir", str(BUILD_DIR))
