@@ -673,3 +673,40 @@ def test_oauth_only_mode_does_not_register_the_api_key_self_probe():
     assert scope(AuthMode="both").condition(condition) is True
     assert scope().condition(condition) is True
 
+
+def runs_behind_the_web_adapter(function: dict[str, Any]) -> bool:
+    return function["Properties"]["Environment"]["Variables"].get("AWS_LAMBDA_EXEC_WRAPPER") == "/opt/bootstrap"
+
+
+def invoked_through_a_published_version() -> set[str]:
+    """The functions SAM publishes a version and an alias for (AutoPublishAlias): SnapStart snapshots published
+    versions only, never $LATEST."""
+    return {
+        logical_id
+        for logical_id, function in TEMPLATE.source["Resources"].items()
+        if function["Type"] == "AWS::Serverless::Function" and "AutoPublishAlias" in function["Properties"]
+    }
+
+
+@pytest.mark.parametrize("snapstart", ["None", "PublishedVersions"])
+def test_snapstart_is_off_by_default_and_only_on_plain_handlers_invoked_through_a_published_version(snapstart):
+    # Given the SnapStart parameter (None by default)
+    assert TEMPLATE.parameter_defaults()["SnapStart"] == "None"
+
+    # When every function's SnapStart setting is resolved (a property resolved to AWS::NoValue is dropped)
+    applied = {
+        logical_id: resolve(function["Properties"], SnapStart=snapstart).get("SnapStart")
+        for logical_id, function in of_type("AWS::Lambda::Function").items()
+    }
+    snapshotted = {logical_id for logical_id, setting in applied.items() if setting}
+
+    # Then, turned on, it snapshots exactly the plain-handler functions that run published versions (ToolWorker),
+    # never a function behind the Web Adapter (McpServer: its Python process is not the runtime that runs the
+    # restore hooks), and off it sets nothing anywhere
+    plain = {
+        logical_id for logical_id, f in of_type("AWS::Lambda::Function").items() if not runs_behind_the_web_adapter(f)
+    }
+    expected = (plain & invoked_through_a_published_version()) if snapstart == "PublishedVersions" else set()
+    assert snapshotted == expected
+    assert "McpServer" not in snapshotted and (snapstart == "None" or "ToolWorker" in snapshotted)
+    assert all(setting == {"ApplyOn": "PublishedVersions"} for setting in applied.values() if setting)
