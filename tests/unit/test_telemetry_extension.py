@@ -276,3 +276,18 @@ def test_init_events_alone_load_nothing_and_wait_for_the_first_records():
     # Then the extension ended without loading the call-log code, and shipped nothing
     assert not extension.is_alive()
     assert not loaded.is_set() and kinesis.request_ids == []
+
+
+def test_an_environment_restored_from_a_snapstart_snapshot_counts_as_a_cold_start():
+    # Given the report of a restored environment's first invocation (restoreDurationMs, no initDurationMs: init ran
+    # when the version was published) and of its next one
+    folder = ReportFolder("fn")
+    restored = report("r-6")
+    restored["record"]["metrics"]["restoreDurationMs"] = 180.0
+
+    # When both are folded
+    first, second = folder.fold([restored, report("r-7")])
+
+    # Then the first is a cold start (without an init duration) and the second is not
+    assert (first.cold_start, first.init_duration_ms) == (True, None)
+    assert second.cold_start is False
