@@ -15,6 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
+from devstack import procfs
 from devstack.lambda_runtime import FunctionPool, LambdaFunction, LambdaRuntime
 from devstack.runtime import FunctionRuntime
 from devstack.server import DevStack
@@ -107,6 +108,7 @@ class ExtensionCost:
     probe_init: tuple[float, float]
     worker_init: tuple[float, float]
     probe_first_call: tuple[float, float]
+    cpu_to_first_event_ms: float
     memory_before_records_mb: int
     memory_after_records_mb: int
 
@@ -124,13 +126,13 @@ def extension_cost(stack: DevStack, runtime: LambdaRuntime) -> ExtensionCost:
     worker = runtime.functions["ToolWorker"]
     assert telemetry in worker.layer_dirs, "ToolWorker carries the extension's layer (template.yaml)"
     samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in ("probe", "worker", "call")}
-    before, after = 0, 0
+    before, after, cpu = 0, 0, []
     for _ in range(EXTENSION_RUNS):
         for column, carried in enumerate((True, False)):
             layers = {"probe": probe.layer_dirs, "worker": worker.layer_dirs}
             if not carried:
                 layers = {name: tuple(d for d in dirs if d != telemetry) for name, dirs in layers.items()}
-            probe_ms, probe_mb = _cold_start(dataclasses.replace(probe, layer_dirs=layers["probe"]), runtime)
+            probe_ms, probe_mb, probe_cpu = _cold_start(dataclasses.replace(probe, layer_dirs=layers["probe"]), runtime)
             samples["probe"][column].append(probe_ms)
             samples["worker"][column].append(
                 _cold_start(dataclasses.replace(worker, layer_dirs=layers["worker"]), runtime)[0]
@@ -139,15 +141,19 @@ def extension_cost(stack: DevStack, runtime: LambdaRuntime) -> ExtensionCost:
             samples["call"][column].append(call_ms)
             if carried:
                 before, after = max(before, probe_mb), max(after, call_mb)
+                cpu.append(probe_cpu)
     medians = {name: (statistics.median(w), statistics.median(wo)) for name, (w, wo) in samples.items()}
-    return ExtensionCost(medians["probe"], medians["worker"], medians["call"], before, after)
+    return ExtensionCost(medians["probe"], medians["worker"], medians["call"], statistics.median(cpu), before, after)
 
 
-def _cold_start(function: LambdaFunction, runtime: LambdaRuntime) -> tuple[float, int]:
-    """(init ms, the extensions' peak memory MB at the end of init) of a new environment."""
+def _cold_start(function: LambdaFunction, runtime: LambdaRuntime) -> tuple[float, int, float]:
+    """(init ms, the extensions' peak memory MB and their CPU ms at the end of init) of a new environment."""
     pool = FunctionPool(function, runtime.image, io.StringIO())
     with pool.environment() as env:
-        figures = env.init_duration_ms or 0.0, env.extension_memory_mb()
+        assert env.process is not None
+        others = [pid for pid in procfs.group_states(env.process.pid) if pid != env.process.pid]
+        cpu_ms = 1000 * sum(procfs.cpu_seconds(pid) or 0.0 for pid in others)
+        figures = env.init_duration_ms or 0.0, env.extension_memory_mb(), cpu_ms
     _stop(pool)
     return figures
 
@@ -181,11 +187,14 @@ def extension_lines(cost: ExtensionCost) -> list[str]:
         "runtime is done, before the extension asks for its next event, which the first invocation's row shows "
         "(the local runtime answers an invocation once every extension is back in `event/next`; Lambda answers "
         "the caller when the runtime does). Memory: the extension process's peak resident memory, on top of the "
-        "function's, at the end of init and after its first records are shipped.",
+        "function's, at the end of init and after its first records are shipped. CPU time: the extension process's "
+        "own, from `/proc` (what it takes from the function's init when the CPU is the bottleneck; the wall-clock "
+        "difference on this shared machine also counts waiting for a core).",
         "",
         "| measure | with the extension | without | difference |",
         "|---|---|---|---|",
         *(f"| {label} | {w:.0f} ms | {wo:.0f} ms | {w - wo:+.0f} ms |" for label, (w, wo) in rows),
+        f"| extension CPU (user + system) by the end of init, probe | {cost.cpu_to_first_event_ms:.0f} ms | | |",
         f"| extension memory (peak RSS), before its first records | {cost.memory_before_records_mb} MB | | |",
         f"| extension memory (peak RSS), after its first records | {cost.memory_after_records_mb} MB | | |",
     ]

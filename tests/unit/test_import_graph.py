@@ -16,7 +16,8 @@ _EXTENSION = "mcp_backend.telemetry_extension.__main__"
 LAZY_FOR_COLD_START = {
     ("mcp_backend.tools.fetch", "mcp_backend.tools.http_source"),
     ("mcp_backend.probes.client", "mcp_backend.probes.pinning"),  # httpx2 loads with the MCP client
-    # The extension's init path is the standard library only; its pipeline thread loads the rest.
+    # The extension's start is the standard library only (Lambda's init waits for it); its pipeline thread loads
+    # the call-log code (pydantic, Powertools, boto3) with the first records to ship.
     (_EXTENSION, "mcp_backend.aws"),
     (_EXTENSION, "mcp_backend.calllog.writer"),
     (_EXTENSION, "mcp_backend.telemetry_extension.reports"),
