@@ -15,6 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
+from devstack.runtime import procfs
 from devstack.runtime.execution_environment import LambdaFunction
 from devstack.runtime.in_process import FunctionRuntime
 from devstack.runtime.lambda_runtime import FunctionPool, LambdaRuntime
@@ -24,6 +25,7 @@ from tests.bench.measure import ROOT, lambda_runtime_stack
 from tests.e2e.conftest import BUILD_DIR
 
 COLD_STARTS = 3
+EXTENSION_RUNS = 5
 WARM_CALLS = 200
 JOBS = 80
 PROBES = ROOT / "tests" / "e2e" / "lambda_functions"
@@ -37,8 +39,7 @@ def run() -> list[str]:
         with tempfile.TemporaryDirectory() as scratch:
             cold = cold_starts(runtime, Path(scratch))
         warm_lambda, warm_inprocess = warm_overhead(runtime)
-        with tempfile.TemporaryDirectory() as scratch:
-            extension = extension_cost(runtime, Path(scratch))
+        extension = extension_cost(stack, runtime)
         drained = {n: drain_seconds(stack, runtime, n) for n in (1, 4)}
     finally:
         stack.stop()
@@ -57,21 +58,7 @@ def run() -> list[str]:
     ]
     for logical_id, (plain, compiled) in sorted(cold.items()):
         lines.append(f"| {logical_id} | {plain:.0f} ms | {compiled:.0f} ms | {compiled / plain:.2f}x |")
-    with_extension, without_extension, extension_mb = extension
-    lines += [
-        "",
-        "The call-log-telemetry extension (`/opt/extensions/call-log-telemetry`, in the shared layer): a probe "
-        f"function's cold start with the built layer and with the same layer without `extensions/`, median of "
-        f"{COLD_STARTS}; init ends when the runtime and every extension wait for their next event, so the "
-        "extension's own start (its Python and the call-log writer) is on the cold-start path. Its memory is the "
-        "peak resident memory of its process, on top of the function's.",
-        "",
-        "| measure | value | baseline | ratio |",
-        "|---|---|---|---|",
-        f"| cold start with the extension | {with_extension:.0f} ms | without {without_extension:.0f} ms "
-        f"| {with_extension / without_extension:.2f}x |",
-        f"| extension memory (peak RSS) | {extension_mb} MB | | |",
-    ]
+    lines += extension_lines(extension)
     lines += [
         "",
         f"Warm invocation: a handler that returns at once (`tests/e2e/lambda_functions/probe.py`), "
@@ -114,25 +101,104 @@ def cold_starts(runtime: LambdaRuntime, scratch: Path) -> dict[str, tuple[float,
     return results
 
 
-def extension_cost(runtime: LambdaRuntime, scratch: Path) -> tuple[float, float, int]:
-    """(cold start with the extension ms, without ms, the extension's peak memory MB) for a probe function."""
-    layer = BUILD_DIR / "SharedLayer"
-    bare = scratch / "SharedLayer"
-    shutil.copytree(layer, bare, ignore=shutil.ignore_patterns("extensions"))
-    results, memory = [], 0
-    for variant in (layer, bare):
-        spec = _probe_spec({"CALL_LOG_STREAM_NAME": "bench-call-log"})
-        function = LambdaFunction(spec, PROBES, (variant,), 1, "us-east-1", spec.environment)
-        samples = []
-        for _ in range(COLD_STARTS):
-            pool = FunctionPool(function, runtime.image, io.StringIO())
-            with pool.environment() as env:
-                samples.append(env.init_duration_ms or 0.0)
-                if variant == layer:
-                    memory = max(memory, env.extension_memory_mb())
-            _stop(pool)
-        results.append(statistics.median(samples))
-    return results[0], results[1], memory
+@dataclasses.dataclass
+class ExtensionCost:
+    """Medians, ms, with the extension's layer and without: cold starts (init) of the probe function and of
+    ToolWorker, the probe's first invocation (init included); the extension's peak memory, MB."""
+
+    probe_init: tuple[float, float]
+    worker_init: tuple[float, float]
+    probe_first_call: tuple[float, float]
+    cpu_to_first_event_ms: float
+    memory_before_records_mb: int
+    memory_after_records_mb: int
+
+
+def extension_cost(stack: DevStack, runtime: LambdaRuntime) -> ExtensionCost:
+    """The call-log-telemetry extension's cost, each figure alternating with and without its layer so that drift
+    on a shared machine hits both. Its records go to the stack's CallLogStream (loopback)."""
+    telemetry = BUILD_DIR / "TelemetryExtensionLayer"
+    variables = {
+        "AWS_ENDPOINT_URL": stack.aws_url,
+        "CALL_LOG_STREAM_NAME": stack.environment.table_name("CallLogStream"),
+    }
+    spec = _probe_spec(variables)
+    probe = LambdaFunction(spec, PROBES, (BUILD_DIR / "SharedLayer", telemetry), 1, "us-east-1", spec.environment)
+    worker = runtime.functions["ToolWorker"]
+    assert telemetry in worker.layer_dirs, "ToolWorker carries the extension's layer (template.yaml)"
+    samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in ("probe", "worker", "call")}
+    before, after, cpu = 0, 0, []
+    for _ in range(EXTENSION_RUNS):
+        for column, carried in enumerate((True, False)):
+            layers = {"probe": probe.layer_dirs, "worker": worker.layer_dirs}
+            if not carried:
+                layers = {name: tuple(d for d in dirs if d != telemetry) for name, dirs in layers.items()}
+            probe_ms, probe_mb, probe_cpu = _cold_start(dataclasses.replace(probe, layer_dirs=layers["probe"]), runtime)
+            samples["probe"][column].append(probe_ms)
+            samples["worker"][column].append(
+                _cold_start(dataclasses.replace(worker, layer_dirs=layers["worker"]), runtime)[0]
+            )
+            call_ms, call_mb = _first_call(dataclasses.replace(probe, layer_dirs=layers["probe"]), runtime)
+            samples["call"][column].append(call_ms)
+            if carried:
+                before, after = max(before, probe_mb), max(after, call_mb)
+                cpu.append(probe_cpu)
+    medians = {name: (statistics.median(w), statistics.median(wo)) for name, (w, wo) in samples.items()}
+    return ExtensionCost(medians["probe"], medians["worker"], medians["call"], statistics.median(cpu), before, after)
+
+
+def _cold_start(function: LambdaFunction, runtime: LambdaRuntime) -> tuple[float, int, float]:
+    """(init ms, the extensions' peak memory MB and their CPU ms at the end of init) of a new environment."""
+    pool = FunctionPool(function, runtime.image, io.StringIO())
+    with pool.environment() as env:
+        assert env.process is not None
+        others = [pid for pid in procfs.group_states(env.process.pid) if pid != env.process.pid]
+        cpu_ms = 1000 * sum(procfs.cpu_seconds(pid) or 0.0 for pid in others)
+        figures = env.init_duration_ms or 0.0, env.extension_memory_mb(), cpu_ms
+    _stop(pool)
+    return figures
+
+
+def _first_call(function: LambdaFunction, runtime: LambdaRuntime) -> tuple[float, int]:
+    """(ms from a new environment to its first invocation's answer, the extensions' peak memory MB once that
+    invocation's report has been shipped)."""
+    pool = FunctionPool(function, runtime.image, io.StringIO())
+    started = time.perf_counter()
+    pool.invoke({})
+    elapsed = (time.perf_counter() - started) * 1000
+    time.sleep(1.5)  # the report delivered (100 ms buffering) and shipped (the shipper's 1 s interval)
+    memory = max(env.extension_memory_mb() for env in pool.environments())
+    _stop(pool)
+    return elapsed, memory
+
+
+def extension_lines(cost: ExtensionCost) -> list[str]:
+    rows = [
+        ("probe function: cold start (init)", cost.probe_init),
+        ("ToolWorker: cold start (init)", cost.worker_init),
+        ("probe function: first invocation, init included", cost.probe_first_call),
+    ]
+    return [
+        "",
+        "The call-log-telemetry extension (`/opt/extensions/call-log-telemetry`, TelemetryExtensionLayer, on "
+        "McpServer and ToolWorker only): cold starts with and without its layer, a probe function "
+        f"(`tests/e2e/lambda_functions/probe.py`) and ToolWorker, median of {EXTENSION_RUNS} each, alternating. Init "
+        "ends when the runtime and every extension wait for their next event, so the extension's start is on the "
+        "cold-start path; the call-log code (pydantic, Powertools, boto3) loads only once the first invocation's "
+        "runtime is done, before the extension asks for its next event, which the first invocation's row shows "
+        "(the local runtime answers an invocation once every extension is back in `event/next`; Lambda answers "
+        "the caller when the runtime does). Memory: the extension process's peak resident memory, on top of the "
+        "function's, at the end of init and after its first records are shipped. CPU time: the extension process's "
+        "own, from `/proc` (what it takes from the function's init when the CPU is the bottleneck; the wall-clock "
+        "difference on this shared machine also counts waiting for a core).",
+        "",
+        "| measure | with the extension | without | difference |",
+        "|---|---|---|---|",
+        *(f"| {label} | {w:.0f} ms | {wo:.0f} ms | {w - wo:+.0f} ms |" for label, (w, wo) in rows),
+        f"| extension CPU (user + system) by the end of init, probe | {cost.cpu_to_first_event_ms:.0f} ms | | |",
+        f"| extension memory (peak RSS), before its first records | {cost.memory_before_records_mb} MB | | |",
+        f"| extension memory (peak RSS), after its first records | {cost.memory_after_records_mb} MB | | |",
+    ]
 
 
 def _probe_spec(environment: dict[str, str]) -> FunctionSpec:

@@ -22,16 +22,16 @@ PROBES = BUILD_DIR.parents[1] / "tests" / "e2e" / "lambda_functions"
 
 
 def probe_runtime(stack, timeout: int = 10, **environment: str) -> tuple[LambdaRuntime, io.StringIO]:
-    """A probe function with the built shared layer (and so the extension), wired to the stack's AWS endpoint."""
+    """A probe function with the built core layer and the extension's layer, wired to the stack's AWS endpoint."""
     variables = {
         "AWS_ENDPOINT_URL": stack.aws_url,
         "CALL_LOG_STREAM_NAME": stack.environment.table_name("CallLogStream"),
-        "CALL_LOG_TELEMETRY": "enabled",
         **environment,
     }
     spec = FunctionSpec("Probe", "local-Probe", "arn:aws:lambda:us-east-1:123456789012:function:local-Probe",
                         "probe.identity", PROBES, (), timeout, 256, variables)  # fmt: skip
-    function = LambdaFunction(spec, PROBES, (BUILD_DIR / "SharedLayer",), 1, "us-east-1", variables)
+    layers = (BUILD_DIR / "SharedLayer", BUILD_DIR / "TelemetryExtensionLayer")
+    function = LambdaFunction(spec, PROBES, layers, 1, "us-east-1", variables)
     output = io.StringIO()
     return LambdaRuntime({"Probe": function}, stack.environment.lambda_runtime.image, output), output
 
@@ -59,7 +59,7 @@ def alert_inbox(stack):
 
 def test_a_timeout_reaches_the_call_log_as_a_timeout_report_and_the_analyzer_alerts(start_stack):
     # Given the product stack in the Lambda runtime, alerting on the first timeout, and a probe function
-    # with a 1 s timeout whose layer carries the extension
+    # with a 1 s timeout that carries the extension's layer
     stack = start_stack(runtime="lambda", parameters={"TimeoutAlertThreshold": 1})
     inbox = alert_inbox(stack)
     runtime, _ = probe_runtime(stack, timeout=1)
@@ -99,7 +99,7 @@ def test_a_stream_that_does_not_answer_never_fails_an_invocation_and_its_records
 
 
 def test_the_extension_registers_for_invoke_and_shutdown_and_subscribes_to_platform_events_only(start_stack):
-    # Given a function whose layer carries the extension
+    # Given a function that carries the extension's layer
     stack = start_stack(runtime="lambda")
     runtime, _ = probe_runtime(stack)
 

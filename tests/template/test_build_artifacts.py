@@ -50,6 +50,18 @@ def test_compiled_wheels_target_cpython313_on_arm64(layer):
     assert all("cpython-313-aarch64-linux-gnu" in p.name or "abi3" in p.name for p in extensions), extensions
 
 
+def test_the_telemetry_extension_layer_is_its_launcher_only_and_the_core_layer_starts_no_extension():
+    # Given the built layers
+    extension_layer = BUILD / "TelemetryExtensionLayer"
+
+    # Then the extension's layer holds one executable in extensions/ and nothing else, and the core layer, on
+    # every function, has no extensions/ (a function without the extension's layer starts no second process)
+    files = sorted(p.relative_to(extension_layer).as_posix() for p in extension_layer.rglob("*") if p.is_file())
+    assert files == ["extensions/call-log-telemetry"]
+    assert (extension_layer / files[0]).stat().st_mode & 0o111
+    assert not (BUILD / "SharedLayer" / "extensions").exists()
+
+
 @pytest.mark.parametrize("function_id", sorted(load_template().resources("AWS::Lambda::Function")))
 def test_function_artifact_is_just_its_handler(function_id):
     if not (BUILD / function_id).exists():

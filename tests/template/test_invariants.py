@@ -565,25 +565,66 @@ def test_every_parameter_is_in_exactly_one_group_and_the_groups_follow_the_templ
     ]
 
 
+# The functions whose platform reports the dashboard and alerts are for: the endpoint's latency and the jobs'.
+TELEMETRY_FUNCTIONS = {"McpServer", "ToolWorker"}
+
+
+def layer_name(logical_id: str) -> str:
+    """A layer version's template name: SAM suffixes the expanded logical id with a content hash."""
+    [name] = [n for n in ("SharedLayer", "McpLayer", "TelemetryExtensionLayer") if logical_id.startswith(n)]
+    return name
+
+
+def own_layers(function_id: str, **parameters: Any) -> list[str]:
+    """The stack's own layers a function lists, for the given parameter values (published ARNs left out)."""
+    layers = resolve(RESOURCES[function_id]["Properties"]["Layers"], **parameters)
+    return [layer_name(layer.removeprefix("ref:")) for layer in layers if str(layer).startswith("ref:")]
+
+
+@pytest.mark.parametrize("telemetry", ["enabled", "disabled"])
+def test_the_telemetry_extension_layer_is_on_the_reported_functions_only_and_follows_the_parameter(telemetry):
+    # Given the CallLogTelemetry parameter (enabled by default)
+    assert TEMPLATE.parameter_defaults()["CallLogTelemetry"] == "enabled"
+    evaluated = scope(CallLogTelemetry=telemetry)
+
+    # When every function's layers are resolved
+    carrying = {
+        logical_id
+        for logical_id in of_type("AWS::Lambda::Function")
+        if "TelemetryExtensionLayer" in own_layers(logical_id, CallLogTelemetry=telemetry)
+    }
+
+    # Then the extension's layer exists and is attached exactly to McpServer and ToolWorker when enabled, and
+    # to none (nor created) when disabled; every function keeps the core layer first
+    enabled = telemetry == "enabled"
+    [layer] = [
+        layer
+        for layer_id, layer in of_type("AWS::Lambda::LayerVersion").items()
+        if layer_id.startswith("TelemetryExtensionLayer")
+    ]
+    assert evaluated.condition(layer["Condition"]) is enabled
+    assert carrying == (TELEMETRY_FUNCTIONS if enabled else set())
+    for logical_id in of_type("AWS::Lambda::Function"):
+        assert own_layers(logical_id, CallLogTelemetry=telemetry)[0] == "SharedLayer", logical_id
+
+
 def test_every_function_running_the_telemetry_extension_may_put_its_reports_on_the_call_log_only():
-    # Given the call-log-telemetry extension in the shared layer every function carries
+    # Given the call-log-telemetry extension's policy
     policy = RESOURCES["CallLogTelemetryWriter"]
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
 
-    # Then its policy allows PutRecords on CallLogStream and nothing else, every function but
-    # CallLogAnalyzer attaches it (when enabled), and CallLogAnalyzer runs the extension disabled
+    # Then it allows PutRecords on CallLogStream and nothing else, exists only when the extension is enabled,
+    # and is attached to exactly the functions that carry the extension (never CallLogAnalyzer, whose reports
+    # would feed the stream it reads)
     assert [(s["Action"], s["Resource"]) for s in statements] == [
         ("kinesis:PutRecords", {"Fn::GetAtt": ["CallLogStream", "Arn"]})
     ]
+    assert policy["Condition"] == TEMPLATE.source["Resources"]["TelemetryExtensionLayer"]["Condition"]
     for logical_id, function in of_type("AWS::Lambda::Function").items():
         role = RESOURCES[referenced_resource(function["Properties"]["Role"])]["Properties"]
-        attached = json.dumps(role.get("ManagedPolicyArns", []))
-        variables = function["Properties"]["Environment"]["Variables"]
-        if logical_id == "CallLogAnalyzer":
-            assert "CallLogTelemetryWriter" not in attached and variables["CALL_LOG_TELEMETRY"] == "disabled"
-        else:
-            assert "CallLogTelemetryWriter" in attached, logical_id
-            assert variables["CALL_LOG_TELEMETRY"] == {"Ref": "CallLogTelemetry"}, logical_id
+        attached = "CallLogTelemetryWriter" in json.dumps(role.get("ManagedPolicyArns", []))
+        assert attached is (logical_id in TELEMETRY_FUNCTIONS), logical_id
+    assert "CallLogAnalyzer" not in TELEMETRY_FUNCTIONS
 
 
 COGNITO_RESOURCES = ("McpUserPool", "McpUserPoolDomain", "McpResourceServer", "McpMachineClient")
@@ -631,3 +672,41 @@ def test_oauth_only_mode_does_not_register_the_api_key_self_probe():
     assert scope(AuthMode="oauth").condition(condition) is False
     assert scope(AuthMode="both").condition(condition) is True
     assert scope().condition(condition) is True
+
+
+def runs_behind_the_web_adapter(function: dict[str, Any]) -> bool:
+    return function["Properties"]["Environment"]["Variables"].get("AWS_LAMBDA_EXEC_WRAPPER") == "/opt/bootstrap"
+
+
+def invoked_through_a_published_version() -> set[str]:
+    """The functions SAM publishes a version and an alias for (AutoPublishAlias): SnapStart snapshots published
+    versions only, never $LATEST."""
+    return {
+        logical_id
+        for logical_id, function in TEMPLATE.source["Resources"].items()
+        if function["Type"] == "AWS::Serverless::Function" and "AutoPublishAlias" in function["Properties"]
+    }
+
+
+@pytest.mark.parametrize("snapstart", ["None", "PublishedVersions"])
+def test_snapstart_is_off_by_default_and_only_on_plain_handlers_invoked_through_a_published_version(snapstart):
+    # Given the SnapStart parameter (None by default)
+    assert TEMPLATE.parameter_defaults()["SnapStart"] == "None"
+
+    # When every function's SnapStart setting is resolved (a property resolved to AWS::NoValue is dropped)
+    applied = {
+        logical_id: resolve(function["Properties"], SnapStart=snapstart).get("SnapStart")
+        for logical_id, function in of_type("AWS::Lambda::Function").items()
+    }
+    snapshotted = {logical_id for logical_id, setting in applied.items() if setting}
+
+    # Then, turned on, it snapshots exactly the plain-handler functions that run published versions (ToolWorker),
+    # never a function behind the Web Adapter (McpServer: its Python process is not the runtime that runs the
+    # restore hooks), and off it sets nothing anywhere
+    plain = {
+        logical_id for logical_id, f in of_type("AWS::Lambda::Function").items() if not runs_behind_the_web_adapter(f)
+    }
+    expected = (plain & invoked_through_a_published_version()) if snapstart == "PublishedVersions" else set()
+    assert snapshotted == expected
+    assert "McpServer" not in snapshotted and (snapstart == "None" or "ToolWorker" in snapshotted)
+    assert all(setting == {"ApplyOn": "PublishedVersions"} for setting in applied.values() if setting)

@@ -17,7 +17,8 @@ _EXTENSION = "mcp_backend.telemetry_extension.__main__"
 LAZY_FOR_COLD_START = {
     ("mcp_backend.tools.fetch", "mcp_backend.tools.http_source"),
     ("mcp_backend.probes.client", "mcp_backend.probes.pinning"),  # httpx2 loads with the MCP client
-    # The extension's init path is the standard library only; its pipeline thread loads the rest.
+    # The extension's start is the standard library only (Lambda's init waits for it); its pipeline thread loads
+    # the call-log code (pydantic, Powertools, boto3) with the first records to ship.
     (_EXTENSION, "mcp_backend.aws"),
     (_EXTENSION, "mcp_backend.calllog.writer"),
     (_EXTENSION, "mcp_backend.telemetry_extension.reports"),
@@ -77,7 +78,7 @@ LAYERS: list[set[str]] = [
     {"monitor", "api_keys", "ratelimit"},  # MonitorTable's owner and consumers; the API-key and rate-limit tables
     {"calllog"},  # call-log records, the writer and shipper, the analyzer
     {"streams", "batch", "idempotency", "custom_resource"},  # handler plumbing: records, CloudFormation requests
-    {"config", "quotas", "aws", "observability", "netsafety", "validation"},  # foundations
+    {"config", "quotas", "aws", "observability", "netsafety", "validation", "snapstart"},  # foundations
 ]
 
 

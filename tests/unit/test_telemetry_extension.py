@@ -258,3 +258,36 @@ def test_the_shutdown_deadline_is_the_events_and_never_past_lambdas_limit():
     # The event's own deadline when it is sooner, else the 2 s limit; a margin before either
     assert deadline_of(soon, SHUTDOWN_LIMIT_SECONDS) - now < 1.0
     assert deadline_of(late, SHUTDOWN_LIMIT_SECONDS) - now <= SHUTDOWN_LIMIT_SECONDS
+
+
+def test_init_events_alone_load_nothing_and_wait_for_the_first_records():
+    # Given an extension whose environment reports its init, then shuts down before any invocation
+    loaded, gate, kinesis = threading.Event(), threading.Event(), RecordingKinesis()
+    gate.set()
+    scripted = ScriptedLambda([{"eventType": "SHUTDOWN", "shutdownReason": "spindown"}], loaded)
+    extension = run_extension(scripted, kinesis, gate)
+
+    # When the Telemetry API delivers the init events only
+    assert scripted.handed["SHUTDOWN"].wait(30)
+    init = {"time": "2026-11-30T12:00:00.000Z", "type": "platform.initStart", "record": {"phase": "init"}}
+    scripted.deliver([init])
+    extension.join(30)
+
+    # Then the extension ended without loading the call-log code, and shipped nothing
+    assert not extension.is_alive()
+    assert not loaded.is_set() and kinesis.request_ids == []
+
+
+def test_an_environment_restored_from_a_snapstart_snapshot_counts_as_a_cold_start():
+    # Given the report of a restored environment's first invocation (restoreDurationMs, no initDurationMs: init ran
+    # when the version was published) and of its next one
+    folder = ReportFolder("fn")
+    restored = report("r-6")
+    restored["record"]["metrics"]["restoreDurationMs"] = 180.0
+
+    # When both are folded
+    first, second = folder.fold([restored, report("r-7")])
+
+    # Then the first is a cold start (without an init duration) and the second is not
+    assert (first.cold_start, first.init_duration_ms) == (True, None)
+    assert second.cold_start is False

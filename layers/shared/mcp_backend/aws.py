@@ -8,7 +8,9 @@ Owners of a table, queue or topic take a client (tests inject moto's or a double
 
 from __future__ import annotations
 
+import sys
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -45,12 +47,34 @@ class AwsClients:
         self._factory: ClientFactory = factory or new_client
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
+        _CACHES.add(self)
+
+    def forget(self) -> None:
+        """Drop the clients built so far; the next use builds new ones."""
+        with self._lock:
+            self._clients.clear()
 
     def __call__(self, service: str) -> Any:
         with self._lock:
             if service not in self._clients:
                 self._clients[service] = self._factory(service)
             return self._clients[service]
+
+
+# Every client cache, so that forget_clients() reaches them all (weakly: an owner that is gone takes its own).
+_CACHES: weakref.WeakSet[AwsClients] = weakref.WeakSet()
+
+
+def forget_clients() -> None:
+    """Drop every cached client, and boto3's default session with the credentials it resolved, so the next call
+    builds them again: after a SnapStart restore (mcp_backend.snapstart) a client from the snapshot would carry the
+    snapshot's credentials and connections. boto3 is not imported for this: if it is not loaded, nothing is cached."""
+    for cache in list(_CACHES):
+        cache.forget()
+    boto3: Any = sys.modules.get("boto3")
+    if boto3 is not None:
+        with _CLIENT_CREATION:
+            boto3.DEFAULT_SESSION = None
 
 
 class LazyClient:

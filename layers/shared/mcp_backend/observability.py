@@ -14,6 +14,8 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
+from mcp_backend.snapstart import register_hooks as register_snapstart_hooks
+
 Handler = Callable[[Any, Any], Any]
 
 
@@ -95,9 +97,11 @@ def instrumented_handler(correlation_id_path: str | None = None) -> Callable[[Ha
     - inject_lambda_context(clear_state=True, log_event=False): context keys on every line, no state
       leaking between warm invocations, and no event (payloads) in the logs;
     - log_metrics(capture_cold_start_metric=True): flushes even when the handler raises.
+    Decorating also registers the SnapStart restore hook (mcp_backend.snapstart), during init as Lambda requires.
     """
 
     def decorate(handler: Handler) -> Handler:
+        register_snapstart_hooks()
         handler = metrics.log_metrics(capture_cold_start_metric=True)(handler)
         return logger.inject_lambda_context(clear_state=True, correlation_id_path=correlation_id_path, log_event=False)(
             handler

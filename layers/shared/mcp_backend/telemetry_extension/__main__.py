@@ -2,13 +2,15 @@
 telemetry, ship each platform.report as a call-log record, flush at SHUTDOWN. It never fails an
 invocation: without a stream it registers and idles; telemetry it cannot read is counted and skipped.
 
-Lambda's init waits until every extension asks for its first event, so this module imports only the
-standard library: the call-log code (pydantic, Powertools, boto3) loads on the pipeline thread while
-the extension already waits, and deliveries that arrive before it is ready wait in the inbox. After an
-INVOKE the extension asks for its next event only once that code is loaded (the invocation's answer has
-gone out; only the environment's freeze waits), so a SHUTDOWN never finds it still loading. At SHUTDOWN
-it waits until the report of every invocation it was told of has been folded (Lambda may deliver the
-last one after SHUTDOWN), then flushes, all before the event's deadline."""
+Lambda's init waits until every extension asks for its first event, and an extension's work competes with
+the function's own for the environment's CPU, so its start imports only the standard library and loads
+nothing more. The call-log code (pydantic, Powertools, boto3) loads on the pipeline thread when the first
+delivery brings something to fold (the first invocation's runtimeDone or report); deliveries before it wait
+in the inbox. After an INVOKE the extension asks for its next event only once that code is loaded (the
+invocation's answer has gone out; only the environment's freeze waits, once per environment), so a SHUTDOWN
+never finds it still loading; an environment never invoked never loads it. At SHUTDOWN it waits until the
+report of every invocation it was told of has been folded (Lambda may deliver the last one after SHUTDOWN),
+then flushes, all before the event's deadline."""
 
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ SHUTDOWN_LIMIT_SECONDS = 2.0
 SHUTDOWN_MARGIN_SECONDS = 0.2  # exit before the deadline, not at it
 SANDBOX_HOST = "sandbox.localdomain"
 _CLOSE = object()
+# What the report folder keeps; any other delivery (init and start events) waits, without loading anything.
+_FOLDED = frozenset({"platform.runtimeDone", "platform.report"})
 Build = Callable[[str, str], tuple[Any, Any]]  # (function name, stream) -> (ReportFolder, RecordShipper)
 
 
@@ -64,8 +68,14 @@ def serve_telemetry(inbox: queue.Queue[Any]) -> ThreadingHTTPServer:
     return server
 
 
+def carries_records(delivery: Any) -> bool:
+    """Whether a delivery holds an event the report folder keeps (checked before the call-log code is loaded)."""
+    return isinstance(delivery, list) and any(isinstance(e, dict) and e.get("type") in _FOLDED for e in delivery)
+
+
 def build_shipper(function_name: str, stream: str) -> tuple[Any, Any]:
-    """The call-log code, loaded here, off the init path (see the module docstring), not to break an import cycle."""
+    """The call-log code, loaded here, with the first records (see the module docstring), not to break an import
+    cycle."""
     from mcp_backend.aws import new_client
     from mcp_backend.calllog.shipper import RecordShipper
     from mcp_backend.calllog.writer import CallLogWriter
@@ -113,19 +123,37 @@ class TelemetryPipeline:
         self._thread.join(_remaining(deadline))
 
     def _run(self) -> None:
+        backlog = self._until_first_records()
+        if not backlog:
+            self.ready.set()
+            return  # SHUTDOWN before any invocation: nothing to ship, nothing loaded
         try:
             folder, shipper = self.build(self.function_name, self.stream)
         finally:
             self.ready.set()  # a failed load must not hold INVOKEs: the extension then only idles
+        for delivery in backlog:
+            self._fold(folder, shipper, delivery)
         while (delivery := self.inbox.get()) is not _CLOSE:
-            records = folder.fold(delivery)
-            shipper.add(records)
-            with self._changed:
-                self._reported.update(str(record.request_id) for record in records)
-                self._changed.notify_all()
+            self._fold(folder, shipper, delivery)
         with self._changed:
             budget = _remaining(self._deadline)
         shipper.close(SHUTDOWN_LIMIT_SECONDS if budget is None else budget)
+
+    def _until_first_records(self) -> list[Any]:
+        """The deliveries up to the first one carrying records, in order; [] if SHUTDOWN came first."""
+        backlog = []
+        while (delivery := self.inbox.get()) is not _CLOSE:
+            backlog.append(delivery)
+            if carries_records(delivery):
+                return backlog
+        return []
+
+    def _fold(self, folder: Any, shipper: Any, delivery: Any) -> None:
+        records = folder.fold(delivery)
+        shipper.add(records)
+        with self._changed:
+            self._reported.update(str(record.request_id) for record in records)
+            self._changed.notify_all()
 
 
 def _remaining(deadline: float) -> float | None:
@@ -150,7 +178,7 @@ def main(
 ) -> int:
     client = client or ExtensionsClient(environ["AWS_LAMBDA_RUNTIME_API"], NAME)
     stream = environ.get("CALL_LOG_STREAM_NAME", "")
-    enabled = bool(stream) and environ.get("CALL_LOG_TELEMETRY", "enabled") == "enabled"
+    enabled = bool(stream)  # the template attaches the layer only when CallLogTelemetry is enabled
     client.register(["INVOKE", "SHUTDOWN"] if enabled else ["SHUTDOWN"])
     pipeline = None
     if enabled:

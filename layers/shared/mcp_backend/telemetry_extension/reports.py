@@ -1,5 +1,7 @@
 """Platform telemetry folded into call-log records: one platform_report per invocation, carrying the
-runtimeDone status and whether the invocation paid the environment's init (a cold start)."""
+runtimeDone status and whether the invocation paid the environment's start (a cold start): its init, or with
+SnapStart its restore from the snapshot (the report then has restoreDurationMs and no initDurationMs:
+https://docs.aws.amazon.com/lambda/latest/dg/snapstart-monitoring.html)."""
 
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ class ReportFolder:
             function_name=self.function_name,
             request_id=request_id,
             status=str(body.get("status") or self._statuses.pop(request_id, "success")),
-            cold_start=init is not None,
+            cold_start=init is not None or metrics.get("restoreDurationMs") is not None,
             init_duration_ms=init,
             duration_ms=metrics["durationMs"],
             billed_duration_ms=metrics["billedDurationMs"],
