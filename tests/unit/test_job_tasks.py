@@ -52,11 +52,13 @@ def test_a_pending_job_cancelled_by_its_owner_is_cancelled_and_refuses_to_run(jo
     # When its owner cancels it
     answer = jobs.cancel(USER, job.job_id)
 
-    # Then it is CANCELLED and the worker's run and result writes are refused as cancellations
+    # Then it is CANCELLED, the worker's claim is refused (the job as it stands comes back) and its result
+    # write is refused as a cancellation
     assert answer == {"jobId": job.job_id, "status": "CANCELLED"}
     assert jobs.store.is_cancelled(job.job_id)
-    with pytest.raises(JobCancelled):
-        jobs.store.mark_running(job, attempt=1)
+    now_ms = int(time.time() * 1000)
+    refused = jobs.store.claim_run(job, attempt=1, until_ms=now_ms + 60_000, now_ms=now_ms)
+    assert refused is not None and refused["status"] == JobStatus.CANCELLED
     with pytest.raises(JobCancelled):
         jobs.store.mark_succeeded(job, result_text="{}")
     assert jobs.store.get(job.job_id)["status"] == JobStatus.CANCELLED
@@ -84,10 +86,11 @@ def test_a_result_dynamodb_refuses_for_its_size_is_a_permanent_failure():
     class Refusing:
         class exceptions:  # the boto3 client's attribute
             ConditionalCheckFailedException = type("ConditionalCheckFailedException", (Exception,), {})
+            TransactionCanceledException = type("TransactionCanceledException", (Exception,), {})
 
-        def update_item(self, **_: Any) -> None:
+        def transact_write_items(self, **_: Any) -> None:
             message = "Item size to update has exceeded the maximum allowed size"
-            raise ClientError({"Error": {"Code": "ValidationException", "Message": message}}, "UpdateItem")
+            raise ClientError({"Error": {"Code": "ValidationException", "Message": message}}, "TransactWriteItems")
 
     job = JobMessage(job_id="job-0004-abcdef", user_id=USER, tool="analyze_dataset", input={})
 
