@@ -171,39 +171,18 @@ def test_the_same_job_id_with_another_payload_is_refused_and_writes_nothing(stor
     assert body.runs == 0 and store.get(JOB.job_id) == before
 
 
-class ConflictingOnce:
-    """The moto client, except that its first transaction meets another one on the same item, as DynamoDB
-    answers then: TransactionCanceledException with a TransactionConflict reason."""
-
-    def __init__(self) -> None:
-        self.real = boto3.client("dynamodb")
-        self.exceptions = self.real.exceptions
-        self.transactions = 0
-
-    def transact_write_items(self, **request: Any) -> Any:
-        self.transactions += 1
-        if self.transactions == 1:
-            reasons = [{"Code": "None"}, {"Code": "TransactionConflict"}]
-            error = {"Code": "TransactionCanceledException", "Message": "conflict"}
-            raise self.real.exceptions.TransactionCanceledException(
-                {"Error": error, "CancellationReasons": reasons}, "TransactWriteItems"
-            )
-        return self.real.transact_write_items(**request)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.real, name)
-
-
-def test_a_completion_that_meets_another_transaction_is_retried(local, store):
-    # Given a running job, and a table whose first transaction conflicts with another on the owner's slot item
+def test_a_run_makes_two_writes_and_no_read(local):
+    # Given a submitted job and a client that records every DynamoDB operation asked of it
+    client = boto3.client("dynamodb")
+    operations: list[str] = []
+    client.meta.events.register("before-call.dynamodb.*", lambda model, **_: operations.append(model.name))
+    store = JobStore(local.table_name("JobTable"), client)
     assert store.create_pending(JOB)
-    conflicting = ConflictingOnce()
-    body = Body()
+    operations.clear()
 
-    # When it completes
-    once = run_once(JobStore(local.table_name("JobTable"), conflicting), body, Clock())  # type: ignore[arg-type]
-    outcome = once(run=JobRun(job=JOB, attempt=1))
+    # When the worker's run-once call runs it
+    run_once(store, Body(), Clock())(run=JobRun(job=JOB, attempt=1))
 
-    # Then the end is written on the retry and the job ran once
-    assert outcome["status"] == JobStatus.SUCCEEDED and body.runs == 1 and conflicting.transactions == 2
+    # Then it made the claim and the end, nothing else, and the job is SUCCEEDED
+    assert operations == ["UpdateItem", "UpdateItem"]
     assert store.get(JOB.job_id)["status"] == JobStatus.SUCCEEDED

@@ -86,11 +86,10 @@ def test_a_result_dynamodb_refuses_for_its_size_is_a_permanent_failure():
     class Refusing:
         class exceptions:  # the boto3 client's attribute
             ConditionalCheckFailedException = type("ConditionalCheckFailedException", (Exception,), {})
-            TransactionCanceledException = type("TransactionCanceledException", (Exception,), {})
 
-        def transact_write_items(self, **_: Any) -> None:
+        def update_item(self, **_: Any) -> None:
             message = "Item size to update has exceeded the maximum allowed size"
-            raise ClientError({"Error": {"Code": "ValidationException", "Message": message}}, "TransactWriteItems")
+            raise ClientError({"Error": {"Code": "ValidationException", "Message": message}}, "UpdateItem")
 
     job = JobMessage(job_id="job-0004-abcdef", user_id=USER, tool="analyze_dataset", input={})
 

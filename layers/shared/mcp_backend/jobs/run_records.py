@@ -3,7 +3,7 @@
 
 - INPROGRESS (expiring at the function's timeout + 5 s) is RUNNING with `runExpiresAt` (epoch ms), taken by
   `claim_run`: one conditional UpdateItem.
-- COMPLETED is SUCCEEDED, written by `mark_succeeded`: the result and the slot release in one transaction.
+- COMPLETED is SUCCEEDED, written by `mark_succeeded`: one conditional UpdateItem with the result.
 - A failed run's deleted record is RUNNING without `runExpiresAt` (`release_run`).
 - The payload hash is `payloadHash`, the job's fingerprint (owner, tool, input), stored at submit.
 

@@ -4,9 +4,9 @@ are conditional), so a run that raced its cancellation never reports a result.
 
 The job item is also the worker's run-once record (jobs/run_records.py): taking a job to run is one
 conditional write (PENDING, or RUNNING under a claim that expired or was given up, and the same payload as
-submitted) that records the claim's expiry; completing it is one transaction that stores the result and frees
-the owner's concurrent-job slot. A FAILED job carries `failedUserId` and `failedAt`, the keys of the sparse
-FailedJobsByUser index that list_failed_jobs reads; a new run removes them.
+submitted) that records the claim's expiry; completing it is one conditional write that stores the result.
+A FAILED job carries `failedUserId` and `failedAt`, the keys of the sparse FailedJobsByUser index that
+list_failed_jobs reads; a new run removes them.
 """
 
 from __future__ import annotations
@@ -28,10 +28,6 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 JOB_RETENTION_SECONDS = 30 * 24 * 3600  # JobTable TTL (attribute expiresAt)
-# A transaction that meets another on the same item is cancelled (TransactionConflict) and may be retried
-# (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html).
-TRANSACTION_ATTEMPTS = 4
-TRANSACTION_RETRY_SECONDS = 0.02
 # Writes are allowed for a new job or for the job's own user, never across users.
 _OWNER_CONDITION = "attribute_not_exists(jobId) OR userId = :user"
 # Running and succeeding are refused once the owner cancelled the job.
@@ -281,16 +277,20 @@ class JobStore:
         )
 
     def mark_succeeded(self, job: JobMessage, result_text: str | None = None, result_key: str | None = None) -> None:
-        """The job's result: its JSON text inline, or the key of the result object holding it, written in one
-        transaction with the release of the owner's concurrent-job slot. Raises JobCancelled when the owner
-        cancelled the job meanwhile (the result is dropped), ResultTooLarge when the item would exceed
-        DynamoDB's item size (permanent: the same result is refused on every retry)."""
+        """The job's result: its JSON text inline, or the key of the result object holding it. Raises
+        JobCancelled when the owner cancelled the job meanwhile (the result is dropped), ResultTooLarge when
+        the item would exceed DynamoDB's item size (permanent: the same result is refused on every retry).
+
+        One write of the job item alone: the owner's concurrent-job slot is given back when they next reach
+        their limit (`_free_stale_slots` frees the slots of ended jobs). Releasing it here would make every
+        ending job a transaction on the owner's one slot item, contending with their other jobs' submits and
+        ends (TransactionConflict) and costing four write units instead of one."""
         stored = (
             ("#result = :result", {":result": {"S": result_text}})
             if result_key is None
             else ("resultKey = :key", {":key": {"S": result_key}})
         )
-        update = self._update_request(
+        self._update(
             job.job_id,
             job.user_id,
             f"SET #status = :status, {stored[0]}, updatedAt = :now, completedAt = :now "
@@ -298,32 +298,6 @@ class JobStore:
             {":status": {"S": JobStatus.SUCCEEDED}, ":now": {"S": _now()}, **stored[1]},
             unless_cancelled=True,
         )
-        # Unconditional: a condition on the slot would cancel the whole write for a job holding none (submitted
-        # without a quota); for its owner that leaves a slot item without slots, as a finished job's does.
-        slot = {
-            "TableName": self.table_name,
-            "Key": {"jobId": {"S": _ACTIVE_PREFIX + job.user_id}},
-            "UpdateExpression": "DELETE activeJobs :job",
-            "ExpressionAttributeValues": {":job": {"SS": [job.job_id]}},
-        }
-        for attempt in range(TRANSACTION_ATTEMPTS):
-            try:
-                self._client.transact_write_items(TransactItems=cast(Any, [{"Update": update}, {"Update": slot}]))
-                return
-            except self._client.exceptions.TransactionCanceledException as error:
-                reasons = [reason.get("Code") for reason in error.response.get("CancellationReasons", [])]
-                if reasons[:1] == ["ConditionalCheckFailed"]:
-                    self._refused(job.job_id, unless_cancelled=True)
-                if reasons[:1] == ["ValidationError"]:
-                    raise ResultTooLarge("the result is larger than a job record holds") from None
-                # Another transaction on the owner's slot item (a job of theirs submitted or ending at the
-                # same moment) cancels this one; DynamoDB asks the caller to retry it.
-                if "TransactionConflict" not in reasons or attempt + 1 == TRANSACTION_ATTEMPTS:
-                    raise
-                time.sleep(TRANSACTION_RETRY_SECONDS * 2**attempt)
-            except ClientError as error:
-                _raise_if_too_large(error)
-                raise
 
     def mark_cancelled(self, job_id: str, user_id: str) -> bool:
         """The owner cancels a PENDING or RUNNING job. False when it is not (any longer) in one of those

@@ -3,7 +3,7 @@
 
 Each job runs once however often its message is delivered: Powertools idempotency keyed on the job id, with
 the job item itself as the record (mcp_backend.jobs.run_records), so a run writes JobTable twice: the claim
-(RUNNING) and the end (SUCCEEDED with the result, the owner's slot freed in the same transaction).
+(RUNNING) and the end (SUCCEEDED with the result).
 
 A job its owner cancelled is not run (the claim refuses it), and a running one stops at the tool's next
 checkpoint (ToolContext.checkpoint); either way the message is deleted, the job stays CANCELLED and no
