@@ -68,15 +68,20 @@ def run() -> list[str]:
             for event in batches():
                 for record in event["Records"]:
                     job = json.loads(record["body"])
-                    tool(job["input"], ToolContext(tool_name=job["tool"], user_id=job["userId"]))
+                    tool(job["input"], services.context_for(tool, job["userId"]))
 
         # Warm: the handler imports the layer inside its own environment first (Powertools reads its
         # namespace and service from it when the module loads), then the bare loop uses the same modules.
         environment.invoke("ToolWorker", batches()[0])
-        from mcp_backend.tools.context import ToolContext
+        from mcp_backend.aws import AwsClients
+        from mcp_backend.config import WorkerSettings, load_settings
+        from mcp_backend.tools.services import ToolServices
         from mcp_backend.tools.table import TOOLS
 
         tool = TOOLS["analyze_dataset"]
+        # The tool's context as the worker builds it (the deployment's dataset bucket and its fetch policy).
+        worker_settings = load_settings(WorkerSettings, environment.stack.function("ToolWorker").environment)
+        services = ToolServices.from_settings(worker_settings, AwsClients())
         handler_path = per_item_seconds(through_handler, JOBS)
         bare = per_item_seconds(bare_loop, JOBS)
 
