@@ -117,7 +117,7 @@ def run() -> list[str]:
         f"bare loop over the tool {bare * 1000:.2f} ms | {handler_path / bare:.2f}x |",
         "",
         f"The handler path adds per record its {WRITES_PER_RECORD} JobTable writes (the claim, RUNNING, and the "
-        "end, SUCCEEDED with the slot release in one transaction: the job item is the idempotency record), and "
+        "end, SUCCEEDED: the job item is the idempotency record), and "
         "the parse. With moto these are in-process calls; on AWS each is a DynamoDB round trip (single-digit ms), "
         "so the ratio here is a floor.",
         "",
