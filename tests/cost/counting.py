@@ -40,6 +40,7 @@ class RequestLog:
 
     requests: Counter[str] = field(default_factory=Counter)
     dynamodb_batch_items: int = 0  # items written by BatchWriteItem: each one is a write request unit
+    dynamodb_transaction_items: int = 0  # items of TransactWriteItems calls: each one is two write request units
     kinesis_bytes_read: int = 0  # what event source mappings read from Kinesis: on-demand bills data out per GB
     kinesis_records: int = 0
     kinesis_bytes: int = 0
@@ -107,6 +108,8 @@ class RequestCounter:
                 counter.log.kinesis_bytes += sum(len(r.get("Data", b"")) + len(r["PartitionKey"]) for r in records)
             if (service, operation) == ("dynamodb", "BatchWriteItem"):
                 counter.log.dynamodb_batch_items += sum(len(items) for items in params.get("RequestItems", {}).values())
+            if (service, operation) == ("dynamodb", "TransactWriteItems"):
+                counter.log.dynamodb_transaction_items += len(params.get("TransactItems", []))
             return response
 
         def counted_invoke(runtime: FunctionRuntime, event: Any) -> Any:

@@ -19,6 +19,7 @@ class UnitFigures:
     median_ms: dict[str, float]  # per function: median wall time of one invocation, in-process on moto
     log_bytes: float
     dynamodb_batch_items: float = 0.0
+    dynamodb_transaction_items: float = 0.0
     kinesis_bytes_read: float = 0.0
     per_hour: float = 0.0  # idle units: how many happen in an hour with the default parameters
 

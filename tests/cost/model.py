@@ -32,7 +32,9 @@ REQUEST_PRICES: dict[str, str | None] = {
     RATE_LIMIT_LEASE: "dynamodb_write_request_unit",
     "dynamodb:DeleteItem": "dynamodb_write_request_unit",
     "dynamodb:BatchWriteItem": None,  # priced per item written (dynamodb_batch_items)
-    # Two write request units per item written in a transaction (not priced here: shown as unpriced).
+    # Priced per item (dynamodb_transaction_items): DynamoDB prepares and commits each item, two write request
+    # units for an item up to 1 KB
+    # (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/read-write-operations.html).
     "dynamodb:TransactWriteItems": None,
     "sqs:SendMessage": "sqs_request",
     "sqs:SendMessageBatch": "sqs_request",
@@ -55,6 +57,7 @@ REQUEST_PRICES: dict[str, str | None] = {
 # Requests whose charge is not per request but per what they carry (a line of their own).
 SEPARATELY_PRICED = {
     "dynamodb:BatchWriteItem": "item written",
+    "dynamodb:TransactWriteItems": "item written, two write units",
     "kinesis:PutRecords": "record put",
     "kinesis:PutRecord": "record put",
 }
@@ -126,6 +129,14 @@ def unit_line_items(unit: UnitFigures, measurement: Measurement, prices: dict[st
     if unit.dynamodb_batch_items:
         items.append(
             LineItem("dynamodb:BatchWriteItem items", unit.dynamodb_batch_items, prices["dynamodb_write_request_unit"])
+        )
+    if unit.dynamodb_transaction_items:
+        items.append(
+            LineItem(
+                "dynamodb:TransactWriteItems write units (2 per item)",
+                2 * unit.dynamodb_transaction_items,
+                prices["dynamodb_write_request_unit"],
+            )
         )
     if unit.kinesis_records:
         # Each record is rounded up to 1 KB of data in (on-demand).

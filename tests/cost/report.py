@@ -222,7 +222,10 @@ def method() -> list[str]:
         "not AWS's: DynamoDB, SQS and Kinesis latencies on AWS differ, the Web Adapter hop is not in it, cold "
         "starts are left out. Priced at the Arm rate, rounded up to the millisecond.",
         "- DynamoDB: one request unit per request (items under 1 KB written, under 4 KB read, reads strongly "
-        "consistent: an upper bound for eventually consistent ones); a Scan or Query reading more items costs more.",
+        "consistent: an upper bound for eventually consistent ones); a Scan or Query reading more items costs more. "
+        "A TransactWriteItems is one request but two write units per item it writes (prepare and commit: "
+        "<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/read-write-operations.html>), priced "
+        "on a line of its own; a BatchWriteItem, one write unit per item.",
         "- Logs: the bytes the functions write to stdout while the unit runs (what CloudWatch Logs ingests), "
         "without the START/END/REPORT lines Lambda adds.",
         "",

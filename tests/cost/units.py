@@ -241,5 +241,6 @@ def _measure(name: str, step: Callable[[], None], repetitions: int, stack: CostS
         median_ms={key: sorted(values)[len(values) // 2] * 1000 for key, values in sorted(log.durations.items())},
         log_bytes=stack.log_volume.take() / repetitions,
         dynamodb_batch_items=log.dynamodb_batch_items / repetitions,
+        dynamodb_transaction_items=log.dynamodb_transaction_items / repetitions,
         kinesis_bytes_read=log.kinesis_bytes_read / repetitions,
     )

@@ -11,6 +11,7 @@ import boto3
 import pytest
 import time_machine
 
+from mcp_backend.jobs.store import JobStore
 from tests.e2e.conftest import mcp_client
 
 ERAS = ["legacy", "2026-07-28"]  # initialize handshake (2025-03-26 ... 2025-11-25) and the stateless era
@@ -103,7 +104,7 @@ def test_analyze_dataset_streams_progress_notifications_before_its_result(endpoi
     assert seen_before_result[-1] == (1.0, "done")
 
 
-def test_the_same_call_id_returns_the_same_job_and_enqueues_it_once(endpoint):
+def test_the_same_call_id_returns_the_same_job_and_it_runs_once(endpoint):
     # Given a client that retries a submission with its callId
     async def submit_twice():
         async with mcp_client(endpoint, "2026-07-28") as client:
@@ -115,10 +116,15 @@ def test_the_same_call_id_returns_the_same_job_and_enqueues_it_once(endpoint):
     # When it submits the same call twice
     first, second = run(submit_twice)
 
-    # Then both answers name one job and only one message is on the queue
+    # Then both answers name one job; the repeat of the still PENDING job sent its message again
     assert first["jobId"] == second["jobId"]
     assert second.get("repeated") is True
-    assert endpoint.local.queue_depth("JobQueue") == 1
+    assert endpoint.local.queue_depth("JobQueue") == 2
+
+    # And when the worker drains the queue, the job ran once
+    endpoint.local.sqs_source_for("ToolWorker").drain()
+    job = JobStore(endpoint.local.table_name("JobTable")).get(first["jobId"])
+    assert (job["status"], job["runs"]) == ("SUCCEEDED", 1)
 
 
 def test_submit_analyses_enqueues_in_batches_and_reports_each_item(endpoint):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import json
+import time
 
 import boto3
 import pytest
@@ -162,7 +163,11 @@ def test_a_job_that_runs_again_leaves_the_failed_list(local, a_few_failed_jobs):
     newest = sorted(a_few_failed_jobs["user-alice"][0])[0]
     store = JobStore(local.table_name("JobTable"))
     job = store.get(newest)
-    store.mark_running(JobMessage(job_id=newest, user_id="user-alice", tool="analyze_dataset", input={}), attempt=1)
+    assert store.mark_redriven(job)
+    now_ms = int(time.time() * 1000)
+    absent = {"dataset_url": "s3://local-datasets/user-alice/absent.csv"}
+    message = JobMessage(job_id=newest, user_id="user-alice", tool="analyze_dataset", input=absent)
+    assert store.claim_run(message, attempt=1, until_ms=now_ms + 60_000, now_ms=now_ms) is None
 
     # When alice lists her failed jobs
     page = list_failed(local, "user-alice", limit=50)

@@ -37,7 +37,9 @@ def analysis(call_id: str) -> JobSubmission:
 
 
 def message(job_id: str, user_id: str = "user-a") -> JobMessage:
-    return JobMessage(job_id=job_id, user_id=user_id, tool="analyze_dataset", input={}, submitted_at=NOW)
+    return JobMessage(
+        job_id=job_id, user_id=user_id, tool="analyze_dataset", input={"dataset_url": "s3://b/k.csv"}, submitted_at=NOW
+    )
 
 
 def test_a_submission_over_the_concurrent_limit_is_refused_and_writes_nothing(local, jobs):
@@ -92,7 +94,9 @@ def test_a_slot_whose_job_stopped_being_updated_is_reclaimed(local, jobs):
     quota = JobQuota("free", concurrent_jobs=1, daily_jobs=100, slot_max_seconds=3600)
     with time_machine.travel(NOW, tick=False):
         first = jobs.submit("user-a", analysis("call-1"), quota)["jobId"]
-        JobStore(local.table_name("JobTable"), boto3.client("dynamodb")).mark_running(message(first), 1)
+        now_ms = int(NOW.timestamp() * 1000)
+        store = JobStore(local.table_name("JobTable"), boto3.client("dynamodb"))
+        assert store.claim_run(message(first), 1, until_ms=now_ms + 60_000, now_ms=now_ms) is None
         with pytest.raises(QuotaExceeded):
             jobs.submit("user-a", analysis("call-2"), quota)
 

@@ -1,16 +1,14 @@
 """submit_analyses' enqueueing against the template's JobQueue and JobTable on moto, including entries
-SendMessageBatch reports in `Failed` (which it does without raising)."""
+SendMessageBatch reports in `Failed` (which it does without raising). A job is recorded once however many
+requests submit it; a repeat of a job still PENDING sends its message again, and the worker runs it once."""
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
 import json
 import threading
 
 import boto3
 import pytest
-import time_machine
 
 from mcp_backend.api_keys import Principal
 from mcp_backend.aws import AwsClients
@@ -108,17 +106,60 @@ def test_a_sender_fault_is_not_retried_and_is_reported_for_that_item_only(local)
     assert queued(local) == 2
 
 
-def test_the_same_call_ids_again_enqueue_nothing_new(local):
-    # Given three submitted items
+def runs_of(local, job_ids) -> dict[str, tuple[str, int]]:
+    """Each job's status and how often its body ran, once the worker has taken every message off JobQueue."""
+    from mcp_backend.jobs.store import JobStore
+
+    local.sqs_source_for("ToolWorker").drain()
+    store = JobStore(local.table_name("JobTable"))
+    return {job_id: (store.get(job_id)["status"], store.get(job_id).get("runs")) for job_id in job_ids}
+
+
+def test_the_same_call_ids_again_name_the_same_jobs_and_each_runs_once(local):
+    # Given three submitted items, not run yet
     sqs = FlakyBatchSqs(fail_ids=set())
     first = backend(local, sqs).submit_many(ALICE, items(3))
 
     # When the same callIds are submitted again
     again = backend(local, sqs).submit_many(ALICE, items(3))
 
-    # Then the same job ids come back and nothing more is queued
+    # Then the same job ids come back as repeats, each with a message of its own on the queue
     assert [r["jobId"] for r in again] == [r["jobId"] for r in first]
-    assert queued(local) == 3
+    assert all(r["repeated"] for r in again) and queued(local) == 6
+    # And the worker runs each job once, however many of its messages it receives
+    assert set(runs_of(local, [r["jobId"] for r in first]).values()) == {("SUCCEEDED", 1)}
+
+
+def test_a_repeat_of_a_job_that_ran_sends_nothing_and_answers_its_state(local):
+    # Given a submitted job that the worker has run
+    service = backend(local, FlakyBatchSqs(fail_ids=set()))
+    job_id = service.submit(ALICE, analysis("ran-call"))["jobId"]
+    runs_of(local, [job_id])
+
+    # When the same call is submitted again
+    again = service.submit(ALICE, analysis("ran-call"))
+
+    # Then it answers the job's state and queues nothing
+    assert again == {"jobId": job_id, "status": "SUCCEEDED", "repeated": True}
+    assert queued(local) == 0
+
+
+def test_a_call_id_reused_for_another_input_is_refused(local):
+    # Given a submitted job
+    from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
+
+    service = backend(local, FlakyBatchSqs(fail_ids=set()))
+    service.submit(ALICE, analysis("reused-call"))
+
+    # When the same callId comes with another dataset
+    other = JobSubmission(
+        tool="analyze_dataset", input={"dataset_url": "s3://local-datasets/user-alice/other.csv"}, call_id="reused-call"
+    )
+    with pytest.raises(SdkToolError) as refused:
+        service.submit(ALICE, other)
+
+    # Then it is a conflict, and only the first request's message is queued
+    assert str(refused.value).startswith("JobConflict") and queued(local) == 1
 
 
 class DownSqs(FlakyBatchSqs):
@@ -185,33 +226,33 @@ def concurrently(count: int, call) -> list:
     return results
 
 
-def test_twenty_concurrent_identical_submissions_send_one_message_for_one_job(local):
+def test_twenty_concurrent_identical_submissions_record_one_job_that_runs_once(local):
     # Given one service as the endpoint runs it (its threads share it) and one callId
     service = backend(local, FlakyBatchSqs(fail_ids=set()))
 
     # When 20 requests submit the same call at the same moment
     results = concurrently(20, lambda: service.submit(ALICE, analysis("same-call")))
 
-    # Then every caller is answered with the one job, and exactly one message was sent for it
+    # Then every caller is answered with the one job, one of them as its submitter, and the worker runs it once
     assert all(isinstance(result, dict) for result in results), results
     assert len({result["jobId"] for result in results}) == 1
     assert sum(1 for result in results if not result.get("repeated")) == 1
-    assert [json.loads(m["Body"])["jobId"] for m in messages_on(local)] == [results[0]["jobId"]]
+    assert queued(local) >= 1
+    assert runs_of(local, [results[0]["jobId"]]) == {results[0]["jobId"]: ("SUCCEEDED", 1)}
 
 
-def test_twenty_concurrent_identical_batches_send_one_message_per_job(local):
+def test_twenty_concurrent_identical_batches_record_each_job_once_and_run_it_once(local):
     # Given 20 requests each submitting the same 12 items
     service = backend(local, FlakyBatchSqs(fail_ids=set()))
 
     # When they all submit at once
     results = concurrently(20, lambda: service.submit_many(ALICE, items(12)))
 
-    # Then every request names the same 12 jobs, none failed, and each job has exactly one message
+    # Then every request names the same 12 jobs, none failed, and the worker runs each of them once
     assert all(isinstance(result, list) for result in results), results
     assert {tuple(r["jobId"] for r in result) for result in results} == {tuple(r["jobId"] for r in results[0])}
     assert not [r for result in results for r in result if "error" in r]
-    bodies = sorted(json.loads(m["Body"])["jobId"] for m in messages_on(local))
-    assert bodies == sorted(r["jobId"] for r in results[0])
+    assert set(runs_of(local, [r["jobId"] for r in results[0]]).values()) == {("SUCCEEDED", 1)}
 
 
 class KilledSqs(FlakyBatchSqs):
@@ -221,33 +262,20 @@ class KilledSqs(FlakyBatchSqs):
         raise KeyboardInterrupt  # not an Exception: no handler of the service sees it, like a kill
 
 
-def test_a_sender_killed_between_claim_and_send_is_taken_over_once_its_claim_expires(local):
+def test_a_sender_killed_between_record_and_send_is_recovered_by_the_next_repeat(local):
     # Given a submission whose sender was killed after recording the job and before sending its message
     request = analysis("killed-call")
     killed = backend(local, KilledSqs(fail_ids=set()))
     with pytest.raises(KeyboardInterrupt):
         killed.submit(ALICE, request)
+    assert queued(local) == 0
+
+    # When the same call is retried
     retry = backend(local, FlakyBatchSqs(fail_ids=set()))
-    retry.jobs.queues = dataclasses.replace(retry.jobs.queues, enqueue_wait_seconds=0.2)
+    result = retry.submit(ALICE, request)
 
-    # When the same call is retried while the dead sender's claim is still live
-    from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
-
-    with pytest.raises(SdkToolError) as waiting:
-        retry.submit(ALICE, request)
-
-    # Then the caller is told to retry (nothing is acknowledged without a message) and nothing is sent
-    assert str(waiting.value).startswith("EnqueueFailed") and queued(local) == 0
-
-    # When it is retried after the claim expired (the endpoint's timeout + 5 s)
-    claim_seconds = retry.jobs.queues.enqueue_claim_seconds
-    with time_machine.travel(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=claim_seconds + 1)):
-        result = retry.submit(ALICE, request)
-        again = retry.submit(ALICE, request)
-
-    # Then that retry sends the job's one message, and later repeats send nothing
-    assert result["status"] == "PENDING" and "repeated" not in result
-    assert again["repeated"] is True and again["jobId"] == result["jobId"]
+    # Then that retry sends the job's message before it answers, and the job runs once
+    assert result["status"] == "PENDING" and result["repeated"] is True
     assert [json.loads(m["Body"])["jobId"] for m in messages_on(local)] == [result["jobId"]]
 
 

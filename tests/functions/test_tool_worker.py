@@ -192,7 +192,7 @@ def test_redelivered_duplicate_fixture_does_not_run_the_job_again(local):
     assert job_item(local, "job-0001-fixture") == before
 
 
-def test_same_job_id_from_another_user_fails_and_leaves_the_original_untouched(local):
+def test_same_job_id_from_another_user_is_dead_lettered_and_leaves_the_original_untouched(local):
     # Given alice's job has completed
     local.invoke(WORKER, load_event("tool_worker/healthy-batch.json"))
     original = job_item(local, "job-0001-fixture")
@@ -200,13 +200,45 @@ def test_same_job_id_from_another_user_fails_and_leaves_the_original_untouched(l
     record = event["Records"][0]
     record["body"] = job_body("job-0001-fixture", user="user-mallory")
 
-    # When mallory's message reuses the id, even on its last attempt
-    record["attributes"]["ApproximateReceiveCount"] = "3"
+    # When mallory's message reuses the id
     response = local.invoke(WORKER, event)
 
-    # Then the record fails and alice's job keeps its owner, status and result
-    assert response == {"batchItemFailures": [{"itemIdentifier": record["messageId"]}]}
+    # Then it is never run: it goes to the DLQ with the reason, and alice's job keeps its owner, status and result
+    assert response == {"batchItemFailures": []}
+    [dead] = dead_letters(local)
+    assert attribute(dead, "failureType") == "JobPayloadMismatch"
     assert job_item(local, "job-0001-fixture") == original
+
+
+def test_same_job_id_with_another_input_is_refused_while_the_job_waits(local):
+    # Given alice's job recorded at submit (PENDING, with its payload's fingerprint), not run yet
+    from mcp_backend.jobs.models import JobMessage
+    from mcp_backend.jobs.store import JobStore
+
+    submitted = JobMessage(
+        job_id="job-0001-fixture",
+        user_id="user-alice",
+        tool="analyze_dataset",
+        input={"dataset_url": "s3://local-datasets/user-alice/sales.csv"},
+    )
+    assert JobStore(local.table_name("JobTable")).create_pending(submitted)
+    event = load_event("tool_worker/redelivered-duplicate.json")
+
+    # When a message with that id but another input arrives first
+    event["Records"][0]["body"] = job_body("job-0001-fixture", url="s3://local-datasets/user-alice/other.csv")
+    refused = local.invoke(WORKER, event)
+
+    # Then it is dead-lettered unrun and the job still waits for its own message
+    assert refused == {"batchItemFailures": []}
+    assert attribute(dead_letters(local)[0], "failureType") == "JobPayloadMismatch"
+    assert (job_item(local, "job-0001-fixture")["status"], job_item(local, "job-0001-fixture").get("runs")) == (
+        "PENDING",
+        None,
+    )
+    # And its own message then runs it
+    event["Records"][0]["body"] = submitted.body()
+    assert local.invoke(WORKER, event) == {"batchItemFailures": []}
+    assert job_item(local, "job-0001-fixture")["status"] == "SUCCEEDED"
 
 
 def test_in_progress_record_of_a_killed_invocation_blocks_retries_until_it_expires(local, monkeypatch):

@@ -16,6 +16,7 @@ import pytest
 from devstack.sources.filters import RecordFilter
 from devstack.stack.intrinsics import Scope
 from devstack.stack.template import load_template
+from mcp_backend.monitor.items import AUTH_CIPHERTEXT
 
 TEMPLATE = load_template()
 EXPANDED = TEMPLATE.expanded
@@ -261,8 +262,12 @@ def test_the_image_check_rejects_a_filter_the_view_type_cannot_serve():
     assert not _filter_images(pattern) <= IMAGES_BY_VIEW_TYPE["KEYS_ONLY"]
 
 
+# Its run-once record is the job item in JobTable (mcp_backend/jobs/run_records.py), not IdempotencyTable.
+JOB_TABLE_IDEMPOTENT = {"ToolWorker"}
+
+
 def idempotent_functions() -> dict[str, dict]:
-    """Functions whose role may write the idempotency table."""
+    """Functions whose role may write the idempotency table, and those keeping their records elsewhere."""
     writers = {
         role
         for role, statement in all_statements()
@@ -272,7 +277,7 @@ def idempotent_functions() -> dict[str, dict]:
     return {
         logical_id: function["Properties"]
         for logical_id, function in of_type("AWS::Lambda::Function").items()
-        if referenced_resource(function["Properties"]["Role"]) in writers
+        if referenced_resource(function["Properties"]["Role"]) in writers or logical_id in JOB_TABLE_IDEMPOTENT
     }
 
 
@@ -525,10 +530,12 @@ def test_probe_fan_out_precedes_the_filter_one_consumer_per_queue():
     ] == {"Ref": "ProbeResultTopic"}
 
 
-def test_the_probe_endpoint_index_never_projects_the_auth_token():
-    [index] = RESOURCES["MonitorTable"]["Properties"]["GlobalSecondaryIndexes"]
-    assert index["Projection"]["ProjectionType"] == "INCLUDE"
-    assert "authToken" not in index["Projection"]["NonKeyAttributes"]
+def test_no_probe_endpoint_index_projects_the_auth_token():
+    indexes = RESOURCES["MonitorTable"]["Properties"]["GlobalSecondaryIndexes"]
+    assert {index["IndexName"] for index in indexes} == {"EndpointsByOwner", "RegisteredEndpoints"}
+    for index in indexes:
+        assert index["Projection"]["ProjectionType"] == "INCLUDE"
+        assert AUTH_CIPHERTEXT not in index["Projection"]["NonKeyAttributes"]
 
 
 # Stores whose loss would lose users' data; everything else can be rebuilt by a deploy.

@@ -52,11 +52,13 @@ def test_a_pending_job_cancelled_by_its_owner_is_cancelled_and_refuses_to_run(jo
     # When its owner cancels it
     answer = jobs.cancel(USER, job.job_id)
 
-    # Then it is CANCELLED and the worker's run and result writes are refused as cancellations
+    # Then it is CANCELLED, the worker's claim is refused (the job as it stands comes back) and its result
+    # write is refused as a cancellation
     assert answer == {"jobId": job.job_id, "status": "CANCELLED"}
     assert jobs.store.is_cancelled(job.job_id)
-    with pytest.raises(JobCancelled):
-        jobs.store.mark_running(job, attempt=1)
+    now_ms = int(time.time() * 1000)
+    refused = jobs.store.claim_run(job, attempt=1, until_ms=now_ms + 60_000, now_ms=now_ms)
+    assert refused is not None and refused["status"] == JobStatus.CANCELLED
     with pytest.raises(JobCancelled):
         jobs.store.mark_succeeded(job, result_text="{}")
     assert jobs.store.get(job.job_id)["status"] == JobStatus.CANCELLED

@@ -30,7 +30,15 @@ DYNAMODB_OPERATIONS = {
 }
 PAGINATED_OPERATIONS = {"query", "scan"}
 # MonitorTable's keys and its index: what a direct read or write of the table would need.
-MONITOR_KEY_NAMES = {"key", "endpoint_item", "ENDPOINT_SORT_KEY", "ENDPOINTS_BY_OWNER_INDEX"}
+MONITOR_KEY_NAMES = {
+    "key",
+    "endpoint_item",
+    "ENDPOINT_SORT_KEY",
+    "ENDPOINTS_BY_OWNER_INDEX",
+    "REGISTERED_ENDPOINTS_INDEX",
+    "REGISTRY_ATTRIBUTE",
+    "REGISTRY_PARTITION",
+}
 SOURCES = {
     **SHARED.modules,
     **{f"functions.{path.parent.name}": path for path in (ROOT / "functions").glob("*/app.py")},

@@ -75,8 +75,7 @@ class ToolSettings(TierLimitSettings):
     # The jobs service (submitting, for tools that declare it) needs the queue; the worker only its DLQ.
     job_queue_url: str = ""
     job_dead_letter_queue_url: str
-    # The same template parameter sets the function's Timeout and this value: a job's enqueue claim
-    # outlives the request that took it (see JobQueues.enqueue_claim_seconds).
+    # The same template parameter sets the function's Timeout and this value.
     function_timeout_seconds: int = Field(default=120, gt=0)
     job_result_page_bytes: int = Field(default=256 * 1024, ge=64, le=4 * 1024 * 1024)  # far below the 20 MB stream cap
     # Results too large for a JobTable item (mcp_backend.jobs.results): written by the worker, read by the endpoint.
@@ -114,14 +113,13 @@ class ToolSettings(TierLimitSettings):
 
 
 class WorkerSettings(ToolSettings):
-    idempotency_table_name: str
-    # The same template parameter sets the function's Timeout and this value.
+    # The same template parameter sets the function's Timeout and this value: a run's claim on a job (its
+    # RUNNING record, jobs/run_records.py) expires after it + 5 s.
     function_timeout_seconds: int = Field(gt=0)
     # The same template parameter sets the queue's RedrivePolicy.maxReceiveCount and this value.
     job_max_receive_count: int = Field(gt=0)
     # Records of one batch that run at once (their I/O overlaps); 1 runs them one after another.
     record_concurrency: int = Field(default=10, ge=1, le=10)
-    idempotency_ttl_seconds: int = Field(default=86400, gt=0)
 
 
 class StreamConsumerSettings(Settings):

@@ -1,7 +1,8 @@
 """Powertools idempotency, configured once for every consumer: a required key, a TTL, and an
 INPROGRESS expiry that follows the function's configured timeout (timeout + 5 s).
 
-Jobs are keyed on jobId (validated against userId); stream records on their position in the stream.
+Jobs are keyed on jobId and validated against the job's fingerprint, with the job item itself as the record
+(jobs/run_records.py); stream records on their position in the stream, in IdempotencyTable.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from aws_lambda_powertools.utilities.idempotency import (
     IdempotencyConfig,
     idempotent_function,
 )
+from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 if TYPE_CHECKING:
@@ -50,7 +52,8 @@ class RunOnce:
     """`fn`, run at most once per key: the key is read from the keyword argument `data_keyword_argument`.
 
     A repeated key returns the first run's (small, JSON-serialisable) result without running `fn`;
-    a failed run stores nothing, so the retry runs again.
+    a failed run stores nothing, so the retry runs again. The records live in IdempotencyTable (`table_name`)
+    unless `persistence` builds a layer of its own.
     """
 
     def __init__(
@@ -59,11 +62,12 @@ class RunOnce:
         *,
         data_keyword_argument: str,
         key_jmespath: str,
-        table_name: str,
         ttl_seconds: int,
         timeout_seconds: int,
+        table_name: str = "",
         validation_jmespath: str | None = None,
         client: DynamoDBClient | None = None,
+        persistence: Callable[[], BasePersistenceLayer] | None = None,
     ) -> None:
         self.timeout_seconds = timeout_seconds
         # Powertools hashes a pydantic model's field names (model_dump), never its JSON aliases.
@@ -77,6 +81,7 @@ class RunOnce:
         self._data_keyword_argument = data_keyword_argument
         self._table_name = table_name
         self._client = client
+        self._persistence = persistence
         self._call: Callable[..., Any] | None = None
         self._building = threading.Lock()
 
@@ -90,7 +95,11 @@ class RunOnce:
         with self._building:
             if self._call is not None:
                 return self._call
-            persistence = DynamoDBPersistenceLayer(table_name=self._table_name, boto3_client=self._client)
+            persistence = (
+                self._persistence()
+                if self._persistence is not None
+                else DynamoDBPersistenceLayer(table_name=self._table_name, boto3_client=self._client)
+            )
             self._call = idempotent_function(
                 data_keyword_argument=self._data_keyword_argument, config=self.config, persistence_store=persistence
             )(self._fn)

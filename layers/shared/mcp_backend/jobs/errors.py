@@ -18,6 +18,11 @@ class JobOwnershipError(JobPipelineError):
     """The job id belongs to another user; the existing job is left untouched."""
 
 
+class JobPayloadMismatch(JobPipelineError):
+    """A message names an existing job's id with another owner, tool or input (its fingerprint differs): it is
+    never run under that id, the job is left untouched, and the message goes to the DLQ with this reason."""
+
+
 class JobCancelled(JobPipelineError):
     """The job's owner cancelled it: it is not run, or its run stops at the next checkpoint, and its result
     is never recorded. Not a failure: the message is deleted, not retried or dead-lettered."""

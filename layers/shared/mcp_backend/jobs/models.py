@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -41,6 +43,35 @@ class JobMessage(BaseModel):
     def attributes(self) -> dict[str, dict[str, str]]:
         """SQS message attributes: `jobType` (the tool) lets consumers route without parsing the body."""
         return {"jobType": {"DataType": "String", "StringValue": self.tool}}
+
+    def fingerprint(self) -> str:
+        """What makes two messages the same job: owner, tool and input (not when it was submitted). Stored on
+        the job at submit; a message whose fingerprint differs is refused, never run under that job's id."""
+        canonical = json.dumps([self.user_id, self.tool, self.input], sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class JobRun(BaseModel):
+    """One receive of a job's message: what the worker's run-once call is keyed on (the job's id) and
+    validated against (its fingerprint)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job: JobMessage
+    attempt: int = Field(ge=1)  # the message's ApproximateReceiveCount
+
+
+class JobOutcome(BaseModel):
+    """What one run of a job ends with: the result's JSON text inline or the key of the object holding it
+    (SUCCEEDED), or nothing (CANCELLED while it ran). A repeated delivery gets the status alone."""
+
+    job_id: str
+    status: JobStatus
+    result_text: str | None = None
+    result_key: str | None = None
+
+    def summary(self) -> dict[str, str]:
+        return {"jobId": self.job_id, "status": self.status.value}
 
 
 class JobError(BaseModel):

@@ -1,6 +1,7 @@
 """The jobs service: submit one job or many (SendMessageBatch with retries of the entries SQS reports
-failed; one message per job however many requests submit it at once), page a stored result, and list the
-caller's failed jobs. The MCP job tools
+failed), page a stored result, and list the caller's failed jobs. A job is recorded once, however many
+requests submit it; a repeat of a job still PENDING sends its message again (the worker runs a job once,
+keyed on its id), so every answer comes after the job's record and a message for it are stored. The MCP job tools
 call it; it knows tools only by name. A caller only ever sees jobs recorded under its user id.
 """
 
@@ -29,7 +30,7 @@ from mcp_backend.jobs.errors import (
 )
 from mcp_backend.jobs.models import JOB_ID_PATTERN, TERMINAL_STATUSES, JobMessage, JobStatus
 from mcp_backend.jobs.results import ResultObjects
-from mcp_backend.jobs.store import EnqueueClaim, JobStore
+from mcp_backend.jobs.store import JobStore
 from mcp_backend.observability import count_limit_refusal, logger
 from mcp_backend.quotas import JobQuota, QuotaExceeded
 
@@ -37,7 +38,6 @@ SEND_BATCH_LIMIT = 10  # SendMessageBatch entries per call
 SEND_RETRY_BASE_SECONDS = 0.05
 SEND_BATCH_ATTEMPTS = 3
 MAX_BATCH_ITEMS = 100
-ENQUEUE_POLL_SECONDS = 0.05  # a repeat waiting for another request's send checks the job this often
 # uuid5 namespace for client call ids: the same (user, callId) always names the same job.
 CALL_ID_NAMESPACE = uuid.UUID("6f1c9f1e-5d0e-4c59-9a55-6a3d2c1b0e41")
 
@@ -61,11 +61,6 @@ class JobQueues:
     result_page_bytes: int = 256 * 1024
     # The bucket of results too large for a job item ("" when the function has none).
     result_bucket_name: str = ""
-    # A sender's claim on a job outlives the sender's request: the endpoint's timeout + 5 s. Past it, a repeat
-    # of the job takes the claim over (its sender was killed between claim and send).
-    enqueue_claim_seconds: float = 125.0
-    # How long a repeat waits for another request's send before answering "retry".
-    enqueue_wait_seconds: float = 5.0
 
 
 class JobCursor(BaseModel):
@@ -133,35 +128,30 @@ class JobsService:
         """Submit one job; over the caller's quota, QuotaExceeded and nothing is written."""
         job = _job_for(user_id, submission)
         try:
-            outcome = self._claim(job, time.monotonic() + self.queues.enqueue_wait_seconds, quota)
+            answer = self._record(job, quota)
         except QuotaExceeded as refused:
             count_limit_refusal(refused.limit, refused.tier, user_id, refused.resets)
             raise
-        if not isinstance(outcome, EnqueueClaim):
-            if outcome is None or "error" in outcome:
-                raise JobConflict("this job id is taken")
-            return outcome
+        if "error" in answer:
+            raise JobConflict("this job id is taken")
+        if answer["status"] != JobStatus.PENDING:
+            return answer
         try:
-            sent = self._clients("sqs").send_message(
+            self._clients("sqs").send_message(
                 QueueUrl=self.queues.job_queue_url, MessageBody=job.body(), MessageAttributes=job.attributes()
             )
         except (BotoCoreError, ClientError) as error:
             # The SDK's text names the queue; the caller gets a retryable error, the log the type.
             logger.error("job not enqueued", extra={"error_type": type(error).__name__})
-            self.store.release_enqueue(job.job_id, user_id, outcome)
             raise EnqueueFailed("the job queue is unavailable; retry with the same callId") from None
-        self.store.mark_enqueued(job.job_id, job.user_id, sent["MessageId"])
-        return {"jobId": job.job_id, "status": "PENDING"}
+        return answer
 
     def submit_many(
         self, user_id: str, submissions: list[JobSubmission], quota: JobQuota | None = None
     ) -> list[dict[str, Any]]:
-        """Claim every item's job without waiting, send the claimed ones in batches, then wait (one deadline
-        for the call) for the jobs another request was sending: two concurrent identical batches each send
-        what they claimed instead of waiting on each other."""
+        """Record every item's job, then send the messages of those still PENDING in batches."""
         results: list[dict[str, Any]] = [{} for _ in submissions]
-        to_send: dict[str, tuple[int, JobMessage, EnqueueClaim]] = {}
-        contended: list[tuple[int, JobMessage]] = []
+        to_send: dict[str, tuple[int, JobMessage, dict[str, Any]]] = {}
         seen: set[str] = set()
         for index, submission in enumerate(submissions):
             job = _job_for(user_id, submission)
@@ -170,37 +160,22 @@ class JobsService:
                 continue
             seen.add(job.job_id)
             try:
-                outcome = self._claim(job, None, quota)
+                answer = self._record(job, quota)
             except QuotaExceeded as refused:  # this item only: the others are still submitted
                 count_limit_refusal(refused.limit, refused.tier, user_id, refused.resets)
                 results[index] = {"index": index, "error": refused.as_error()}
                 continue
-            if isinstance(outcome, EnqueueClaim):
-                to_send[str(index)] = (index, job, outcome)
-            elif outcome is None:
-                contended.append((index, job))
+            if answer.get("status") == JobStatus.PENDING:
+                to_send[str(index)] = (index, job, answer)
             else:
-                results[index] = {"index": index, **outcome}
-        self._send_batches(to_send, results)
-        deadline = time.monotonic() + self.queues.enqueue_wait_seconds
-        to_send = {}
-        for index, job in contended:
-            try:
-                outcome = self._claim(job, deadline)
-            except EnqueueFailed as error:
-                results[index] = {"index": index, "jobId": job.job_id, "error": _error(error)}
-                continue
-            if isinstance(outcome, EnqueueClaim):
-                to_send[str(index)] = (index, job, outcome)
-            elif outcome is not None:
-                results[index] = {"index": index, **outcome}
+                results[index] = {"index": index, **answer}
         self._send_batches(to_send, results)
         return results
 
     def _send_batches(
-        self, to_send: dict[str, tuple[int, JobMessage, EnqueueClaim]], results: list[dict[str, Any]]
+        self, to_send: dict[str, tuple[int, JobMessage, dict[str, Any]]], results: list[dict[str, Any]]
     ) -> None:
-        sqs, store = self._clients("sqs"), self.store
+        sqs = self._clients("sqs")
         pending_ids = list(to_send)
         for start in range(0, len(pending_ids), SEND_BATCH_LIMIT):
             chunk = pending_ids[start : start + SEND_BATCH_LIMIT]
@@ -217,56 +192,40 @@ class JobsService:
                     ],
                 )
                 for sent in response.get("Successful", []):
-                    index, job, _claim = to_send[sent["Id"]]
-                    store.mark_enqueued(job.job_id, job.user_id, sent["MessageId"])
-                    results[index] = {"index": index, "jobId": job.job_id, "status": "PENDING"}
+                    index, _job, answer = to_send[sent["Id"]]
+                    results[index] = {"index": index, **answer}
                 failed = response.get("Failed", [])
                 # SenderFault entries (a malformed entry) fail the same way again; only service faults retry.
                 chunk = [entry["Id"] for entry in failed if not entry.get("SenderFault")]
                 for entry in failed:
                     if entry.get("SenderFault"):
-                        index, job, claim = to_send[entry["Id"]]
-                        store.release_enqueue(job.job_id, job.user_id, claim)
+                        index, job, _answer = to_send[entry["Id"]]
                         results[index] = _enqueue_error(index, job, entry.get("Code", "SenderFault"))
                 if not chunk:
                     break
                 time.sleep(SEND_RETRY_BASE_SECONDS * 2**_attempt)  # service faults (throttling) need a pause
             for entry_id in chunk:  # still failing after the retries
-                index, job, claim = to_send[entry_id]
-                store.release_enqueue(job.job_id, job.user_id, claim)
+                index, job, _answer = to_send[entry_id]
                 results[index] = _enqueue_error(index, job, "RetriesExhausted")
 
-    def _claim(
-        self, job: JobMessage, deadline: float | None, quota: JobQuota | None = None
-    ) -> EnqueueClaim | dict[str, Any] | None:
-        """The right to send this job's one message, or the answer for a caller that must not send: the job's
-        state once another sender has enqueued it (or the worker has taken it), or an error entry.
+    def _record(self, job: JobMessage, quota: JobQuota | None = None) -> dict[str, Any]:
+        """The job recorded PENDING (one write, with the quota's), and the answer for its submitter: PENDING
+        for a new job, or for a repeat (same callId) the job's state (`repeated`); the caller sends a message
+        for either while the job is PENDING.
 
-        A new job is recorded holding the claim. A repeat takes the claim only when nobody enqueued the job
-        and no live claim exists (the earlier sender failed, or died and its claim expired); otherwise it
-        waits until `deadline` for the holder's message, so a caller is answered only once the job's message
-        is sent. With no deadline, a live claim of another sender returns None at once."""
+        A repeat sends again because nothing records that the first sender's message was sent (a write per
+        job saved): that sender may have died between the record and the send. A duplicate message costs a
+        receive, never a second run. A repeat with another tool or input, or for another user's job id, is
+        an error entry."""
         store = self.store
-        claim = EnqueueClaim(uuid.uuid4().hex, time.time() + self.queues.enqueue_claim_seconds)
-        if store.create_pending(job, claim, quota):
-            return claim
-        deadline = time.monotonic() + self.queues.enqueue_wait_seconds
-        while True:
-            existing = store.get(job.job_id)
-            if existing is None or existing.get("userId") != job.user_id:
-                return {"error": {"type": "JobConflict", "message": "job id is taken"}}
-            if existing.get("enqueuedMessageId") or existing["status"] != JobStatus.PENDING:
-                return {"jobId": job.job_id, "status": existing["status"], "repeated": True}
-            claim = EnqueueClaim(uuid.uuid4().hex, time.time() + self.queues.enqueue_claim_seconds)
-            if store.claim_enqueue(job.job_id, job.user_id, claim):
-                return claim
-            if deadline is None:
-                return None
-            if time.monotonic() >= deadline:
-                # The holder is slow or gone: its claim expires after the endpoint's timeout, then this
-                # same callId takes the job over and sends it.
-                raise EnqueueFailed("the job is being enqueued by another request; retry with the same callId")
-            time.sleep(ENQUEUE_POLL_SECONDS)
+        if store.create_pending(job, quota):
+            return {"jobId": job.job_id, "status": JobStatus.PENDING.value}
+        existing = store.get(job.job_id)
+        if existing is None or existing.get("userId") != job.user_id:
+            return {"error": {"type": "JobConflict", "message": "job id is taken"}}
+        if existing.get("payloadHash", job.fingerprint()) != job.fingerprint():
+            return {"error": {"type": "JobConflict", "message": "this callId was used for another request"}}
+        return {"jobId": job.job_id, "status": existing["status"], "repeated": True}
 
     # -- cancel -----------------------------------------------------------------
     def cancel(self, user_id: str, job_id: str) -> dict[str, Any]:

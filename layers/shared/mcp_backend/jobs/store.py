@@ -1,21 +1,20 @@
 """Job state in JobTable: PENDING -> RUNNING -> SUCCEEDED | FAILED, or CANCELLED by its owner from PENDING or
-RUNNING; every write scoped to the job's owner. A CANCELLED job is never marked running or succeeded again
-(the writes are conditional), so a run that raced its cancellation never reports a result.
+RUNNING; every write scoped to the job's owner. A CANCELLED job is never run or completed again (the writes
+are conditional), so a run that raced its cancellation never reports a result.
 
-Enqueueing is claimed: a PENDING job without `enqueuedMessageId` is sent only by the holder of its enqueue
-claim (a token with an expiry, taken by a conditional write), so concurrent submissions of one job send one
-message, and a claim whose holder died expires and can be taken over. A FAILED job carries `failedUserId`
-and `failedAt`, the keys of the sparse FailedJobsByUser index that list_failed_jobs reads; a new run removes
-them.
+The job item is also the worker's run-once record (jobs/run_records.py): taking a job to run is one
+conditional write (PENDING, or RUNNING under a claim that expired or was given up, and the same payload as
+submitted) that records the claim's expiry; completing it is one conditional write that stores the result.
+A FAILED job carries `failedUserId` and `failedAt`, the keys of the sparse FailedJobsByUser index that
+list_failed_jobs reads; a new run removes them.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from botocore.exceptions import ClientError
 
@@ -38,10 +37,14 @@ _NOT_CANCELLED = "(attribute_not_exists(#status) OR #status <> :cancelled)"
 _ITEM_TOO_LARGE = "exceeded the maximum allowed size"
 # The sparse index of failed jobs per user, newest first (template.yaml, JobTable).
 FAILED_JOBS_INDEX = "FailedJobsByUser"
-# A job may be claimed for sending while it is PENDING, unsent, and nobody holds a live claim.
-_CLAIMABLE = (
-    "userId = :user AND #status = :pending AND attribute_not_exists(enqueuedMessageId) "
-    "AND (attribute_not_exists(enqueueClaimExpiresAt) OR enqueueClaimExpiresAt < :now)"
+# A job may be taken for a run when it is new here, or its owner's, submitted with the same payload (or before
+# payloads were fingerprinted), and PENDING or RUNNING under a claim that expired (its invocation was killed) or
+# was given up (the run failed). CANCELLED, SUCCEEDED and FAILED jobs are never taken.
+_RUN_CLAIMABLE = (
+    "attribute_not_exists(jobId) OR (userId = :user "
+    "AND (attribute_not_exists(payloadHash) OR payloadHash = :hash) "
+    "AND (#status = :pending OR (#status = :running "
+    "AND (attribute_not_exists(runExpiresAt) OR runExpiresAt < :now_ms))))"
 )
 
 
@@ -58,14 +61,6 @@ class QuotaRefused(Exception):
     def __init__(self, which: str) -> None:
         super().__init__(which)
         self.which = which
-
-
-@dataclass(frozen=True)
-class EnqueueClaim:
-    """The right to send a job's message: a token, valid until `expires_at` (epoch seconds)."""
-
-    token: str
-    expires_at: float
 
 
 def _now() -> str:
@@ -88,18 +83,18 @@ class JobStore:
         self._client = client
 
     # -- writes ---------------------------------------------------------------
-    def create_pending(self, job: JobMessage, claim: EnqueueClaim | None = None, quota: JobQuota | None = None) -> bool:
-        """Record a submitted job, holding its enqueue claim when one is given. Returns False when the id exists
-        already (a repeated submission, which takes no quota).
+    def create_pending(self, job: JobMessage, quota: JobQuota | None = None) -> bool:
+        """Record a submitted job with its payload's fingerprint. Returns False when the id exists already (a
+        repeated submission, which takes no quota).
 
         With a quota, the job, one of its owner's concurrent-job slots and one of the day's jobs are written in
         one transaction: over either limit, QuotaExceeded and nothing is written. A refusal for concurrency
         first frees the slots of jobs that ended without giving theirs back (see `_free_stale_slots`)."""
         if quota is None:
-            return self._put_pending(job, claim)
+            return self._put_pending(job)
         for attempt in range(2):
             try:
-                return self._put_pending_within(job, claim, quota)
+                return self._put_pending_within(job, quota)
             except QuotaRefused as refused:
                 now = datetime.now(UTC)
                 if refused.which == "daily":
@@ -108,11 +103,11 @@ class JobStore:
                     raise quota.concurrent_refused() from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _put_pending_within(self, job: JobMessage, claim: EnqueueClaim | None, quota: JobQuota) -> bool:
+    def _put_pending_within(self, job: JobMessage, quota: JobQuota) -> bool:
         day = datetime.now(UTC).date()
         day_ends = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()) + 86400
         items = [
-            {"Put": {**self._pending_put(job, claim), "TableName": self.table_name}},
+            {"Put": {**self._pending_put(job), "TableName": self.table_name}},
             {
                 "Update": {
                     "TableName": self.table_name,
@@ -206,27 +201,22 @@ class JobStore:
         except Exception as error:  # noqa: BLE001 - the job's own state is written; the slot heals later
             logger.warning("concurrent-job slot not released", extra={"error_type": type(error).__name__})
 
-    def _put_pending(self, job: JobMessage, claim: EnqueueClaim | None) -> bool:
+    def _put_pending(self, job: JobMessage) -> bool:
         try:
-            self._client.put_item(TableName=self.table_name, **self._pending_put(job, claim))
+            self._client.put_item(TableName=self.table_name, **self._pending_put(job))
         except self._client.exceptions.ConditionalCheckFailedException:
             return False
         return True
 
-    def _pending_put(self, job: JobMessage, claim: EnqueueClaim | None) -> dict[str, Any]:
+    def _pending_put(self, job: JobMessage) -> dict[str, Any]:
         now = _now()
-        claimed = (
-            {"enqueueClaim": {"S": claim.token}, "enqueueClaimExpiresAt": {"N": f"{claim.expires_at:.3f}"}}
-            if claim
-            else {}
-        )
         return {
             "Item": {
-                **claimed,
                 "jobId": {"S": job.job_id},
                 "userId": {"S": job.user_id},
                 "tool": {"S": job.tool},
                 "status": {"S": JobStatus.PENDING},
+                "payloadHash": {"S": job.fingerprint()},
                 "inputSummary": {"S": _input_summary(job)},
                 "attempts": {"N": "0"},
                 "createdAt": {"S": now},
@@ -236,118 +226,111 @@ class JobStore:
             "ConditionExpression": "attribute_not_exists(jobId)",
         }
 
-    def claim_enqueue(self, job_id: str, user_id: str, claim: EnqueueClaim) -> bool:
-        """Take the right to send the job's message. False: it is sent, no longer PENDING, another live claim
-        holds it, or it is not this user's job."""
+    def claim_run(self, job: JobMessage, attempt: int, until_ms: int, now_ms: int) -> dict[str, Any] | None:
+        """Take the job for this run (see _RUN_CLAIMABLE), RUNNING until `until_ms` (epoch milliseconds) unless
+        completed or given up first; a job without a record (its message sent without one) is recorded here.
+        None when taken; otherwise nothing is written and the job is returned as it stands (without its
+        result), from the refused write itself: no second read."""
+        now = _now()
         try:
             self._client.update_item(
                 TableName=self.table_name,
-                Key={"jobId": {"S": job_id}},
-                UpdateExpression="SET enqueueClaim = :token, enqueueClaimExpiresAt = :until",
-                ConditionExpression=_CLAIMABLE,
-                ExpressionAttributeNames={"#status": "status"},
+                Key={"jobId": {"S": job.job_id}},
+                UpdateExpression="SET #status = :running, runExpiresAt = :until, attempts = :attempt, "
+                "updatedAt = :now, userId = :user, tool = :tool, payloadHash = :hash, "
+                "inputSummary = if_not_exists(inputSummary, :summary), createdAt = if_not_exists(createdAt, :now), "
+                "expiresAt = if_not_exists(expiresAt, :expires) ADD runs :one REMOVE #error, failedUserId, failedAt",
+                ConditionExpression=_RUN_CLAIMABLE,
+                ExpressionAttributeNames={"#status": "status", "#error": "error"},
                 ExpressionAttributeValues={
-                    ":user": {"S": user_id},
+                    ":user": {"S": job.user_id},
+                    ":hash": {"S": job.fingerprint()},
                     ":pending": {"S": JobStatus.PENDING},
-                    ":now": {"N": f"{time.time():.3f}"},
-                    ":token": {"S": claim.token},
-                    ":until": {"N": f"{claim.expires_at:.3f}"},
+                    ":running": {"S": JobStatus.RUNNING},
+                    ":now_ms": {"N": str(now_ms)},
+                    ":until": {"N": str(until_ms)},
+                    ":attempt": {"N": str(attempt)},
+                    ":one": {"N": "1"},  # runs: how often the job body actually started
+                    ":now": {"S": now},
+                    ":tool": {"S": job.tool},
+                    ":summary": {"S": _input_summary(job)},
+                    ":expires": {"N": str(int(time.time()) + JOB_RETENTION_SECONDS)},
                 },
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
-        except self._client.exceptions.ConditionalCheckFailedException:
-            return False
-        return True
+        except self._client.exceptions.ConditionalCheckFailedException as refused:
+            item = dict(cast(dict[str, Any], refused.response).get("Item", {}))
+            item.pop("result", None)
+            return _plain(item)
+        return None
 
-    def release_enqueue(self, job_id: str, user_id: str, claim: EnqueueClaim) -> None:
-        """The send failed: give the claim up so a retry with the same callId can send at once."""
-        try:
-            self._client.update_item(
-                TableName=self.table_name,
-                Key={"jobId": {"S": job_id}},
-                UpdateExpression="REMOVE enqueueClaim, enqueueClaimExpiresAt",
-                ConditionExpression="userId = :user AND enqueueClaim = :token",
-                ExpressionAttributeValues={":user": {"S": user_id}, ":token": {"S": claim.token}},
-            )
-        except self._client.exceptions.ConditionalCheckFailedException:
-            pass  # the claim expired and another sender holds the job now
-
-    def mark_enqueued(self, job_id: str, user_id: str, message_id: str) -> None:
-        """The job's message is on the queue: a repeated submission (same callId) must not send another."""
-        self._update(
+    def release_run(self, job_id: str, user_id: str) -> None:
+        """The run failed: give its claim up, so the message's next receive runs the job again at once. The
+        job stays RUNNING (between attempts) with what its attempts recorded. Cancelled (or recorded as
+        failed) meanwhile: there is nothing to give up, and nothing is written."""
+        self._set_status_if(
             job_id,
             user_id,
-            "SET enqueuedMessageId = :message, updatedAt = :now REMOVE enqueueClaim, enqueueClaimExpiresAt",
-            {":message": {"S": message_id}, ":now": {"S": _now()}},
-        )
-
-    def mark_running(self, job: JobMessage, attempt: int) -> None:
-        now = _now()
-        self._update(
-            job.job_id,
-            job.user_id,
-            "SET #status = :status, attempts = :attempt, updatedAt = :now, userId = :user, tool = :tool, "
-            "inputSummary = if_not_exists(inputSummary, :summary), "
-            "createdAt = if_not_exists(createdAt, :now), "
-            "expiresAt = if_not_exists(expiresAt, :expires) ADD runs :one REMOVE #error, failedUserId, failedAt",
-            unless_cancelled=True,
-            values={
-                ":status": {"S": JobStatus.RUNNING},
-                ":attempt": {"N": str(attempt)},
-                ":one": {"N": "1"},  # runs: how often the job body actually started
-                ":now": {"S": now},
-                ":tool": {"S": job.tool},
-                ":summary": {"S": _input_summary(job)},
-                ":expires": {"N": str(int(time.time()) + JOB_RETENTION_SECONDS)},
-            },
+            "SET updatedAt = :now REMOVE runExpiresAt",
+            "#status = :running",
+            {":running": {"S": JobStatus.RUNNING}},
         )
 
     def mark_succeeded(self, job: JobMessage, result_text: str | None = None, result_key: str | None = None) -> None:
         """The job's result: its JSON text inline, or the key of the result object holding it. Raises
         JobCancelled when the owner cancelled the job meanwhile (the result is dropped), ResultTooLarge when
-        the item would exceed DynamoDB's item size (permanent: the same result is refused on every retry)."""
+        the item would exceed DynamoDB's item size (permanent: the same result is refused on every retry).
+
+        One write of the job item alone: the owner's concurrent-job slot is given back when they next reach
+        their limit (`_free_stale_slots` frees the slots of ended jobs). Releasing it here would make every
+        ending job a transaction on the owner's one slot item, contending with their other jobs' submits and
+        ends (TransactionConflict) and costing four write units instead of one."""
         stored = (
             ("#result = :result", {":result": {"S": result_text}})
             if result_key is None
             else ("resultKey = :key", {":key": {"S": result_key}})
         )
-        try:
-            self._update(
-                job.job_id,
-                job.user_id,
-                f"SET #status = :status, {stored[0]}, updatedAt = :now, completedAt = :now "
-                "REMOVE #error, failedUserId, failedAt",
-                unless_cancelled=True,
-                values={":status": {"S": JobStatus.SUCCEEDED}, ":now": {"S": _now()}, **stored[1]},
-            )
-        except ClientError as error:
-            details = error.response.get("Error", {})
-            if details.get("Code") == "ValidationException" and _ITEM_TOO_LARGE in str(details.get("Message")):
-                raise ResultTooLarge("the result is larger than a job record holds") from None
-            raise
-        self.release_slot(job.job_id, job.user_id)
+        self._update(
+            job.job_id,
+            job.user_id,
+            f"SET #status = :status, {stored[0]}, updatedAt = :now, completedAt = :now "
+            "REMOVE #error, failedUserId, failedAt, runExpiresAt",
+            {":status": {"S": JobStatus.SUCCEEDED}, ":now": {"S": _now()}, **stored[1]},
+            unless_cancelled=True,
+        )
 
     def mark_cancelled(self, job_id: str, user_id: str) -> bool:
         """The owner cancels a PENDING or RUNNING job. False when it is not (any longer) in one of those
         states or not this user's job: nothing is written then."""
-        now = _now()
+        cancelled = self._set_status_if(
+            job_id,
+            user_id,
+            "SET #status = :cancelled, updatedAt = :now, completedAt = :now, cancelledAt = :now",
+            "#status IN (:pending, :running)",
+            {
+                ":pending": {"S": JobStatus.PENDING},
+                ":running": {"S": JobStatus.RUNNING},
+                ":cancelled": {"S": JobStatus.CANCELLED},
+            },
+        )
+        if not cancelled:
+            return False
+        self.release_slot(job_id, user_id)  # a cancelled job never runs on: its concurrent-job slot is free
+        return True
+
+    def _set_status_if(self, job_id: str, user_id: str, update: str, condition: str, values: dict[str, Any]) -> bool:
+        """An update of the owner's job in the state `condition` names; False (nothing written) otherwise."""
         try:
             self._client.update_item(
                 TableName=self.table_name,
                 Key={"jobId": {"S": job_id}},
-                UpdateExpression="SET #status = :cancelled, updatedAt = :now, completedAt = :now, cancelledAt = :now",
-                ConditionExpression="userId = :user AND #status IN (:pending, :running)",
+                UpdateExpression=update,
+                ConditionExpression=f"userId = :user AND {condition}",
                 ExpressionAttributeNames={"#status": "status"},
-                ExpressionAttributeValues={
-                    ":user": {"S": user_id},
-                    ":pending": {"S": JobStatus.PENDING},
-                    ":running": {"S": JobStatus.RUNNING},
-                    ":cancelled": {"S": JobStatus.CANCELLED},
-                    ":now": {"S": now},
-                },
+                ExpressionAttributeValues={":user": {"S": user_id}, ":now": {"S": _now()}, **values},
             )
         except self._client.exceptions.ConditionalCheckFailedException:
             return False
-        self.release_slot(job_id, user_id)  # a cancelled job never runs on: its concurrent-job slot is free
         return True
 
     def is_cancelled(self, job_id: str) -> bool:
@@ -459,24 +442,47 @@ class JobStore:
         values: dict[str, Any],
         unless_cancelled: bool = False,
     ) -> None:
+        request = self._update_request(job_id, user_id, expression, values, unless_cancelled)
+        self._write(request, job_id, unless_cancelled)
+
+    def _update_request(
+        self, job_id: str, user_id: str, expression: str, values: dict[str, Any], unless_cancelled: bool
+    ) -> dict[str, Any]:
+        """An UpdateItem of the job (as a request or a transaction's Update), conditional on its owner."""
         names = {"#status": "status", "#error": "error", "#result": "result"}
         condition = _OWNER_CONDITION
         if unless_cancelled:
             condition = f"({_OWNER_CONDITION}) AND {_NOT_CANCELLED}"
             values = {**values, ":cancelled": {"S": JobStatus.CANCELLED}}
+        return {
+            "TableName": self.table_name,
+            "Key": {"jobId": {"S": job_id}},
+            "UpdateExpression": expression,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": {k: v for k, v in names.items() if k in expression or k in condition},
+            "ExpressionAttributeValues": {":user": {"S": user_id}, **values},
+        }
+
+    def _write(self, request: dict[str, Any], job_id: str, unless_cancelled: bool) -> None:
         try:
-            self._client.update_item(
-                TableName=self.table_name,
-                Key={"jobId": {"S": job_id}},
-                UpdateExpression=expression,
-                ConditionExpression=condition,
-                ExpressionAttributeNames={k: v for k, v in names.items() if k in expression or k in condition},
-                ExpressionAttributeValues={":user": {"S": user_id}, **values},
-            )
+            self._client.update_item(**request)
         except self._client.exceptions.ConditionalCheckFailedException:
-            if unless_cancelled and self.is_cancelled(job_id):
-                raise JobCancelled(f"job {job_id} was cancelled") from None
-            raise JobOwnershipError(f"job {job_id} belongs to another user") from None
+            self._refused(job_id, unless_cancelled)
+        except ClientError as error:
+            _raise_if_too_large(error)
+            raise
+
+    def _refused(self, job_id: str, unless_cancelled: bool) -> NoReturn:
+        """Why a conditional write of the job was refused: cancelled by its owner, or another user's job."""
+        if unless_cancelled and self.is_cancelled(job_id):
+            raise JobCancelled(f"job {job_id} was cancelled") from None
+        raise JobOwnershipError(f"job {job_id} belongs to another user") from None
+
+
+def _raise_if_too_large(error: ClientError) -> None:
+    details = error.response.get("Error", {})
+    if details.get("Code") == "ValidationException" and _ITEM_TOO_LARGE in str(details.get("Message")):
+        raise ResultTooLarge("the result is larger than a job record holds") from None
 
 
 def _in_flight(job: dict[str, Any] | None, user_id: str, oldest: str) -> bool:

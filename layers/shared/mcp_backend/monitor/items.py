@@ -74,6 +74,11 @@ class ProbeResult(BaseModel):
 
 
 ENDPOINTS_BY_OWNER_INDEX = "EndpointsByOwner"
+# Every registered endpoint, for the dispatcher: a sparse index whose one partition holds endpoint items only
+# (only they carry REGISTRY_ATTRIBUTE), so probe results never add to what a tick reads.
+REGISTERED_ENDPOINTS_INDEX = "RegisteredEndpoints"
+REGISTRY_ATTRIBUTE = "registry"
+REGISTRY_PARTITION = "endpoints"
 PROBE_PREFIX = "probe#"
 ROLLUP_PREFIX = "rollup#"
 
@@ -97,6 +102,9 @@ class Endpoint(BaseModel):
     owner_id: str = Field(alias="ownerId", min_length=1)
     name: str
     url: str
+    # The probe state the dispatcher decides on (in the RegisteredEndpoints index's projection).
+    failing_since: str | None = Field(default=None, alias="failingSince")
+    probes_stopped_at: str | None = Field(default=None, alias="probesStoppedAt")
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Endpoint:
@@ -111,6 +119,7 @@ def endpoint_item(endpoint: Endpoint, *, auth_ciphertext: bytes | None, register
     item: dict[str, Any] = {
         **key(endpoint.server_id, ENDPOINT_SORT_KEY),
         "itemType": {"S": ItemType.ENDPOINT},
+        REGISTRY_ATTRIBUTE: {"S": REGISTRY_PARTITION},
         "ownerId": {"S": endpoint.owner_id},
         "name": {"S": endpoint.name},
         "url": {"S": endpoint.url},

@@ -17,6 +17,9 @@ from mcp_backend.monitor.items import (
     ENDPOINTS_BY_OWNER_INDEX,
     OWNER_ENDPOINTS_SORT_KEY,
     PROBE_PREFIX,
+    REGISTERED_ENDPOINTS_INDEX,
+    REGISTRY_ATTRIBUTE,
+    REGISTRY_PARTITION,
     ROLLUP_PREFIX,
     Endpoint,
     ItemType,
@@ -189,25 +192,6 @@ class MonitorTable:
         """The endpoint's probe passed: it is no longer failing."""
         self._write_if(server_id, "REMOVE failingSince", "attribute_exists(failingSince)", None)
 
-    def failing_state(self, server_ids: list[str]) -> dict[str, dict[str, str]]:
-        """failingSince and probesStoppedAt of the endpoints that have either (BatchGetItem, 100 keys a call)."""
-        states: dict[str, dict[str, str]] = {}
-        for start in range(0, len(server_ids), 100):
-            keys = [key(server_id, ENDPOINT_SORT_KEY) for server_id in server_ids[start : start + 100]]
-            request: dict[str, Any] = {
-                self.table_name: {"Keys": keys, "ProjectionExpression": "serverId, failingSince, probesStoppedAt"}
-            }
-            while request:
-                response = self._client.batch_get_item(RequestItems=request)
-                for item in response.get("Responses", {}).get(self.table_name, []):
-                    state: dict[str, str] = {
-                        name: item[name]["S"] for name in ("failingSince", "probesStoppedAt") if name in item
-                    }
-                    if state:
-                        states[item["serverId"]["S"]] = state
-                request = response.get("UnprocessedKeys") or {}
-        return states
-
     def stop_probes(self, server_id: str, failing_before: str, at: str) -> str | None:
         """Stop probing an endpoint failing since before `failing_before`; returns its owner when this call
         stopped it (so exactly one caller sends the owner's notice), else None."""
@@ -257,10 +241,16 @@ class MonitorTable:
             return None
         return item["url"]["S"], item["ownerId"]["S"], item.get(AUTH_CIPHERTEXT, {}).get("B")
 
-    def all_endpoints(self) -> Iterator[Endpoint]:
-        """Every registered endpoint: a scan of the sparse index (endpoint items only, no tokens)."""
-        for page in self._client.get_paginator("scan").paginate(
-            TableName=self.table_name, IndexName=ENDPOINTS_BY_OWNER_INDEX
+    def registered_endpoints(self) -> Iterator[Endpoint]:
+        """Every registered endpoint with its probe state (no tokens): a Query of the one partition of the
+        sparse RegisteredEndpoints index, which holds endpoint items only; never a Scan, so what it reads
+        grows with the endpoints and not with their probe results."""
+        for page in self._client.get_paginator("query").paginate(
+            TableName=self.table_name,
+            IndexName=REGISTERED_ENDPOINTS_INDEX,
+            KeyConditionExpression="#registry = :endpoints",
+            ExpressionAttributeNames={"#registry": REGISTRY_ATTRIBUTE},
+            ExpressionAttributeValues={":endpoints": {"S": REGISTRY_PARTITION}},
         ):
             for item in page["Items"]:
                 yield Endpoint.from_item(item)

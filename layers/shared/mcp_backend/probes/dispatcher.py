@@ -1,8 +1,9 @@
 """ProbeDispatcher: on each schedule tick, one asynchronous ProbeWorker invocation per registered
 endpoint (InvocationType Event, so the worker's retries, max event age and Destinations apply).
 
-It reads the registry and stops probing endpoints that fail too long; the stack's own endpoint, and its key,
-are registered once at deploy (probes/self_probe.py).
+It reads the registry with one Query of its own index (endpoints and their probe state; never a Scan, so
+stored probe results never add to a tick's reads) and stops probing endpoints that fail too long; the stack's
+own endpoint, and its key, are registered once at deploy (probes/self_probe.py).
 """
 
 from __future__ import annotations
@@ -44,19 +45,13 @@ class ProbeDispatcher:
     def _probed(self, endpoints: list[Endpoint]) -> list[Endpoint]:
         """The endpoints to probe this tick: not those whose probes stopped, nor those failing for longer than
         the configured days, which stop now (one notice in the owner's call log; the stack's own never stops)."""
-        try:
-            states = self.registry.failing_state([endpoint.server_id for endpoint in endpoints])
-        except Exception as error:  # noqa: BLE001 - unread state probes everything this tick, as before stopping
-            logger.warning("endpoint failure state not read", extra={"error_type": type(error).__name__})
-            states = {}
         now = datetime.now(UTC)
         cutoff = probed_at_text(now - timedelta(days=self.settings.probe_stop_after_failing_days))
         probed = []
         for endpoint in endpoints:
-            state = states.get(endpoint.server_id, {})
-            if "probesStoppedAt" in state:
+            if endpoint.probes_stopped_at is not None:
                 continue
-            if endpoint.server_id != SELF_SERVER_ID and state.get("failingSince", "\uffff") < cutoff:
+            if endpoint.server_id != SELF_SERVER_ID and (endpoint.failing_since or "\uffff") < cutoff:
                 owner = self.registry.stop_probes(endpoint.server_id, cutoff, probed_at_text(now))
                 if owner is not None:
                     self._notify_stopped(owner, endpoint.server_id)

@@ -80,13 +80,9 @@ class EndpointRegistry:
         return self.table.stop_probes(server_id, failing_before, at)
 
     # -- reads ------------------------------------------------------------------
-    def failing_state(self, server_ids: list[str]) -> dict[str, dict[str, str]]:
-        """failingSince and probesStoppedAt of those endpoints that have either."""
-        return self.table.failing_state(server_ids)
-
     def all_endpoints(self) -> Iterator[Endpoint]:
-        """Every registered endpoint (no tokens)."""
-        return self.table.all_endpoints()
+        """Every registered endpoint with its probe state (no tokens), from its own index: never a Scan."""
+        return self.table.registered_endpoints()
 
     def list_for(self, owner_id: str) -> list[dict[str, Any]]:
         endpoints = self.table.endpoints_of(owner_id)

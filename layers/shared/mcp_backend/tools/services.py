@@ -76,8 +76,6 @@ class ToolServices:
                 job_dead_letter_queue_url=settings.job_dead_letter_queue_url,
                 result_page_bytes=settings.job_result_page_bytes,
                 result_bucket_name=settings.job_result_bucket_name,
-                # A job's enqueue claim outlives the request that took it.
-                enqueue_claim_seconds=settings.function_timeout_seconds + 5,
             )
             jobs = JobsService(queues, clients)
         endpoints = None

@@ -1,8 +1,12 @@
 """What ToolWorker does with one job-queue record: run the job-capable tool that its `jobType` attribute
 (or, on a message without one, its body) names.
 
-A job its owner cancelled is not run (checked before the run starts), and a running one stops at the tool's
-next checkpoint (ToolContext.checkpoint); either way the message is deleted, the job stays CANCELLED and no
+Each job runs once however often its message is delivered: Powertools idempotency keyed on the job id, with
+the job item itself as the record (mcp_backend.jobs.run_records), so a run writes JobTable twice: the claim
+(RUNNING) and the end (SUCCEEDED with the result).
+
+A job its owner cancelled is not run (the claim refuses it), and a running one stops at the tool's next
+checkpoint (ToolContext.checkpoint); either way the message is deleted, the job stays CANCELLED and no
 result is recorded. A result larger than a JobTable item holds goes to the job-result bucket
 (mcp_backend.jobs.results).
 
@@ -19,10 +23,14 @@ from __future__ import annotations
 import json
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
+    IdempotencyPersistenceLayerError,
+    IdempotencyValidationError,
+)
 from aws_lambda_powertools.utilities.parser import parse
 from pydantic import ValidationError
 
@@ -34,22 +42,21 @@ from mcp_backend.idempotency import RunOnce
 from mcp_backend.jobs.errors import (
     JobCancelled,
     JobOwnershipError,
+    JobPayloadMismatch,
     MalformedJobMessage,
     ResultTooLarge,
     UnknownTool,
 )
-from mcp_backend.jobs.models import JobError, JobMessage, JobStatus
+from mcp_backend.jobs.models import JobError, JobMessage, JobOutcome, JobRun, JobStatus
 from mcp_backend.jobs.queue import JobQueueMessages, job_type_of
 from mcp_backend.jobs.results import INLINE_RESULT_LIMIT_BYTES, ResultObjects, result_key, result_text
-from mcp_backend.jobs.store import JobStore
+from mcp_backend.jobs.run_records import RUN_KEY_JMESPATH, RUN_PAYLOAD_JMESPATH, JobRunRecords
+from mcp_backend.jobs.store import JOB_RETENTION_SECONDS, JobStore
 from mcp_backend.observability import logger, tool_invocation
 from mcp_backend.tools.errors import ToolError
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.table import TOOLS, Tool, job_tools
 from mcp_backend.validation import describe_validation_error
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
 
 RECORD_LOG_KEYS = ["message_id", "attempt", "job_id", "tool", "correlation_id"]
 
@@ -58,12 +65,14 @@ def is_permanent(error: BaseException) -> bool:
     """A failure that the same message would hit again on every receive."""
     if isinstance(error, ToolError):
         return not error.transient
-    return isinstance(error, (MalformedJobMessage, UnknownTool, ResultTooLarge))
+    return isinstance(error, (MalformedJobMessage, UnknownTool, ResultTooLarge, JobPayloadMismatch))
 
 
 def describe_failure(error: BaseException) -> JobError:
     """Error type and a message safe to store and show: tool and pipeline errors are written to be."""
-    if isinstance(error, (ToolError, MalformedJobMessage, JobOwnershipError, UnknownTool, ResultTooLarge)):
+    if isinstance(
+        error, (ToolError, MalformedJobMessage, JobOwnershipError, UnknownTool, ResultTooLarge, JobPayloadMismatch)
+    ):
         return JobError(type=type(error).__name__, message=str(error)[:1000])
     # Unexpected errors may carry anything in their text; keep the type, drop the text.
     return JobError(type=type(error).__name__, message="unexpected error in the worker; see its logs by jobId")
@@ -84,7 +93,6 @@ class JobWorker:
         settings: WorkerSettings,
         store: JobStore,
         tools: dict[str, Tool] | None = None,
-        idempotency_client: DynamoDBClient | None = None,
         call_log: CallLogWriter | None = None,
         queue: JobQueueMessages | None = None,
         services: ToolServices | None = None,
@@ -101,16 +109,17 @@ class JobWorker:
         self.services = services or ToolServices.from_settings(settings, AwsClients())
         self.services.require(job_tools(self.tools), "ToolWorker")
         self.call_log = call_log or CallLogWriter(settings.call_log_stream_name)
-        # Keyed on the job id (required), validated against the user: a reused id fails.
+        # Keyed on the job id (required), validated against the job's fingerprint (owner, tool, input): a
+        # reused id with another payload is refused. The record is the job item (JobRunRecords); the TTL is
+        # JobTable's own (expiresAt), so Powertools' is unused.
         self._run_once = RunOnce(
             self._run,
-            data_keyword_argument="job",
-            key_jmespath="job_id",
-            validation_jmespath="user_id",
-            table_name=settings.idempotency_table_name,
-            ttl_seconds=settings.idempotency_ttl_seconds,
+            data_keyword_argument="run",
+            key_jmespath=RUN_KEY_JMESPATH,
+            validation_jmespath=RUN_PAYLOAD_JMESPATH,
+            ttl_seconds=JOB_RETENTION_SECONDS,
             timeout_seconds=settings.function_timeout_seconds,
-            client=idempotency_client,
+            persistence=lambda: JobRunRecords(store),
         )
         self.queue = queue or JobQueueMessages(settings.job_dead_letter_queue_url)
 
@@ -138,34 +147,49 @@ class JobWorker:
         try:
             job = self._route(record)
             logger.thread_safe_append_keys(job_id=job.job_id, tool=job.tool, correlation_id=job.job_id)
-            return self._run_once(job=job, attempt=attempt)
+            outcome = JobOutcome.model_validate(self._run_with_causes(JobRun(job=job, attempt=attempt)))
+            return outcome.summary()
         except IdempotencyAlreadyInProgressError:
             # A duplicate delivery while another invocation runs the job is not an outcome of the job:
             # marking it FAILED would contradict the run that is about to succeed.
             logger.warning("job is running in another invocation; retried later")
             raise
-        except Exception as error:
-            permanent = is_permanent(error)
-            logger.warning(
-                "job attempt failed",
-                extra={"error_type": type(error).__name__, "permanent": permanent, "final_attempt": final_attempt},
-            )
-            job = job or _job_or_none(record)
-            if permanent:
-                # Raises if the DLQ refuses the message: the record then fails and stays on JobQueue.
-                failed_message_id = self.queue.dead_letter(record, describe_failure(error))
+        except JobCancelled:
+            # Not a failure: the owner cancelled it while it ran and the end was not written; the message is
+            # deleted (the record succeeds) and nothing retries the job.
+            logger.info("job cancelled by its owner; not completed")
+            return {"jobId": job.job_id if job else None, "status": JobStatus.CANCELLED.value}
+        except Exception as error:  # noqa: BLE001 - _failed raises it again unless it dead-lettered it
+            return self._failed(record, job or _job_or_none(record), error, final_attempt, started)
+
+    def _failed(
+        self, record: SQSRecord, job: JobMessage | None, error: Exception, final_attempt: bool, started: float
+    ) -> dict[str, Any]:
+        """A failed attempt: a permanent failure is recorded and dead-lettered here (the record succeeds);
+        any other is re-raised, recorded on the job first when this is the message's last receive."""
+        permanent = is_permanent(error)
+        logger.warning(
+            "job attempt failed",
+            extra={"error_type": type(error).__name__, "permanent": permanent, "final_attempt": final_attempt},
+        )
+        # Another payload under an existing job's id: that job is not this message's to record on.
+        recordable = not isinstance(error, JobPayloadMismatch)
+        if permanent:
+            # Raises if the DLQ refuses the message: the record then fails and stays on JobQueue.
+            failed_message_id = self.queue.dead_letter(record, describe_failure(error))
+            if recordable:
                 self._record_failure(record, job, error, failed_message_id)
-                if job is not None:
-                    self._log_call(job, CallLogEventType.JOB_FAILED, started, error_type=type(error).__name__)
-                logger.info("permanent failure: job FAILED, message sent to the DLQ")
-                return {"jobId": job.job_id if job else None, "status": "FAILED"}
-            if final_attempt:
-                # SQS moves the message itself after this receive; it keeps its MessageId there.
-                self._record_failure(record, job, error, record.message_id)
             if job is not None:
-                outcome = CallLogEventType.JOB_FAILED if final_attempt else CallLogEventType.TOOL_ERROR
-                self._log_call(job, outcome, started, error_type=type(error).__name__)
-            raise
+                self._log_call(job, CallLogEventType.JOB_FAILED, started, error_type=type(error).__name__)
+            logger.info("permanent failure: message sent to the DLQ")
+            return {"jobId": job.job_id if job else None, "status": "FAILED"}
+        if final_attempt:
+            # SQS moves the message itself after this receive; it keeps its MessageId there.
+            self._record_failure(record, job, error, record.message_id)
+        if job is not None:
+            outcome = CallLogEventType.JOB_FAILED if final_attempt else CallLogEventType.TOOL_ERROR
+            self._log_call(job, outcome, started, error_type=type(error).__name__)
+        raise error
 
     def _route(self, record: SQSRecord) -> JobMessage:
         """The job, routed on its jobType attribute before the body is read; a message without the
@@ -184,38 +208,50 @@ class JobWorker:
         tool = self.tools.get(name)
         return tool is not None and tool.runs_as_job
 
-    def _run(self, job: JobMessage, attempt: int) -> dict[str, Any]:
+    def _run_with_causes(self, run: JobRun) -> dict[str, Any]:
+        """The run-once call, with what its persistence layer refused raised as the job pipeline's own errors:
+        another payload under this job's id, a cancellation or a result too large met by the end's write."""
+        try:
+            return dict(self._run_once(run=run))
+        except IdempotencyValidationError:
+            raise JobPayloadMismatch(
+                "a job with this id was submitted with another payload; this message is not run"
+            ) from None
+        except IdempotencyPersistenceLayerError as error:
+            if isinstance(error.__cause__, (JobCancelled, ResultTooLarge, JobOwnershipError)):
+                raise error.__cause__ from None
+            raise
+
+    def _run(self, run: JobRun) -> dict[str, Any]:
+        """The job's body, once per job: the claim (RUNNING) before it and the end (SUCCEEDED) after it are
+        the run-once record's writes (JobRunRecords)."""
+        job = run.job
         tool = self.tools.get(job.tool)
         if tool is None or not tool.runs_as_job:
             raise UnknownTool(f"no job-capable tool named {job.tool!r}")
+        started = time.monotonic()
+        cancelled = partial(self.store.is_cancelled, job.job_id)
+        context = self.services.context_for(tool, job.user_id, cancelled=cancelled)
         try:
-            if self.store.is_cancelled(job.job_id):
-                raise JobCancelled(f"job {job.job_id} was cancelled before it ran")
-            self.store.mark_running(job, attempt)
-            started = time.monotonic()
-            cancelled = partial(self.store.is_cancelled, job.job_id)
-            context = self.services.context_for(tool, job.user_id, cancelled=cancelled)
             with tool_invocation(job.tool):
                 result = tool(job.input, context)
-            self._record_result(job, result)
         except JobCancelled:
-            # Not a failure: the message is deleted (the record succeeds) and nothing retries the job.
             logger.info("job cancelled by its owner; not completed")
-            return {"jobId": job.job_id, "status": JobStatus.CANCELLED.value}
+            return JobOutcome(job_id=job.job_id, status=JobStatus.CANCELLED).model_dump()
+        outcome = self._stored_result(job, result)
         # Inside the run-once body: a redelivered, already completed job logs no second call.
         self._log_call(job, CallLogEventType.TOOL_CALL, started)
         logger.info("job succeeded")
-        # Cached by the idempotency layer: keep it small, the result itself lives in JobTable.
-        return {"jobId": job.job_id, "status": "SUCCEEDED"}
+        return outcome.model_dump()
 
-    def _record_result(self, job: JobMessage, result: dict[str, Any]) -> None:
+    def _stored_result(self, job: JobMessage, result: dict[str, Any]) -> JobOutcome:
+        """The outcome the end's write stores: the result's text inline, or in the result bucket by key."""
         text = result_text(result)
         if len(text.encode()) <= INLINE_RESULT_LIMIT_BYTES or self.results is None:
-            self.store.mark_succeeded(job, result_text=text)
-            return
+            return JobOutcome(job_id=job.job_id, status=JobStatus.SUCCEEDED, result_text=text)
         key = result_key(job.user_id, job.job_id)
         self.results.put(key, text)
-        self.store.mark_succeeded(job, result_key=key)
+        return JobOutcome(job_id=job.job_id, status=JobStatus.SUCCEEDED, result_key=key)
 
     def _log_call(self, job: JobMessage, event_type: CallLogEventType, started: float, error_type: str = "") -> None:
         self.call_log.add(
