@@ -5,6 +5,7 @@ an ended job is never run again."""
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -186,3 +187,37 @@ def test_a_run_makes_two_writes_and_no_read(local):
     # Then it made the claim and the end, nothing else, and the job is SUCCEEDED
     assert operations == ["UpdateItem", "UpdateItem"]
     assert store.get(JOB.job_id)["status"] == JobStatus.SUCCEEDED
+
+
+def running_before_run_claims(store: JobStore, updated_at: float) -> None:
+    """A job RUNNING as a worker that predates run claims left it: no claim expiry, its last update's time."""
+    assert store.create_pending(JOB)
+    boto3.client("dynamodb").update_item(
+        TableName=store.table_name,
+        Key={"jobId": {"S": JOB.job_id}},
+        UpdateExpression="SET #status = :running, updatedAt = :at REMOVE payloadHash, runExpiresAt",
+        ExpressionAttributeNames={"#status": "status"},
+        ExpressionAttributeValues={
+            ":running": {"S": JobStatus.RUNNING},
+            ":at": {"S": datetime.fromtimestamp(updated_at, UTC).isoformat(timespec="milliseconds")},
+        },
+    )
+
+
+def test_a_job_running_on_the_previous_worker_at_deploy_is_not_run_twice(store):
+    # Given a job that a worker of the previous release started 10 s ago (its run recorded without a claim)
+    body, clock = Body(), Clock()
+    running_before_run_claims(store, updated_at=clock.now - 10)
+
+    # When its message reaches the new worker while that run may still be going
+    # Then it is refused as running elsewhere, without running the body
+    with pytest.raises(IdempotencyAlreadyInProgressError):
+        run_once(store, body, clock)(run=JobRun(job=JOB, attempt=2))
+    assert body.runs == 0
+
+    # When it comes again once the previous run must have ended (the timeout + 5 s after its last update)
+    clock.now += TIMEOUT + 5 - 10 + 1
+    outcome = run_once(store, body, clock)(run=JobRun(job=JOB, attempt=3))
+
+    # Then it runs, once, and ends SUCCEEDED
+    assert outcome["status"] == JobStatus.SUCCEEDED and body.runs == 1

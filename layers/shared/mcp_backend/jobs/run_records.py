@@ -4,7 +4,9 @@
 - INPROGRESS (expiring at the function's timeout + 5 s) is RUNNING with `runExpiresAt` (epoch ms), taken by
   `claim_run`: one conditional UpdateItem.
 - COMPLETED is SUCCEEDED, written by `mark_succeeded`: one conditional UpdateItem with the result.
-- A failed run's deleted record is RUNNING without `runExpiresAt` (`release_run`).
+- A failed run's deleted record is RUNNING with `runExpiresAt` 0 (`release_run`).
+- A RUNNING job without `runExpiresAt` was started by a worker that predates run claims: its claim is taken to
+  hold for one claim window after its `updatedAt`.
 - The payload hash is `payloadHash`, the job's fingerprint (owner, tool, input), stored at submit.
 
 A job that is CANCELLED or FAILED reads as COMPLETED: a redelivered message of a job that ended is never
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
@@ -63,7 +66,7 @@ class JobRunRecords(BasePersistenceLayer):
         existing = self.store.claim_run(run.job, run.attempt, now_ms + remaining_time_in_millis, now_ms)
         if existing is None:
             return
-        record = self._data_record(existing, run)
+        record = self._data_record(existing, run, remaining_time_in_millis)
         self._validate_payload(data_payload=data, stored_data_record=record)
         raise IdempotencyItemAlreadyExistsError(old_data_record=record)
 
@@ -81,9 +84,9 @@ class JobRunRecords(BasePersistenceLayer):
         item = self.store.get(idempotency_key)
         if item is None:
             raise IdempotencyItemNotFoundError
-        return self._data_record(item, None)
+        return self._data_record(item, None, None)
 
-    def _data_record(self, item: dict[str, Any], run: JobRun | None) -> DataRecord:
+    def _data_record(self, item: dict[str, Any], run: JobRun | None, window_ms: int | None) -> DataRecord:
         job_id, status = str(item.get("jobId", "")), item.get("status")
         payload_hash = str(item.get("payloadHash", ""))
         if not payload_hash and run is not None and item.get("userId") == run.job.user_id:
@@ -91,7 +94,7 @@ class JobRunRecords(BasePersistenceLayer):
         if status in (JobStatus.PENDING, JobStatus.RUNNING):
             # A claim the write refused is live; one that is not (given up, or expired, meanwhile) reads as
             # expired, and Powertools tries the claim again.
-            until = int(item.get("runExpiresAt", 0))
+            until = int(item["runExpiresAt"]) if "runExpiresAt" in item else _unclaimed_until(item, window_ms)
             if status == JobStatus.RUNNING and until > int(self._clock() * 1000):
                 return DataRecord(job_id, INPROGRESS, in_progress_expiry_timestamp=until, payload_hash=payload_hash)
             return DataRecord(job_id, INPROGRESS, expiry_timestamp=1, payload_hash=payload_hash)
@@ -114,3 +117,15 @@ def _run(data: dict[str, Any]) -> JobRun:
         return JobRun.model_validate(data)
     except ValidationError:
         raise IdempotencyKeyError("the idempotent call's data is not a job run") from None
+
+
+def _unclaimed_until(item: dict[str, Any], window_ms: int | None) -> int:
+    """When a run recorded without a claim (by a worker that predates claims) stops counting as live: one claim
+    window after its last update; at once when the window or the time is unknown."""
+    updated = item.get("updatedAt")
+    if window_ms is None or not isinstance(updated, str):
+        return 0
+    try:
+        return int(datetime.fromisoformat(updated).timestamp() * 1000) + window_ms
+    except ValueError:
+        return 0

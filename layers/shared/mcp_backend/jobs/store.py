@@ -39,12 +39,15 @@ _ITEM_TOO_LARGE = "exceeded the maximum allowed size"
 FAILED_JOBS_INDEX = "FailedJobsByUser"
 # A job may be taken for a run when it is new here, or its owner's, submitted with the same payload (or before
 # payloads were fingerprinted), and PENDING or RUNNING under a claim that expired (its invocation was killed) or
-# was given up (the run failed). CANCELLED, SUCCEEDED and FAILED jobs are never taken.
+# was given up (the run failed: its expiry is 0). A RUNNING job without a claim was started by a worker that
+# predates run claims (a deploy's traffic shift runs both): it is taken only once the claim window has passed
+# since its last update, so a run still going on the previous release is not run twice. CANCELLED, SUCCEEDED
+# and FAILED jobs are never taken.
 _RUN_CLAIMABLE = (
     "attribute_not_exists(jobId) OR (userId = :user "
     "AND (attribute_not_exists(payloadHash) OR payloadHash = :hash) "
     "AND (#status = :pending OR (#status = :running "
-    "AND (attribute_not_exists(runExpiresAt) OR runExpiresAt < :now_ms))))"
+    "AND (runExpiresAt < :now_ms OR (attribute_not_exists(runExpiresAt) AND updatedAt < :stale)))))"
 )
 
 
@@ -65,6 +68,11 @@ class QuotaRefused(Exception):
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _iso(epoch_ms: int) -> str:
+    """Epoch milliseconds in the text form of updatedAt (see _now), so the two compare as strings."""
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 def _input_summary(job: JobMessage) -> str:
@@ -248,6 +256,7 @@ class JobStore:
                     ":pending": {"S": JobStatus.PENDING},
                     ":running": {"S": JobStatus.RUNNING},
                     ":now_ms": {"N": str(now_ms)},
+                    ":stale": {"S": _iso(now_ms - (until_ms - now_ms))},  # one claim window before now
                     ":until": {"N": str(until_ms)},
                     ":attempt": {"N": str(attempt)},
                     ":one": {"N": "1"},  # runs: how often the job body actually started
@@ -271,9 +280,9 @@ class JobStore:
         self._set_status_if(
             job_id,
             user_id,
-            "SET updatedAt = :now REMOVE runExpiresAt",
+            "SET updatedAt = :now, runExpiresAt = :given_up",
             "#status = :running",
-            {":running": {"S": JobStatus.RUNNING}},
+            {":running": {"S": JobStatus.RUNNING}, ":given_up": {"N": "0"}},
         )
 
     def mark_succeeded(self, job: JobMessage, result_text: str | None = None, result_key: str | None = None) -> None:

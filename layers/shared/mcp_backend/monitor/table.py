@@ -255,6 +255,35 @@ class MonitorTable:
             for item in page["Items"]:
                 yield Endpoint.from_item(item)
 
+    def unindexed_endpoint_ids(self) -> Iterator[str]:
+        """Endpoint items without the RegisteredEndpoints index's key: those a stack stored before the index
+        existed. The one Scan of the table, for the one-off upgrade (monitor/upgrade.py); never on a schedule."""
+        for page in self._client.get_paginator("scan").paginate(
+            TableName=self.table_name,
+            FilterExpression="sortKey = :endpoint AND attribute_not_exists(#registry)",
+            ProjectionExpression="serverId",
+            ExpressionAttributeNames={"#registry": REGISTRY_ATTRIBUTE},
+            ExpressionAttributeValues={":endpoint": {"S": ENDPOINT_SORT_KEY}},
+        ):
+            for item in page["Items"]:
+                yield item["serverId"]["S"]
+
+    def index_endpoint(self, server_id: str) -> bool:
+        """Give a registered endpoint the index's key; False when it is no longer registered (deleted since it
+        was read: the condition keeps an update from creating a half item)."""
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=key(server_id, ENDPOINT_SORT_KEY),
+                UpdateExpression="SET #registry = :endpoints",
+                ConditionExpression="attribute_exists(ownerId)",
+                ExpressionAttributeNames={"#registry": REGISTRY_ATTRIBUTE},
+                ExpressionAttributeValues={":endpoints": {"S": REGISTRY_PARTITION}},
+            )
+        except self._client.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
     def endpoints_of(self, owner_id: str) -> list[Endpoint]:
         endpoints: list[Endpoint] = []
         for page in self._client.get_paginator("query").paginate(
