@@ -20,9 +20,10 @@ pytestmark = pytest.mark.e2e
 SALES = "s3://local-datasets/apikey%3Adev-user/sales.csv"
 # No reserved concurrency: in the Lambda runtime the endpoint then runs up to 4 environments and further
 # callers wait for one, instead of 20 cold starts at once on a small machine (or 429s past the reservation).
-# Its 120 jobs wait for the delivery in between: more than the pro tier's concurrent jobs, so the limit is raised.
-UNRESERVED = {"McpReservedConcurrency": "0", "ProConcurrentJobs": "1000"}
-JOBS_PER_CLIENT = 15  # a second apart: submissions outlast a delivery round, cold worker start included
+# Its hundreds of jobs wait for the delivery in between: more than the pro tier's concurrent jobs, and their
+# sessions more requests a minute than its rate limit, so both limits are raised.
+UNRESERVED = {"McpReservedConcurrency": "0", "ProConcurrentJobs": "1000", "ProRequestsPerMinute": "100000"}
+MAX_JOBS_PER_CLIENT = 60  # a second apart, until the test says stop: a bound, never what ends the submissions
 
 
 def served_endpoint(stack) -> Endpoint:
@@ -76,18 +77,23 @@ def test_twenty_identical_calls_at_once_through_the_endpoint_run_one_job_once(st
 
 
 def test_every_acknowledged_job_finishes_exactly_once_across_a_restart_mid_run(start_stack, tmp_path):
-    # Given a stack keeping its state in a folder, and clients submitting 120 jobs from 8 concurrent tasks
+    # Given a stack keeping its state in a folder, and clients submitting jobs from 8 concurrent tasks until told
+    # to stop (an event, not a count: however slow the machine, the stop comes while they submit)
     first = start_stack(state_dir=tmp_path, parameters=UNRESERVED)
     endpoint = served_endpoint(first)
     acknowledged: list[str] = []
     refused: list[str] = []
+    failed_while_up: list[str] = []
+    stopped, stop_clients = threading.Event(), threading.Event()
 
     async def client_task(task: int) -> None:
-        for n in range(JOBS_PER_CLIENT):
+        for n in range(MAX_JOBS_PER_CLIENT):
+            if stop_clients.is_set():
+                return
             try:
                 acknowledged.append((await submit(endpoint, f"load-{task}-{n}"))["jobId"])
-            except Exception as error:  # the stack went away: this job was never acknowledged
-                refused.append(type(error).__name__)
+            except Exception as error:  # after the stop: the stack went away, this job was never acknowledged
+                (refused if stopped.is_set() else failed_while_up).append(type(error).__name__)
             await asyncio.sleep(1.0)  # clients keep submitting through the delivery and the stop
 
     async def all_tasks() -> None:
@@ -101,13 +107,20 @@ def test_every_acknowledged_job_finishes_exactly_once_across_a_restart_mid_run(s
     while len(acknowledged) < 10 and time.monotonic() < deadline:
         time.sleep(0.05)
     first.settle(rounds=2)
+    stopped.set()  # from here a refusal is the stop's
     first.stop()
+    # (the clients go on until one of them has been refused by the stopped stack)
+    deadline = time.monotonic() + 60
+    while not refused and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop_clients.set()
     submitting.join(timeout=120)
     # And it starts again from the folder and delivers until nothing moves
     second = start_stack(state_dir=tmp_path, parameters=UNRESERVED)
     deliver_until_idle(second)
 
     # Then every job the endpoint acknowledged succeeded, its body ran exactly once, and no message is left
+    assert not failed_while_up
     assert len(acknowledged) >= 10 and refused, "the stop did not come mid-run"
     outcomes = {job_id: job(second, job_id) for job_id in acknowledged}
     lost = [job_id for job_id, item in outcomes.items() if item is None]
