@@ -139,8 +139,8 @@ def cold_start() -> dict[str, Any]:
     import boto3
     from moto import mock_aws
 
-    from devstack.runtime import function_environment
-    from devstack.stack import LocalStack
+    from devstack.runtime.in_process import function_environment
+    from devstack.stack.resources import LocalStack
 
     with mock_aws():
         stack = LocalStack(boto3.client).create_all()
