@@ -7,9 +7,9 @@ from mcp_backend.config import TierLimitSettings
 
 def test_each_settings_object_gets_its_own_values_for_a_tier():
     # Given two settings that differ only in the pro tier's daily jobs, and a third equal to the first
-    first = TierLimitSettings(LIMIT_PRO_DAILY_JOBS=7)
-    second = TierLimitSettings(LIMIT_PRO_DAILY_JOBS=9)
-    third = TierLimitSettings(LIMIT_PRO_DAILY_JOBS=7)
+    first = TierLimitSettings(limit_pro_daily_jobs=7)
+    second = TierLimitSettings(limit_pro_daily_jobs=9)
+    third = TierLimitSettings(limit_pro_daily_jobs=7)
 
     # When each is asked for its pro row (the first twice)
     rows = [first.tier_limits("pro"), second.tier_limits("pro"), third.tier_limits("pro"), first.tier_limits("pro")]
@@ -22,7 +22,7 @@ def test_each_settings_object_gets_its_own_values_for_a_tier():
 
 def test_an_unknown_tier_gets_the_lowest_tiers_row():
     # Given settings with a distinct free tier
-    settings = TierLimitSettings(LIMIT_FREE_BATCH_ITEMS=4)
+    settings = TierLimitSettings(limit_free_batch_items=4)
 
     # Then a tier the table does not name, or an attribute's name, gets the free tier's row
     for tier in ("gold", "", "__class__", "limit_pro"):
