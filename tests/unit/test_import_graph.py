@@ -25,6 +25,11 @@ LAZY_FOR_COLD_START = {
     (_EXTENSION, "mcp_backend.calllog.shipper"),
     # OAuth token verification loads only when AuthMode turns it on: the default (API keys) never pays for it.
     ("mcp_backend.mcp.server", "mcp_backend.mcp.oauth"),
+    # The endpoints service (MonitorTable, the token cipher, the registry) loads on its tools' first call: an
+    # endpoint whose callers never register an endpoint does not load the monitor and probes packages.
+    ("mcp_backend.tools.services", "mcp_backend.monitor.table"),
+    ("mcp_backend.tools.services", "mcp_backend.probes.endpoint_tokens"),
+    ("mcp_backend.tools.services", "mcp_backend.probes.registry"),
 }
 
 

@@ -1,6 +1,7 @@
 """What McpServer's cold start pays for: importing the app module and building the app loads neither the AWS SDK
 (clients are built on first use) nor pyjwt (OAuth token checks load it with the first token) under the default
-AuthMode (nor our OAuth module: token verification), and no tracing SDK."""
+AuthMode (nor our OAuth module: token verification), no tracing SDK, and not the endpoints service's monitor and
+probes packages (its tools' first call loads them)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ PROBE = (
     "server.create_app()\n"
     "loaded = {name.split('.')[0] for name in sys.modules}\n"
     "loaded |= {'oauth'} if 'mcp_backend.mcp.oauth' in sys.modules else set()\n"
+    "loaded |= {'monitor'} if 'mcp_backend.monitor' in sys.modules else set()\n"
+    "loaded |= {'probe_registry'} if 'mcp_backend.probes.registry' in sys.modules else set()\n"
     "print(json.dumps(sorted(loaded)))\n"
 )
 
 
-def test_building_the_app_loads_no_aws_sdk_no_jwt_and_no_tracing_sdk(aws):
+def test_building_the_app_loads_no_aws_sdk_no_jwt_no_tracing_sdk_and_no_monitor(aws):
     # Given a fresh interpreter with the layer's package and McpServer's template environment (default
     # AuthMode: API keys)
     import boto3
@@ -45,7 +48,8 @@ def test_building_the_app_loads_no_aws_sdk_no_jwt_and_no_tracing_sdk(aws):
     assert out.returncode == 0, out.stderr[-2000:]
     loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
 
-    # Then the app is built without the AWS SDK, pyjwt, our OAuth token checks or a tracing SDK in the process
+    # Then the app is built without the AWS SDK, pyjwt, our OAuth token checks, a tracing SDK, MonitorTable or
+    # the endpoint registry in the process
     assert "mcp_backend" in loaded and "starlette" in loaded
-    unpaid = {"boto3", "jwt", "oauth", "aws_xray_sdk"}
+    unpaid = {"boto3", "jwt", "oauth", "aws_xray_sdk", "monitor", "probe_registry"}
     assert not unpaid & loaded, sorted(unpaid & loaded)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -62,8 +63,20 @@ class TierLimitSettings(Settings):
 
     def tier_limits(self, tier: str) -> TierLimits:
         """The tier's limits; an unknown tier gets the lowest tier's (fail closed)."""
-        name = tier if tier in ("free", "pro", "internal") else LOWEST_TIER
-        return TierLimits(**{field: getattr(self, f"limit_{name}_{field}") for field in TierLimits.model_fields})
+        names = _LIMIT_FIELDS.get(tier) or _LIMIT_FIELDS[LOWEST_TIER]
+        return _tier_row(tuple(getattr(self, name) for name in names))
+
+
+# Each tier's settings fields, in TierLimits' order; every request asks for its caller's row.
+_LIMIT_FIELDS = {
+    tier: tuple(f"limit_{tier}_{field}" for field in TierLimits.model_fields) for tier in ("free", "pro", "internal")
+}
+
+
+@lru_cache(maxsize=32)
+def _tier_row(values: tuple[int, ...]) -> TierLimits:
+    # One frozen row per distinct set of values: validated once, not on each request.
+    return TierLimits(**dict(zip(TierLimits.model_fields, values, strict=True)))
 
 
 class ToolSettings(TierLimitSettings):

@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_backend.api_keys import Principal
 from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
-from mcp_backend.mcp.request_body import ClientDisconnected, buffered_body
+from mcp_backend.mcp.request_body import BODY_SCOPE_KEY, ClientDisconnected, buffered_body
 from mcp_backend.mcp.scopes import METADATA_PATH, required_access
 from mcp_backend.observability import count_limit_refusal, count_refusal, logger
 from mcp_backend.ratelimit import RateDecision, RateLimitUnavailable
@@ -168,6 +168,7 @@ class McpHttpGuard:
             self.on_principal(principal)
         inner = dict(scope)
         inner[PRINCIPAL_SCOPE_KEY] = principal
+        inner[BODY_SCOPE_KEY] = body
         inner["path"] = self.path  # `/mcp/` is the same endpoint, not a 307
         inner["raw_path"] = self.path.encode()
         await self._serve(inner, receive, send)
@@ -332,19 +333,27 @@ class _GuardedResponse:
         self._send = send
         self._tasks = tasks
         self._keepalive_seconds = keepalive_seconds
-        self._lock = anyio.Lock()  # the SDK's writes and the keepalive task's never interleave
+        # Set when an event stream opens: from then on the SDK's writes and the keepalive task's never interleave.
+        # A JSON answer has one writer (no keepalive task runs), and takes no lock.
+        self._lock: anyio.Lock | None = None
         self.started = False
         self.ended = False
         self._last_write = 0.0
 
     async def write(self, message: Message) -> None:
+        if self._lock is None:
+            await self._write(message)
+            return
         async with self._lock:
-            if self.ended:
-                return
-            await self._send(message)
-            self._last_write = anyio.current_time()
-            if message["type"] == "http.response.body" and not message.get("more_body", False):
-                self.ended = True
+            await self._write(message)
+
+    async def _write(self, message: Message) -> None:
+        if self.ended:
+            return
+        await self._send(message)
+        self._last_write = anyio.current_time()
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.ended = True
 
     async def send(self, message: Message) -> None:
         """The send the SDK app writes to."""
@@ -358,6 +367,7 @@ class _GuardedResponse:
             return
         headers = [(k, v) for k, v in headers if k.lower() not in (b"cache-control", b"x-accel-buffering")]
         headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+        self._lock = anyio.Lock()
         await self.write({**message, "headers": headers})
         # Flush headers and a first event now: the adapter streams once bytes arrive.
         await self.write({"type": "http.response.body", "body": _STREAM_OPENED, "more_body": True})

@@ -3,7 +3,10 @@ response-mode switch to pick a transport, and the SDK's transport reads it again
 
 from __future__ import annotations
 
-from starlette.types import Message, Receive
+from starlette.types import Message, Receive, Scope
+
+# Where the HTTP guard leaves the body it read (and already replays to the next app), for the apps behind it.
+BODY_SCOPE_KEY = "mcp_backend.body"
 
 
 class ClientDisconnected(Exception):
@@ -35,3 +38,11 @@ async def buffered_body(receive: Receive) -> tuple[bytes, Receive]:
         return await receive()
 
     return body, replay
+
+
+async def request_body(scope: Scope, receive: Receive) -> tuple[bytes, Receive]:
+    """The body the guard already read (and `receive` unchanged: it replays it), else the body read now."""
+    body = scope.get(BODY_SCOPE_KEY)
+    if isinstance(body, bytes):
+        return body, receive
+    return await buffered_body(receive)

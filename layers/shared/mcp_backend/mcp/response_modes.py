@@ -20,7 +20,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
-from mcp_backend.mcp.request_body import ClientDisconnected, buffered_body
+from mcp_backend.mcp.request_body import ClientDisconnected, request_body
 
 
 def streams_its_answer(message: Any, streaming_tools: Collection[str]) -> bool:
@@ -60,7 +60,7 @@ class ResponseModes:
             await self.json_app(scope, receive, send)
             return
         try:
-            body, replay = await buffered_body(receive)  # already whole behind the guard: one message
+            body, replay = await request_body(scope, receive)  # read by the guard: not read again
         except ClientDisconnected:
             return  # nobody is left to answer
         try:

@@ -45,12 +45,12 @@ def lambda_request_id(headers: dict[str, str]) -> str | None:
     return request_id if isinstance(request_id, str) and _CORRELATION_ID.fullmatch(request_id) else None
 
 
-def correlation_id_for(headers: dict[str, str]) -> str:
+def correlation_id_for(headers: dict[str, str], request_id: str | None) -> str:
     """A caller-supplied id when well-formed, else the Lambda request id, else a fresh one."""
     supplied = headers.get("x-correlation-id", "")
     if _CORRELATION_ID.fullmatch(supplied):
         return supplied
-    return lambda_request_id(headers) or str(uuid.uuid4())
+    return request_id or str(uuid.uuid4())
 
 
 def _record_cold_start() -> bool:
@@ -103,7 +103,8 @@ class RequestTelemetry:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         cold_start = _record_cold_start()
-        correlation_id = correlation_id_for(headers)
+        request_id = lambda_request_id(headers)
+        correlation_id = correlation_id_for(headers, request_id)
         trace_header = headers.get("x-amzn-trace-id")
         if trace_header:
             # The adapter passes the trace header per request; botocore forwards it on AWS calls from
@@ -115,7 +116,7 @@ class RequestTelemetry:
             function_name=self.function_name,
             function_memory_size=self.function_memory_size,
             function_arn=None,  # not known to the app: no other function's ARN either
-            function_request_id=lambda_request_id(headers),
+            function_request_id=request_id,
             cold_start=cold_start,
         )
         state = {"status": 0, "answered": False, "hung_up": False}
@@ -170,15 +171,19 @@ class ToolCallTelemetry:
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         request = ctx.request
         principal = principal_of(request.scope) if request is not None and hasattr(request, "scope") else None
-        if principal is not None:
-            logger.thread_safe_append_keys(user_id=principal.user_id)
         if ctx.method != "tools/call":
+            if principal is not None:
+                logger.thread_safe_append_keys(user_id=principal.user_id)
             return await call_next(ctx)
         requested = ctx.params.get("name") if isinstance(ctx.params, Mapping) else None
         # A metric dimension: only names the server has, or one stream per typo.
         # The name is untrusted JSON (a list is unhashable): only a string is looked up.
         tool_name = requested if isinstance(requested, str) and requested in self.tool_names else "unknown"
-        logger.thread_safe_append_keys(tool=tool_name)
+        # One append per request: each copies the logger's context-local keys.
+        if principal is not None:
+            logger.thread_safe_append_keys(user_id=principal.user_id, tool=tool_name)
+        else:
+            logger.thread_safe_append_keys(tool=tool_name)
         started = time.monotonic()
         error_type = ""
         try:

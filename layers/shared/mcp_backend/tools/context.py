@@ -6,15 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
 from mcp_backend.config import LOWEST_TIER, TierLimits, TierLimitSettings
 from mcp_backend.jobs.errors import JobCancelled
-from mcp_backend.jobs.service import JobsService
-from mcp_backend.probes.registry import EndpointRegistry
 from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.errors import ToolError
+
+if TYPE_CHECKING:  # the services are built by mcp_backend.tools.services; the tool table loads without them
+    from mcp_backend.jobs.service import JobsService
+    from mcp_backend.probes.registry import EndpointRegistry
 
 ProgressCallback = Callable[[float, str], None]
 # In the worker: whether the job's owner cancelled it (a consistent read of its status).

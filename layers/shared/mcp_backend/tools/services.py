@@ -9,23 +9,23 @@ wiring mistake is a failed cold start and a failed contract test, never a job re
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property, partial
 from typing import TYPE_CHECKING, Protocol, cast
 
 from mcp_backend.aws import AwsClients, LazyClient
 from mcp_backend.config import LOWEST_TIER, TierLimits, TierLimitSettings, ToolSettings
 from mcp_backend.jobs.service import JobQueues, JobsService
-from mcp_backend.monitor.table import MonitorTable
-from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
-from mcp_backend.probes.registry import EndpointRegistry
 from mcp_backend.quotas import JobQuota
 from mcp_backend.tools.context import CancellationCheck, ProgressCallback, ToolContext
 from mcp_backend.tools.dataset_stream import FetchPolicy
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+
+    from mcp_backend.probes.registry import EndpointRegistry
 
 
 class Service(StrEnum):
@@ -59,7 +59,8 @@ class ToolServices:
 
     fetch_policy: FetchPolicy
     jobs: JobsService | None = None
-    endpoints: EndpointRegistry | None = None
+    # Builds the endpoints service when a tool first asks for it (None: this function has no MonitorTable).
+    endpoint_registry: Callable[[], EndpointRegistry] | None = None
     allow_loopback_endpoints: bool = False
     uptime_window_seconds: int = 86400
     # The limits table per tier (configuration); every caller is held to its tier's row.
@@ -78,14 +79,8 @@ class ToolServices:
                 result_bucket_name=settings.job_result_bucket_name,
             )
             jobs = JobsService(queues, clients)
-        endpoints = None
-        if MonitorTable.is_configured(settings):
-            cipher = None
-            if settings.endpoint_token_key_id:
-                cipher = EndpointTokenCipher(settings.endpoint_token_key_id, LazyClient("kms", clients))
-            endpoints = EndpointRegistry(
-                MonitorTable.from_settings(settings, cast("DynamoDBClient", LazyClient("dynamodb", clients))), cipher
-            )
+        # MonitorTable.is_configured, without loading the monitor package.
+        endpoints = partial(_endpoint_registry, settings, clients) if settings.monitor_table_name else None
         return cls(
             fetch_policy=FetchPolicy(
                 max_bytes=settings.dataset_max_bytes,
@@ -94,12 +89,16 @@ class ToolServices:
                 shared_prefixes=settings.dataset_shared_prefix_list(),
             ),
             jobs=jobs,
-            endpoints=endpoints,
+            endpoint_registry=endpoints,
             allow_loopback_endpoints=settings.probe_allow_loopback_hosts,
             uptime_window_seconds=settings.probe_uptime_window_seconds,
             limits=settings,
             job_slot_max_seconds=settings.job_slot_max_seconds,
         )
+
+    @cached_property
+    def endpoints(self) -> EndpointRegistry | None:
+        return self.endpoint_registry() if self.endpoint_registry is not None else None
 
     def tier_limits(self, tier: str) -> TierLimits:
         return self.limits.tier_limits(tier)
@@ -109,7 +108,7 @@ class ToolServices:
         return JobQuota(tier, limits.concurrent_jobs, limits.daily_jobs, self.job_slot_max_seconds)
 
     def available(self) -> frozenset[Service]:
-        built = {Service.JOBS: self.jobs, Service.ENDPOINTS: self.endpoints}
+        built = {Service.JOBS: self.jobs, Service.ENDPOINTS: self.endpoint_registry}
         return frozenset(service for service, instance in built.items() if instance is not None)
 
     def require(self, tools: Iterable[DeclaredTool], function: str) -> None:
@@ -144,3 +143,17 @@ class ToolServices:
             uptime_window_seconds=self.uptime_window_seconds,
             cancelled=cancelled,
         )
+
+
+def _endpoint_registry(settings: ToolSettings, clients: AwsClients) -> EndpointRegistry:
+    """The endpoints service (MonitorTable, the token cipher), loaded on its tools' first call: the monitor and
+    probes packages are no part of the endpoint's cold start."""
+    from mcp_backend.monitor.table import MonitorTable
+    from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
+    from mcp_backend.probes.registry import EndpointRegistry
+
+    cipher = None
+    if settings.endpoint_token_key_id:
+        cipher = EndpointTokenCipher(settings.endpoint_token_key_id, LazyClient("kms", clients))
+    table = MonitorTable.from_settings(settings, cast("DynamoDBClient", LazyClient("dynamodb", clients)))
+    return EndpointRegistry(table, cipher)
