@@ -212,3 +212,55 @@ def test_the_template_sets_the_limits_table_and_the_main_tier_limits(local):
     assert settings.tier_limits("free").endpoints == 3
     assert settings.tier_limits("pro").daily_jobs == 5000
     assert settings.tier_limits("gold") == settings.tier_limits("free")
+
+
+def test_an_instance_that_leases_ahead_keeps_requests_off_dynamodb_and_never_passes_the_limit(table_name):
+    # Given an instance that leases the next block when half of one is left (run inline here), the free
+    # tier's 120 a minute (blocks of 12)
+    writes: list[str] = []
+    limiter = RequestRateLimiter(
+        table_name, counted_client(writes), Clock(1_800_000_000.0), lease_ahead=lambda lease: lease()
+    )
+
+    # When the principal sends 130 requests, each asking locally first as the endpoint does
+    waited = 0
+    decisions = []
+    for _ in range(130):
+        decision = limiter.admit_locally("user-a", 120)
+        if decision is None:
+            waited += 1
+            decision = limiter.take("user-a", 120)
+        decisions.append(decision)
+
+    # Then only the first request waited for a lease; exactly the limit was admitted, and DynamoDB counts it
+    assert waited == 1
+    assert sum(d.allowed for d in decisions) == 120
+    assert stored_count(table_name, "user-a", 1_800_000_000) == 120
+    # and the leases were the ten blocks plus the one write that found the window spent
+    assert len(writes) == 11
+
+
+def test_a_lease_ahead_that_fails_leaves_the_next_request_to_lease_and_fail_closed():
+    # Given an instance leasing ahead on a table that grants one lease of 2 (limit 20), then fails
+    class FailingAfterOne:
+        def __init__(self) -> None:
+            self.updates = 0
+
+        def update_item(self, **request: Any) -> dict[str, Any]:
+            self.updates += 1
+            if self.updates > 1:
+                raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow"}}, "UpdateItem")
+            return {}
+
+    table = FailingAfterOne()
+    limiter = RequestRateLimiter("rates", table, Clock(1_800_000_000.0), lease_ahead=lambda lease: lease())
+
+    # When three requests arrive: the lease's two, then one more
+    first, second = admit(limiter, "user-a", 20), admit(limiter, "user-a", 20)
+
+    # Then the two are admitted (the failed leases ahead changed nothing), and the third raises (the guard's 503)
+    assert first.allowed and second.allowed
+    with pytest.raises(RateLimitUnavailable):
+        admit(limiter, "user-a", 20)
+    # the first request's lease, the lease ahead once the second used half the block (failed), the third's own
+    assert table.updates == 3

@@ -47,9 +47,11 @@ def test_requests_within_a_lease_make_no_dynamodb_request():
     # When alice sends 24 requests within a minute
     answers = post_many(table, 24)
 
-    # Then all are served, and two leases of 12 were written
+    # Then all are served from leases of 12: the first request's, and the next block leased ahead (in the
+    # background, once half of a block is used) after the 6th and the 18th (that one may still be under way)
     assert {a.status_code for a in answers} == {200}
-    assert [u["ExpressionAttributeValues"][":block"] for u in table.updates] == [{"N": "12"}] * 2
+    blocks = [u["ExpressionAttributeValues"][":block"] for u in table.updates]
+    assert blocks in ([{"N": "12"}] * 2, [{"N": "12"}] * 3)
 
 
 def test_a_counter_dynamodb_cannot_reach_or_throttles_refuses_with_503():

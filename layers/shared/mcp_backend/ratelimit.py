@@ -12,6 +12,11 @@ served the principal in the window. A refused request changes nothing and learns
 429's Retry-After); once DynamoDB says the window is spent, the instance refuses the rest of it locally. A
 lease that keeps losing races to other instances' leases is given up after a few tries (Retry-After: 1 s).
 
+An instance that leases ahead (the endpoint does) starts leasing the next block in the background once half
+of its block is used, so a request rarely waits on DynamoDB: at most one block and a half per instance is then
+stranded at a window's end. A lease ahead that fails changes nothing: the next request that finds no lease
+leases itself, and is refused (503) if DynamoDB still fails.
+
 When DynamoDB cannot be reached, the request is refused (`RateLimitUnavailable`: the guard answers 503),
 never admitted unlimited. Items expire by TTL a few minutes after their window. A fixed window lets a client
 spend its limit at the end of one minute and again at the start of the next (at most twice the limit over
@@ -68,16 +73,26 @@ class _Lease:
     window_start: int
     remaining: int = 0
     spent: bool = False  # DynamoDB holds the whole limit for the window: nothing more can be leased in it
+    leasing_ahead: bool = False  # a lease of the next block is under way in the background
     lock: threading.Lock | None = None  # held while leasing, so one thread per principal writes at a time
 
 
 class RequestRateLimiter:
     """Thread-safe: the endpoint takes requests from worker threads (`anyio.to_thread`), concurrently."""
 
-    def __init__(self, table_name: str, client: Any = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        table_name: str,
+        client: Any = None,
+        clock: Callable[[], float] = time.time,
+        lease_ahead: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None:
+        """lease_ahead: how to run the next block's lease off the request path (e.g. `in_background`); None
+        leases only when a request finds no lease left."""
         self.table_name = table_name
         self._client = client_or_lazy(client, "dynamodb")
         self._clock = clock
+        self._lease_ahead = lease_ahead
         self._leases: dict[str, _Lease] = {}
         self._window = 0  # the newest window seen: leases of older ones are dropped when it changes
         self._lock = threading.Lock()  # guards `_leases` and every lease's counts; never held across I/O
@@ -91,7 +106,12 @@ class RequestRateLimiter:
             lease = self._leases.get(principal_id)
             if lease is None or lease.window_start != window_start:
                 return None
-            return self._admit(lease, limit, now)
+            decision = self._admit(lease, limit, now)
+            # Only after an admitted request: one that finds no lease leases itself (`take`).
+            ahead = decision is not None and decision.allowed and self._due_ahead(lease, limit)
+        if ahead:
+            self._start_lease_ahead(principal_id, lease, limit)
+        return decision
 
     def take(self, principal_id: str, limit: int) -> RateDecision:
         """Admit one request of `principal_id` in the current window, leasing a block from DynamoDB when this
@@ -116,6 +136,35 @@ class RequestRateLimiter:
                 lease.remaining += leased
                 lease.spent = leased == 0
                 return self._admit(lease, limit, now) or _refused(limit, window_start, now)
+
+    def _due_ahead(self, lease: _Lease, limit: int) -> bool:
+        """Whether to lease the next block now (under self._lock): half of a block left, none under way."""
+        if self._lease_ahead is None or lease.spent or lease.leasing_ahead:
+            return False
+        if lease.remaining > block_size(limit) // 2:
+            return False
+        lease.leasing_ahead = True
+        return True
+
+    def _start_lease_ahead(self, principal_id: str, lease: _Lease, limit: int) -> None:
+        assert self._lease_ahead is not None
+        self._lease_ahead(lambda: self._lease_next_block(principal_id, lease, limit))
+
+    def _lease_next_block(self, principal_id: str, lease: _Lease, limit: int) -> None:
+        with self._lock:
+            lock = lease.lock = lease.lock or threading.Lock()
+        leased: int | None = None
+        try:
+            with lock:
+                leased = self._lease(principal_id, lease.window_start, limit)
+        except RateLimitUnavailable:
+            leased = None  # a request that finds no lease leases itself, and answers 503 if this persists
+        finally:
+            with self._lock:
+                if leased:
+                    lease.remaining += leased
+                lease.spent = lease.spent or leased == 0
+                lease.leasing_ahead = False
 
     def _current_lease(self, principal_id: str, window_start: int) -> _Lease:
         if window_start > self._window:
@@ -176,3 +225,8 @@ def _window_start(now: float) -> int:
 def _refused(limit: int, window_start: int, now: float) -> RateDecision:
     retry_after = max(1, math.ceil(window_start + WINDOW_SECONDS - now))
     return RateDecision(allowed=False, limit=limit, retry_after_seconds=retry_after)
+
+
+def in_background(lease: Callable[[], None]) -> None:
+    """Run a lease ahead on its own daemon thread (the endpoint's choice; tests run it inline)."""
+    threading.Thread(target=lease, name="rate-limit-lease-ahead", daemon=True).start()

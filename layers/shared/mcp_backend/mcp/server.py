@@ -33,7 +33,7 @@ from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.tasks import task_extensions
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.observability import CurrentStdoutHandler, logger
-from mcp_backend.ratelimit import RateDecision, RequestRateLimiter
+from mcp_backend.ratelimit import RateDecision, RequestRateLimiter, in_background
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.table import TOOLS, Tool
 
@@ -105,7 +105,9 @@ class TierRateLimit:
 
     def __init__(self, settings: McpSettings, clients: AwsClients) -> None:
         self.settings = settings
-        self.limiter = RequestRateLimiter(settings.rate_limit_table_name, LazyClient("dynamodb", clients))
+        self.limiter = RequestRateLimiter(
+            settings.rate_limit_table_name, LazyClient("dynamodb", clients), lease_ahead=in_background
+        )
 
     def admit_locally(self, principal: Principal) -> RateDecision | None:
         return self.limiter.admit_locally(principal.user_id, self._limit(principal))
