@@ -194,13 +194,15 @@ def rate_limit_leases(params: dict[str, Any], write: Price) -> str:
             )
     return (
         "- **Request rate limit** (`FreeRequestsPerMinute`, `ProRequestsPerMinute`). An endpoint instance leases a "
-        "block of a principal's requests (a tenth of its tier's limit, 1 to 50) with one UpdateItem of "
+        "block of a principal's requests (a tenth of its tier's limit, 1 to 50; a busy principal's leases ahead "
+        "grow to about a second of its rate, at most a tenth of the limit) with one UpdateItem of "
         "RateLimitTable and admits them without a write, so whether a warm unit above counts one "
         "(`dynamodb:UpdateItem (rate-limit lease)`) depends on where it falls in a block. With one instance "
         "serving the principal: "
         + "; ".join(tiers)
         + ". Each further instance serving the principal in a minute adds a lease, and one more write finds a "
-        "spent minute."
+        "spent minute. The figures are the most a lease costs: a principal sending more than a block a second "
+        "is leased more at a time."
     )
 
 

@@ -264,3 +264,66 @@ def test_a_lease_ahead_that_fails_leaves_the_next_request_to_lease_and_fail_clos
         admit(limiter, "user-a", 20)
     # the first request's lease, the lease ahead once the second used half the block (failed), the third's own
     assert table.updates == 3
+
+
+class SteppingClock(Clock):
+    """A clock that moves on by `step` seconds each time it is read: requests arriving at a steady rate."""
+
+    def __init__(self, now: float, step: float) -> None:
+        super().__init__(now)
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def leased_sizes(writes: list[dict[str, Any]]) -> list[int]:
+    return [int(write["ExpressionAttributeValues"][":block"]["N"]) for write in writes]
+
+
+def test_a_busy_principal_is_leased_a_second_of_its_rate_and_a_slow_one_a_block(table_name):
+    # Given a tier of 6,000 a minute (blocks of 50, a tenth is 600) and an instance that leases ahead inline
+    def recording_limiter(clock: Clock, leases: list[dict[str, Any]]) -> RequestRateLimiter:
+        client = boto3.client("dynamodb")
+        client.meta.events.register(
+            "provide-client-params.dynamodb.UpdateItem", lambda params, **_: leases.append(params)
+        )
+        return RequestRateLimiter(table_name, client, clock, lease_ahead=lambda lease: lease())
+
+    busy_leases: list[dict[str, Any]] = []
+    slow_leases: list[dict[str, Any]] = []
+    # clocks read about twice a request: 400 requests a second, and 2 a second
+    busy = recording_limiter(SteppingClock(1_800_000_000.0, 0.00125), busy_leases)
+    slow = recording_limiter(SteppingClock(1_800_000_000.0, 0.25), slow_leases)
+
+    # When the busy principal sends 1,000 requests and the slow one 100, each asking locally first
+    busy_decisions = [admit(busy, "busy", 6000) for _ in range(1000)]
+    slow_decisions = [admit(slow, "slow", 6000) for _ in range(100)]
+
+    # Then all are admitted; the busy one's leases ahead grow to about a second of its rate (400), never past a
+    # tenth of the limit, so it costs 4 writes instead of 20; the slow one leases blocks of 50
+    assert all(d.allowed for d in busy_decisions + slow_decisions)
+    sizes = leased_sizes(busy_leases)
+    assert sizes[0] == 50 and all(350 <= size <= 600 for size in sizes[1:])
+    assert len(sizes) <= 5
+    assert set(leased_sizes(slow_leases)) == {50}
+    # and DynamoDB counts exactly what was leased
+    assert stored_count(table_name, "busy", 1_800_000_000) == sum(sizes)
+
+
+def test_a_lease_ahead_never_takes_more_than_a_tenth_of_the_limit_nor_passes_it(table_name):
+    # Given a tier of 1,000 a minute (blocks of 50, a tenth is 100) and a frozen clock: the fastest rate
+    writes: list[str] = []
+    limiter = RequestRateLimiter(
+        table_name, counted_client(writes), Clock(1_800_000_000.0), lease_ahead=lambda lease: lease()
+    )
+
+    # When the principal sends 1,100 requests
+    decisions = [admit(limiter, "user-a", 1000) for _ in range(1100)]
+
+    # Then exactly the limit is admitted: a block of 50, nine leases of 100, the last 50 (a refused lease of 100,
+    # then what is left), and one write that finds the window spent
+    assert sum(d.allowed for d in decisions) == 1000
+    assert stored_count(table_name, "user-a", 1_800_000_000) == 1000
+    assert len(writes) == 13

@@ -12,10 +12,14 @@ served the principal in the window. A refused request changes nothing and learns
 429's Retry-After); once DynamoDB says the window is spent, the instance refuses the rest of it locally. A
 lease that keeps losing races to other instances' leases is given up after a few tries (Retry-After: 1 s).
 
-An instance that leases ahead (the endpoint does) starts leasing the next block in the background once half
-of its block is used, so a request rarely waits on DynamoDB: at most one block and a half per instance is then
-stranded at a window's end. A lease ahead that fails changes nothing: the next request that finds no lease
-leases itself, and is refused (503) if DynamoDB still fails.
+An instance that leases ahead (the endpoint does) starts leasing the next requests in the background once half
+of its lease is used, so a request rarely waits on DynamoDB. A lease ahead takes a block, or about a second of
+the rate at which this instance has been admitting the principal's requests if that is more, never more than a
+tenth of the limit: a principal sending hundreds of requests a second to one instance costs about one write a
+second, not one per block. What an instance can strand at a window's end is then at most a lease and a half:
+a block and a half for a principal it serves slowly, about a second and a half of its own traffic for a busy
+one. A lease ahead that fails changes nothing: the next request that finds no lease leases itself, and is
+refused (503) if DynamoDB still fails.
 
 When DynamoDB cannot be reached, the request is refused (`RateLimitUnavailable`: the guard answers 503),
 never admitted unlimited. Items expire by TTL a few minutes after their window. A fixed window lets a client
@@ -45,6 +49,8 @@ ITEM_TTL_SECONDS = 5 * WINDOW_SECONDS
 # tier strands per instance (50 requests) at the price of more writes (6,000 a minute: 120 leases).
 BLOCKS_PER_WINDOW = 10
 MAX_BLOCK = 50
+# A lease ahead covers about this long of the principal's recent rate on this instance (at least a block).
+LEASE_AHEAD_SECONDS = 1.0
 # Concurrent instances leasing the last requests of a window can each find the count moved; after this many
 # conditional writes the request is refused rather than keep the caller waiting (the next one tries again).
 MAX_LEASE_ATTEMPTS = 3
@@ -53,6 +59,17 @@ MAX_LEASE_ATTEMPTS = 3
 def block_size(limit: int) -> int:
     """How many requests one lease takes for a tier allowing `limit` a window."""
     return max(1, min(MAX_BLOCK, math.ceil(limit / BLOCKS_PER_WINDOW)))
+
+
+def lease_ahead_size(limit: int, requests_per_second: float) -> int:
+    """How many requests a lease ahead takes: a block, or `LEASE_AHEAD_SECONDS` of the rate this instance admits
+    the principal's requests at if that is more, never more than a tenth of the limit."""
+    block = block_size(limit)
+    tenth = max(block, math.ceil(limit / BLOCKS_PER_WINDOW))
+    wanted = requests_per_second * LEASE_AHEAD_SECONDS
+    if wanted <= block:
+        return block
+    return tenth if wanted >= tenth else math.ceil(wanted)
 
 
 @dataclass(frozen=True)
@@ -72,6 +89,9 @@ class _Lease:
 
     window_start: int
     remaining: int = 0
+    size: int = 0  # requests the last lease took: the next is leased ahead once half of it is left
+    leased_at: float = 0.0  # when the last lease was granted
+    admitted: int = 0  # requests admitted since then: with `leased_at`, the principal's rate on this instance
     spent: bool = False  # DynamoDB holds the whole limit for the window: nothing more can be leased in it
     leasing_ahead: bool = False  # a lease of the next block is under way in the background
     lock: threading.Lock | None = None  # held while leasing, so one thread per principal writes at a time
@@ -129,11 +149,11 @@ class RequestRateLimiter:
                 decision = self._admit(lease, limit, now)
             if decision is not None:
                 return decision
-            leased = self._lease(principal_id, window_start, limit)
+            leased = self._lease(principal_id, window_start, limit, block_size(limit))
             if leased is None:  # not spent, only contended: the caller may try again at once
                 return RateDecision(allowed=False, limit=limit, retry_after_seconds=1)
             with self._lock:
-                lease.remaining += leased
+                self._granted(lease, leased)
                 lease.spent = leased == 0
                 return self._admit(lease, limit, now) or _refused(limit, window_start, now)
 
@@ -141,30 +161,42 @@ class RequestRateLimiter:
         """Whether to lease the next block now (under self._lock): half of a block left, none under way."""
         if self._lease_ahead is None or lease.spent or lease.leasing_ahead:
             return False
-        if lease.remaining > block_size(limit) // 2:
+        if lease.remaining > max(lease.size, block_size(limit)) // 2:
             return False
         lease.leasing_ahead = True
         return True
 
     def _start_lease_ahead(self, principal_id: str, lease: _Lease, limit: int) -> None:
         assert self._lease_ahead is not None
-        self._lease_ahead(lambda: self._lease_next_block(principal_id, lease, limit))
+        with self._lock:
+            elapsed = self._clock() - lease.leased_at
+            # A clock that has not moved (a burst, or a test's frozen clock) reads as the fastest rate.
+            rate = lease.admitted / elapsed if elapsed > 0 else math.inf
+        size = lease_ahead_size(limit, rate)
+        self._lease_ahead(lambda: self._lease_next_block(principal_id, lease, limit, size))
 
-    def _lease_next_block(self, principal_id: str, lease: _Lease, limit: int) -> None:
+    def _lease_next_block(self, principal_id: str, lease: _Lease, limit: int, size: int) -> None:
         with self._lock:
             lock = lease.lock = lease.lock or threading.Lock()
         leased: int | None = None
         try:
             with lock:
-                leased = self._lease(principal_id, lease.window_start, limit)
+                leased = self._lease(principal_id, lease.window_start, limit, size)
         except RateLimitUnavailable:
             leased = None  # a request that finds no lease leases itself, and answers 503 if this persists
         finally:
             with self._lock:
                 if leased:
-                    lease.remaining += leased
+                    self._granted(lease, leased)
                 lease.spent = lease.spent or leased == 0
                 lease.leasing_ahead = False
+
+    def _granted(self, lease: _Lease, leased: int) -> None:
+        """Add a granted lease (under self._lock), and start measuring the rate anew from it."""
+        lease.remaining += leased
+        lease.size = leased
+        lease.leased_at = self._clock()
+        lease.admitted = 0
 
     def _current_lease(self, principal_id: str, window_start: int) -> _Lease:
         if window_start > self._window:
@@ -180,15 +212,15 @@ class RequestRateLimiter:
     def _admit(lease: _Lease, limit: int, now: float) -> RateDecision | None:
         if lease.remaining > 0:
             lease.remaining -= 1
+            lease.admitted += 1
             return RateDecision(allowed=True, limit=limit)
         if lease.spent:
             return _refused(limit, lease.window_start, now)
         return None
 
-    def _lease(self, principal_id: str, window_start: int, limit: int) -> int | None:
-        """Lease up to a block of the window's requests: how many were leased (0: the window is spent;
+    def _lease(self, principal_id: str, window_start: int, limit: int, block: int) -> int | None:
+        """Lease up to `block` of the window's requests: how many were leased (0: the window is spent;
         None: the count kept moving under concurrent leases, this request is refused)."""
-        block = block_size(limit)
         for _ in range(MAX_LEASE_ATTEMPTS):
             try:
                 self._client.update_item(
