@@ -14,7 +14,7 @@ from mcp_backend.api_keys import Principal
 from mcp_backend.aws import AwsClients
 from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.jobs.service import JobSubmission
-from mcp_backend.mcp.bindings import reported
+from mcp_backend.mcp.bindings import ToolCallFailed, reported
 from mcp_backend.mcp.server import tool_bindings
 
 ALICE = Principal(user_id="user-alice")
@@ -146,8 +146,6 @@ def test_a_repeat_of_a_job_that_ran_sends_nothing_and_answers_its_state(local):
 
 def test_a_call_id_reused_for_another_input_is_refused(local):
     # Given a submitted job
-    from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
-
     service = backend(local, FlakyBatchSqs(fail_ids=set()))
     service.submit(ALICE, analysis("reused-call"))
 
@@ -155,7 +153,7 @@ def test_a_call_id_reused_for_another_input_is_refused(local):
     other = JobSubmission(
         tool="analyze_dataset", input={"dataset_url": "s3://local-datasets/user-alice/other.csv"}, call_id="reused-call"
     )
-    with pytest.raises(SdkToolError) as refused:
+    with pytest.raises(ToolCallFailed) as refused:
         service.submit(ALICE, other)
 
     # Then it is a conflict, and only the first request's message is queued
@@ -174,13 +172,11 @@ class DownSqs(FlakyBatchSqs):
 
 
 def test_an_unavailable_queue_is_a_retryable_tool_error_that_names_no_resource_and_a_retry_enqueues(local):
-    from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
-
     # Given the job queue is unavailable
     request = analysis("call-retry")
 
     # When a submission is made
-    with pytest.raises(SdkToolError) as failed:
+    with pytest.raises(ToolCallFailed) as failed:
         backend(local, DownSqs(fail_ids=set())).submit(ALICE, request)
 
     # Then the caller is told to retry, without the queue's URL, and nothing is queued

@@ -1,5 +1,5 @@
 """The endpoint's process logs each line once, as JSON on stdout: building the SDK server adds no root handler
-of its own (MCPServer calls logging.basicConfig), and the libraries' warnings come out in Powertools' format."""
+of its own, and the libraries' warnings come out in Powertools' format."""
 
 from __future__ import annotations
 

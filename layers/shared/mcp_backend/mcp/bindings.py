@@ -1,6 +1,8 @@
 """The MCP tools, generated from the tool table (mcp_backend.tools.table): each synchronous tool under
 its own name, and for each job-capable tool two that submit it (one job, or up to 100 at once), which the
-jobs service enqueues. Only the protocol edge lives here: arguments in, the caller, errors out.
+jobs service enqueues. Only the protocol edge lives here: arguments in, the caller, errors out. The SDK's
+low-level server calls `list_tools` and `call_tool` (its `on_list_tools` / `on_call_tool` handlers): the table
+is the tool registry, with no function signatures for the SDK to introspect.
 
 Every tool publishes its strict input model as inputSchema (unknown fields rejected); StrictArguments
 validates `tools/call` arguments against it before the SDK does, naming fields, never values: a tool
@@ -11,20 +13,18 @@ anything else is the SDK's generic tool error.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
 import anyio.from_thread
 import anyio.to_thread
+import pydantic_core
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
-from mcp.server.mcpserver.tools import Tool as SdkTool
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, CallToolResult, TextContent
+from mcp_types import INVALID_PARAMS, CallToolRequestParams, CallToolResult, ListToolsResult, TextContent
+from mcp_types import Tool as McpTool
 from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, Field, ValidationError, create_model
 
@@ -48,15 +48,33 @@ REPORTED_ERRORS = (ToolError, JobRequestError, UnsafeUrl, QuotaExceeded)
 # the same in https://modelcontextprotocol.io/specification/2026-07-28/server/tools#error-handling); before it,
 # invalid arguments were a protocol error (https://modelcontextprotocol.io/specification/2025-06-18/server/tools).
 INPUT_ERRORS_AS_RESULTS_SINCE = "2025-11-25"
+# Every tool answers a JSON object, as structuredContent and as its text.
+OUTPUT_SCHEMA = {"type": "object", "additionalProperties": True}
 T = TypeVar("T")
+ServerContext = ServerRequestContext[Any, Any]
+
+
+class ToolCallFailed(Exception):
+    """A tool's failure whose message ("<ErrorType>: <message>") is written to be shown to the caller."""
 
 
 def reported(call: Callable[..., T], *args: Any) -> T:
-    """`call(*args)`, a reported failure raised as the SDK's tool error "<ErrorType>: <message>"."""
+    """`call(*args)`, a reported failure raised as ToolCallFailed "<ErrorType>: <message>"."""
     try:
         return call(*args)
     except REPORTED_ERRORS as error:
-        raise SdkToolError(f"{type(error).__name__}: {error}") from None
+        raise ToolCallFailed(f"{type(error).__name__}: {error}") from None
+
+
+def tool_result(value: dict[str, Any]) -> CallToolResult:
+    """A tool's answer: the object as structuredContent, and as indented JSON text for clients that read only
+    content (the form the SDK's MCPServer gives a tool that returns a dict)."""
+    text = pydantic_core.to_json(value, fallback=str, indent=2).decode()
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=value)
+
+
+def tool_failure(text: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
 def submit_model(tool: Tool) -> type[BaseModel]:
@@ -123,12 +141,12 @@ def submission(tool_name: str, request: BaseModel) -> JobSubmission:
 
 @dataclass(frozen=True)
 class Binding:
-    """One MCP tool: its name, text, strict input model, and the coroutine the SDK calls."""
+    """One MCP tool: its name, text, strict input model, and the coroutine that runs a call of it."""
 
     name: str
     description: str
     input_model: type[BaseModel]  # what StrictArguments enforces on the whole call
-    call: Callable[..., Any]
+    call: Callable[[ServerContext, dict[str, Any]], Awaitable[dict[str, Any]]]
     access: Access
     schema_model: type[BaseModel] | None = None  # the published inputSchema, when stricter than input_model
 
@@ -155,42 +173,83 @@ class ToolBindings:
             tool.name for tool in table.values() if tool.runs_sync and tool.streams_progress
         )
 
-    def sdk_tools(self) -> list[SdkTool]:
-        tools = []
-        for binding in self.bindings:
-            tool = SdkTool.from_function(binding.call, name=binding.name, description=binding.description)
-            # Publish the strict model's schema (additionalProperties: false), the one StrictArguments enforces
-            # (a batch publishes its items' schema too; they are validated one by one).
-            tool.parameters = (binding.schema_model or binding.input_model).model_json_schema()
-            tools.append(tool)
-        logger.debug("mcp tools built", extra={"tools": [tool.name for tool in tools]})
-        return tools
+        self._by_name = {binding.name: binding for binding in self.bindings}
+        self._schemas: dict[str, dict[str, Any]] | None = None
+        self._listed: ListToolsResult | None = None
+
+    # -- the SDK's tools/list and tools/call handlers -------------------------------
+    async def list_tools(self, ctx: ServerContext, params: Any) -> ListToolsResult:
+        """Every tool with the strict model's schema (additionalProperties: false), the one StrictArguments
+        enforces (a batch publishes its items' schema too; they are validated one by one). Built at the first
+        listing, not with the app: the schemas are no part of a cold start."""
+        if self._listed is None:
+            schemas = self.input_schemas()
+            self._listed = ListToolsResult(
+                tools=[
+                    McpTool(
+                        name=binding.name,
+                        description=binding.description,
+                        input_schema=schemas[binding.name],
+                        output_schema=OUTPUT_SCHEMA,
+                    )
+                    for binding in self.bindings
+                ]
+            )
+        return self._listed
+
+    def input_schemas(self) -> dict[str, dict[str, Any]]:
+        """Each tool's published inputSchema, built once, when first needed."""
+        if self._schemas is None:
+            self._schemas = {
+                binding.name: (binding.schema_model or binding.input_model).model_json_schema()
+                for binding in self.bindings
+            }
+        return self._schemas
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        """The SDK's `get_tool_input_schema`, for its Mcp-Param header check of a tools/call."""
+        return self.input_schemas().get(name)
+
+    async def call_tool(self, ctx: ServerContext, params: CallToolRequestParams) -> CallToolResult:
+        """Run one call (its arguments already checked by StrictArguments). A failure the tool reports is a
+        tool execution error with its message; anything else is logged and answered without its text."""
+        binding = self._by_name.get(params.name)
+        if binding is None:
+            return tool_failure(f"Unknown tool: {params.name}")
+        try:
+            return tool_result(await binding.call(ctx, dict(params.arguments or {})))
+        except MCPError:
+            raise
+        except ToolCallFailed as failed:
+            return tool_failure(f"Error executing tool {binding.name}: {failed}")
+        except Exception:  # noqa: BLE001 - any crash is logged and answered as a tool error without its text
+            logger.exception("tool raised an unexpected exception", extra={"tool": binding.name})
+            return tool_failure(f"Error executing tool {binding.name}")
 
     # -- generated tools -----------------------------------------------------------
     def _sync_binding(self, tool: Tool) -> Binding:
         name, streams_progress = tool.name, tool.streams_progress
 
-        async def call(ctx: Context, **arguments: Any) -> dict[str, Any]:
+        async def call(ctx: ServerContext, arguments: dict[str, Any]) -> dict[str, Any]:
             principal = _caller(ctx)
             progress: ProgressCallback | None = None
             if streams_progress:
+                report = ctx.session.report_progress
                 # The first event goes out before the work (a download, say) starts.
-                await ctx.report_progress(0.0, 1.0, "started")
+                await report(0.0, 1.0, "started")
 
                 def progress(fraction: float, message: str) -> None:
-                    anyio.from_thread.run(ctx.report_progress, min(max(fraction, 0.0), 1.0), 1.0, message)
+                    anyio.from_thread.run(report, min(max(fraction, 0.0), 1.0), 1.0, message)
 
             current = self.table[name]
             context = self.services.context_for(current, principal.user_id, progress, principal.tier)
             result = await anyio.to_thread.run_sync(reported, current, arguments, context)
             if streams_progress:
-                await ctx.report_progress(1.0, 1.0, "done")
+                await report(1.0, 1.0, "done")
             return result
 
         suffix = " Runs now and streams progress notifications." if streams_progress else ""
-        return Binding(
-            name, tool.description + suffix, tool.input_model, _with_signature(call, tool.input_model), tool.access
-        )
+        return Binding(name, tool.description + suffix, tool.input_model, call, tool.access)
 
     def _submit_bindings(self, tool: Tool) -> list[Binding]:
         one = submit_model(tool)
@@ -206,16 +265,16 @@ class ToolBindings:
                 return refused
             return None
 
-        async def submit(ctx: Context, **arguments: Any) -> dict[str, Any]:
+        async def submit(ctx: ServerContext, arguments: dict[str, Any]) -> dict[str, Any]:
             request, caller = one.model_validate(arguments), _caller(ctx)
             refused = refusal(request, caller.user_id)
             if refused is not None:
-                raise SdkToolError(f"{refused.error_type}: {refused.message}")
+                raise ToolCallFailed(f"{refused.error_type}: {refused.message}")
             job = submission(tool.name, request)
             quota = self.services.job_quota(caller.tier)
             return await anyio.to_thread.run_sync(reported, self.jobs.submit, caller.user_id, job, quota)
 
-        async def submit_many(ctx: Context, **arguments: Any) -> dict[str, Any]:
+        async def submit_many(ctx: ServerContext, arguments: dict[str, Any]) -> dict[str, Any]:
             caller = _caller(ctx)
             items = many.model_validate(arguments).items  # type: ignore[attr-defined]
             # Past the tier's batch size each item is its own refusal; the ones within it are submitted.
@@ -245,7 +304,7 @@ class ToolBindings:
                 tool.submit_name,
                 f"Queue {article} {tool.name} job; returns {{jobId, status}}. Pass callId to make it idempotent.",
                 one,
-                _with_signature(submit, one),
+                submit,
                 Access.SUBMIT,
             ),
             Binding(
@@ -253,7 +312,7 @@ class ToolBindings:
                 f"Queue many {tool.name} jobs at once; returns one jobId or error per item, in order "
                 "(an invalid item is its own error; the others are queued).",
                 many,
-                _with_signature(submit_many, many),
+                submit_many,
                 Access.SUBMIT,
                 schema_model=submit_many_model(tool, one),
             ),
@@ -297,24 +356,12 @@ class StrictArguments:
         return await call_next(ctx)
 
 
-def _caller(ctx: Context) -> Principal:
-    request = ctx.request_context.request
+def _caller(ctx: ServerContext) -> Principal:
+    request = ctx.request
     principal = principal_of(request.scope) if request is not None else None
     if principal is None:  # the HTTP guard authenticates every request; reaching here is a wiring bug
-        raise SdkToolError("Unauthorized")
+        raise ToolCallFailed("Unauthorized")
     return principal
-
-
-def _with_signature(call: Callable[..., Any], model: type[BaseModel]) -> Callable[..., Any]:
-    """`call` as the SDK introspects it: a Context and one keyword parameter per field of `model`."""
-    parameters = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
-    for field_name, field in model.model_fields.items():
-        default = inspect.Parameter.empty if field.is_required() else field.get_default(call_default_factory=True)
-        parameters.append(
-            inspect.Parameter(field_name, inspect.Parameter.KEYWORD_ONLY, annotation=field.annotation, default=default)
-        )
-    call.__signature__ = inspect.Signature(parameters, return_annotation=dict[str, Any])  # type: ignore[attr-defined]
-    return call
 
 
 def _model_name(tool_name: str) -> str:

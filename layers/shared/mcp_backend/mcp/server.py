@@ -3,7 +3,8 @@
 Layers, outermost first: RequestTelemetry (correlation id, cold start) -> McpHttpGuard (host, origin,
 405, auth, 415, event-stream hygiene) -> ResponseModes (JSON for answers ready at once, an event stream for
 calls that report progress) -> the SDK's stateless Streamable HTTP apps (both protocol eras) -> SDK middleware
-StrictArguments, ToolCallTelemetry and ToolListCache -> the tools generated from the tool table.
+StrictArguments, ToolCallTelemetry and ToolListCache -> the SDK's low-level server over the tool table
+(mcp_backend.mcp.table_server).
 """
 
 from __future__ import annotations
@@ -14,11 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, GetPromptResult, InputRequiredResult
-from mcp_types import Tool as McpTool
 from starlette.types import ASGIApp
 
 from mcp_backend.api_keys import Principal, SecretReader
@@ -30,6 +27,7 @@ from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 from mcp_backend.mcp.response_modes import ResponseModes
+from mcp_backend.mcp.table_server import table_server
 from mcp_backend.mcp.tasks import task_extensions
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.observability import CurrentStdoutHandler, logger
@@ -42,27 +40,6 @@ if TYPE_CHECKING:
 
 SERVER_NAME = "mcp-backend"
 CALL_LOG_SHUTDOWN_BUDGET_SECONDS = 0.25
-
-
-class FixedToolsServer(MCPServer):
-    """The SDK server for a tool set fixed when the app is built: tools/list answers with the tool
-    descriptions built for the first request, instead of re-validating every tool's schema each time."""
-
-    _listed: list[McpTool] | None = None
-
-    async def list_tools(self) -> list[McpTool]:
-        if self._listed is None:
-            self._listed = await super().list_tools()
-        return self._listed
-
-    async def get_prompt(
-        self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
-    ) -> GetPromptResult | InputRequiredResult:
-        # The SDK raises a plain ValueError for an unknown name, which goes out as an internal error (with a
-        # logged traceback) or as code 0 with the name echoed; the spec's answer is invalid params.
-        if name not in {prompt.name for prompt in await self.list_prompts()}:
-            raise MCPError(INVALID_PARAMS, "Unknown prompt")
-        return await super().get_prompt(name, arguments, context)
 
 
 class ToolListCache:
@@ -147,11 +124,9 @@ class _LibraryRecords(logging.Filter):
 
 
 def log_library_records_as_json() -> None:
-    """The process's root logger, set once before the SDK server is built: the libraries' records (the SDK's
-    `mcp.*`, starlette, botocore) at WARNING and above, in Powertools' JSON format on stdout. MCPServer's only
-    logging setting is `log_level`, with which it calls `logging.basicConfig`, and basicConfig does nothing once
-    the root logger has a handler (https://docs.python.org/3/library/logging.html#logging.basicConfig): so the
-    SDK adds no handler of its own (a plain-text or rich one) and no line prints twice."""
+    """The process's root logger, set once when the app is built: the libraries' records (the SDK's `mcp.*`,
+    starlette, botocore) at WARNING and above, in Powertools' JSON format on stdout, each once. The SDK's
+    low-level server configures no logging of its own (MCPServer would call `logging.basicConfig`)."""
     if any(isinstance(handler.filters[0], _LibraryRecords) for handler in logging.root.handlers if handler.filters):
         return
     handler = CurrentStdoutHandler()
@@ -178,17 +153,16 @@ def create_app(
         name="mcp-call-log",
     )
     log_library_records_as_json()
-    server = FixedToolsServer(
+    server = table_server(
         SERVER_NAME,
-        instructions="Analyse CSV/JSON datasets: synchronously (analyze_dataset) or as queued jobs.",
-        tools=bindings.sdk_tools(),
+        "Analyse CSV/JSON datasets: synchronously (analyze_dataset) or as queued jobs.",
+        bindings,
         extensions=task_extensions(bindings.services.jobs, bindings.table),
         middleware=[
             StrictArguments(bindings.input_models),
             ToolCallTelemetry(call_log, bindings.input_models),
             ToolListCache(),
         ],
-        log_level="WARNING",
     )
     # Host and Origin are checked by McpHttpGuard, which also knows the Function URL's wildcard host.
     transport_security = TransportSecuritySettings(enable_dns_rebinding_protection=False)

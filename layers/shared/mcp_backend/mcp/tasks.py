@@ -25,9 +25,14 @@ from typing import Any
 import anyio.to_thread
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
-from mcp.server.mcpserver.server import require_client_extension
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, CallToolRequestParams, RequestParams
+from mcp_types import (
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    ClientCapabilities,
+    MissingRequiredClientCapabilityErrorData,
+    RequestParams,
+)
 from mcp_types.jsonrpc import MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, Field, ValidationError
@@ -155,11 +160,11 @@ class JobTasks(Extension):
 
     # -- tasks/* ----------------------------------------------------------------
     async def get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
-        require_client_extension(ctx, TASKS_EXTENSION)
+        _require_tasks(ctx)
         return await anyio.to_thread.run_sync(self._task, _principal(ctx).user_id, params.task_id)
 
     async def cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
-        require_client_extension(ctx, TASKS_EXTENSION)
+        _require_tasks(ctx)
         user_id = _principal(ctx).user_id
         await anyio.to_thread.run_sync(self._owned, user_id, params.task_id)  # not found / expired first
         try:
@@ -169,7 +174,7 @@ class JobTasks(Extension):
         return {}
 
     async def update(self, ctx: ServerRequestContext[Any, Any], params: TaskUpdateParams) -> dict[str, Any]:
-        require_client_extension(ctx, TASKS_EXTENSION)
+        _require_tasks(ctx)
         await anyio.to_thread.run_sync(self._owned, _principal(ctx).user_id, params.task_id)
         # These tasks never ask for input: no key is outstanding, and the spec has the server ignore responses
         # for keys that are not, and acknowledge.
@@ -222,6 +227,19 @@ class JobTasks(Extension):
 def _declares_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
     capabilities = ctx.session.client_capabilities
     return bool(capabilities and capabilities.extensions and TASKS_EXTENSION in capabilities.extensions)
+
+
+def _require_tasks(ctx: ServerRequestContext[Any, Any]) -> None:
+    """A tasks/* request of a client that did not declare the extension: -32021 naming it (SEP-2133)."""
+    if not _declares_tasks(ctx):
+        data = MissingRequiredClientCapabilityErrorData(
+            required_capabilities=ClientCapabilities(extensions={TASKS_EXTENSION: {}})
+        )
+        raise MCPError(
+            code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+            message=f"Client did not declare required extension {TASKS_EXTENSION!r}",
+            data=data.model_dump(by_alias=True, mode="json", exclude_none=True),
+        )
 
 
 def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:

@@ -1,0 +1,97 @@
+"""The tool table is the SDK server's tool registry: tools/list publishes each tool's strict input model, and a
+tools/call runs the table's tool, answering its object as structuredContent and text; a reported failure keeps
+its message, anything else is logged and answered without its text."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import anyio
+import pytest
+from mcp_types import CallToolRequestParams
+
+from mcp_backend.api_keys import Principal
+from mcp_backend.mcp.bindings import ToolBindings
+from mcp_backend.mcp.guard import PRINCIPAL_SCOPE_KEY
+from mcp_backend.tools.context import StrictInput, ToolContext
+from mcp_backend.tools.errors import DatasetAccessDenied
+from mcp_backend.tools.table import Access, Tool
+from tests.unit.test_tool_contract import services_of
+
+
+class EchoInput(StrictInput):
+    text: str
+
+
+def echo(request: EchoInput, context: ToolContext) -> dict[str, Any]:
+    if request.text == "refuse":
+        raise DatasetAccessDenied("not yours")
+    if request.text == "crash":
+        raise RuntimeError("secret-bucket-name in a raw message")
+    return {"echo": request.text, "caller": context.user_id}
+
+
+TABLE = {
+    "echo": Tool(
+        name="echo",
+        description="Echo the text.",
+        input_model=EchoInput,
+        run=echo,
+        access=Access.READ,
+        services=frozenset(),
+    )
+}
+
+
+def caller_context() -> Any:
+    """What the SDK hands a handler: the request (its ASGI scope holds the principal the guard set)."""
+    request = SimpleNamespace(scope={PRINCIPAL_SCOPE_KEY: Principal(user_id="user-alice")})
+    return SimpleNamespace(request=request)
+
+
+def call(bindings: ToolBindings, name: str, arguments: dict[str, Any]) -> Any:
+    params = CallToolRequestParams(name=name, arguments=arguments)
+    return anyio.run(bindings.call_tool, caller_context(), params)
+
+
+@pytest.fixture
+def bindings() -> ToolBindings:
+    return ToolBindings(TABLE, services_of("McpServer"))
+
+
+def test_the_listing_publishes_each_tools_strict_model_and_an_object_answer(bindings):
+    # When the SDK asks for the tools
+    listed = anyio.run(bindings.list_tools, caller_context(), None)
+
+    # Then the table's tool is there with its model's schema (unknown fields refused), answering an object
+    (tool,) = listed.tools
+    assert tool.name == "echo" and tool.input_schema == EchoInput.model_json_schema()
+    assert tool.input_schema["additionalProperties"] is False
+    assert tool.output_schema == {"type": "object", "additionalProperties": True}
+    assert bindings.input_schema("echo") == tool.input_schema and bindings.input_schema("nope") is None
+
+
+def test_a_call_answers_the_tools_object_as_structured_content_and_text(bindings):
+    # When the tool is called for the guard's principal
+    result = call(bindings, "echo", {"text": "hi"})
+
+    # Then the object is the structured content, and the same as JSON text
+    assert not result.is_error
+    assert result.structured_content == {"echo": "hi", "caller": "user-alice"}
+    assert json.loads(result.content[0].text) == result.structured_content
+
+
+def test_a_reported_failure_keeps_its_message_and_a_crash_is_logged_without_its_text(bindings, caplog):
+    # When the tool reports a failure, crashes, and an unknown tool is called
+    refused = call(bindings, "echo", {"text": "refuse"})
+    crashed = call(bindings, "echo", {"text": "crash"})
+    unknown = call(bindings, "nope", {})
+
+    # Then each is a tool execution error; only the reported one carries the tool's message
+    assert refused.is_error and refused.content[0].text == "Error executing tool echo: DatasetAccessDenied: not yours"
+    assert crashed.is_error and crashed.content[0].text == "Error executing tool echo"
+    assert unknown.is_error and unknown.content[0].text == "Unknown tool: nope"
+    # And the crash is logged as an error, for the operator
+    assert any(r.levelname == "ERROR" and getattr(r, "tool", None) == "echo" for r in caplog.records)
