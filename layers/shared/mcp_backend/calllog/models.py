@@ -43,7 +43,9 @@ def _now() -> datetime:
 class CallLogRecord(BaseModel):
     """One event. No payloads: tool inputs and results never enter the log, only names and numbers."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="ignore")
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="ignore", defer_build=True
+    )
 
     event_type: CallLogEventType
     occurred_at: datetime = Field(default_factory=_now)

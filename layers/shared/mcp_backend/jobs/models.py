@@ -29,7 +29,9 @@ TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.
 class JobMessage(BaseModel):
     """The body of one job-queue message (what submit_analysis enqueues)."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, defer_build=True
+    )
 
     job_id: str = Field(pattern=JOB_ID_PATTERN)
     user_id: str = Field(min_length=1, max_length=128)
@@ -55,7 +57,7 @@ class JobRun(BaseModel):
     """One receive of a job's message: what the worker's run-once call is keyed on (the job's id) and
     validated against (its fingerprint)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     job: JobMessage
     attempt: int = Field(ge=1)  # the message's ApproximateReceiveCount

@@ -66,7 +66,7 @@ class JobQueues:
 class JobCursor(BaseModel):
     """What an opaque cursor carries: the job and the offset into its result's JSON text."""
 
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, populate_by_name=True, defer_build=True)
 
     job_id: str = Field(alias="j", pattern=JOB_ID_PATTERN)
     offset: int = Field(alias="o", ge=0)
@@ -98,7 +98,7 @@ class FailedCursor(BaseModel):
     """What a list_failed_jobs cursor carries: the last job of the previous page. The user is the caller's,
     never the cursor's, so a cursor cannot list anyone else's failures."""
 
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, populate_by_name=True, defer_build=True)
 
     job_id: str = Field(alias="j", min_length=1, max_length=128)
     failed_at: str = Field(alias="f", min_length=1, max_length=64)

@@ -45,14 +45,14 @@ _CSV_SUMMARY_HEADER = ("name", "type", "nullCount", "distinctCount", "min", "max
 
 class AnalyzeOptions(BaseModel):
     # hide_input_in_errors: a rejected URL may carry credentials; errors must not echo it.
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, defer_build=True)
 
     max_rows: int | None = Field(None, ge=1, le=1_000_000)
     output_format: Literal["json", "csv"] = "json"
 
 
 class AnalyzeInput(BaseModel):
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, defer_build=True)
 
     dataset_url: str = Field(max_length=2048)
     options: AnalyzeOptions = Field(default_factory=AnalyzeOptions)

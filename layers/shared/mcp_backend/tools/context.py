@@ -25,9 +25,10 @@ CancellationCheck = Callable[[], bool]
 
 
 class StrictInput(BaseModel):
-    """Base of tool input models: unknown fields are rejected and values never appear in errors."""
+    """Base of tool input models: unknown fields are rejected and values never appear in errors. Validators are
+    built at a model's first use (`defer_build`), not at import: no tool's input is part of a cold start."""
 
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, defer_build=True)
 
 
 class ServiceNotDeclared(ToolError):
