@@ -68,6 +68,8 @@ class FunctionPool:
         self._all: set[ExecutionEnvironment] = set()
         self._condition = threading.Condition()
         self.cold_starts = 0
+        # Benchmarks only: the CPUs the function's environments started from now on run on (None: any).
+        self.cpus: frozenset[int] | None = None
 
     @contextmanager
     def environment(self, wait: bool = True) -> Iterator[ExecutionEnvironment]:
@@ -135,7 +137,7 @@ class FunctionPool:
                 if not wait:
                     raise Throttled(self.function.spec.logical_id)
                 self._condition.wait()
-        env = ExecutionEnvironment(self.function, self.image, self.output)
+        env = ExecutionEnvironment(self.function, self.image, self.output, self.cpus)
         with self._condition:
             self._all.add(env)
         try:

@@ -16,6 +16,7 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
+from devstack.runtime import procfs
 from devstack.runtime.runtime_image import prepare_runtime_image
 from tests.bench.measure import (
     RESULTS,
@@ -86,6 +87,10 @@ def run() -> list[str]:
         bare = per_item_seconds(bare_loop, JOBS)
 
     backends = {"moto": _batch_with_io_latency(aws_like=False), "aws_like": _batch_with_io_latency(aws_like=True)}
+    cores = sorted(os.sched_getaffinity(0))
+    pinning = CorePinning(worker=frozenset(cores[-1:]), bench=frozenset(cores[:-1])) if len(cores) > 1 else None
+    if pinning is not None:
+        backends["aws_like_one_core"] = _batch_with_io_latency(aws_like=True, pinning=pinning)
     write_cpu = _sdk_cpu_per_dynamodb_write()
     RESULTS["worker_batch"] = {
         backend: {
@@ -99,6 +104,7 @@ def run() -> list[str]:
         for backend, batch in backends.items()
     }
     RESULTS["worker_batch"]["sdk_cpu_ms_per_dynamodb_write"] = round(write_cpu * 1000, 2)
+    RESULTS["worker_batch"]["ratio_10_to_1"] = {backend: round(_ratio(batch), 2) for backend, batch in backends.items()}
     aws_like = backends["aws_like"]
     record_cpu = aws_like[(0.0, 10)].cpu / 10
     return [
@@ -135,7 +141,7 @@ def run() -> list[str]:
         "function CPU per record |",
         "|---|---|---|---|---|---|",
         *(
-            f"| {'AWS-like, 5 ms a call' if backend == 'aws_like' else 'moto server'} | "
+            f"| {BACKEND_LABELS[backend]} | "
             f"{size} record{'s' if size > 1 else ''} | {batch[(IO_LATENCY, size)].wall * 1000:.0f} ms | "
             f"{batch[(0.0, size)].wall * 1000:.0f} ms | "
             f"{(batch[(IO_LATENCY, size)].wall - batch[(0.0, size)].wall) * 1000:.0f} ms | "
@@ -145,14 +151,15 @@ def run() -> list[str]:
         ),
         "",
         f"Ratio, 10 records to 1 with 100 ms I/O each: {_ratio(aws_like):.2f}x against the AWS-like backend "
-        f"(target at most 1.3x), {_ratio(backends['moto']):.2f}x against moto. One after another, 10 records "
-        "would wait 1000 ms of I/O; they wait about one record's. What does not overlap is each record's own "
-        "Python work under the GIL (the function CPU column: botocore building and signing the DynamoDB "
-        "writes, Powertools idempotency, the tool, the log lines), and, against moto, moto's own work, served "
-        "by one process on the same two cores. On Lambda the function's CPU share grows with its memory "
+        f"on the shared machine (target at most 1.3x), {_ratio(backends['moto']):.2f}x against moto. One after "
+        "another, 10 records would wait 1000 ms of I/O; they wait about one record's. What does not overlap is "
+        "each record's own Python work under the GIL (the function CPU column: botocore building and signing the "
+        "DynamoDB writes, Powertools idempotency, the tool, the log lines), and, against moto, moto's own work, "
+        "served by one process on the same two cores. On Lambda the function's CPU share grows with its memory "
         '(README, "The job pipeline"), so that column is the one to watch when raising '
         "`WorkerRecordConcurrency`.",
         "",
+        *_one_core_lines(backends.get("aws_like_one_core"), pinning),
         f"Of that CPU, the SDK's own work for one DynamoDB write is {write_cpu * 1000:.2f} ms here "
         f"({SDK_WRITES} `UpdateItem` calls to the AWS-like stand-in from the runtime's python3.13 and boto3, in "
         f"their own process, after {SDK_WARM_WRITES} to warm up): the {WRITES_PER_RECORD} writes a record makes "
@@ -160,9 +167,67 @@ def run() -> list[str]:
         "batch of 10. The "
         "records' I/O overlaps, their CPU does not: every ms a record's CPU loses takes 10 ms off the batch and "
         f"1 ms off a single record, so 1.3x needs a record's CPU at about {_cpu_for_target(aws_like) * 1000:.1f} ms "
-        "or less (a linear estimate from the figures above).",
+        "or less (a linear estimate from the figures above). Where a record's CPU goes: "
+        "`python -m tests.bench.profile_worker` (cProfile of the built handler in the deploy's runtime, against "
+        "the AWS-like stand-in).",
         "",
     ]
+
+
+BACKEND_LABELS = {
+    "moto": "moto server",
+    "aws_like": "AWS-like, 5 ms a call",
+    "aws_like_one_core": "AWS-like, worker alone on one core",
+}
+
+
+@dataclass(frozen=True)
+class CorePinning:
+    """The worker's execution environment on `worker` (every process and thread of it, set when it starts),
+    everything else the bench runs (its client, the AWS-like backend, the dataset server, the local stack's
+    servers) on `bench`."""
+
+    worker: frozenset[int]
+    bench: frozenset[int]
+
+
+def _one_core_lines(batch: dict[tuple[float, int], BatchTiming] | None, pinning: CorePinning | None) -> list[str]:
+    if batch is None or pinning is None:
+        return ["The worker alone on one core: not measured (this machine offers the bench one CPU).", ""]
+    return [
+        f'The worker alone on one core, the CPU share Lambda gives a function at 1,769 MB ("At 1,769 MB, a '
+        'function has the equivalent of one vCPU (one vCPU-second of credits per second)", [Configure Lambda '
+        "function memory](https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html)): "
+        f"{_ratio(batch):.2f}x against the AWS-like backend. Method: the same passes, the worker's execution "
+        f"environment started under `taskset --cpu-list {','.join(map(str, sorted(pinning.worker)))}` (the "
+        "Lambda runtime's `FunctionPool.cpus`: set before its first process runs, so the runtime, its extensions "
+        "and every thread they start inherit it) and every thread of the bench process (client, AWS-like "
+        f"backend, dataset server, the local stack's servers) on CPU {','.join(map(str, sorted(pinning.bench)))}; "
+        "after the passes the bench reads `Cpus_allowed_list` of every thread of every process of the "
+        "environment (`/proc/<pid>/task/<tid>/status`) and of the bench process, and stops if one is not pinned. "
+        "Nothing else this bench runs shares the worker's core; other work on the machine still may.",
+        "",
+    ]
+
+
+def _pin_threads(pid: int, cpus: frozenset[int]) -> None:
+    """Every thread of `pid` now on `cpus` (sched_setaffinity(2) sets one thread's, by tid); threads they
+    start later inherit it."""
+    for tid in procfs.allowed_cpus_by_thread(pid):
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except ProcessLookupError:
+            pass  # the thread ended meanwhile
+
+
+def _check_pinned(pid: int, cpus: frozenset[int], what: str) -> int:
+    """The number of threads of `pid`, each checked to run only on `cpus`."""
+    expected = ",".join(map(str, sorted(cpus)))
+    allowed = procfs.allowed_cpus_by_thread(pid)
+    wrong = {tid: cpu_list for tid, cpu_list in allowed.items() if cpu_list != expected}
+    if not allowed or wrong:
+        raise RuntimeError(f"{what} (pid {pid}) not pinned to CPU {expected}: {wrong or 'no threads'}")
+    return len(allowed)
 
 
 def _cpu_for_target(batch: dict[tuple[float, int], BatchTiming], target: float = 1.3) -> float:
@@ -255,12 +320,24 @@ class BatchTiming:
     cpu: float  # the function's CPU seconds, median
 
 
-def _batch_with_io_latency(aws_like: bool) -> dict[tuple[float, int], BatchTiming]:
+def _batch_with_io_latency(aws_like: bool, pinning: CorePinning | None = None) -> dict[tuple[float, int], BatchTiming]:
     """Median wall time of a batch of 1 and of 10 jobs, each reading a dataset that answers after IO_LATENCY,
     and after no delay (what the records cost besides the injected I/O).
 
     The worker runs as deployed: the build output in the local Lambda runtime, in its own process. Its
-    DynamoDB and Kinesis calls go to the stack's moto server, or with `aws_like` to _AwsLikeBackend."""
+    DynamoDB and Kinesis calls go to the stack's moto server, or with `aws_like` to _AwsLikeBackend. With
+    `pinning`, the worker's environment runs alone on its CPUs and this process on the others."""
+    unpinned = frozenset(os.sched_getaffinity(0))
+    if pinning is not None:
+        _pin_threads(os.getpid(), pinning.bench)  # first: the servers' threads below inherit it
+    try:
+        return _measure_batches(aws_like, pinning)
+    finally:
+        if pinning is not None:
+            _pin_threads(os.getpid(), unpinned)
+
+
+def _measure_batches(aws_like: bool, pinning: CorePinning | None) -> dict[tuple[float, int], BatchTiming]:
     server = _serve(_SlowDataset)
     url = f"http://127.0.0.1:{server.server_address[1]}/sales.csv"
     backend = _serve(_AwsLikeBackend) if aws_like else None
@@ -274,6 +351,7 @@ def _batch_with_io_latency(aws_like: bool) -> dict[tuple[float, int], BatchTimin
         }
         assert stack.environment.lambda_runtime is not None
         pool = stack.environment.lambda_runtime.pool("ToolWorker")
+        pool.cpus = pinning.worker if pinning is not None else None
         for attempt in range(LATENCY_PASSES + 1):
             for latency, size in timings:
                 _SlowDataset.latency = latency
@@ -284,6 +362,12 @@ def _batch_with_io_latency(aws_like: bool) -> dict[tuple[float, int], BatchTimin
                 if attempt:  # the first pass warms the environment (cold start, first clients)
                     timings[(latency, size)].append((time.perf_counter() - started, pool.cpu_seconds() - cpu_before))
                 assert not response["batchItemFailures"], response
+        if pinning is not None:  # after the passes: threads the batches started are checked too
+            for env in pool.environments():
+                assert env.process is not None
+                for pid in procfs.group_states(env.process.pid):
+                    _check_pinned(pid, pinning.worker, "the worker's execution environment")
+            _check_pinned(os.getpid(), pinning.bench, "the bench process")
     finally:
         stack.stop()
         server.shutdown()
