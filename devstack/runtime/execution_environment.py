@@ -361,11 +361,6 @@ class ExecutionEnvironment:
             except ProcessLookupError:
                 pass
 
-    def cpu_seconds(self) -> float:
-        """CPU time (user + system) the runtime process has used: the function's own work, without its
-        extensions'; 0 once it is gone."""
-        return (procfs.cpu_seconds(self.process.pid) or 0.0) if self.process is not None else 0.0
-
     def max_memory_mb(self) -> int:
         """The runtime process's peak resident memory (VmHWM), in MB."""
         return math.ceil(procfs.peak_rss_kb(self.process.pid) / 1024) if self.process is not None else 0

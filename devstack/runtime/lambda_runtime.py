@@ -107,10 +107,6 @@ class FunctionPool:
                 env.close_invocation(request_id, started, status, init_ms)
         return json.loads(response) if response else None
 
-    def cpu_seconds(self) -> float:
-        """CPU time the function's live environments have used (benchmarks)."""
-        return sum(env.cpu_seconds() for env in self.environments())
-
     def environments(self) -> list[ExecutionEnvironment]:
         """The function's environments now: busy, idle and frozen ones."""
         with self._condition:

@@ -17,6 +17,7 @@ import boto3
 from moto import mock_aws
 
 from devstack.runtime import procfs
+from devstack.runtime.lambda_runtime import FunctionPool
 from devstack.runtime.runtime_image import prepare_runtime_image
 from tests.bench.measure import (
     RESULTS,
@@ -86,11 +87,13 @@ def run() -> list[str]:
         handler_path = per_item_seconds(through_handler, JOBS)
         bare = per_item_seconds(bare_loop, JOBS)
 
-    backends = {"moto": _batch_with_io_latency(aws_like=False), "aws_like": _batch_with_io_latency(aws_like=True)}
     cores = sorted(os.sched_getaffinity(0))
     pinning = CorePinning(worker=frozenset(cores[-1:]), bench=frozenset(cores[:-1])) if len(cores) > 1 else None
+    (moto,) = _batch_with_io_latency(aws_like=False)
+    aws_like_variants = _batch_with_io_latency(aws_like=True, pinning=pinning)
+    backends = {"moto": moto, "aws_like": aws_like_variants[0]}
     if pinning is not None:
-        backends["aws_like_one_core"] = _batch_with_io_latency(aws_like=True, pinning=pinning)
+        backends["aws_like_one_core"] = aws_like_variants[1]
     write_cpu = _sdk_cpu_per_dynamodb_write()
     RESULTS["worker_batch"] = {
         backend: {
@@ -134,8 +137,9 @@ def run() -> list[str]:
         "worker's DynamoDB and Kinesis calls: the local stack's moto server, and an AWS-like stand-in that "
         f"answers every call after {AWS_CALL_LATENCY * 1000:.0f} ms, overlapping, and accepts every write "
         "(DynamoDB's documented single-digit milliseconds; `_AwsLikeBackend` in `tests/bench/worker.py`, reached "
-        "through the SDK's `AWS_ENDPOINT_URL_DYNAMODB` / `_KINESIS` variables). Function CPU: the runtime "
-        "process's user + system time for the batch (its extension's excluded).",
+        "through the SDK's `AWS_ENDPOINT_URL_DYNAMODB` / `_KINESIS` variables). Function CPU: the CPU time "
+        "the runtime process's threads ran during the batch (`/proc/<pid>/task/<tid>/schedstat`, in ns; its "
+        "extension's excluded).",
         "",
         "| backend | batch | wall time, 100 ms I/O | wall time, no injected I/O | I/O the batch waited | "
         "function CPU per record |",
@@ -198,13 +202,15 @@ def _one_core_lines(batch: dict[tuple[float, int], BatchTiming] | None, pinning:
         f'The worker alone on one core, the CPU share Lambda gives a function at 1,769 MB ("At 1,769 MB, a '
         'function has the equivalent of one vCPU (one vCPU-second of credits per second)", [Configure Lambda '
         "function memory](https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html)): "
-        f"{_ratio(batch):.2f}x against the AWS-like backend. Method: the same passes, the worker's execution "
-        f"environment started under `taskset --cpu-list {','.join(map(str, sorted(pinning.worker)))}` (the "
+        f"{_ratio(batch):.2f}x against the AWS-like backend. Method: a second stack whose worker's execution "
+        f"environment is started under `taskset --cpu-list {','.join(map(str, sorted(pinning.worker)))}` (the "
         "Lambda runtime's `FunctionPool.cpus`: set before its first process runs, so the runtime, its extensions "
-        "and every thread they start inherit it) and every thread of the bench process (client, AWS-like "
-        f"backend, dataset server, the local stack's servers) on CPU {','.join(map(str, sorted(pinning.bench)))}; "
-        "after the passes the bench reads `Cpus_allowed_list` of every thread of every process of the "
-        "environment (`/proc/<pid>/task/<tid>/status`) and of the bench process, and stops if one is not pinned. "
+        "and every thread they start inherit it), measured in the same passes as the shared one, each pass "
+        "running the shared worker, then the pinned one with every thread of the bench process (client, "
+        "AWS-like backend, dataset server, the local stacks' servers) moved to CPU "
+        f"{','.join(map(str, sorted(pinning.bench)))}, so load that comes and goes hits both; after each pinned "
+        "pass the bench reads `Cpus_allowed_list` of every thread of every process of the environment "
+        "(`/proc/<pid>/task/<tid>/status`) and of the bench process, and stops if one is not pinned. "
         "Nothing else this bench runs shares the worker's core; other work on the machine still may.",
         "",
     ]
@@ -230,6 +236,22 @@ def _check_pinned(pid: int, cpus: frozenset[int], what: str) -> int:
     return len(allowed)
 
 
+def _runtime_cpu_ns(pool: FunctionPool) -> dict[tuple[int, int], int]:
+    """CPU time of every thread of the function's runtime processes (its extensions' excluded), in ns."""
+    return {
+        (env.process.pid, tid): ns
+        for env in pool.environments()
+        if env.process is not None
+        for tid, ns in procfs.thread_cpu_ns(env.process.pid).items()
+    }
+
+
+def _cpu_seconds_since(before: dict[tuple[int, int], int], after: dict[tuple[int, int], int]) -> float:
+    """What the threads ran between the two readings (a thread started in between counts whole; one that
+    ended in between is missed: the runtime's record threads live as long as the environment)."""
+    return sum(ns - before.get(thread, 0) for thread, ns in after.items()) / 1e9
+
+
 def _cpu_for_target(batch: dict[tuple[float, int], BatchTiming], target: float = 1.3) -> float:
     """The CPU a record may cost for the batch ratio to reach `target`, if nothing else changed: the batch of
     10 loses 10 times what one record loses."""
@@ -242,7 +264,7 @@ def _ratio(batch: dict[tuple[float, int], BatchTiming]) -> float:
 
 
 IO_LATENCY = 0.1
-LATENCY_PASSES = 7
+LATENCY_PASSES = 15
 
 
 class _SlowDataset(http.server.BaseHTTPRequestHandler):
@@ -320,63 +342,85 @@ class BatchTiming:
     cpu: float  # the function's CPU seconds, median
 
 
-def _batch_with_io_latency(aws_like: bool, pinning: CorePinning | None = None) -> dict[tuple[float, int], BatchTiming]:
+Timings = dict[tuple[float, int], BatchTiming]
+
+
+def _batch_with_io_latency(aws_like: bool, pinning: CorePinning | None = None) -> list[Timings]:
     """Median wall time of a batch of 1 and of 10 jobs, each reading a dataset that answers after IO_LATENCY,
     and after no delay (what the records cost besides the injected I/O).
 
     The worker runs as deployed: the build output in the local Lambda runtime, in its own process. Its
     DynamoDB and Kinesis calls go to the stack's moto server, or with `aws_like` to _AwsLikeBackend. With
-    `pinning`, the worker's environment runs alone on its CPUs and this process on the others."""
+    `pinning`, a second stack's worker runs alone on its CPUs, measured in the same passes (each pass runs the
+    shared one, then the pinned one with this process on the other CPUs), so load that comes and goes on a
+    shared machine hits both: its timings come second."""
     unpinned = frozenset(os.sched_getaffinity(0))
-    if pinning is not None:
-        _pin_threads(os.getpid(), pinning.bench)  # first: the servers' threads below inherit it
     try:
-        return _measure_batches(aws_like, pinning)
+        return _measure_batches(aws_like, [None] if pinning is None else [None, pinning], unpinned)
     finally:
-        if pinning is not None:
-            _pin_threads(os.getpid(), unpinned)
+        _pin_threads(os.getpid(), unpinned)
 
 
-def _measure_batches(aws_like: bool, pinning: CorePinning | None) -> dict[tuple[float, int], BatchTiming]:
+def _measure_batches(aws_like: bool, variants: list[CorePinning | None], unpinned: frozenset[int]) -> list[Timings]:
     server = _serve(_SlowDataset)
     url = f"http://127.0.0.1:{server.server_address[1]}/sales.csv"
     backend = _serve(_AwsLikeBackend) if aws_like else None
     endpoint = f"http://127.0.0.1:{backend.server_address[1]}" if backend else ""
-    stack = lambda_runtime_stack(
-        {"AWS_ENDPOINT_URL_DYNAMODB": endpoint, "AWS_ENDPOINT_URL_KINESIS": endpoint} if backend else None
-    )
+    stacks = []
     try:
-        timings: dict[tuple[float, int], list[tuple[float, float]]] = {
-            (latency, size): [] for latency in (IO_LATENCY, 0.0) for size in (1, 10)
-        }
-        assert stack.environment.lambda_runtime is not None
-        pool = stack.environment.lambda_runtime.pool("ToolWorker")
-        pool.cpus = pinning.worker if pinning is not None else None
+        for pinning in variants:
+            stacks.append(
+                lambda_runtime_stack(
+                    {"AWS_ENDPOINT_URL_DYNAMODB": endpoint, "AWS_ENDPOINT_URL_KINESIS": endpoint} if backend else None
+                )
+            )
+            assert stacks[-1].environment.lambda_runtime is not None
+            stacks[-1].environment.lambda_runtime.pool("ToolWorker").cpus = pinning.worker if pinning else None
+        pools = [
+            stack.environment.lambda_runtime.pool("ToolWorker") for stack in stacks if stack.environment.lambda_runtime
+        ]
+        timings: list[dict[tuple[float, int], list[tuple[float, float]]]] = [
+            {(latency, size): [] for latency in (IO_LATENCY, 0.0) for size in (1, 10)} for _ in variants
+        ]
         for attempt in range(LATENCY_PASSES + 1):
-            for latency, size in timings:
-                _SlowDataset.latency = latency
-                jobs = [{**job, "input": {"dataset_url": url}} for job in _jobs()[:size]]
-                event = {"Records": [_record(job) for job in jobs]}
-                cpu_before, started = pool.cpu_seconds(), time.perf_counter()
-                response = pool.invoke(event)
-                if attempt:  # the first pass warms the environment (cold start, first clients)
-                    timings[(latency, size)].append((time.perf_counter() - started, pool.cpu_seconds() - cpu_before))
-                assert not response["batchItemFailures"], response
-        if pinning is not None:  # after the passes: threads the batches started are checked too
-            for env in pool.environments():
-                assert env.process is not None
-                for pid in procfs.group_states(env.process.pid):
-                    _check_pinned(pid, pinning.worker, "the worker's execution environment")
-            _check_pinned(os.getpid(), pinning.bench, "the bench process")
+            for pinning, pool, samples in zip(variants, pools, timings, strict=True):
+                # This process's threads (client, servers) off the pinned worker's CPU, or anywhere.
+                _pin_threads(os.getpid(), pinning.bench if pinning else unpinned)
+                for latency, size in samples:
+                    _SlowDataset.latency = latency
+                    jobs = [{**job, "input": {"dataset_url": url}} for job in _jobs()[:size]]
+                    event = {"Records": [_record(job) for job in jobs]}
+                    cpu_before, started = _runtime_cpu_ns(pool), time.perf_counter()
+                    response = pool.invoke(event)
+                    wall = time.perf_counter() - started
+                    if attempt:  # the first pass warms the environment (cold start, first clients)
+                        samples[(latency, size)].append((wall, _cpu_seconds_since(cpu_before, _runtime_cpu_ns(pool))))
+                    assert not response["batchItemFailures"], response
+                if pinning is not None:  # after each pass: threads the batches started are checked too
+                    _check_all_pinned(pool, pinning)
     finally:
-        stack.stop()
+        for stack in stacks:
+            stack.stop()
         server.shutdown()
         if backend:
             backend.shutdown()
-    return {
-        key: BatchTiming(statistics.median(wall for wall, _ in samples), statistics.median(cpu for _, cpu in samples))
-        for key, samples in timings.items()
-    }
+    return [
+        {
+            key: BatchTiming(
+                statistics.median(wall for wall, _ in samples), statistics.median(cpu for _, cpu in samples)
+            )
+            for key, samples in variant.items()
+        }
+        for variant in timings
+    ]
+
+
+def _check_all_pinned(pool: FunctionPool, pinning: CorePinning) -> None:
+    for env in pool.environments():
+        assert env.process is not None
+        for pid in procfs.group_states(env.process.pid):
+            _check_pinned(pid, pinning.worker, "the worker's execution environment")
+    _check_pinned(os.getpid(), pinning.bench, "the bench process")
 
 
 SDK_WRITES = 300
