@@ -76,7 +76,8 @@ profile.disable()
 out = io.StringIO()
 stats = pstats.Stats(profile, stream=out)
 stats.sort_stats("tottime").print_stats(30)
-stats.sort_stats("cumtime").print_stats("mcp_backend|aws_lambda_powertools|botocore/(client|endpoint)", 40)
+ours = "mcp_backend|aws_lambda_powertools|botocore/(client|endpoint)|logging/__init__"
+stats.sort_stats("cumtime").print_stats(ours, 70)
 print(out.getvalue(), file=sys.stderr)
 print(json.dumps({"cpu_ms_per_record": cpu * 1000}))
 """
