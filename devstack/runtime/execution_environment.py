@@ -84,9 +84,13 @@ class LambdaFunction:
 class ExecutionEnvironment:
     """One sandboxed process tree serving one invocation at a time."""
 
-    def __init__(self, function: LambdaFunction, image: RuntimeImage, output: TextIO) -> None:
+    def __init__(
+        self, function: LambdaFunction, image: RuntimeImage, output: TextIO, cpus: frozenset[int] | None = None
+    ) -> None:
         self.function = function
         self.image = image
+        # Benchmarks only: the CPUs every process and thread of the environment may run on (see start).
+        self.cpus = cpus
         self.id = uuid.uuid4().hex[:8]
         self.output = output
         self.extensions = ExtensionsApi(function.spec.name, "$LATEST", function.spec.handler)
@@ -132,6 +136,10 @@ class ExecutionEnvironment:
             cwd = None
         else:
             command, cwd = self._emulated_command(environment)
+        if self.cpus:
+            # Set on the first process before it runs anything: the runtime, its extensions and every thread
+            # they start inherit it (sched_setaffinity(2)); taskset execs the command in its own place.
+            command = [shutil.which("taskset") or "taskset", "--cpu-list", _cpu_list(self.cpus), *command]
         self.started_at = time.monotonic()
         self.extensions.emit(
             "platform.initStart",
@@ -353,11 +361,6 @@ class ExecutionEnvironment:
             except ProcessLookupError:
                 pass
 
-    def cpu_seconds(self) -> float:
-        """CPU time (user + system) the runtime process has used: the function's own work, without its
-        extensions'; 0 once it is gone."""
-        return (procfs.cpu_seconds(self.process.pid) or 0.0) if self.process is not None else 0.0
-
     def max_memory_mb(self) -> int:
         """The runtime process's peak resident memory (VmHWM), in MB."""
         return math.ceil(procfs.peak_rss_kb(self.process.pid) / 1024) if self.process is not None else 0
@@ -479,6 +482,10 @@ class ExecutionEnvironment:
             self._write("".join(f"{self.prefix}{line}\n" for line in lines))
             self.extensions.emit("function", "\n".join(lines))
         self._output_done.set()
+
+
+def _cpu_list(cpus: frozenset[int]) -> str:
+    return ",".join(str(cpu) for cpu in sorted(cpus))
 
 
 def _epoch_ms() -> int:

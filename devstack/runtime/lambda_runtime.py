@@ -68,6 +68,8 @@ class FunctionPool:
         self._all: set[ExecutionEnvironment] = set()
         self._condition = threading.Condition()
         self.cold_starts = 0
+        # Benchmarks only: the CPUs the function's environments started from now on run on (None: any).
+        self.cpus: frozenset[int] | None = None
 
     @contextmanager
     def environment(self, wait: bool = True) -> Iterator[ExecutionEnvironment]:
@@ -105,10 +107,6 @@ class FunctionPool:
                 env.close_invocation(request_id, started, status, init_ms)
         return json.loads(response) if response else None
 
-    def cpu_seconds(self) -> float:
-        """CPU time the function's live environments have used (benchmarks)."""
-        return sum(env.cpu_seconds() for env in self.environments())
-
     def environments(self) -> list[ExecutionEnvironment]:
         """The function's environments now: busy, idle and frozen ones."""
         with self._condition:
@@ -135,7 +133,7 @@ class FunctionPool:
                 if not wait:
                     raise Throttled(self.function.spec.logical_id)
                 self._condition.wait()
-        env = ExecutionEnvironment(self.function, self.image, self.output)
+        env = ExecutionEnvironment(self.function, self.image, self.output, self.cpus)
         with self._condition:
             self._all.add(env)
         try:

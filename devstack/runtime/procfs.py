@@ -1,5 +1,6 @@
 """What the local stack and its benchmarks read about processes from Linux /proc: state, process group and
-CPU time (proc(5), /proc/<pid>/stat) and peak resident memory (/proc/<pid>/status). Elsewhere, and for a
+CPU time (proc(5), /proc/<pid>/stat), peak resident memory and the CPUs each thread may run on
+(/proc/<pid>/status, /proc/<pid>/task/<tid>/status). Elsewhere, and for a
 process that is gone, there is nothing to read."""
 
 from __future__ import annotations
@@ -64,3 +65,30 @@ def peak_rss_kb(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+def allowed_cpus_by_thread(pid: int) -> dict[int, str]:
+    """Every thread of a process with the CPUs it may run on (Cpus_allowed_list, e.g. "1" or "0-1"), by tid;
+    empty once it is gone."""
+    allowed = {}
+    for task in Path(f"/proc/{pid}/task").glob("[0-9]*"):
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("Cpus_allowed_list:"):
+                    allowed[int(task.name)] = line.split(":", 1)[1].strip()
+        except OSError:
+            pass  # the thread ended meanwhile
+    return allowed
+
+
+def thread_cpu_ns(pid: int) -> dict[int, int]:
+    """CPU time each live thread of a process has run, in nanoseconds (the first field of
+    /proc/<pid>/task/<tid>/schedstat), by tid: finer than the clock ticks of /proc/<pid>/stat; empty once the
+    process is gone."""
+    times = {}
+    for task in Path(f"/proc/{pid}/task").glob("[0-9]*"):
+        try:
+            times[int(task.name)] = int((task / "schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            pass  # the thread ended meanwhile
+    return times

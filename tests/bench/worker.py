@@ -16,6 +16,8 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
+from devstack.runtime import procfs
+from devstack.runtime.lambda_runtime import FunctionPool
 from devstack.runtime.runtime_image import prepare_runtime_image
 from tests.bench.measure import (
     RESULTS,
@@ -85,7 +87,13 @@ def run() -> list[str]:
         handler_path = per_item_seconds(through_handler, JOBS)
         bare = per_item_seconds(bare_loop, JOBS)
 
-    backends = {"moto": _batch_with_io_latency(aws_like=False), "aws_like": _batch_with_io_latency(aws_like=True)}
+    cores = sorted(os.sched_getaffinity(0))
+    pinning = CorePinning(worker=frozenset(cores[-1:]), bench=frozenset(cores[:-1])) if len(cores) > 1 else None
+    (moto,) = _batch_with_io_latency(aws_like=False)
+    aws_like_variants = _batch_with_io_latency(aws_like=True, pinning=pinning)
+    backends = {"moto": moto, "aws_like": aws_like_variants[0]}
+    if pinning is not None:
+        backends["aws_like_one_core"] = aws_like_variants[1]
     write_cpu = _sdk_cpu_per_dynamodb_write()
     RESULTS["worker_batch"] = {
         backend: {
@@ -99,6 +107,7 @@ def run() -> list[str]:
         for backend, batch in backends.items()
     }
     RESULTS["worker_batch"]["sdk_cpu_ms_per_dynamodb_write"] = round(write_cpu * 1000, 2)
+    RESULTS["worker_batch"]["ratio_10_to_1"] = {backend: round(_ratio(batch), 2) for backend, batch in backends.items()}
     aws_like = backends["aws_like"]
     record_cpu = aws_like[(0.0, 10)].cpu / 10
     return [
@@ -128,14 +137,15 @@ def run() -> list[str]:
         "worker's DynamoDB and Kinesis calls: the local stack's moto server, and an AWS-like stand-in that "
         f"answers every call after {AWS_CALL_LATENCY * 1000:.0f} ms, overlapping, and accepts every write "
         "(DynamoDB's documented single-digit milliseconds; `_AwsLikeBackend` in `tests/bench/worker.py`, reached "
-        "through the SDK's `AWS_ENDPOINT_URL_DYNAMODB` / `_KINESIS` variables). Function CPU: the runtime "
-        "process's user + system time for the batch (its extension's excluded).",
+        "through the SDK's `AWS_ENDPOINT_URL_DYNAMODB` / `_KINESIS` variables). Function CPU: the CPU time "
+        "the runtime process's threads ran during the batch (`/proc/<pid>/task/<tid>/schedstat`, in ns; its "
+        "extension's excluded).",
         "",
         "| backend | batch | wall time, 100 ms I/O | wall time, no injected I/O | I/O the batch waited | "
         "function CPU per record |",
         "|---|---|---|---|---|---|",
         *(
-            f"| {'AWS-like, 5 ms a call' if backend == 'aws_like' else 'moto server'} | "
+            f"| {BACKEND_LABELS[backend]} | "
             f"{size} record{'s' if size > 1 else ''} | {batch[(IO_LATENCY, size)].wall * 1000:.0f} ms | "
             f"{batch[(0.0, size)].wall * 1000:.0f} ms | "
             f"{(batch[(IO_LATENCY, size)].wall - batch[(0.0, size)].wall) * 1000:.0f} ms | "
@@ -145,31 +155,109 @@ def run() -> list[str]:
         ),
         "",
         f"Ratio, 10 records to 1 with 100 ms I/O each: {_ratio(aws_like):.2f}x against the AWS-like backend "
-        f"(target at most 1.3x), {_ratio(backends['moto']):.2f}x against moto. One after another, 10 records "
-        "would wait 1000 ms of I/O; they wait about one record's. What does not overlap is each record's own "
-        "Python work under the GIL (the function CPU column: botocore building and signing the DynamoDB "
-        "writes, Powertools idempotency, the tool, the log lines), and, against moto, moto's own work, served "
-        "by one process on the same two cores. On Lambda the function's CPU share grows with its memory "
+        f"on the shared machine (target at most 1.3x), {_ratio(backends['moto']):.2f}x against moto. One after "
+        "another, 10 records would wait 1000 ms of I/O; they wait about one record's. What does not overlap is "
+        "each record's own Python work under the GIL (the function CPU column: botocore building and signing the "
+        "DynamoDB writes, Powertools idempotency, the tool, the log lines), and, against moto, moto's own work, "
+        "served by one process on the same two cores. On Lambda the function's CPU share grows with its memory "
         '(README, "The job pipeline"), so that column is the one to watch when raising '
         "`WorkerRecordConcurrency`.",
         "",
+        *_one_core_lines(backends.get("aws_like_one_core"), pinning),
         f"Of that CPU, the SDK's own work for one DynamoDB write is {write_cpu * 1000:.2f} ms here "
         f"({SDK_WRITES} `UpdateItem` calls to the AWS-like stand-in from the runtime's python3.13 and boto3, in "
         f"their own process, after {SDK_WARM_WRITES} to warm up): the {WRITES_PER_RECORD} writes a record makes "
         f"are {WRITES_PER_RECORD * write_cpu * 1000:.1f} ms of the {record_cpu * 1000:.1f} ms a record costs in a "
         "batch of 10. The "
         "records' I/O overlaps, their CPU does not: every ms a record's CPU loses takes 10 ms off the batch and "
-        f"1 ms off a single record, so 1.3x needs a record's CPU at about {_cpu_for_target(aws_like) * 1000:.1f} ms "
-        "or less (a linear estimate from the figures above).",
+        "1 ms off a single record (and every ms it gains adds as much), so on the shared machine the ratio is "
+        f"1.3x at a record's CPU of about {_cpu_for_target(aws_like) * 1000:.1f} ms, against "
+        f"{record_cpu * 1000:.1f} ms now (a linear estimate from the figures above). Where a record's CPU goes: "
+        "`python -m tests.bench.profile_worker` (cProfile of the built handler in the deploy's runtime, against "
+        "the AWS-like stand-in).",
         "",
     ]
 
 
+BACKEND_LABELS = {
+    "moto": "moto server",
+    "aws_like": "AWS-like, 5 ms a call",
+    "aws_like_one_core": "AWS-like, worker alone on one core",
+}
+
+
+@dataclass(frozen=True)
+class CorePinning:
+    """The worker's execution environment on `worker` (every process and thread of it, set when it starts),
+    everything else the bench runs (its client, the AWS-like backend, the dataset server, the local stack's
+    servers) on `bench`."""
+
+    worker: frozenset[int]
+    bench: frozenset[int]
+
+
+def _one_core_lines(batch: dict[tuple[float, int], BatchTiming] | None, pinning: CorePinning | None) -> list[str]:
+    if batch is None or pinning is None:
+        return ["The worker alone on one core: not measured (this machine offers the bench one CPU).", ""]
+    return [
+        f'The worker alone on one core, the CPU share Lambda gives a function at 1,769 MB ("At 1,769 MB, a '
+        'function has the equivalent of one vCPU (one vCPU-second of credits per second)", [Configure Lambda '
+        "function memory](https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html)): "
+        f"{_ratio(batch):.2f}x against the AWS-like backend. Method: a second stack whose worker's execution "
+        f"environment is started under `taskset --cpu-list {','.join(map(str, sorted(pinning.worker)))}` (the "
+        "Lambda runtime's `FunctionPool.cpus`: set before its first process runs, so the runtime, its extensions "
+        "and every thread they start inherit it), measured in the same passes as the shared one, each pass "
+        "running the shared worker, then the pinned one with every thread of the bench process (client, "
+        "AWS-like backend, dataset server, the local stacks' servers) moved to CPU "
+        f"{','.join(map(str, sorted(pinning.bench)))}, so load that comes and goes hits both; after each pinned "
+        "pass the bench reads `Cpus_allowed_list` of every thread of every process of the environment "
+        "(`/proc/<pid>/task/<tid>/status`) and of the bench process, and stops if one is not pinned. "
+        "Nothing else this bench runs shares the worker's core; other work on the machine still may.",
+        "",
+    ]
+
+
+def _pin_threads(pid: int, cpus: frozenset[int]) -> None:
+    """Every thread of `pid` now on `cpus` (sched_setaffinity(2) sets one thread's, by tid); threads they
+    start later inherit it."""
+    for tid in procfs.allowed_cpus_by_thread(pid):
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except ProcessLookupError:
+            pass  # the thread ended meanwhile
+
+
+def _check_pinned(pid: int, cpus: frozenset[int], what: str) -> int:
+    """The number of threads of `pid`, each checked to run only on `cpus`."""
+    expected = ",".join(map(str, sorted(cpus)))
+    allowed = procfs.allowed_cpus_by_thread(pid)
+    wrong = {tid: cpu_list for tid, cpu_list in allowed.items() if cpu_list != expected}
+    if not allowed or wrong:
+        raise RuntimeError(f"{what} (pid {pid}) not pinned to CPU {expected}: {wrong or 'no threads'}")
+    return len(allowed)
+
+
+def _runtime_cpu_ns(pool: FunctionPool) -> dict[tuple[int, int], int]:
+    """CPU time of every thread of the function's runtime processes (its extensions' excluded), in ns."""
+    return {
+        (env.process.pid, tid): ns
+        for env in pool.environments()
+        if env.process is not None
+        for tid, ns in procfs.thread_cpu_ns(env.process.pid).items()
+    }
+
+
+def _cpu_seconds_since(before: dict[tuple[int, int], int], after: dict[tuple[int, int], int]) -> float:
+    """What the threads ran between the two readings (a thread started in between counts whole; one that
+    ended in between is missed: the runtime's record threads live as long as the environment)."""
+    return sum(ns - before.get(thread, 0) for thread, ns in after.items()) / 1e9
+
+
 def _cpu_for_target(batch: dict[tuple[float, int], BatchTiming], target: float = 1.3) -> float:
-    """The CPU a record may cost for the batch ratio to reach `target`, if nothing else changed: the batch of
-    10 loses 10 times what one record loses."""
+    """The CPU a record may cost for the batch ratio to be `target`, if nothing else changed: the batch of 10
+    loses (or gains) 10 times what one record does. Above the record's CPU now when the ratio is under it."""
     one, ten = batch[(IO_LATENCY, 1)].wall, batch[(IO_LATENCY, 10)].wall
-    return batch[(0.0, 10)].cpu / 10 - max(0.0, ten - target * one) / (10 - target)
+    return batch[(0.0, 10)].cpu / 10 - (ten - target * one) / (10 - target)
 
 
 def _ratio(batch: dict[tuple[float, int], BatchTiming]) -> float:
@@ -177,7 +265,7 @@ def _ratio(batch: dict[tuple[float, int], BatchTiming]) -> float:
 
 
 IO_LATENCY = 0.1
-LATENCY_PASSES = 7
+LATENCY_PASSES = 15
 
 
 class _SlowDataset(http.server.BaseHTTPRequestHandler):
@@ -255,44 +343,85 @@ class BatchTiming:
     cpu: float  # the function's CPU seconds, median
 
 
-def _batch_with_io_latency(aws_like: bool) -> dict[tuple[float, int], BatchTiming]:
+Timings = dict[tuple[float, int], BatchTiming]
+
+
+def _batch_with_io_latency(aws_like: bool, pinning: CorePinning | None = None) -> list[Timings]:
     """Median wall time of a batch of 1 and of 10 jobs, each reading a dataset that answers after IO_LATENCY,
     and after no delay (what the records cost besides the injected I/O).
 
     The worker runs as deployed: the build output in the local Lambda runtime, in its own process. Its
-    DynamoDB and Kinesis calls go to the stack's moto server, or with `aws_like` to _AwsLikeBackend."""
+    DynamoDB and Kinesis calls go to the stack's moto server, or with `aws_like` to _AwsLikeBackend. With
+    `pinning`, a second stack's worker runs alone on its CPUs, measured in the same passes (each pass runs the
+    shared one, then the pinned one with this process on the other CPUs), so load that comes and goes on a
+    shared machine hits both: its timings come second."""
+    unpinned = frozenset(os.sched_getaffinity(0))
+    try:
+        return _measure_batches(aws_like, [None] if pinning is None else [None, pinning], unpinned)
+    finally:
+        _pin_threads(os.getpid(), unpinned)
+
+
+def _measure_batches(aws_like: bool, variants: list[CorePinning | None], unpinned: frozenset[int]) -> list[Timings]:
     server = _serve(_SlowDataset)
     url = f"http://127.0.0.1:{server.server_address[1]}/sales.csv"
     backend = _serve(_AwsLikeBackend) if aws_like else None
     endpoint = f"http://127.0.0.1:{backend.server_address[1]}" if backend else ""
-    stack = lambda_runtime_stack(
-        {"AWS_ENDPOINT_URL_DYNAMODB": endpoint, "AWS_ENDPOINT_URL_KINESIS": endpoint} if backend else None
-    )
+    stacks = []
     try:
-        timings: dict[tuple[float, int], list[tuple[float, float]]] = {
-            (latency, size): [] for latency in (IO_LATENCY, 0.0) for size in (1, 10)
-        }
-        assert stack.environment.lambda_runtime is not None
-        pool = stack.environment.lambda_runtime.pool("ToolWorker")
+        for pinning in variants:
+            stacks.append(
+                lambda_runtime_stack(
+                    {"AWS_ENDPOINT_URL_DYNAMODB": endpoint, "AWS_ENDPOINT_URL_KINESIS": endpoint} if backend else None
+                )
+            )
+            assert stacks[-1].environment.lambda_runtime is not None
+            stacks[-1].environment.lambda_runtime.pool("ToolWorker").cpus = pinning.worker if pinning else None
+        pools = [
+            stack.environment.lambda_runtime.pool("ToolWorker") for stack in stacks if stack.environment.lambda_runtime
+        ]
+        timings: list[dict[tuple[float, int], list[tuple[float, float]]]] = [
+            {(latency, size): [] for latency in (IO_LATENCY, 0.0) for size in (1, 10)} for _ in variants
+        ]
         for attempt in range(LATENCY_PASSES + 1):
-            for latency, size in timings:
-                _SlowDataset.latency = latency
-                jobs = [{**job, "input": {"dataset_url": url}} for job in _jobs()[:size]]
-                event = {"Records": [_record(job) for job in jobs]}
-                cpu_before, started = pool.cpu_seconds(), time.perf_counter()
-                response = pool.invoke(event)
-                if attempt:  # the first pass warms the environment (cold start, first clients)
-                    timings[(latency, size)].append((time.perf_counter() - started, pool.cpu_seconds() - cpu_before))
-                assert not response["batchItemFailures"], response
+            for pinning, pool, samples in zip(variants, pools, timings, strict=True):
+                # This process's threads (client, servers) off the pinned worker's CPU, or anywhere.
+                _pin_threads(os.getpid(), pinning.bench if pinning else unpinned)
+                for latency, size in samples:
+                    _SlowDataset.latency = latency
+                    jobs = [{**job, "input": {"dataset_url": url}} for job in _jobs()[:size]]
+                    event = {"Records": [_record(job) for job in jobs]}
+                    cpu_before, started = _runtime_cpu_ns(pool), time.perf_counter()
+                    response = pool.invoke(event)
+                    wall = time.perf_counter() - started
+                    if attempt:  # the first pass warms the environment (cold start, first clients)
+                        samples[(latency, size)].append((wall, _cpu_seconds_since(cpu_before, _runtime_cpu_ns(pool))))
+                    assert not response["batchItemFailures"], response
+                if pinning is not None:  # after each pass: threads the batches started are checked too
+                    _check_all_pinned(pool, pinning)
     finally:
-        stack.stop()
+        for stack in stacks:
+            stack.stop()
         server.shutdown()
         if backend:
             backend.shutdown()
-    return {
-        key: BatchTiming(statistics.median(wall for wall, _ in samples), statistics.median(cpu for _, cpu in samples))
-        for key, samples in timings.items()
-    }
+    return [
+        {
+            key: BatchTiming(
+                statistics.median(wall for wall, _ in samples), statistics.median(cpu for _, cpu in samples)
+            )
+            for key, samples in variant.items()
+        }
+        for variant in timings
+    ]
+
+
+def _check_all_pinned(pool: FunctionPool, pinning: CorePinning) -> None:
+    for env in pool.environments():
+        assert env.process is not None
+        for pid in procfs.group_states(env.process.pid):
+            _check_pinned(pid, pinning.worker, "the worker's execution environment")
+    _check_pinned(os.getpid(), pinning.bench, "the bench process")
 
 
 SDK_WRITES = 300

@@ -142,6 +142,24 @@ def test_a_warm_environment_is_reused_and_concurrent_invocations_get_their_own(r
     assert len({answer["pid"] for answer in together}) == 2
 
 
+def test_an_environment_started_on_chosen_cpus_runs_every_thread_of_every_process_on_them(run):
+    # Given a function whose environments are to run on one CPU (what the worker benchmark asks for)
+    runtime, _ = run("probe.identity")
+    cpu = min(os.sched_getaffinity(0))
+    runtime.pool("Probe").cpus = frozenset({cpu})
+
+    # When an invocation starts its environment
+    runtime.invoke("Probe", {})
+
+    # Then every thread of every process of that environment may run on that CPU only
+    (env,) = runtime.pool("Probe").environments()
+    assert env.process is not None
+    allowed = [
+        cpus for pid in procfs.group_states(env.process.pid) for cpus in procfs.allowed_cpus_by_thread(pid).values()
+    ]
+    assert allowed and set(allowed) == {str(cpu)}
+
+
 def test_an_invocation_past_its_timeout_ends_its_environment_and_the_next_is_a_cold_start(run):
     # Given a warm function with a 1 s timeout
     runtime, output = run("probe.identity", timeout=1)

@@ -87,7 +87,8 @@ def admit(request: AnalyzeInput, ctx: ToolContext) -> None:
 def run(request: AnalyzeInput, ctx: ToolContext) -> dict[str, Any]:
     """The tool table's entry point: the caller's fetch policy and progress sink; an s3:// dataset outside
     the caller's prefix is refused before any S3 call. Every progress report is also a cancellation
-    checkpoint: a cancelled job stops there (ToolContext.checkpoint)."""
+    checkpoint: a cancelled job stops there (ToolContext.checkpoint; in the worker it reads the job's status
+    at most once per CANCELLATION_READ_INTERVAL_SECONDS)."""
     check_s3_dataset_access(request.dataset_url, ctx.user_id, ctx.fetch_policy)
     sink = ctx.progress
 

@@ -6,8 +6,10 @@ the job item itself as the record (mcp_backend.jobs.run_records), so a run write
 (RUNNING) and the end (SUCCEEDED with the result).
 
 A job its owner cancelled is not run (the claim refuses it), and a running one stops at the tool's next
-checkpoint (ToolContext.checkpoint); either way the message is deleted, the job stays CANCELLED and no
-result is recorded. A result larger than a JobTable item holds goes to the job-result bucket
+checkpoint (ToolContext.checkpoint) that reads the job's status, or at the end's write, which refuses a
+cancelled job; either way the message is deleted, the job stays CANCELLED and no result is recorded.
+Checkpoints read the status at most once per CANCELLATION_READ_INTERVAL_SECONDS of a run (CancellationReads).
+A result larger than a JobTable item holds goes to the job-result bucket
 (mcp_backend.jobs.results).
 
 A permanent failure (a typed `ToolError` that is not transient, a malformed message, an unknown
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -59,6 +62,30 @@ from mcp_backend.tools.table import TOOLS, Tool, job_tools
 from mcp_backend.validation import describe_validation_error
 
 RECORD_LOG_KEYS = ["message_id", "attempt", "job_id", "tool", "correlation_id"]
+# How often a run's checkpoints may read its job's status. The claim that starts a run refuses a cancelled
+# job, and the end's write refuses one too, so a read only stops a cancelled run sooner: a run shorter than
+# this reads nothing (each read is a DynamoDB GetItem and a few ms of the record's CPU, which the records of a
+# batch do not overlap), a longer one reads at most once per interval however often its tool checkpoints.
+CANCELLATION_READ_INTERVAL_SECONDS = 1.0
+
+
+class CancellationReads:
+    """A run's cancellation check (ToolContext.cancelled): the job's status read at most once per `interval`
+    seconds, the first interval counted from the claim, which found the job not cancelled. Once a read finds
+    it cancelled, every later check answers so without reading. One per run, used by the run's thread only."""
+
+    def __init__(self, read: Callable[[], bool], interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._read = read
+        self._interval = interval
+        self._clock = clock
+        self._last_read = clock()
+        self._cancelled = False
+
+    def __call__(self) -> bool:
+        if not self._cancelled and self._clock() - self._last_read >= self._interval:
+            self._cancelled = self._read()
+            self._last_read = self._clock()
+        return self._cancelled
 
 
 def is_permanent(error: BaseException) -> bool:
@@ -97,8 +124,10 @@ class JobWorker:
         queue: JobQueueMessages | None = None,
         services: ToolServices | None = None,
         results: ResultObjects | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
+        self._clock = clock  # when checkpoints may read a job's status (CancellationReads)
         self.store = store
         # Without a result bucket a result too large for JobTable fails the job (ResultTooLarge).
         if results is None and settings.job_result_bucket_name:
@@ -230,7 +259,10 @@ class JobWorker:
         if tool is None or not tool.runs_as_job:
             raise UnknownTool(f"no job-capable tool named {job.tool!r}")
         started = time.monotonic()
-        cancelled = partial(self.store.is_cancelled, job.job_id)
+        # Called right after the claim (Powertools runs the body once the claim's write succeeded).
+        cancelled = CancellationReads(
+            partial(self.store.is_cancelled, job.job_id), CANCELLATION_READ_INTERVAL_SECONDS, self._clock
+        )
         context = self.services.context_for(tool, job.user_id, cancelled=cancelled)
         try:
             with tool_invocation(job.tool):
