@@ -174,6 +174,8 @@ def main(
     if enabled:
         pipeline = TelemetryPipeline(environ.get("AWS_LAMBDA_FUNCTION_NAME", "unknown"), stream, build)
         pipeline.start()
+        # Listening before subscribing, as the Telemetry API asks ("Before subscribing to receive telemetry, set up
+        # the local HTTP listener", telemetry-api.html, "Specifying a destination protocol").
         listener = serve_telemetry(pipeline.inbox)
         client.subscribe(f"http://{SANDBOX_HOST}:{listener.port}", ["platform"])
     while True:
