@@ -200,3 +200,13 @@ def test_a_connection_closed_without_an_answer_is_an_error():
         with pytest.raises(MalformedHttp):
             request(f"127.0.0.1:{port}", "GET", "/2020-01-01/extension/event/next", {}, None, 5)
         closer.join(5)
+
+
+def test_a_header_value_with_a_line_break_is_never_sent(api):
+    # Given a header value carrying a line break (an identifier as some answer gave it)
+    smuggled = {"Lambda-Extension-Identifier": "ext-1\r\nX-Injected: 1"}
+
+    # When the extension would send it, then it refuses, and the API received nothing
+    with pytest.raises(ValueError):
+        request(api, "PUT", "/2022-07-01/telemetry", smuggled, b"{}", 5)
+    assert StandInApi.seen == []

@@ -138,6 +138,8 @@ def request(
     host, _, port = address.rpartition(":")
     lines = [f"{method} {path} HTTP/1.1", f"Host: {address}", "Connection: close"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
+    if any("\r" in line or "\n" in line for line in lines):  # e.g. an identifier from an answer, sent back
+        raise ValueError("a request line or header holds a line break")
     if body is not None:
         lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as connection:
