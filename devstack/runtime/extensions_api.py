@@ -20,6 +20,7 @@ import datetime as dt
 import json
 import logging
 import queue
+import ssl
 import threading
 import time
 import uuid
@@ -75,7 +76,10 @@ class TelemetrySubscription:
         self._first_at = 0.0
         self._condition = threading.Condition()
         self._closed = False
-        self._client = httpx.Client(timeout=2.0)
+        # Deliveries are plain HTTP into the sandbox (subscribe refuses any other URI): a TLS context that trusts
+        # nothing, not httpx's default, whose CA bundle takes some 30 ms to load, inside the subscribe call the
+        # extension waits on (Lambda answers it at once), in the process serving the runtime's init as well.
+        self._client = httpx.Client(timeout=2.0, verify=ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
         self._thread = threading.Thread(target=self._run, name=f"telemetry-{extension}", daemon=True)
         self._thread.start()
 

@@ -17,15 +17,19 @@ from __future__ import annotations
 import json
 import os
 import queue
-import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from mcp_backend.telemetry_extension.api import ExtensionsClient
+from mcp_backend.telemetry_extension.loopback_http import Listener
+
+TYPE_CHECKING = False  # typing is not imported at run time (the cold start; see the module docstring)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    Build = Callable[[str, str], tuple[Any, Any]]  # (function name, stream) -> (ReportFolder, RecordShipper)
 
 NAME = "call-log-telemetry"
 # After SHUTDOWN Lambda gives external extensions what is left of its 2,000 ms shutdown limit (the runtime
@@ -37,35 +41,21 @@ SANDBOX_HOST = "sandbox.localdomain"
 _CLOSE = object()
 # What the report folder keeps; any other delivery (init and start events) waits, without loading anything.
 _FOLDED = frozenset({"platform.runtimeDone", "platform.report"})
-Build = Callable[[str, str], tuple[Any, Any]]  # (function name, stream) -> (ReportFolder, RecordShipper)
 
 
-def listener_address() -> str:
-    """Where Lambda can reach the listener: the sandbox's own name, as the Telemetry API documents."""
-    try:
-        return socket.gethostbyname(SANDBOX_HOST)
-    except OSError:
-        return "127.0.0.1"
+def serve_telemetry(inbox: queue.Queue[Any]) -> Listener:
+    """The listener, at the sandbox's own name as the Telemetry API documents (127.0.0.1 where that name does
+    not resolve), each delivery's JSON into `inbox` (None for a body that is not JSON)."""
 
+    def deliver(body: bytes) -> None:
+        try:
+            inbox.put(json.loads(body))
+        except ValueError:
+            inbox.put(None)  # counted as malformed by the pipeline
 
-def serve_telemetry(inbox: queue.Queue[Any]) -> ThreadingHTTPServer:
-    class Listener(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            try:
-                inbox.put(json.loads(body))
-            except ValueError:
-                inbox.put(None)  # counted as malformed by the pipeline
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer((listener_address(), 0), Listener)
-    threading.Thread(target=server.serve_forever, name="telemetry-listener", daemon=True).start()
-    return server
+    listener = Listener(SANDBOX_HOST)
+    listener.serve(deliver)
+    return listener
 
 
 def carries_records(delivery: Any) -> bool:
@@ -184,8 +174,10 @@ def main(
     if enabled:
         pipeline = TelemetryPipeline(environ.get("AWS_LAMBDA_FUNCTION_NAME", "unknown"), stream, build)
         pipeline.start()
-        server = serve_telemetry(pipeline.inbox)
-        client.subscribe(f"http://{SANDBOX_HOST}:{server.server_address[1]}", ["platform"])
+        # Listening before subscribing, as the Telemetry API asks ("Before subscribing to receive telemetry, set up
+        # the local HTTP listener", telemetry-api.html, "Specifying a destination protocol").
+        listener = serve_telemetry(pipeline.inbox)
+        client.subscribe(f"http://{SANDBOX_HOST}:{listener.port}", ["platform"])
     while True:
         event = client.next_event()
         if event.get("eventType") == "INVOKE" and pipeline is not None:

@@ -2,14 +2,18 @@
 https://docs.aws.amazon.com/lambda/latest/dg/runtimes-extensions-api.html
 https://docs.aws.amazon.com/lambda/latest/dg/telemetry-api.html
 
-http.client rather than urllib.request: the calls go to one plain-HTTP address, and urllib's handlers
-(proxies, cookies, auth, temporary files) would be loaded, and kept in memory, on the init path."""
+The calls go to one plain-HTTP loopback address, on Lambda's init path: loopback_http, not http.client or
+urllib (see that module)."""
 
 from __future__ import annotations
 
-import http.client
 import json
-from typing import Any
+
+from mcp_backend.telemetry_extension.loopback_http import request
+
+TYPE_CHECKING = False  # typing itself is not imported at run time: it costs the cold start more than this module
+if TYPE_CHECKING:
+    from typing import Any
 
 # Telemetry API buffering; the documented minimums are 1000 items, 262144 bytes and 25 ms. A short
 # timeout keeps platform.report close to its invocation without a request per event.
@@ -32,7 +36,7 @@ class ExtensionsClient:
         answer, headers = self._call(
             "POST", "/2020-01-01/extension/register", {"events": events}, {"Lambda-Extension-Name": self.name}
         )
-        identifier = headers.get("Lambda-Extension-Identifier")
+        identifier = headers.get("lambda-extension-identifier")
         if not identifier:
             raise ExtensionsApiError("register: the answer has no Lambda-Extension-Identifier")
         self.identifier = identifier
@@ -57,15 +61,10 @@ class ExtensionsClient:
 
     def _call(
         self, method: str, path: str, body: Any, headers: dict[str, str], timeout: float | None = 10.0
-    ) -> tuple[Any, http.client.HTTPMessage]:
+    ) -> tuple[Any, dict[str, str]]:
+        """The answer's JSON body and its headers (names lower-cased)."""
         data = None if body is None else json.dumps(body).encode()
-        connection = http.client.HTTPConnection(self.runtime_api, timeout=timeout)
-        try:
-            connection.request(method, path, body=data, headers=headers)
-            response = connection.getresponse()
-            raw = response.read()
-        finally:
-            connection.close()
-        if not 200 <= response.status < 300:
-            raise ExtensionsApiError(f"{method} {path}: HTTP {response.status} {raw[:200]!r}")
-        return (json.loads(raw) if raw else None), response.headers  # header names case-insensitive
+        answer = request(self.runtime_api, method, path, headers, data, timeout)
+        if not 200 <= answer.status() < 300:
+            raise ExtensionsApiError(f"{method} {path}: HTTP {answer.status()} {answer.body[:200]!r}")
+        return (json.loads(answer.body) if answer.body else None), answer.headers
