@@ -400,7 +400,8 @@ def _measure_batches(aws_like: bool, variants: list[CorePinning | None], unpinne
                 if pinning is not None:  # after each pass: threads the batches started are checked too
                     _check_all_pinned(pool, pinning)
     finally:
-        for stack in stacks:
+        # Last started, first stopped: each stack restores the process environment it found when it started.
+        for stack in reversed(stacks):
             stack.stop()
         server.shutdown()
         if backend:
