@@ -33,6 +33,8 @@ def run() -> list[str]:
         process, port, line = start_make_dev()
         try:
             assert "local stack ready" in line, line
+            # Drain the output meanwhile: a full pipe would block the stack's writes, and its shutdown with them.
+            threading.Thread(target=process.stdout.read, daemon=True).start()
             starts.append(time.perf_counter() - started)
             if attempt == 0:
                 latencies = [job_latency(port) for _ in range(JOBS)]
