@@ -6,7 +6,8 @@ Server"), and the SDK offers both as transports of one server (`streamable_http_
 Both are built on the same server and this app picks one per request: a `tools/call` that carries a progress
 token, or that names a tool which streams progress, goes to the event-stream transport (its first byte leaves
 before the work starts); every other request (initialize, ping, tools/list, server/discover, listings, quiet
-tool calls) goes to the JSON transport, which answers in the request's own task without a stream. The
+tool calls) goes to the JSON transport, which answers in the request's own task without a stream; a tools/list
+the SDK has answered before, alike but for its id, is answered with that answer (mcp/listing_answers.py). The
 protocol handling, both eras included, stays the SDK's.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
+from mcp_backend.mcp.listing_answers import ListingAnswers
 from mcp_backend.mcp.request_body import ClientDisconnected, request_body
 
 
@@ -51,6 +53,7 @@ class ResponseModes:
         self.json_app = json_app
         self.stream_app = stream_app
         self.streaming_tools = frozenset(streaming_tools)
+        self.listings = ListingAnswers(json_app)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -67,9 +70,10 @@ class ResponseModes:
             message = json.loads(body)
         except (ValueError, RecursionError):
             message = None  # the SDK answers it with its parse error
-        streams = streams_its_answer(message, self.streaming_tools) or not accepts_both(scope)
-        app = self.stream_app if streams else self.json_app
-        await app(scope, replay, send)
+        if streams_its_answer(message, self.streaming_tools) or not accepts_both(scope):
+            await self.stream_app(scope, replay, send)
+        else:
+            await self.listings.answer(scope, replay, send, message)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

@@ -1,20 +1,18 @@
 """The MCP endpoint as one ASGI app: `uvicorn --factory mcp_backend.mcp.server:create_app`.
 
 Layers, outermost first: RequestTelemetry (correlation id, cold start) -> McpHttpGuard (host, origin,
-405, auth, 415, event-stream hygiene) -> ResponseModes (JSON for answers ready at once, an event stream for
-calls that report progress) -> the SDK's stateless Streamable HTTP apps (both protocol eras) -> SDK middleware
-StrictArguments, ToolCallTelemetry and ToolListCache -> the SDK's low-level server over the tool table
-(mcp_backend.mcp.table_server).
+405, auth, 415, event-stream hygiene) -> ResponseModes (JSON for answers ready at once, a tools/list alike
+but for its id answered as before, an event stream for calls that report progress) -> the SDK's stateless
+Streamable HTTP apps (both protocol eras) -> SDK middleware StrictArguments and ToolCallTelemetry -> the SDK's
+low-level server over the tool table (mcp_backend.mcp.table_server).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
@@ -40,34 +38,6 @@ if TYPE_CHECKING:
 
 SERVER_NAME = "mcp-backend"
 CALL_LOG_SHUTDOWN_BUDGET_SECONDS = 0.25
-
-
-class ToolListCache:
-    """SDK ServerMiddleware, innermost: a tools/list answer is the wire form the SDK produced for the first
-    request with the same protocol version and params. Shaping it is most of a tools/list's time (the SDK
-    validates and dumps every tool's input schema against the version's result surface on each request),
-    and with a fixed tool set it never changes. Only answers the SDK returned are kept, so malformed params
-    still reach the SDK and get its -32602; distinct params beyond `max_entries` are answered uncached."""
-
-    def __init__(self, max_entries: int = 64) -> None:
-        self.max_entries = max_entries
-        self._answers: dict[tuple[str, str], dict[str, Any]] = {}
-
-    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        if ctx.method != "tools/list":
-            return await call_next(ctx)
-        try:
-            key = (ctx.protocol_version, json.dumps(ctx.params, sort_keys=True))
-        except (TypeError, ValueError):
-            return await call_next(ctx)
-        cached = self._answers.get(key)
-        if cached is None:
-            result = await call_next(ctx)
-            if not isinstance(result, dict) or len(self._answers) >= self.max_entries:
-                return result
-            self._answers[key] = cached = result
-        # The SDK copies the top level of a returned dict; nothing downstream writes into nested values.
-        return dict(cached)
 
 
 def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str, Tool] = TOOLS) -> ToolBindings:
@@ -161,7 +131,6 @@ def create_app(
         middleware=[
             StrictArguments(bindings.input_models),
             ToolCallTelemetry(call_log, bindings.input_models),
-            ToolListCache(),
         ],
     )
     # Host and Origin are checked by McpHttpGuard, which also knows the Function URL's wildcard host.

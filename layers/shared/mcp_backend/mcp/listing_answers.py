@@ -1,0 +1,111 @@
+"""tools/list answered from the SDK's own earlier answer to the same request.
+
+The tool set is fixed when the app is built and a listing does not depend on who asks (each tool's access is
+checked when it is called), so the SDK's answer to a `tools/list` is a function of the request alone: its
+JSON-RPC message without the id, and the headers the SDK's transport reads. The first such request goes through
+the SDK (which validates it, in its protocol era); its answer (200, JSON, a result with the same id) is kept,
+and a later request that differs only in its id (a JSON-RPC id: a string or an integer) gets that answer with
+its own id, without entering the SDK's transport. Everything outside the SDK (the guard: host, origin,
+authentication, the rate limit, the body; telemetry: the correlation id, the request log line) runs for every
+request as before. An error, a stream or anything unexpected is never kept, so malformed requests still get the
+SDK's answer. At most `max_entries` distinct requests are kept, the least recently used dropped first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+CACHED_METHODS = frozenset({"tools/list"})
+# Request headers the SDK's Streamable HTTP transports read (and every MCP header, `Mcp-Param-*` included):
+# two requests alike in these and in their message get the same answer.
+_READ_HEADERS = frozenset({b"accept", b"content-type", b"host", b"origin", b"last-event-id"})
+
+
+def _answer_key(scope: Scope, message: Any) -> tuple[Any, ...] | None:
+    """What the SDK's answer to `message` depends on, or None when it is not a listing kept here."""
+    method = message.get("method") if isinstance(message, dict) else None
+    if not isinstance(method, str) or method not in CACHED_METHODS:
+        return None
+    request_id = message.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+        return None  # a notification, or an id the SDK must judge
+    try:
+        request = json.dumps({k: v for k, v in message.items() if k != "id"}, sort_keys=True)
+    except (TypeError, ValueError):
+        return None
+    headers = tuple(
+        sorted(
+            (name.lower(), value)
+            for name, value in scope["headers"]
+            if name.lower() in _READ_HEADERS or name.lower().startswith(b"mcp-")
+        )
+    )
+    return scope["path"], headers, request
+
+
+class ListingAnswers:
+    """ASGI app in front of the SDK's JSON transport; `answer` is called with the parsed message."""
+
+    def __init__(self, app: ASGIApp, max_entries: int = 64) -> None:
+        self.app = app
+        self.max_entries = max_entries
+        self._answers: OrderedDict[tuple[Any, ...], tuple[list[tuple[bytes, bytes]], dict[str, Any]]] = OrderedDict()
+
+    async def answer(self, scope: Scope, receive: Receive, send: Send, message: Any) -> None:
+        key = _answer_key(scope, message)
+        if key is None:
+            await self.app(scope, receive, send)
+            return
+        kept = self._answers.get(key)
+        if kept is not None:
+            self._answers.move_to_end(key)
+            headers, response = kept
+            await _send_json(send, headers, {**response, "id": message["id"]})
+            return
+        await self.app(scope, receive, self._keeping(send, key, message["id"]))
+
+    def _keeping(self, send: Send, key: tuple[Any, ...], request_id: int | str) -> Send:
+        """`send`, noting the SDK's answer and keeping it when it is a result for this request."""
+        start: dict[str, Any] = {}
+        chunks: list[bytes] = []
+
+        async def noting(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    self._keep(key, request_id, start, b"".join(chunks))
+            await send(message)
+
+        return noting
+
+    def _keep(self, key: tuple[Any, ...], request_id: int | str, start: dict[str, Any], body: bytes) -> None:
+        headers = [(name.lower(), value) for name, value in start.get("headers", [])]
+        if start.get("status") != 200 or (b"content-type", b"application/json") not in headers:
+            return
+        try:
+            response = json.loads(body)
+        except ValueError:
+            return
+        if not isinstance(response, dict) or response.get("id") != request_id or "result" not in response:
+            return
+        self._answers[key] = ([(n, v) for n, v in headers if n != b"content-length"], response)
+        if len(self._answers) > self.max_entries:
+            self._answers.popitem(last=False)
+
+
+async def _send_json(send: Send, headers: list[tuple[bytes, bytes]], response: dict[str, Any]) -> None:
+    body = json.dumps(response, separators=(",", ":"), ensure_ascii=False).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,173 @@
+"""A tools/list alike but for its id is answered with the SDK's earlier answer, with its own id; anything else
+(another request, an error, an id the SDK must judge) still reaches the SDK."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+
+from mcp_backend.mcp.listing_answers import ListingAnswers
+
+HEADERS = [(b"accept", b"application/json, text/event-stream"), (b"content-type", b"application/json")]
+
+
+class CountingSdk:
+    """Stands in for the SDK's JSON transport: answers each request with a result naming the request's id and
+    protocol header, or a JSON-RPC error for a `tools/list` whose params are not an object."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.calls += 1
+        message = json.loads((await receive())["body"])
+        version = dict(scope["headers"]).get(b"mcp-protocol-version", b"").decode()
+        if isinstance(message.get("params"), dict):
+            answer: dict[str, Any] = {
+                "jsonrpc": "2.0",
+                "id": message.get("id"),
+                "result": {"tools": [], "era": version},
+            }
+            status = 200
+        else:
+            answer = {"jsonrpc": "2.0", "id": message.get("id"), "error": {"code": -32602, "message": "bad params"}}
+            status = 400
+        body = json.dumps(answer).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def post(app: ListingAnswers, message: dict[str, Any], *extra: tuple[bytes, bytes]) -> tuple[int, dict[str, Any]]:
+    """One POST through the listing cache: its status and JSON answer."""
+    body = json.dumps(message).encode()
+    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": [*HEADERS, *extra]}
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(event: dict[str, Any]) -> None:
+        sent.append(event)
+
+    anyio.run(app.answer, scope, receive, send, message)
+    body = b"".join(event.get("body", b"") for event in sent if event["type"] == "http.response.body")
+    start = sent[0]
+    assert dict(start["headers"])[b"content-length"] == str(len(body)).encode()
+    return start["status"], json.loads(body)
+
+
+def listing(request_id: Any, params: Any = None) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/list", "params": {} if params is None else params}
+
+
+@pytest.fixture
+def sdk() -> CountingSdk:
+    return CountingSdk()
+
+
+def test_a_repeated_listing_gets_the_sdks_answer_with_its_own_id_without_the_sdk(sdk):
+    # Given the SDK has answered a tools/list once
+    app = ListingAnswers(sdk)
+    first = post(app, listing(1))
+
+    # When the same request comes with other ids, a number and a string
+    again, named = post(app, listing(2)), post(app, listing("req-7"))
+
+    # Then each is the SDK's result with its own id, and the SDK answered only the first
+    assert first == (200, {"jsonrpc": "2.0", "id": 1, "result": {"tools": [], "era": ""}})
+    assert again == (200, {"jsonrpc": "2.0", "id": 2, "result": {"tools": [], "era": ""}})
+    assert named[1]["id"] == "req-7"
+    assert sdk.calls == 1
+
+
+def test_a_listing_in_another_protocol_era_or_with_other_params_is_the_sdks_to_answer(sdk):
+    # Given a kept answer of a tools/list without a protocol header
+    app = ListingAnswers(sdk)
+    post(app, listing(1))
+
+    # When the same listing comes in another era, and one with a cursor
+    modern = post(app, listing(2), (b"mcp-protocol-version", b"2026-07-28"))
+    paged = post(app, listing(3, {"cursor": "x"}))
+
+    # Then the SDK answers both (the era's answer is its own)
+    assert modern[1]["result"]["era"] == "2026-07-28"
+    assert paged[1]["id"] == 3
+    assert sdk.calls == 3
+
+
+@pytest.mark.parametrize("request_id", [True, None, {"a": 1}, [1], 1.5])
+def test_an_id_the_sdk_must_judge_always_reaches_it(sdk, request_id):
+    # Given a kept answer of a tools/list
+    app = ListingAnswers(sdk)
+    post(app, listing(1))
+
+    # When the same listing comes with an id that is not a JSON-RPC string or integer (or none)
+    message = listing(request_id)
+    if request_id is None:
+        del message["id"]
+    anyio.run(app.answer, {"type": "http", "path": "/mcp", "headers": HEADERS}, _body(message), _discard, message)
+
+    # Then the SDK sees it
+    assert sdk.calls == 2
+
+
+def test_an_error_is_never_kept(sdk):
+    # Given a tools/list whose params the SDK refuses
+    app = ListingAnswers(sdk)
+
+    # When it is sent twice
+    answers = [post(app, listing(n, ["not", "an", "object"])) for n in (1, 2)]
+
+    # Then the SDK answers both with its error
+    assert [status for status, _ in answers] == [400, 400]
+    assert sdk.calls == 2
+
+
+def test_at_most_max_entries_are_kept_the_least_recently_used_dropped_first(sdk):
+    # Given room for two answers, and three distinct listings answered in turn
+    app = ListingAnswers(sdk, max_entries=2)
+    for cursor in ("a", "b"):
+        post(app, listing(1, {"cursor": cursor}))
+    post(app, listing(1, {"cursor": "a"}))  # "a" used again: "b" is now the least recent
+    post(app, listing(1, {"cursor": "c"}))
+
+    # When "a" and "b" are asked again
+    calls = sdk.calls
+    post(app, listing(2, {"cursor": "a"}))
+    post(app, listing(2, {"cursor": "b"}))
+
+    # Then "a" was kept and "b" dropped
+    assert sdk.calls == calls + 1
+
+
+def _body(message: dict[str, Any]) -> Any:
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": json.dumps(message).encode(), "more_body": False}
+
+    return receive
+
+
+async def _discard(event: dict[str, Any]) -> None:
+    return None
+
+
+@pytest.mark.parametrize("method", [["tools/list"], {"m": 1}, 7, None])
+def test_a_method_that_is_not_a_string_reaches_the_sdk(sdk, method):
+    # Given a message whose method is JSON of another type (a hostile or broken client)
+    message = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {}}
+
+    # When it is sent
+    anyio.run(
+        ListingAnswers(sdk).answer,
+        {"type": "http", "path": "/mcp", "headers": HEADERS},
+        _body(message),
+        _discard,
+        message,
+    )
+
+    # Then the SDK judges it (and answers it), nothing fails before it
+    assert sdk.calls == 1
