@@ -121,7 +121,7 @@ INTEGRATION_COVERAGE := $(call coverage_of,integration)
 E2E_COVERAGE := $(call coverage_of,e2e)
 
 unit: env ## unit tier: no build, no sandbox, no moto stack (under a minute)
-	$(UNIT_COVERAGE) $(PYTEST) $(COV) tests/unit tests/template -m "not build"
+	$(UNIT_COVERAGE) $(PYTEST) $(COV) -n 2 tests/unit tests/template -m "not build"
 
 # Headless Chromium for the browser client test (tests/e2e/test_mcp_browser.py). In CI (CI=true) it is installed
 # from the distribution's packages when missing and apt-get is there (as root, or with passwordless sudo);
