@@ -171,3 +171,30 @@ def test_a_method_that_is_not_a_string_reaches_the_sdk(sdk, method):
 
     # Then the SDK judges it (and answers it), nothing fails before it
     assert sdk.calls == 1
+
+
+def test_a_large_listing_request_is_never_kept(sdk):
+    # Given a tools/list the SDK accepts whose params carry 64 KB of client metadata (memory a hostile tenant
+    # could pin, 64 entries at a time, were it kept)
+    app = ListingAnswers(sdk)
+    bulky = listing(1, {"_meta": {"note": "x" * 65536}})
+
+    # When it is sent twice
+    post(app, bulky)
+    post(app, {**bulky, "id": 2})
+
+    # Then the SDK answers both
+    assert sdk.calls == 2
+
+
+def test_a_listing_with_large_mcp_headers_is_never_kept(sdk):
+    # Given a tools/list whose MCP headers carry 16 KB
+    app = ListingAnswers(sdk)
+    header = (b"mcp-param-note", b"x" * 16384)
+
+    # When it is sent twice
+    post(app, listing(1), header)
+    post(app, listing(2), header)
+
+    # Then the SDK answers both
+    assert sdk.calls == 2

@@ -8,7 +8,8 @@ and a later request that differs only in its id (a JSON-RPC id: a string or an i
 its own id, without entering the SDK's transport. Everything outside the SDK (the guard: host, origin,
 authentication, the rate limit, the body; telemetry: the correlation id, the request log line) runs for every
 request as before. An error, a stream or anything unexpected is never kept, so malformed requests still get the
-SDK's answer. At most `max_entries` distinct requests are kept, the least recently used dropped first.
+SDK's answer. At most `max_entries` distinct requests are kept, the least recently used dropped first, and only
+requests of at most `MAX_KEPT_REQUEST_CHARS`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ CACHED_METHODS = frozenset({"tools/list"})
 # Request headers the SDK's Streamable HTTP transports read (and every MCP header, `Mcp-Param-*` included):
 # two requests alike in these and in their message get the same answer.
 _READ_HEADERS = frozenset({b"accept", b"content-type", b"host", b"origin", b"last-event-id"})
+# A client's listing is a few hundred bytes; a larger one is answered by the SDK each time, so what is kept stays
+# small (at most max_entries of these) whatever a tenant sends.
+MAX_KEPT_REQUEST_CHARS = 8192
 
 
 def _answer_key(scope: Scope, message: Any) -> tuple[Any, ...] | None:
@@ -44,6 +48,8 @@ def _answer_key(scope: Scope, message: Any) -> tuple[Any, ...] | None:
             if name.lower() in _READ_HEADERS or name.lower().startswith(b"mcp-")
         )
     )
+    if len(request) + sum(len(name) + len(value) for name, value in headers) > MAX_KEPT_REQUEST_CHARS:
+        return None
     return scope["path"], headers, request
 
 
