@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mcp.server.context import HandlerResult, ServerMiddleware, ServerRequestContext
+from mcp.server.context import HandlerResult, ServerMiddleware
 from mcp.server.extension import Extension, MethodBinding, compose_tool_call_handler
 from mcp.server.lowlevel import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
@@ -32,9 +32,7 @@ from mcp_types import (
     ReadResourceResult,
 )
 
-from mcp_backend.mcp.bindings import ToolBindings
-
-ServerContext = ServerRequestContext[Any, Any]
+from mcp_backend.mcp.bindings import ServerContext, ToolBindings
 
 
 def table_server(

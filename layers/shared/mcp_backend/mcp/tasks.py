@@ -26,13 +26,7 @@ import anyio.to_thread
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.shared.exceptions import MCPError
-from mcp_types import (
-    INVALID_PARAMS,
-    CallToolRequestParams,
-    ClientCapabilities,
-    MissingRequiredClientCapabilityErrorData,
-    RequestParams,
-)
+from mcp_types import INVALID_PARAMS, CallToolRequestParams, RequestParams
 from mcp_types.jsonrpc import MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, Field, ValidationError
@@ -134,12 +128,7 @@ class JobTasks(Extension):
         if ctx.protocol_version not in TASK_ERA or not _declares_tasks(ctx):
             if tool.runs_sync:
                 return await call_next(ctx)
-            # The spec's answer when a request can only be served as a task.
-            raise MCPError(
-                MISSING_REQUIRED_CLIENT_CAPABILITY,
-                "Missing required client capability",
-                data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
-            )
+            raise missing_tasks_capability()  # the spec's answer when a request can only be served as a task
         try:
             request = tool.input_model.model_validate(params.arguments or {})
         except ValidationError as error:
@@ -230,16 +219,17 @@ def _declares_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
 
 
 def _require_tasks(ctx: ServerRequestContext[Any, Any]) -> None:
-    """A tasks/* request of a client that did not declare the extension: -32021 naming it (SEP-2133)."""
     if not _declares_tasks(ctx):
-        data = MissingRequiredClientCapabilityErrorData(
-            required_capabilities=ClientCapabilities(extensions={TASKS_EXTENSION: {}})
-        )
-        raise MCPError(
-            code=MISSING_REQUIRED_CLIENT_CAPABILITY,
-            message=f"Client did not declare required extension {TASKS_EXTENSION!r}",
-            data=data.model_dump(by_alias=True, mode="json", exclude_none=True),
-        )
+        raise missing_tasks_capability()
+
+
+def missing_tasks_capability() -> MCPError:
+    """-32021 naming the Tasks extension (SEP-2133): a client that did not declare it asked for a task."""
+    return MCPError(
+        MISSING_REQUIRED_CLIENT_CAPABILITY,
+        "Missing required client capability",
+        data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+    )
 
 
 def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
