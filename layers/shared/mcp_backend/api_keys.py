@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 from pydantic.alias_generators import to_camel
 
-from mcp_backend.aws import new_client
+from mcp_backend.aws import botocore_errors, new_client
 from mcp_backend.observability import logger
 
 if TYPE_CHECKING:
@@ -238,7 +238,7 @@ def _change_table(
                 RemoveFromVersionId=read_version,
             )
             return
-        except Exception as error:  # botocore's ClientError: boto3 is the runtime's, not the layer's
+        except botocore_errors.ClientError as error:
             if _error_code(error) not in _RACE_LOST_CODES:
                 raise
         time.sleep(random.uniform(0, min(1.0, 0.02 * 2**attempt)))  # noqa: S311 - jitter, not a secret

@@ -8,11 +8,39 @@ Owners of a table, queue or topic take a client (tests inject moto's or a double
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+
+def _loaded_on_first_use(name: str) -> ModuleType:
+    """Module `name`, executed when one of its attributes is first read (the standard library's LazyLoader)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError(name)
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    parent, _, child = name.rpartition(".")
+    if parent:  # as the import system binds a loaded submodule: `import botocore.exceptions` code reads it there
+        setattr(sys.modules[parent], child, module)
+    return module
+
+
+# botocore's exception classes, for except clauses. They load with the first one such a clause evaluates (a clause
+# is evaluated only when an exception reaches it, and a botocore error has loaded them already), not with the
+# handler module: boto3 comes with the runtime and loads with the first client.
+if TYPE_CHECKING:
+    import botocore.exceptions as botocore_errors
+else:
+    botocore_errors = _loaded_on_first_use("botocore.exceptions")
 
 ClientFactory = Callable[[str], Any]
 # A boto3 client type (mypy_boto3_<service>, imported only under TYPE_CHECKING where it is named).

@@ -36,9 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from mcp_backend.aws import client_or_lazy
+from mcp_backend.aws import botocore_errors, client_or_lazy
 
 WINDOW_SECONDS = 60
 # Kept past its window so a late request of the window still finds it; DynamoDB deletes expired items
@@ -235,7 +233,7 @@ class RequestRateLimiter:
                     },
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 )
-            except ClientError as error:
+            except botocore_errors.ClientError as error:
                 if error.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                     raise RateLimitUnavailable(error.response.get("Error", {}).get("Code", "ClientError")) from None
                 old_item: dict[str, Any] = error.response.get("Item") or {}  # type: ignore[assignment]
@@ -244,7 +242,7 @@ class RequestRateLimiter:
                 if block <= 0:
                     return 0
                 continue
-            except BotoCoreError as error:
+            except botocore_errors.BotoCoreError as error:
                 raise RateLimitUnavailable(type(error).__name__) from None
             return block
         return None

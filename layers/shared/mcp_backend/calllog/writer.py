@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.metrics import MetricUnit
-from botocore.exceptions import BotoCoreError, ClientError
 
-from mcp_backend.aws import client_or_lazy
+from mcp_backend.aws import botocore_errors, client_or_lazy
 from mcp_backend.calllog.models import CallLogRecord
 from mcp_backend.observability import logger, metrics
 
@@ -125,8 +124,12 @@ class CallLogWriter:
                 response = self._client.put_records(
                     StreamName=self.stream_name, Records=[entry.request() for entry in pending]
                 )
-            except (ClientError, BotoCoreError) as error:
-                code = error.response.get("Error", {}).get("Code", "") if isinstance(error, ClientError) else ""
+            except (botocore_errors.ClientError, botocore_errors.BotoCoreError) as error:
+                code = (
+                    error.response.get("Error", {}).get("Code", "")
+                    if isinstance(error, botocore_errors.ClientError)
+                    else ""
+                )
                 code = code or type(error).__name__
                 outcome.error_codes.add(code)
                 if code in _PERMANENT_ERRORS:

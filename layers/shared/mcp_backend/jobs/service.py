@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mcp_backend.aws import AwsClients
+from mcp_backend.aws import AwsClients, botocore_errors
 from mcp_backend.jobs.errors import (
     EnqueueFailed,
     InvalidCursor,
@@ -140,7 +139,7 @@ class JobsService:
             self._clients("sqs").send_message(
                 QueueUrl=self.queues.job_queue_url, MessageBody=job.body(), MessageAttributes=job.attributes()
             )
-        except (BotoCoreError, ClientError) as error:
+        except (botocore_errors.BotoCoreError, botocore_errors.ClientError) as error:
             # The SDK's text names the queue; the caller gets a retryable error, the log the type.
             logger.error("job not enqueued", extra={"error_type": type(error).__name__})
             raise EnqueueFailed("the job queue is unavailable; retry with the same callId") from None

@@ -16,9 +16,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
-from botocore.exceptions import ClientError
-
-from mcp_backend.aws import client_or_lazy
+from mcp_backend.aws import botocore_errors, client_or_lazy
 from mcp_backend.jobs.errors import JobCancelled, JobOwnershipError, ResultTooLarge
 from mcp_backend.jobs.models import JobError, JobMessage, JobStatus
 from mcp_backend.observability import logger
@@ -477,7 +475,7 @@ class JobStore:
             self._client.update_item(**request)
         except self._client.exceptions.ConditionalCheckFailedException:
             self._refused(job_id, unless_cancelled)
-        except ClientError as error:
+        except botocore_errors.ClientError as error:
             _raise_if_too_large(error)
             raise
 
@@ -488,7 +486,7 @@ class JobStore:
         raise JobOwnershipError(f"job {job_id} belongs to another user") from None
 
 
-def _raise_if_too_large(error: ClientError) -> None:
+def _raise_if_too_large(error: botocore_errors.ClientError) -> None:
     details = error.response.get("Error", {})
     if details.get("Code") == "ValidationException" and _ITEM_TOO_LARGE in str(details.get("Message")):
         raise ResultTooLarge("the result is larger than a job record holds") from None

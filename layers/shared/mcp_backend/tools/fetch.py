@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mcp_backend.aws import new_client
+from mcp_backend.aws import botocore_errors, new_client
 from mcp_backend.netsafety import allowed_schemes, redact_url
 from mcp_backend.tools.dataset_stream import DatasetStream, FetchPolicy
 from mcp_backend.tools.errors import (
@@ -82,8 +82,6 @@ def split_s3_url(url: str) -> tuple[str, str] | None:
 
 @contextmanager
 def _open_s3(url: str, policy: FetchPolicy, s3_client: S3Client | None) -> Iterator[DatasetStream]:
-    from botocore.exceptions import BotoCoreError, ClientError  # boto3 is in the runtime, not the layer
-
     shown = redact_url(url)
     parts = split_s3_url(url)
     if parts is None:
@@ -92,7 +90,7 @@ def _open_s3(url: str, policy: FetchPolicy, s3_client: S3Client | None) -> Itera
     client = s3_client if s3_client is not None else _default_s3_client(policy)
     try:
         obj = client.get_object(Bucket=bucket, Key=key)
-    except ClientError as exc:
+    except botocore_errors.ClientError as exc:
         code = str(exc.response.get("Error", {}).get("Code", "Unknown"))
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
         reason = _S3_MISSING_CODES.get(code, f"S3 error {code}")
@@ -100,7 +98,7 @@ def _open_s3(url: str, policy: FetchPolicy, s3_client: S3Client | None) -> Itera
         permanent = code in _S3_MISSING_CODES or (400 <= status < 500 and status not in (408, 429))
         error = DatasetUnreachable if permanent else DatasetTemporarilyUnreachable
         raise error(f"Could not read dataset {shown}: {reason}") from exc
-    except BotoCoreError as exc:
+    except botocore_errors.BotoCoreError as exc:
         # Connection errors and timeouts, after the SDK's own retries.
         raise DatasetTemporarilyUnreachable(f"Could not read dataset {shown}: {type(exc).__name__}") from exc
     body = obj["Body"]
@@ -114,11 +112,9 @@ def _open_s3(url: str, policy: FetchPolicy, s3_client: S3Client | None) -> Itera
 
 
 def _s3_chunks(body: Any, shown: str) -> Iterator[bytes]:
-    from botocore.exceptions import BotoCoreError
-
     try:
         yield from body.iter_chunks(S3_CHUNK_SIZE)
-    except (BotoCoreError, OSError) as exc:
+    except (botocore_errors.BotoCoreError, OSError) as exc:
         raise DatasetTemporarilyUnreachable(f"Reading dataset {shown} failed ({type(exc).__name__})") from exc
 
 
