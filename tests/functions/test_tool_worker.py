@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 
 from devstack.runtime.in_process import LocalLambdaContext
 from mcp_backend.batch import UnexpectedEventSource
+from mcp_backend.observability import tool_runs
 from tests.conftest import load_event
 
 WORKER = "ToolWorker"
@@ -400,26 +401,25 @@ def emf_records(output: str) -> list[dict]:
     return [blob for blob in blobs if "ToolInvocation" in blob]
 
 
-def test_each_job_emits_its_tool_metrics_with_tool_name_and_default_dimensions(local, capsys):
-    # Given a batch with one job that succeeds and one that fails
+def test_a_batch_emits_one_blob_per_tool_with_a_value_per_job_and_the_default_dimensions(local, capsys):
+    # Given a batch with one job that succeeds and one that fails, both of the same tool
     event = load_event("tool_worker/healthy-batch.json")
     event["Records"] = event["Records"][:2]
     event["Records"][1]["body"] = job_body("job-metric-fail", url="s3://local-datasets/user-alice/missing.csv")
+    tool_runs.flush()  # (runs other functions in this process left pending)
     capsys.readouterr()
 
     # When the worker handles it
     local.invoke(WORKER, event)
 
-    # Then one EMF record per job carries ToolName next to the one service dimension and Environment
-    records = emf_records(capsys.readouterr().out)
-    assert len(records) == 2
-    for record in records:
-        dimensions = record["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]
-        assert set(dimensions) == {"service", "Environment", "ToolName"}
-        assert record["ToolName"] == "analyze_dataset" and record["Environment"] == "dev"
-        assert record["ToolDuration"][0] >= 0
-    # (records run at once: their blobs come in either order)
-    assert sorted(("ToolSuccess" in r, "ToolError" in r) for r in records) == [(False, True), (True, False)]
+    # Then one EMF blob for the tool carries ToolName next to the one service dimension and Environment, with a
+    # value per job: two invocations and durations, one success and one error
+    [record] = emf_records(capsys.readouterr().out)
+    dimensions = record["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]
+    assert set(dimensions) == {"service", "Environment", "ToolName"}
+    assert record["ToolName"] == "analyze_dataset" and record["Environment"] == "dev"
+    assert (record["ToolInvocation"], record["ToolSuccess"], record["ToolError"]) == ([1.0, 1.0], [1.0], [1.0])
+    assert len(record["ToolDuration"]) == 2 and min(record["ToolDuration"]) >= 0
 
 
 def test_a_duplicate_delivery_on_its_last_receive_while_the_job_runs_does_not_mark_it_failed(local, monkeypatch):

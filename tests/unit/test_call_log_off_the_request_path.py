@@ -1,9 +1,10 @@
 """The endpoint's call-log records leave the request path: a tools/call is answered while Kinesis has not
 answered yet, and what is still pending when the server shuts down (Lambda's SIGTERM, uvicorn's lifespan
-shutdown) is put before the shutdown completes."""
+shutdown) is put before the shutdown completes; so are the tool-run metrics not yet written."""
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -11,6 +12,7 @@ import anyio
 import httpx
 
 from mcp_backend.mcp.server import create_app
+from mcp_backend.observability import tool_runs
 from tests.unit.endpoint_fakes import HOST, SETTINGS, EveryoneIsAlice, RoomyRateTable
 
 
@@ -29,8 +31,12 @@ class SlowKinesis:
         return {"FailedRecordCount": 0, "Records": [{"SequenceNumber": "1", "ShardId": "s"} for _ in Records]}
 
 
-def test_a_tool_call_is_answered_before_its_call_log_record_is_put_and_shutdown_flushes_it():
-    # Given the endpoint over a Kinesis stream that does not answer until released
+def test_a_tool_call_is_answered_before_its_call_log_record_is_put_and_shutdown_flushes_it(capfd, monkeypatch):
+    # Given the endpoint over a Kinesis stream that does not answer until released, its tool-run metrics written
+    # once a minute
+    monkeypatch.setattr(tool_runs, "interval_seconds", 60)
+    tool_runs.flush()  # (runs earlier tests in this process left pending)
+    capfd.readouterr()
     kinesis = SlowKinesis()
     rates = RoomyRateTable()
     app = create_app(
@@ -69,15 +75,26 @@ def test_a_tool_call_is_answered_before_its_call_log_record_is_put_and_shutdown_
                 response = await client.post("/mcp", json=body, headers=headers)
             # (the record may or may not have reached the stream's thread yet; it is not put until released)
             put_before_answer = bool(kinesis.records)
+            metrics_with_answer = tool_metric_blobs(capfd)
             # And the server shuts down while the put is released
             kinesis.release.set()
             shutdown.set()
-        return response.status_code, put_before_answer, sent
+        return response.status_code, put_before_answer, metrics_with_answer, sent
 
-    status, put_before_answer, sent = anyio.run(scenario)
+    status, put_before_answer, metrics_with_answer, sent = anyio.run(scenario)
 
     # Then the call was answered with nothing put yet, and the record was put before the shutdown completed
     assert status == 200
     assert not put_before_answer
     assert sent[-1] == "lifespan.shutdown.complete"
     assert len(kinesis.records) == 1
+    # And its tool-run metrics were not written with the answer, but before the shutdown completed
+    assert metrics_with_answer == []
+    assert [blob["ToolInvocation"] for blob in tool_metric_blobs(capfd)] == [[1.0]]
+
+
+def tool_metric_blobs(capfd) -> list[dict[str, Any]]:
+    lines = capfd.readouterr().out.splitlines()
+    return [
+        blob for blob in (json.loads(line) for line in lines if line.startswith('{"_aws"')) if "ToolInvocation" in blob
+    ]

@@ -1,5 +1,6 @@
 """What McpServer's cold start pays for: importing the app module and building the app loads neither the AWS SDK
-(clients are built on first use, botocore's exception classes with the first except clause that reads them) nor pyjwt (OAuth token checks load it with the first token) under the default
+(clients are built on first use, botocore's exception classes with the first except clause that reads them) nor
+pyjwt (OAuth token checks load it with the first token) under the default
 AuthMode (nor our OAuth module: token verification), no tracing SDK, and not the endpoints service's monitor and
 probes packages (its tools' first call loads them)."""
 
@@ -49,8 +50,8 @@ def test_building_the_app_loads_no_aws_sdk_no_jwt_no_tracing_sdk_and_no_monitor(
     assert out.returncode == 0, out.stderr[-2000:]
     loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
 
-    # Then the app is built without the AWS SDK (botocore's exceptions included), pyjwt, our OAuth token checks, a tracing SDK, MonitorTable or
-    # the endpoint registry in the process
+    # Then the app is built without the AWS SDK (botocore's exceptions included), pyjwt, our OAuth token checks,
+    # a tracing SDK, MonitorTable or the endpoint registry in the process
     assert "mcp_backend" in loaded and "starlette" in loaded
     unpaid = {"boto3", "botocore_exceptions", "jwt", "oauth", "aws_xray_sdk", "monitor", "probe_registry"}
     assert not unpaid & loaded, sorted(unpaid & loaded)

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import time
 
 import pytest
+import time_machine
 
 from devstack.runtime.in_process import LocalLambdaContext
-from mcp_backend.observability import count_limit_refusal, instrumented_handler, logger, metrics, tool_invocation
+from mcp_backend.observability import (
+    ToolRunMetrics,
+    count_limit_refusal,
+    instrumented_handler,
+    logger,
+    metrics,
+    tool_invocation,
+)
 
 
 @pytest.fixture
@@ -104,3 +114,63 @@ def test_every_flushed_metric_blob_carries_exactly_one_service_dimension(capfd):
         for dimension_set in blob["_aws"]["CloudWatchMetrics"][0]["Dimensions"]:
             assert [name for name in dimension_set if name.lower() == "service"] == ["service"], dimension_set
         assert blob["service"] == "mcp-backend"
+
+
+def tool_blobs(capfd) -> list[dict]:
+    return [blob for blob in printed(capfd) if "ToolInvocation" in blob]
+
+
+def test_runs_within_the_interval_share_one_blob_per_tool_with_a_value_per_run(capfd):
+    # Given tool-run metrics that write once a minute
+    runs = ToolRunMetrics(interval_seconds=60)
+    before_first_run = time.time()
+
+    # When get_job runs three times (once failing) and list_endpoints once
+    for fails in (False, True, False):
+        with contextlib.suppress(RuntimeError), runs.run("get_job"):
+            if fails:
+                raise RuntimeError("boom")
+    with runs.run("list_endpoints"):
+        pass
+    written_before_flush = tool_blobs(capfd)
+    runs.flush()
+
+    # Then nothing was written while the runs were under way, and the flush wrote one blob per tool: a value per
+    # run for invocations and durations, the outcomes counted, ToolName its dimension, stamped with the oldest run
+    assert written_before_flush == []
+    blobs = {blob["ToolName"]: blob for blob in tool_blobs(capfd)}
+    assert set(blobs) == {"get_job", "list_endpoints"}
+    get_job = blobs["get_job"]
+    assert (get_job["ToolInvocation"], get_job["ToolSuccess"], get_job["ToolError"]) == ([1.0] * 3, [1.0] * 2, [1.0])
+    assert len(get_job["ToolDuration"]) == 3
+    assert "ToolName" in get_job["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]
+    assert before_first_run * 1000 - 1 <= get_job["_aws"]["Timestamp"] <= time.time() * 1000
+    assert (blobs["list_endpoints"]["ToolInvocation"], "ToolError" in blobs["list_endpoints"]) == ([1.0], False)
+
+
+def test_runs_an_interval_old_are_written_by_the_next_check_and_a_busy_tool_in_blobs_of_at_most_fifty(capfd):
+    # Given tool-run metrics that write every 10 seconds, and one run
+    runs = ToolRunMetrics(interval_seconds=10)
+    with time_machine.travel(1_800_000_000, tick=False) as clock:
+        with runs.run("get_job"):
+            pass
+
+        # When a request ends at once, and again 11 seconds later
+        runs.flush_if_due()
+        at_once = tool_blobs(capfd)
+        clock.shift(11)
+        runs.flush_if_due()
+        later = tool_blobs(capfd)
+
+        # And a tool then runs 120 times within the interval
+        for _ in range(120):
+            with runs.run("get_job"):
+                pass
+        busy = tool_blobs(capfd)
+        runs.flush()
+        busy += tool_blobs(capfd)
+
+    # Then the run was written by the later check only, and the 120 runs went out in blobs of at most 50 values
+    assert at_once == []
+    assert [blob["ToolInvocation"] for blob in later] == [[1.0]]
+    assert [len(blob["ToolInvocation"]) for blob in busy] == [50, 50, 20]

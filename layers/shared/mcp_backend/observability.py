@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit, single_metric
 
 from mcp_backend.snapstart import register_hooks as register_snapstart_hooks
 
@@ -46,31 +48,92 @@ metrics = Metrics(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "mcp-backend
 # (https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_Dimension.html,
 # https://aws.amazon.com/cloudwatch/pricing/).
 metrics.set_default_dimensions(Environment=os.environ.get("ENVIRONMENT", "dev"))
-_METRICS_LOCK = threading.Lock()
 
 
-@contextmanager
-def tool_invocation(tool_name: str) -> Iterator[None]:
-    """Count and time one tool run; flushes its own EMF blob so ToolName stays per-run.
+@dataclass
+class _ToolRuns:
+    succeeded: int = 0
+    failed: int = 0
+    durations_ms: list[float] = field(default_factory=list)
 
-    A batch mixes tools, so a handler-wide ToolName dimension would mislabel all but one record.
-    Records run in threads at once: the metric set is shared, so one run's dimension, metrics and
-    flush happen together under a lock, after the run.
+
+class ToolRunMetrics:
+    """ToolInvocation, ToolSuccess or ToolError, and ToolDuration of every tool run, with a ToolName dimension.
+
+    A blob's dimensions are the blob's, so each tool name gets its own. Runs are gathered and written as one EMF
+    blob per tool name per flush, instead of a blob per run: a batch or a busy endpoint prints and parses a
+    blob per tool and second, not per call. Every run is still a value of its own (the same Sum, SampleCount
+    and percentiles as a blob per run), stamped with the time of the oldest run in it. `instrumented_handler`
+    flushes at the end of every invocation; the MCP endpoint, which has no invocation end, when a run finds the
+    oldest pending one `interval_seconds` old, after each request once they are, and at shutdown. Runs happen
+    in threads at once: the pending runs are shared, behind a lock.
     """
-    started = time.monotonic()
-    outcome = "ToolError"
-    try:
-        yield
-        outcome = "ToolSuccess"
-    finally:
-        with _METRICS_LOCK:
-            metrics.add_dimension(name="ToolName", value=tool_name)
-            metrics.add_metric(name="ToolInvocation", unit=MetricUnit.Count, value=1)
-            metrics.add_metric(name=outcome, unit=MetricUnit.Count, value=1)
-            metrics.add_metric(
-                name="ToolDuration", unit=MetricUnit.Milliseconds, value=(time.monotonic() - started) * 1000
-            )
-            metrics.flush_metrics()
+
+    # Below Powertools' 100 values per metric, at which it would flush a blob on its own.
+    MAX_RUNS_PER_BLOB = 50
+
+    def __init__(self, interval_seconds: float = 1.0) -> None:
+        self.interval_seconds = interval_seconds
+        self._lock = threading.Lock()
+        self._pending: dict[str, _ToolRuns] = {}
+        self._oldest: float | None = None  # epoch seconds of the oldest pending run
+        # Its own metric set: the handler-wide `metrics` keeps its blob and timestamp.
+        self._emf = EphemeralMetrics(service=metrics.service, namespace=metrics.namespace)
+        self._emf.set_default_dimensions(**metrics.default_dimensions)
+
+    @contextmanager
+    def run(self, tool_name: str) -> Iterator[None]:
+        """Count and time one run of `tool_name` (an error if it raises)."""
+        started = time.monotonic()
+        succeeded = False
+        try:
+            yield
+            succeeded = True
+        finally:
+            self._add(tool_name, succeeded, (time.monotonic() - started) * 1000)
+
+    def flush_if_due(self) -> None:
+        if self._oldest is not None and time.time() - self._oldest >= self.interval_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is pending, one blob per tool name."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+            oldest, self._oldest = self._oldest, None
+            for tool_name, runs in pending.items():
+                self._emf.set_timestamp(int((oldest or time.time()) * 1000))
+                self._emf.add_dimension(name="ToolName", value=tool_name)
+                for name, count in (("ToolSuccess", runs.succeeded), ("ToolError", runs.failed)):
+                    for _ in range(count):
+                        self._emf.add_metric(name=name, unit=MetricUnit.Count, value=1)
+                for duration in runs.durations_ms:
+                    self._emf.add_metric(name="ToolInvocation", unit=MetricUnit.Count, value=1)
+                    self._emf.add_metric(name="ToolDuration", unit=MetricUnit.Milliseconds, value=duration)
+                self._emf.flush_metrics()
+
+    def _add(self, tool_name: str, succeeded: bool, duration_ms: float) -> None:
+        with self._lock:
+            runs = self._pending.setdefault(tool_name, _ToolRuns())
+            if succeeded:
+                runs.succeeded += 1
+            else:
+                runs.failed += 1
+            runs.durations_ms.append(duration_ms)
+            now = time.time()
+            if self._oldest is None:
+                self._oldest = now
+            due = len(runs.durations_ms) >= self.MAX_RUNS_PER_BLOB or now - self._oldest >= self.interval_seconds
+        if due:
+            self.flush()
+
+
+tool_runs = ToolRunMetrics()
+
+
+def tool_invocation(tool_name: str) -> AbstractContextManager[None]:
+    """Count and time one tool run (ToolRunMetrics)."""
+    return tool_runs.run(tool_name)
 
 
 def count_limit_refusal(limit: str, tier: str, user_id: str, resets: str = "") -> None:
@@ -96,15 +159,24 @@ def instrumented_handler(correlation_id_path: str | None = None) -> Callable[[Ha
     """The decorator stack every Lambda handler carries, in its order (outermost first):
     - inject_lambda_context(clear_state=True, log_event=False): context keys on every line, no state
       leaking between warm invocations, and no event (payloads) in the logs;
-    - log_metrics(capture_cold_start_metric=True): flushes even when the handler raises.
+    - log_metrics(capture_cold_start_metric=True): flushes even when the handler raises;
+    - the invocation's tool runs (ToolRunMetrics) flushed at its end, raised or not.
     Decorating also registers the SnapStart restore hook (mcp_backend.snapstart), during init as Lambda requires.
     """
 
     def decorate(handler: Handler) -> Handler:
         register_snapstart_hooks()
-        handler = metrics.log_metrics(capture_cold_start_metric=True)(handler)
+
+        @functools.wraps(handler)
+        def flushing_tool_runs(event: Any, context: Any) -> Any:
+            try:
+                return handler(event, context)
+            finally:
+                tool_runs.flush()
+
+        with_metrics = metrics.log_metrics(capture_cold_start_metric=True)(flushing_tool_runs)
         return logger.inject_lambda_context(clear_state=True, correlation_id_path=correlation_id_path, log_event=False)(
-            handler
+            with_metrics
         )
 
     return decorate

@@ -28,7 +28,7 @@ from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.table_server import table_server
 from mcp_backend.mcp.tasks import task_extensions
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
-from mcp_backend.observability import CurrentStdoutHandler, logger
+from mcp_backend.observability import CurrentStdoutHandler, logger, tool_runs
 from mcp_backend.ratelimit import RateDecision, RequestRateLimiter, in_background
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.table import TOOLS, Tool
@@ -157,4 +157,6 @@ def create_app(
     )
     # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached
     # (https://github.com/aws-samples/graceful-shutdown-with-aws-lambda): pending call-log records go out then.
-    return RequestTelemetry(guard, on_shutdown=[lambda: call_log.close(CALL_LOG_SHUTDOWN_BUDGET_SECONDS)])
+    return RequestTelemetry(
+        guard, on_shutdown=[tool_runs.flush, lambda: call_log.close(CALL_LOG_SHUTDOWN_BUDGET_SECONDS)]
+    )

@@ -4,10 +4,10 @@ handler to decorate).
 - RequestTelemetry (ASGI, outermost): correlation id on every log line, from `x-correlation-id` or the
   Lambda request id the adapter forwards in `x-amzn-request-context`; the X-Ray trace header; the
   ColdStart metric once per process.
-- ToolCallTelemetry (SDK ServerMiddleware, per tools/call): the call log record and the per-run
-  ToolName metrics (mcp_backend.observability.tool_invocation), no payloads anywhere. Records go to a
-  RecordShipper: no request waits for Kinesis; what is pending when the environment shuts down is flushed
-  on SIGTERM (uvicorn's lifespan shutdown, which RequestTelemetry hooks).
+- ToolCallTelemetry (SDK ServerMiddleware, per tools/call): the call log record and the tool run's ToolName
+  metrics (mcp_backend.observability.ToolRunMetrics: one blob per tool and second), no payloads anywhere.
+  Records go to a RecordShipper: no request waits for Kinesis. What is pending of either when the environment
+  shuts down is written on SIGTERM (uvicorn's lifespan shutdown, which RequestTelemetry hooks).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
 from mcp_backend.calllog.shipper import RecordShipper
 from mcp_backend.mcp.guard import principal_of
-from mcp_backend.observability import logger, metrics, tool_invocation
+from mcp_backend.observability import logger, metrics, tool_invocation, tool_runs
 
 _CORRELATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 CLIENT_DISCONNECTED = "client_disconnected"
@@ -149,6 +149,7 @@ class RequestTelemetry:
                 _count_client_disconnect()
             logger.info("mcp request", extra=extra)
             logger.thread_safe_remove_keys(["correlation_id", "user_id", "tool", *LAMBDA_CONTEXT_KEYS])
+            tool_runs.flush_if_due()  # no invocation end here: runs an idle second ago are written now
 
     def _before_shutdown_completes(self, send: Send) -> Send:
         async def send_after_hooks(message: Any) -> None:
