@@ -412,13 +412,13 @@ def test_a_batch_emits_one_blob_per_tool_with_a_value_per_job_and_the_default_di
     # When the worker handles it
     local.invoke(WORKER, event)
 
-    # Then one EMF blob for the tool carries ToolName next to the one service dimension and Environment, with a
-    # value per job: two invocations and durations, one success and one error
+    # Then one EMF blob for the tool carries ToolName next to the one service dimension and Environment: two
+    # invocations, one success and one error, and a duration per job
     [record] = emf_records(capsys.readouterr().out)
     dimensions = record["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]
     assert set(dimensions) == {"service", "Environment", "ToolName"}
     assert record["ToolName"] == "analyze_dataset" and record["Environment"] == "dev"
-    assert (record["ToolInvocation"], record["ToolSuccess"], record["ToolError"]) == ([1.0, 1.0], [1.0], [1.0])
+    assert (record["ToolInvocation"], record["ToolSuccess"], record["ToolError"]) == ([2.0], [1.0], [1.0])
     assert len(record["ToolDuration"]) == 2 and min(record["ToolDuration"]) >= 0
 
 

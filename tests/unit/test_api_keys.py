@@ -106,6 +106,27 @@ def test_without_the_extension_the_sdk_is_used_and_keys_authenticate(aws):
     assert authenticator.reader.extension_available is False
 
 
+def test_an_entry_too_long_to_carry_the_namespace_is_refused_and_the_others_still_work(aws):
+    from mcp_backend.api_keys import SecretReader, hash_api_key, new_api_key
+    from mcp_backend.mcp.auth import ApiKeyAuthenticator
+
+    # Given a key table with alice's key and an entry written before ids were namespaced, whose 127-character id
+    # is valid as stored and too long once prefixed with the API-key namespace
+    key, secret = new_api_key("user-alice", "pro")
+    old_key = "mcpk_" + "o" * 43
+    table = {**json.loads(secret), hash_api_key(old_key): {"userId": "u" * 127, "tier": "pro"}}
+    arn = boto3.client("secretsmanager").create_secret(Name="keys", SecretString=json.dumps(table))["ARN"]
+    authenticator = ApiKeyAuthenticator(SecretReader(arn, free_port()), cache_seconds=300)
+
+    # When both keys are presented
+    old = anyio.run(authenticator.authenticate, old_key)
+    alice = anyio.run(authenticator.authenticate, key)
+
+    # Then the old entry's key is refused, and alice's names her, namespaced
+    assert old is None
+    assert alice.user_id == "apikey:user-alice"
+
+
 def test_a_key_added_during_rotation_works_without_waiting_for_the_cache(aws, monkeypatch):
     from mcp_backend.api_keys import SecretReader, add_api_key
     from mcp_backend.mcp.auth import ApiKeyAuthenticator

@@ -135,13 +135,13 @@ def test_runs_within_the_interval_share_one_blob_per_tool_with_a_value_per_run(c
     written_before_flush = tool_blobs(capfd)
     runs.flush()
 
-    # Then nothing was written while the runs were under way, and the flush wrote one blob per tool: a value per
-    # run for invocations and durations, the outcomes counted, ToolName its dimension, stamped with the oldest run
+    # Then nothing was written while the runs were under way, and the flush wrote one blob per tool: the runs and
+    # their outcomes counted, a duration per run, ToolName its dimension, stamped with the oldest run
     assert written_before_flush == []
     blobs = {blob["ToolName"]: blob for blob in tool_blobs(capfd)}
     assert set(blobs) == {"get_job", "list_endpoints"}
     get_job = blobs["get_job"]
-    assert (get_job["ToolInvocation"], get_job["ToolSuccess"], get_job["ToolError"]) == ([1.0] * 3, [1.0] * 2, [1.0])
+    assert (get_job["ToolInvocation"], get_job["ToolSuccess"], get_job["ToolError"]) == ([3.0], [2.0], [1.0])
     assert len(get_job["ToolDuration"]) == 3
     assert "ToolName" in get_job["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]
     assert before_first_run * 1000 - 1 <= get_job["_aws"]["Timestamp"] <= time.time() * 1000
@@ -170,7 +170,7 @@ def test_runs_an_interval_old_are_written_by_the_next_check_and_a_busy_tool_in_b
         runs.flush()
         busy += tool_blobs(capfd)
 
-    # Then the run was written by the later check only, and the 120 runs went out in blobs of at most 50 values
+    # Then the run was written by the later check only, and the 120 runs went out in blobs of at most 50
     assert at_once == []
     assert [blob["ToolInvocation"] for blob in later] == [[1.0]]
-    assert [len(blob["ToolInvocation"]) for blob in busy] == [50, 50, 20]
+    assert [(blob["ToolInvocation"], len(blob["ToolDuration"])) for blob in busy] == [([50.0], 50), ([50.0], 50), ([20.0], 20)]

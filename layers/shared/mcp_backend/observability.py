@@ -62,14 +62,15 @@ class ToolRunMetrics:
 
     A blob's dimensions are the blob's, so each tool name gets its own. Runs are gathered and written as one EMF
     blob per tool name per flush, instead of a blob per run: a batch or a busy endpoint prints and parses a
-    blob per tool and second, not per call. Every run is still a value of its own (the same Sum, SampleCount
-    and percentiles as a blob per run), stamped with the time of the oldest run in it. `instrumented_handler`
+    blob per tool and second, not per call. The counts are summed per blob (the same Sum as a blob per run; the
+    dashboards read Sum) and every run's duration is a value of its own (the same percentiles), stamped with the
+    time of the oldest run in it. `instrumented_handler`
     flushes at the end of every invocation; the MCP endpoint, which has no invocation end, when a run finds the
     oldest pending one `interval_seconds` old, after each request once they are, and at shutdown. Runs happen
     in threads at once: the pending runs are shared, behind a lock.
     """
 
-    # Below Powertools' 100 values per metric, at which it would flush a blob on its own.
+    # Durations per blob: below Powertools' 100 values per metric, at which it would flush a blob on its own.
     MAX_RUNS_PER_BLOB = 50
 
     def __init__(self, interval_seconds: float = 1.0) -> None:
@@ -104,11 +105,11 @@ class ToolRunMetrics:
             for tool_name, runs in pending.items():
                 self._emf.set_timestamp(int((oldest or time.time()) * 1000))
                 self._emf.add_dimension(name="ToolName", value=tool_name)
-                for name, count in (("ToolSuccess", runs.succeeded), ("ToolError", runs.failed)):
-                    for _ in range(count):
-                        self._emf.add_metric(name=name, unit=MetricUnit.Count, value=1)
+                counts = (("ToolInvocation", len(runs.durations_ms)), ("ToolSuccess", runs.succeeded))
+                for name, count in (*counts, ("ToolError", runs.failed)):
+                    if count:
+                        self._emf.add_metric(name=name, unit=MetricUnit.Count, value=count)
                 for duration in runs.durations_ms:
-                    self._emf.add_metric(name="ToolInvocation", unit=MetricUnit.Count, value=1)
                     self._emf.add_metric(name="ToolDuration", unit=MetricUnit.Milliseconds, value=duration)
                 self._emf.flush_metrics()
 

@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Any, Protocol
 
+import anyio.to_thread
 from pydantic import ValidationError
 
 from mcp_backend.api_keys import (
@@ -79,8 +80,6 @@ class ApiKeyAuthenticator:
         self._lock = threading.Lock()
 
     async def authenticate(self, bearer_token: str, resource: str = "") -> Principal | None:
-        import anyio.to_thread
-
         if not bearer_token.startswith(API_KEY_PREFIX) or len(bearer_token) > 256:
             return None
         digest = hash_api_key(bearer_token)
@@ -90,12 +89,7 @@ class ApiKeyAuthenticator:
         found = _lookup(table, digest)
         if found is None and time.monotonic() - self._loaded_at > min(self.cache_seconds, 30.0):
             found = _lookup(await anyio.to_thread.run_sync(self._current_table, True), digest)
-        if found is None:
-            return None
-        try:
-            return found.namespaced(API_KEY_NAMESPACE)
-        except ValidationError:
-            return None  # an entry written before ids were namespaced, too long to carry the namespace
+        return found
 
     def challenge(self, resource: str = "", token_presented: bool = True) -> str:
         return 'Bearer realm="mcp", error="invalid_token"'
@@ -110,7 +104,7 @@ class ApiKeyAuthenticator:
         with self._lock:
             if force or time.monotonic() - self._loaded_at > self.cache_seconds:
                 try:
-                    self._table = ApiKeyTable.model_validate_json(self.reader.read(fresh=force)).root
+                    self._table = _namespaced(ApiKeyTable.model_validate_json(self.reader.read(fresh=force)).root)
                 except ValidationError:
                     # Keep serving the last good table; the message names no key material.
                     logger.error("API key secret is not a valid key table; keeping the previous one")
@@ -124,6 +118,18 @@ class ApiKeyAuthenticator:
                     )
                 self._loaded_at = time.monotonic()
             return self._table
+
+
+def _namespaced(table: dict[str, Principal]) -> dict[str, Principal]:
+    """The table's callers as they act: ids prefixed with the API-key namespace, once per read of the table. An
+    entry written before ids were namespaced, too long to carry the namespace, is left out (its key is refused)."""
+    callers = {}
+    for digest, principal in table.items():
+        try:
+            callers[digest] = principal.namespaced(API_KEY_NAMESPACE)
+        except ValidationError:
+            continue
+    return callers
 
 
 def _lookup(table: dict[str, Principal], digest: str) -> Principal | None:
