@@ -67,6 +67,8 @@ class JobOutcome(BaseModel):
     """What one run of a job ends with: the result's JSON text inline or the key of the object holding it
     (SUCCEEDED), or nothing (CANCELLED while it ran). A repeated delivery gets the status alone."""
 
+    model_config = ConfigDict(defer_build=True)  # built where jobs run or are read, not where modules load
+
     job_id: str
     status: JobStatus
     result_text: str | None = None
@@ -78,6 +80,8 @@ class JobOutcome(BaseModel):
 
 class JobError(BaseModel):
     """What a failed job records: the error's type and a message that carries no payload."""
+
+    model_config = ConfigDict(defer_build=True)
 
     type: str
     message: str

@@ -11,7 +11,7 @@ import time
 from typing import Any, Protocol
 
 import anyio.to_thread
-from pydantic import ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from mcp_backend.api_keys import (
     API_KEY_NAMESPACE,
@@ -44,6 +44,8 @@ class Authenticator(Protocol):
 
 class ScopedPrincipal(Principal):
     """A caller authenticated by an access token: only the tools its scopes allow (Access values)."""
+
+    model_config = ConfigDict(defer_build=True)  # built with the first access token (API keys never need it)
 
     access: frozenset[str] = frozenset()
 

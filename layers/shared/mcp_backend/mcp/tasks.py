@@ -60,7 +60,8 @@ STATUS_MESSAGES = {
 class TaskParams(RequestParams):
     """tasks/get and tasks/cancel: the task's id. A malformed id is invalid params (-32602)."""
 
-    model_config = ConfigDict(extra="allow", hide_input_in_errors=True)
+    # Built with the first tasks/* request, not with the app.
+    model_config = ConfigDict(extra="allow", hide_input_in_errors=True, defer_build=True)
 
     task_id: str = Field(alias="taskId", min_length=1, max_length=128)
 
