@@ -17,7 +17,7 @@ from mcp_backend.observability import (
     instrumented_handler,
     logger,
     metrics,
-    tool_invocation,
+    tool_runs,
 )
 
 
@@ -99,7 +99,7 @@ def test_every_flushed_metric_blob_carries_exactly_one_service_dimension(capfd):
     # Given a handler that runs one tool (its own blob) and records a handler-wide metric (the final blob)
     @instrumented_handler()
     def handler(event, ctx):
-        with tool_invocation("analyze_dataset"):
+        with tool_runs.run("analyze_dataset"):
             pass
         metrics.add_metric(name="Handled", unit="Count", value=1)
 

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,14 +63,15 @@ class ToolRunMetrics:
     A blob's dimensions are the blob's, so each tool name gets its own. Runs are gathered and written as one EMF
     blob per tool name per flush, instead of a blob per run: a batch or a busy endpoint prints and parses a
     blob per tool and second, not per call. The counts are summed per blob (the same Sum as a blob per run; the
-    dashboards read Sum) and every run's duration is a value of its own (the same percentiles), stamped with the
-    time of the oldest run in it. `instrumented_handler`
-    flushes at the end of every invocation; the MCP endpoint, which has no invocation end, when a run finds the
-    oldest pending one `interval_seconds` old, after each request once they are, and at shutdown. Runs happen
-    in threads at once: the pending runs are shared, behind a lock.
+    dashboards read Sum) and every run's duration is a value of its own (the same percentiles); a blob is stamped
+    with the time of the oldest run in it. `instrumented_handler` flushes at the end of every invocation; the MCP
+    endpoint, which has no invocation end, when a run finds the oldest pending one `interval_seconds` old, after
+    each request once they are, and at shutdown. Runs happen in threads at once: the pending runs are shared,
+    behind a lock.
     """
 
-    # Durations per blob: below Powertools' 100 values per metric, at which it would flush a blob on its own.
+    # Durations per blob: below the 100 values of one metric (Powertools' MAX_METRICS) at which Powertools would
+    # flush a blob on its own, with the dimensions it had then.
     MAX_RUNS_PER_BLOB = 50
 
     def __init__(self, interval_seconds: float = 1.0) -> None:
@@ -130,11 +131,6 @@ class ToolRunMetrics:
 
 
 tool_runs = ToolRunMetrics()
-
-
-def tool_invocation(tool_name: str) -> AbstractContextManager[None]:
-    """Count and time one tool run (ToolRunMetrics)."""
-    return tool_runs.run(tool_name)
 
 
 def count_limit_refusal(limit: str, tier: str, user_id: str, resets: str = "") -> None:

@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
 from mcp_backend.calllog.shipper import RecordShipper
 from mcp_backend.mcp.guard import principal_of
-from mcp_backend.observability import logger, metrics, tool_invocation, tool_runs
+from mcp_backend.observability import logger, metrics, tool_runs
 
 _CORRELATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 CLIENT_DISCONNECTED = "client_disconnected"
@@ -188,7 +188,7 @@ class ToolCallTelemetry:
         started = time.monotonic()
         error_type = ""
         try:
-            with tool_invocation(tool_name):
+            with tool_runs.run(tool_name):
                 result = await call_next(ctx)
                 if _is_tool_error(result):
                     raise _ReportedToolError(result)

@@ -55,7 +55,7 @@ from mcp_backend.jobs.queue import JobQueueMessages, job_type_of
 from mcp_backend.jobs.results import INLINE_RESULT_LIMIT_BYTES, ResultObjects, result_key, result_text
 from mcp_backend.jobs.run_records import RUN_KEY_JMESPATH, RUN_PAYLOAD_JMESPATH, JobRunRecords
 from mcp_backend.jobs.store import JOB_RETENTION_SECONDS, JobStore
-from mcp_backend.observability import logger, tool_invocation
+from mcp_backend.observability import logger, tool_runs
 from mcp_backend.tools.errors import ToolError
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.table import TOOLS, Tool, job_tools
@@ -265,7 +265,7 @@ class JobWorker:
         )
         context = self.services.context_for(tool, job.user_id, cancelled=cancelled)
         try:
-            with tool_invocation(job.tool):
+            with tool_runs.run(job.tool):
                 result = tool(job.input, context)
         except JobCancelled:
             logger.info("job cancelled by its owner; not completed")
