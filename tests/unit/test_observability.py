@@ -5,12 +5,16 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
 import time_machine
 
 from devstack.runtime.in_process import LocalLambdaContext
+from devstack.stack.template import ROOT
 from mcp_backend.observability import (
     ToolRunMetrics,
     count_limit_refusal,
@@ -175,3 +179,28 @@ def test_runs_an_interval_old_are_written_by_the_next_check_and_a_busy_tool_in_b
     assert [blob["ToolInvocation"] for blob in later] == [[1.0]]
     sizes = [(blob["ToolInvocation"], len(blob["ToolDuration"])) for blob in busy]
     assert sizes == [([50.0], 50), ([50.0], 50), ([20.0], 20)]
+
+
+def test_what_a_flush_writes_has_left_the_process_when_it_returns():
+    # Given a process whose stdout is a pipe (as on Lambda, where it is block-buffered), with a pending tool run
+    probe = (
+        "import os\n"
+        "from mcp_backend.observability import tool_runs\n"
+        "with tool_runs.run('get_job'):\n"
+        "    pass\n"
+        "tool_runs.flush()\n"
+        "os._exit(0)\n"  # killed right after, as Lambda does once the shutdown's time is up: no exit-time flush
+    )
+    environment = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(ROOT / "layers" / "shared"),
+        "POWERTOOLS_METRICS_NAMESPACE": "MCPServer",  # every function has it (Globals)
+    }
+
+    # When the runs are flushed and the process ends at once
+    out = subprocess.run([sys.executable, "-c", probe], env=environment, capture_output=True, text=True, timeout=60)
+
+    # Then the blob reached the pipe
+    assert out.returncode == 0, out.stderr[-2000:]
+    blobs = [json.loads(line) for line in out.stdout.splitlines() if line.startswith('{"_aws"')]
+    assert [blob["ToolInvocation"] for blob in blobs] == [[1.0]]

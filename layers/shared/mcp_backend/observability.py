@@ -113,6 +113,10 @@ class ToolRunMetrics:
                 for duration in runs.durations_ms:
                     self._emf.add_metric(name="ToolDuration", unit=MetricUnit.Milliseconds, value=duration)
                 self._emf.flush_metrics()
+            if pending:
+                # Powertools prints; stdout is a block-buffered pipe on Lambda, and the process may be killed
+                # right after its shutdown hooks: the blobs leave the process now.
+                sys.stdout.flush()
 
     def _add(self, tool_name: str, succeeded: bool, duration_ms: float) -> None:
         with self._lock:
