@@ -50,9 +50,11 @@ LAMBDA_PATH = "/var/lang/bin:/usr/local/bin:/usr/bin/:/bin:/opt/bin"
 LAMBDA_LD_LIBRARY_PATH = (
     "/var/lang/lib:/lib64:/usr/lib64:/var/runtime:/var/runtime/lib:/var/task:/var/task/lib:/opt/lib"
 )
-# The Shutdown phase's limit: 2,000 ms, of which up to 300 ms go to the runtime and the rest to external
-# extensions (runtimes-extensions-api.html, Shutdown phase). Here the runtime is killed at once.
+# The Shutdown phase's limit: 2,000 ms. With external extensions registered, Lambda sends the runtime SIGTERM and
+# gives it up to 300 ms, then SIGKILL; the rest goes to the extensions' SHUTDOWN
+# (https://github.com/aws-samples/graceful-shutdown-with-aws-lambda; runtimes-extensions-api.html, Shutdown phase).
 SHUTDOWN_GRACE_SECONDS = 2.0
+RUNTIME_SHUTDOWN_SECONDS = 0.3
 # How long an environment stays idle (back in its pool, the runtime and every extension waiting for their
 # next event) before it is frozen. Lambda freezes at once; the grace lets what an extension does after
 # an invocation (the call-log extension ships a platform.report within about a second) finish while the
@@ -353,8 +355,20 @@ class ExecutionEnvironment:
             metrics["initDurationMs"] = report.init_duration_ms
         self.extensions.emit("platform.report", {"requestId": report.request_id, "status": status, "metrics": metrics})
 
+    def terminate_runtime(self) -> None:
+        """The runtime's part of the Shutdown phase: SIGTERM, and SIGKILL if it has not exited in its 300 ms."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            os.kill(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=RUNTIME_SHUTDOWN_SECONDS)
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            self.end_runtime()
+
     def end_runtime(self) -> None:
-        """Stop the runtime process only (its extensions stay for their SHUTDOWN event)."""
+        """Stop the runtime process only, at once (its extensions stay for their SHUTDOWN event)."""
         if self.process is not None and self.process.poll() is None:
             try:
                 os.kill(self.process.pid, 9)
@@ -379,7 +393,7 @@ class ExecutionEnvironment:
         self.thaw()  # a frozen environment gets its SHUTDOWN like a running one
         if self.extensions.extensions and self.process is not None:
             # SHUTDOWN: the runtime goes first, then each extension gets the event and up to 2 s to finish.
-            self.end_runtime()
+            self.terminate_runtime()
             self.extensions.flush()
             self.extensions.dispatch(
                 {"eventType": "SHUTDOWN", "shutdownReason": self.shutdown_reason, "deadlineMs": _epoch_ms() + 2000}
