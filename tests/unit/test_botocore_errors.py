@@ -13,9 +13,10 @@ import sys
 from devstack.stack.template import ROOT
 
 PROBE = (
-    "import json, sys\n"
+    "import json, logging, sys\n"
     "from mcp_backend.aws import botocore_errors\n"
     "before = 'botocore.vendored' in sys.modules\n"  # what botocore.exceptions itself imports
+    "package_before = 'botocore' in logging.root.manager.loggerDict\n"  # botocore's __init__ makes its logger
     "import boto3\n"  # its own `import botocore.exceptions` reads the classes through the package
     "client = boto3.client('kinesis', endpoint_url=sys.argv[1])\n"
     "try:\n"
@@ -25,7 +26,8 @@ PROBE = (
     "    caught = type(error).__name__\n"
     "import botocore.exceptions\n"
     "same = botocore.exceptions.ClientError is botocore_errors.ClientError\n"
-    "print(json.dumps({'loaded_before': before, 'caught': caught, 'same': same}))\n"
+    "print(json.dumps({'loaded_before': before, 'package_loaded_before': package_before, 'caught': caught,\n"
+    "                  'same': same}))\n"
 )
 
 
@@ -58,11 +60,12 @@ def test_botocore_errors_load_on_first_use_and_catch_what_boto3_raises():
         check=False,
     )
 
-    # Then importing them ran none of botocore's exceptions module, the clause caught the connection error, and
-    # the classes are botocore's own
+    # Then importing them ran none of botocore (neither its exceptions module nor its package), the clause caught
+    # the connection error, and the classes are botocore's own
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {
         "loaded_before": False,
+        "package_loaded_before": False,
         "caught": "EndpointConnectionError",
         "same": True,
     }

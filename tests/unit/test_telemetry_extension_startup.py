@@ -171,6 +171,6 @@ def test_the_call_log_code_loads_with_the_first_records_before_the_next_event_is
     # Then the call-log code loaded (boto3 included), the event after the INVOKE was asked for only after the
     # delivery, and the report was shipped (here to a Kinesis endpoint that refuses, so counted as dropped)
     assert finished.returncode == 0, finished.stderr[-2000:]
-    assert {"boto3", "botocore", "pydantic", "mcp_backend.calllog.writer"} <= loaded(imported)
+    assert {"boto3", "botocore.session", "pydantic", "mcp_backend.calllog.writer"} <= loaded(imported)
     assert stand_in.asked_after_delivery == [False, True]
     assert "call-log-telemetry: 0 records written, 1 dropped" in finished.stderr
