@@ -11,6 +11,10 @@ import os
 import subprocess
 import sys
 
+import boto3
+
+from devstack.runtime.in_process import function_environment
+from devstack.stack.resources import LocalStack
 from devstack.stack.template import ROOT
 
 PROBE = (
@@ -26,24 +30,23 @@ PROBE = (
 )
 
 
-def test_building_the_app_loads_no_aws_sdk_no_jwt_no_tracing_sdk_and_no_monitor(aws):
-    # Given a fresh interpreter with the layer's package and McpServer's template environment (default
-    # AuthMode: API keys)
-    import boto3
-
-    from devstack.runtime.in_process import function_environment
-    from devstack.stack.resources import LocalStack
-
+def _mcp_server_environment() -> dict[str, str]:
     stack = LocalStack(boto3.client).create_all()
     spec = stack.function("McpServer")
     with function_environment(spec, stack.region):
         variables = {name: os.environ[name] for name in spec.environment}
-    environment = {
+    return {
         **variables,
         "PATH": os.environ["PATH"],
         "PYTHONPATH": str(ROOT / "layers" / "shared"),
         "AWS_REGION": stack.region,
     }
+
+
+def test_building_the_app_loads_no_aws_sdk_no_jwt_no_tracing_sdk_and_no_monitor(aws):
+    # Given a fresh interpreter with the layer's package and McpServer's template environment (default
+    # AuthMode: API keys)
+    environment = _mcp_server_environment()
 
     # When the app module is imported and the app built
     out = subprocess.run([sys.executable, "-c", PROBE], env=environment, capture_output=True, text=True, cwd="/")
@@ -55,3 +58,35 @@ def test_building_the_app_loads_no_aws_sdk_no_jwt_no_tracing_sdk_and_no_monitor(
     assert "mcp_backend" in loaded and "starlette" in loaded
     unpaid = {"boto3", "botocore_exceptions", "jwt", "oauth", "aws_xray_sdk", "monitor", "probe_registry"}
     assert not unpaid & loaded, sorted(unpaid & loaded)
+
+
+COLLECTIONS_PROBE = (
+    "import gc, json\n"
+    "collections = []\n"
+    "gc.callbacks.append(lambda phase, info: phase == 'start' and collections.append(info['generation']))\n"
+    "import mcp_backend.mcp.server as server\n"
+    "paused_after_import = not gc.isenabled()\n"
+    "server.create_app()\n"
+    "print(json.dumps({'collections': len(collections), 'paused_after_import': paused_after_import,\n"
+    "                  'enabled': gc.isenabled(), 'frozen': gc.get_freeze_count()}))\n"
+)
+
+
+def test_the_collector_is_paused_while_the_app_loads_and_resumed_over_a_frozen_startup_heap(aws):
+    # Given a fresh interpreter with the layer's package and McpServer's template environment, which records
+    # each run of the cyclic garbage collector
+    environment = _mcp_server_environment()
+
+    # When the app module is imported and the app built
+    out = subprocess.run(
+        [sys.executable, "-c", COLLECTIONS_PROBE], env=environment, capture_output=True, text=True, cwd="/"
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+
+    # Then the collector never ran while the SDK and the app loaded, and once the app is built it runs again,
+    # over a heap whose startup objects are frozen out of its reach
+    assert figures["paused_after_import"] is True
+    assert figures["collections"] == 0
+    assert figures["enabled"] is True
+    assert figures["frozen"] > 10_000

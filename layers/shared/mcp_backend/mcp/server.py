@@ -9,6 +9,15 @@ low-level server over the tool table (mcp_backend.mcp.table_server).
 
 from __future__ import annotations
 
+import gc
+
+# Importing the SDK and the app makes over a hundred thousand objects that live as long as the process (most of
+# them the pydantic models of both protocol eras), and the cyclic garbage collector runs again and again while
+# they are made, each full run walking all made so far: about a seventh of the cold start's CPU. It is paused
+# from here until create_app has built the app, which then freezes what startup made (later runs skip it) and
+# resumes it: docs/mcp-endpoint.md, "Cold start".
+gc.disable()
+
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
@@ -157,6 +166,17 @@ def create_app(
     )
     # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached
     # (https://github.com/aws-samples/graceful-shutdown-with-aws-lambda): pending call-log records go out then.
-    return RequestTelemetry(
+    app = RequestTelemetry(
         guard, on_shutdown=[tool_runs.flush, lambda: call_log.close(CALL_LOG_SHUTDOWN_BUDGET_SECONDS)]
     )
+    resume_collection_after_startup()
+    return app
+
+
+def resume_collection_after_startup() -> None:
+    """Once, after the first app is built: what startup made moves to the collector's permanent generation
+    (`gc.freeze`) and the collector, paused since this module was imported, runs again. No collection first:
+    it would cost tens of milliseconds and free no memory worth them (the few cycles startup left stay)."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
