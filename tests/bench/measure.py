@@ -8,10 +8,10 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from devstack.runtime.build_output import check_build, layer_dirs_for
 from devstack.runtime.runtime_image import host_architecture, prepare_runtime_image
@@ -20,6 +20,7 @@ from devstack.stack.template import Template
 from tests.e2e.conftest import BUILD_DIR, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 
 
 def fresh_interpreter_seconds(code: str, runs: int, env: dict[str, str] | None = None) -> float:
@@ -51,6 +52,26 @@ def probe_in_new_interpreter(python: os.PathLike[str] | str, code: str, args: li
     if out.returncode != 0:
         raise RuntimeError(f"{python} {' '.join(args)} failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def paired_runs(ours: Callable[[], T], baseline: Callable[[], T], pairs: int) -> list[tuple[T, T]]:
+    """`pairs` runs of each, one pair after the other, the order swapped every pair (so neither always runs on a
+    machine the other has just warmed or loaded)."""
+    runs = []
+    for index in range(pairs):
+        if index % 2:
+            second = baseline()
+            runs.append((ours(), second))
+        else:
+            first = ours()
+            runs.append((first, baseline()))
+    return runs
+
+
+def paired_ratio(runs: list[tuple[float, float]]) -> float:
+    """The median of each pair's ours / baseline: the load of a shared machine moves both runs of a pair alike,
+    so the ratio drifts less than the ratio of two medians taken minutes apart."""
+    return statistics.median(ours / baseline for ours, baseline in runs)
 
 
 @dataclass(frozen=True)
