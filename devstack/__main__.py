@@ -102,6 +102,11 @@ def run_dev(args: argparse.Namespace) -> int:
         build_dir=args.build_dir,
     )
     started = time.perf_counter()
+    # Ctrl-C is how the stack is stopped, even when whoever started it had SIGINT ignored (a shell's background
+    # job, nohup), which Python then leaves ignored: uvicorn installs its handlers the same way.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     install_log_prefixes()
     stack = DevStack(options)
     try:
@@ -110,12 +115,11 @@ def run_dev(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     ready_seconds = time.perf_counter() - started
-    dev_keys = issue_dev_keys(stack)
-    announce(stack.aws_url, stack.lambda_url)
-    print(banner(stack, ready_seconds, dev_keys), flush=True)
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    # From here a Ctrl-C stops the running stack, even one that comes while the banner is being written.
     try:
+        dev_keys = issue_dev_keys(stack)
+        announce(stack.aws_url, stack.lambda_url)
+        print(banner(stack, ready_seconds, dev_keys), flush=True)
         stopping.wait()  # Ctrl-C interrupts the wait (KeyboardInterrupt); SIGTERM sets the event
     except KeyboardInterrupt:
         pass

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -73,13 +74,13 @@ def free_port_block(count: int = 3) -> int:
 MAKE_DEV_GROUP = pytest.mark.xdist_group("make-dev")
 
 
-def start_make_dev(*options: str) -> tuple[subprocess.Popen[str], int, str]:
+def start_make_dev(*options: str, ignoring_sigint: bool = False) -> tuple[subprocess.Popen[str], int, str]:
     """`python -m devstack dev` started on free ports and read up to its banner or its error line: the
     process, its AWS endpoint port and that line. Ports probed free can be taken before the stack binds
     them (the machine's other connections take ephemeral ports too): then it starts again on fresh ones."""
     for attempt in range(3):
         port = free_port_block()
-        process = make_dev(port, *options)
+        process = make_dev(port, *options, ignoring_sigint=ignoring_sigint)
         assert process.stdout is not None
         line = ""
         for line in process.stdout:
@@ -92,8 +93,9 @@ def start_make_dev(*options: str) -> tuple[subprocess.Popen[str], int, str]:
     raise AssertionError("unreachable")
 
 
-def make_dev(port: int, *options: str) -> subprocess.Popen[str]:
-    """`python -m devstack dev` (what make dev runs) from the repository root, output as text on stdout."""
+def make_dev(port: int, *options: str, ignoring_sigint: bool = False) -> subprocess.Popen[str]:
+    """`python -m devstack dev` (what make dev runs) from the repository root, output as text on stdout;
+    `ignoring_sigint`: started as a shell starts a background job or nohup a command, with SIGINT ignored."""
     root = Path(__file__).resolve().parents[2]
     return subprocess.Popen(
         [sys.executable, "-m", "devstack", "dev", "--port", str(port), *options],
@@ -102,6 +104,7 @@ def make_dev(port: int, *options: str) -> subprocess.Popen[str]:
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONPATH": f"{root / 'layers' / 'shared'}:{root}"},
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignoring_sigint else None,
     )
 
 

@@ -78,3 +78,24 @@ def test_ctrl_c_stops_make_dev_at_rest_and_exits_cleanly():
     assert "stopping the local stack" in output
     assert "stopped." in output
     assert "Traceback" not in output
+
+
+@MAKE_DEV_GROUP
+def test_ctrl_c_stops_make_dev_started_with_sigint_ignored():
+    # Given `python -m devstack dev` started as a shell starts a background job (or nohup a command): with
+    # SIGINT ignored, which the process inherits
+    process, _, line = start_make_dev(ignoring_sigint=True)
+    try:
+        assert "local stack ready" in line, line
+
+        # When Ctrl-C reaches it
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+    # Then it stops and exits 0 all the same: Ctrl-C is how the stack is stopped
+    assert process.returncode == 0
+    assert "stopped." in output
