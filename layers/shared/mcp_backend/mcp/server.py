@@ -12,10 +12,10 @@ from __future__ import annotations
 import gc
 
 # Importing the SDK and the app makes over a hundred thousand objects that live as long as the process (most of
-# them the pydantic models of both protocol eras), and the cyclic garbage collector runs again and again while
-# they are made, each full run walking all made so far: about a seventh of the cold start's CPU. It is paused
-# from here until create_app has built the app, which then freezes what startup made (later runs skip it) and
-# resumes it: docs/mcp-endpoint.md, "Cold start".
+# them the pydantic models of both protocol eras), and the cyclic garbage collector ran some 60 times while they
+# were made, for about a tenth of the cold start's CPU. It is paused from here until create_app has built the
+# app, which then freezes what startup made (later runs skip it) and resumes it: docs/mcp-endpoint.md, "Cold
+# start"; make bench measures what the pause is worth.
 gc.disable()
 
 import logging
