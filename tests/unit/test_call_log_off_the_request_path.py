@@ -9,11 +9,10 @@ import threading
 from typing import Any
 
 import anyio
-import httpx
 
 from mcp_backend.mcp.server import create_app
 from mcp_backend.observability import tool_runs
-from tests.unit.endpoint_fakes import HOST, SETTINGS, EveryoneIsAlice, RoomyRateTable
+from tests.unit.endpoint_fakes import SETTINGS, EveryoneIsAlice, RoomyRateTable, ServedInProcess
 
 
 class SlowKinesis:
@@ -51,35 +50,17 @@ def test_a_tool_call_is_answered_before_its_call_log_record_is_put_and_shutdown_
         "authorization": "Bearer key",
     }
 
-    async def scenario() -> tuple[int, bool, list[str]]:
-        startup, shutdown = anyio.Event(), anyio.Event()
-        sent: list[str] = []
-        inbox = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
-
-        async def receive() -> dict[str, Any]:
-            if len(inbox) == 1:
-                await shutdown.wait()
-            return inbox.pop(0)
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message["type"])
-            if message["type"] == "lifespan.startup.complete":
-                startup.set()
-
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(app, {"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
-            await startup.wait()
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url=f"https://{HOST}") as client:
-                # When a tool is called
-                response = await client.post("/mcp", json=body, headers=headers)
+    async def scenario() -> tuple[int, bool, list[str], list[str]]:
+        served = ServedInProcess(app)
+        async with served as client:
+            # When a tool is called
+            response = await client.post("/mcp", json=body, headers=headers)
             # (the record may or may not have reached the stream's thread yet; it is not put until released)
             put_before_answer = bool(kinesis.records)
             metrics_with_answer = tool_metric_blobs(capfd)
             # And the server shuts down while the put is released
             kinesis.release.set()
-            shutdown.set()
-        return response.status_code, put_before_answer, metrics_with_answer, sent
+        return response.status_code, put_before_answer, metrics_with_answer, served.sent
 
     status, put_before_answer, metrics_with_answer, sent = anyio.run(scenario)
 

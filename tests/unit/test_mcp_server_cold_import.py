@@ -1,8 +1,9 @@
 """What McpServer's cold start pays for: importing the app module and building the app loads neither the AWS SDK
 (clients are built on first use, botocore's exception classes with the first except clause that reads them) nor
 pyjwt (OAuth token checks load it with the first token) under the default
-AuthMode (nor our OAuth module: token verification), no tracing SDK, and not the endpoints service's monitor and
-probes packages (its tools' first call loads them)."""
+AuthMode (nor our OAuth module: token verification), no tracing SDK, not the endpoints service's monitor and
+probes packages (its tools' first call loads them), and none of the SDK's client, stdio transports or MCPServer,
+which the SDK's package __init__s re-export (nor do the first requests load them)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ PROBE = (
     "loaded |= {'monitor'} if 'mcp_backend.monitor' in sys.modules else set()\n"
     "loaded |= {'probe_registry'} if 'mcp_backend.probes.registry' in sys.modules else set()\n"
     "loaded |= {'botocore_exceptions'} if 'botocore.vendored' in sys.modules else set()  # what they import\n"
+    "loaded |= {'sdk_client'} if 'mcp.client.client' in sys.modules else set()\n"
+    "loaded |= {'sdk_mcpserver'} if 'mcp.server.mcpserver' in sys.modules else set()\n"
+    "loaded |= {'sdk_stdio'} if 'mcp.server.stdio' in sys.modules else set()\n"
     "print(json.dumps(sorted(loaded)))\n"
 )
 
@@ -43,7 +47,7 @@ def _mcp_server_environment() -> dict[str, str]:
     }
 
 
-def test_building_the_app_loads_no_aws_sdk_no_jwt_no_tracing_sdk_and_no_monitor(aws):
+def test_building_the_app_loads_no_aws_sdk_no_jwt_no_tracing_sdk_no_monitor_and_no_mcp_client(aws):
     # Given a fresh interpreter with the layer's package and McpServer's template environment (default
     # AuthMode: API keys)
     environment = _mcp_server_environment()
@@ -54,9 +58,11 @@ def test_building_the_app_loads_no_aws_sdk_no_jwt_no_tracing_sdk_and_no_monitor(
     loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
 
     # Then the app is built without the AWS SDK (botocore's exceptions included), pyjwt, our OAuth token checks,
-    # a tracing SDK, MonitorTable or the endpoint registry in the process
-    assert "mcp_backend" in loaded and "starlette" in loaded
+    # a tracing SDK, MonitorTable, the endpoint registry, or the MCP SDK's client (httpx2), stdio transports and
+    # MCPServer in the process
+    assert "mcp_backend" in loaded and "starlette" in loaded and "mcp" in loaded
     unpaid = {"boto3", "botocore_exceptions", "jwt", "oauth", "aws_xray_sdk", "monitor", "probe_registry"}
+    unpaid |= {"httpx2", "sdk_client", "sdk_mcpserver", "sdk_stdio"}
     assert not unpaid & loaded, sorted(unpaid & loaded)
 
 
@@ -90,3 +96,30 @@ def test_the_collector_is_paused_while_the_app_loads_and_resumed_over_a_frozen_s
     assert figures["collections"] == 0
     assert figures["enabled"] is True
     assert figures["frozen"] > 10_000
+
+
+def test_the_first_requests_load_none_of_the_sdk_client_and_its_re_exports_still_resolve(aws):
+    # Given a fresh interpreter with the layer's package and McpServer's template environment, which builds the
+    # endpoint in-process over fake AWS clients
+    environment = _mcp_server_environment()
+    environment["PYTHONPATH"] += os.pathsep + str(ROOT)
+
+    # When it answers initialize, tools/list and a tools/call of get_job in two protocol eras
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.unit.endpoint_first_requests"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+
+    # Then every request was answered, and no module of the SDK's client, stdio transports or MCPServer was loaded
+    assert figures["statuses"] == [200] * 6
+    assert "mcp.server.lowlevel.server" in figures["sdk_modules"]
+    unpaid = [name for name in figures["sdk_modules"] if name.startswith(("mcp.client", "mcp.server.mcpserver"))]
+    assert unpaid == [] and "mcp.server.stdio" not in figures["sdk_modules"]
+    # And the names the SDK's packages re-export (MCPServer, Client) still resolve when read
+    assert figures["re_exports_resolve"] is True

@@ -8,41 +8,13 @@ Owners of a table, queue or topic take a client (tests inject moto's or a double
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import sys
 import threading
 import weakref
 from collections.abc import Callable
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-
-def _loaded_on_first_use(name: str) -> ModuleType:
-    """Module `name`, executed when one of its attributes is first read (the standard library's LazyLoader);
-    a package it is in that nothing has imported yet is loaded alike, not executed to find it."""
-    if name in sys.modules:
-        return sys.modules[name]
-    parent_name, _, child = name.rpartition(".")
-    if parent_name:
-        # Found in the package's folders, as the import system would, without running the package's __init__.
-        parent_spec = importlib.util.find_spec(parent_name)
-        if parent_spec is None or parent_spec.submodule_search_locations is None:
-            raise ModuleNotFoundError(name)
-        parent = _loaded_on_first_use(parent_name)
-        spec = importlib.machinery.PathFinder.find_spec(name, parent_spec.submodule_search_locations)
-    else:
-        spec = importlib.util.find_spec(name)
-    if spec is None or spec.loader is None:
-        raise ModuleNotFoundError(name)
-    spec.loader = importlib.util.LazyLoader(spec.loader)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    if parent_name:  # as the import system binds a loaded submodule: `import botocore.exceptions` code reads it there
-        setattr(parent, child, module)
-    return module
-
+from mcp_backend.lazy_imports import loaded_on_first_use
 
 # botocore's exception classes, for except clauses. They load with the first one such a clause evaluates (a clause
 # is evaluated only when an exception reaches it, and a botocore error has loaded them already), not with the
@@ -50,7 +22,7 @@ def _loaded_on_first_use(name: str) -> ModuleType:
 if TYPE_CHECKING:
     import botocore.exceptions as botocore_errors
 else:
-    botocore_errors = _loaded_on_first_use("botocore.exceptions")
+    botocore_errors = loaded_on_first_use("botocore.exceptions")
 
 ClientFactory = Callable[[str], Any]
 # A boto3 client type (mypy_boto3_<service>, imported only under TYPE_CHECKING where it is named).

@@ -18,6 +18,13 @@ import gc
 # start"; make bench measures what the pause is worth.
 gc.disable()
 
+from mcp_backend.lazy_imports import package_init_deferred
+
+# The SDK's top-level packages re-export its client, stdio transports and MCPServer, none of which the endpoint
+# runs (it imports the low-level server's modules by their full names); their __init__ runs only if one of those
+# names is read: docs/mcp-endpoint.md, "Cold start".
+package_init_deferred("mcp.server")
+
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
