@@ -104,7 +104,8 @@ def test_the_first_requests_load_none_of_the_sdk_client_and_its_re_exports_still
     environment = _mcp_server_environment()
     environment["PYTHONPATH"] += os.pathsep + str(ROOT)
 
-    # When it answers initialize, tools/list and a tools/call of get_job in two protocol eras
+    # When it answers the first requests (initialize or server/discover, tools/list, a tools/call of get_job) of
+    # three protocol versions, both eras among them
     out = subprocess.run(
         [sys.executable, "-m", "tests.unit.endpoint_first_requests"],
         env=environment,
@@ -117,7 +118,7 @@ def test_the_first_requests_load_none_of_the_sdk_client_and_its_re_exports_still
     figures = json.loads(out.stdout.strip().splitlines()[-1])
 
     # Then every request was answered, and no module of the SDK's client, stdio transports or MCPServer was loaded
-    assert figures["statuses"] == [200] * 6
+    assert figures["statuses"] == [200] * 9
     assert "mcp.server.lowlevel.server" in figures["sdk_modules"]
     unpaid = [name for name in figures["sdk_modules"] if name.startswith(("mcp.client", "mcp.server.mcpserver"))]
     assert unpaid == [] and "mcp.server.stdio" not in figures["sdk_modules"]
