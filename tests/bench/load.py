@@ -47,6 +47,7 @@ async def _connection(url: str, headers: dict[str, str], body: bytes, count: int
 
 
 async def _response(connection: h11.Connection, reader: asyncio.StreamReader) -> tuple[int, str]:
+    """The status and body of the response to the request just sent (an interim 1xx response is skipped)."""
     status, chunks = 0, []
     while True:
         event = connection.next_event()
@@ -58,8 +59,8 @@ async def _response(connection: h11.Connection, reader: asyncio.StreamReader) ->
             chunks.append(bytes(event.data))
         elif isinstance(event, h11.EndOfMessage):
             return status, b"".join(chunks).decode()
-        elif isinstance(event, h11.ConnectionClosed):
-            raise RuntimeError("the server closed the connection before the response ended")
+        elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+            raise RuntimeError(f"the response did not end: {event!r}")
 
 
 async def phase(url: str, headers: dict[str, str], body: bytes, requests: int, connections: int) -> dict[str, Any]:
