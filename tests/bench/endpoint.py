@@ -25,7 +25,6 @@ import boto3
 import httpx
 
 from devstack.runtime.procfs import cpu_seconds
-from tests.bench.load import WARM_UP_REQUESTS
 from tests.bench.measure import RESULTS, ROOT, DeployedPython, paired_ratio, paired_runs, probe_in_new_interpreter
 from tests.e2e.conftest import free_port, mcp_environment
 
@@ -87,11 +86,27 @@ def wait_for(port: int, process: subprocess.Popen, path: str = "/") -> None:
 
 
 def load(url: str, headers: dict[str, str], body: dict[str, Any], cpus: set[int], server_pid: int) -> dict[str, Any]:
-    """One round: the phases' figures, and the server process's CPU time per request over the round (user +
-    system, warm-up included): unlike req/s, it hardly moves when other work shares the machine."""
-    job = {"url": url, "headers": headers, "body": body, "phases": PHASES}
-    cpu_before = cpu_seconds(server_pid)
-    client_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """One round: 50 warm-up requests, then each phase in a load process of its own, with the server process's CPU
+    time (user + system) per request over each phase: unlike req/s, it hardly moves when other work shares the
+    machine. The sequential phase is how Lambda runs the endpoint: one request at a time per environment."""
+    job = {"url": url, "headers": headers, "body": body}
+    _run_load({**job, "phases": []}, cpus)
+    phases, server_cpu_ms, client_seconds = [], {}, 0.0
+    for phase in PHASES:
+        cpu_before = cpu_seconds(server_pid)
+        client_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        phases.extend(_run_load({**job, "phases": [phase], "warm_up": 0}, cpus))
+        cpu_after = cpu_seconds(server_pid)
+        client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if cpu_before is not None and cpu_after is not None:
+            server_cpu_ms[phase_name(phase)] = (cpu_after - cpu_before) / phase["requests"] * 1000
+        client_seconds += sum(getattr(client_after, f) - getattr(client_before, f) for f in ("ru_utime", "ru_stime"))
+    # The client's whole processes (their interpreters' start included) per request: an upper bound on what it spends.
+    requests = sum(phase["requests"] for phase in PHASES)
+    return {"phases": phases, "server_cpu_ms": server_cpu_ms, "client_cpu_ms": client_seconds / requests * 1000}
+
+
+def _run_load(job: dict[str, Any], cpus: set[int]) -> list[dict[str, Any]]:
     out = subprocess.run(
         [sys.executable, "-m", "tests.bench.load"],
         input=json.dumps(job),
@@ -102,18 +117,12 @@ def load(url: str, headers: dict[str, str], body: dict[str, Any], cpus: set[int]
         preexec_fn=pinned(cpus),
     )
     if out.returncode != 0:
-        raise RuntimeError(f"load on {url} failed: {out.stderr[-2000:]}")
-    requests = WARM_UP_REQUESTS + sum(phase["requests"] for phase in PHASES)
-    cpu_after = cpu_seconds(server_pid)
-    client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu_ms = None if cpu_before is None or cpu_after is None else (cpu_after - cpu_before) / requests * 1000
-    client_seconds = sum(getattr(client_after, f) - getattr(client_before, f) for f in ("ru_utime", "ru_stime"))
-    # The client's whole process (its interpreter's start included) per request: an upper bound on what it spends.
-    return {
-        "phases": json.loads(out.stdout),
-        "server_cpu_ms": cpu_ms,
-        "client_cpu_ms": client_seconds / requests * 1000,
-    }
+        raise RuntimeError(f"load on {job['url']} failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout)
+
+
+def phase_name(phase: dict[str, Any]) -> str:
+    return "sequential" if phase["connections"] == 1 else f"{phase['connections']} connections"
 
 
 def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -348,9 +357,10 @@ def _best(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [max((r[i] for r in rounds), key=lambda phase: phase["rps"]) for i in range(len(PHASES))]
 
 
-def _least_cpu(rounds: list[dict[str, Any]]) -> float | None:
-    measured = [r["server_cpu_ms"] for r in rounds if r["server_cpu_ms"] is not None]
-    return min(measured) if measured else None
+def _least_cpu(rounds: list[dict[str, Any]]) -> dict[str, float]:
+    """Per phase, the least server CPU per request of the rounds."""
+    names = {name for r in rounds for name in r["server_cpu_ms"]}
+    return {name: min(r["server_cpu_ms"][name] for r in rounds if name in r["server_cpu_ms"]) for name in names}
 
 
 def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[int]) -> list[str]:
@@ -379,29 +389,38 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
     ]
     for case, runs in results.items():
         for ours, stock in zip(runs["ours"], runs["stock"], strict=True):
-            phase = "sequential" if ours["connections"] == 1 else f"{ours['connections']} connections"
+            phase = phase_name(ours)
             lines.append(
                 f"| `{case}` | {phase} | {ours['rps']:.0f} | {stock['rps']:.0f} | {ours['rps'] / stock['rps']:.2f}x "
                 f"| {ours['p50_ms']:.1f} / {ours['p99_ms']:.1f} ms | {stock['p50_ms']:.1f} / {stock['p99_ms']:.1f} ms |"
             )
     lines += [
         "",
-        "Server CPU time per request (the server process's user + system time over a round, warm-up included, "
+        "Server CPU time per request (the server process's user + system time over each phase, warm-up left out, "
         "least of the rounds; Linux only): what the server itself spends, less disturbed than req/s by other "
-        "work on the machine, though not immune to it.",
+        "work on the machine, though not immune to it. Sequential is how Lambda runs the endpoint: an execution "
+        "environment serves one request at a time and waits idle between them "
+        "(https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html); over "
+        f"{CONNECTIONS} connections the server is never idle, so what each wake-up costs is shared by many requests.",
         "",
-        "| request | server | CPU / request | ours / this server |",
-        "|---|---|---|---|",
+        "| request | server | CPU / request, sequential | ours / this server "
+        f"| CPU / request, {CONNECTIONS} connections | ours / this server |",
+        "|---|---|---|---|---|---|",
     ]
     for case, runs in results.items():
         cpu = runs["server_cpu_ms"]
         for name in ("ours", *STOCK_FACTORIES):
-            if cpu.get(name) and cpu.get("ours"):
-                lines.append(f"| `{case}` | {name} | {cpu[name]:.2f} ms | {cpu['ours'] / cpu[name]:.2f}x |")
+            cells = [
+                f"{cpu[name][phase]:.2f} ms | {cpu['ours'][phase] / cpu[name][phase]:.2f}x"
+                if cpu.get(name, {}).get(phase) and cpu.get("ours", {}).get(phase)
+                else "n/a | n/a"
+                for phase in map(phase_name, PHASES)
+            ]
+            lines.append(f"| `{case}` | {name} | {' | '.join(cells)} |")
     client = ", ".join(f"`{case}` {runs['client_cpu_ms']:.2f} ms" for case, runs in results.items())
     lines += [
         "",
-        f"The load client's CPU per request, its whole process (the interpreter's start included), most of any "
+        f"The load client's CPU per request, its whole processes (their interpreters' start included), most of any "
         f"round: {client}. Below every server's, so the server, not the client, fills its core over "
         f"{CONNECTIONS} connections (httpx's client, used before, spent about 2 ms per request: it was the "
         "bottleneck, and those req/s measured it).",
@@ -411,7 +430,8 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
         "Targets, from the same rounds: `tools/list` at least 1.2x the stock app's req/s (its SSE default) and at "
         "least 1.0x the stock app answering JSON (`json_response=True`), sequential and over "
         f"{CONNECTIONS} connections; `tools/call` server CPU at most 1.2x that of the stock app whose `get_job` makes "
-        "the same single GetItem (`create_getitem_app`). Ours answers JSON for requests ready at once and an event "
+        "the same single GetItem (`create_getitem_app`), in the CPU table above (sequential: as Lambda runs it). "
+        "Ours answers JSON for requests ready at once and an event "
         "stream only for calls that report progress (docs/mcp-endpoint.md).",
         "",
         "| request | phase | ours / stock (SSE) | ours / stock (JSON) | ours / stock get_job (JSON) |",
@@ -419,7 +439,7 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
     ]
     for case, runs in results.items():
         for index, ours in enumerate(runs["ours"]):
-            phase = "sequential" if ours["connections"] == 1 else f"{ours['connections']} connections"
+            phase = phase_name(ours)
             ratios = " | ".join(
                 f"{ours['rps'] / runs[name][index]['rps']:.2f}x" for name in ("stock", "stock_json", "stock_getitem")
             )

@@ -1,10 +1,11 @@
-"""The load client of the endpoint benchmark, run in its own process (`python -m tests.bench.load`) so
-its work never shares an interpreter (or, when pinned, a core) with the server it measures.
+"""The load client of the endpoint benchmark, run in its own process (`python -m tests.bench.load`) so its work
+never shares an interpreter (or, when pinned, a core) with the server it measures.
 
-Reads one JSON job on stdin: url, headers, body, and the phases; writes one JSON result per phase on
-stdout. A phase is `requests` POSTs spread over `connections` keep-alive connections, each connection
-sending its next request when the previous response has been read in full. Every response must be a
-200 whose body holds a JSON-RPC result, or the phase fails (a fast error is not a fast server).
+Reads one JSON job on stdin: url, headers, body, the phases, and optionally how many warm-up requests go first
+(`warm_up`, default 50); writes one JSON result per phase on stdout. A phase is `requests` POSTs spread over
+`connections` keep-alive connections, each connection sending its next request when the previous response has
+been read in full. Every response must be a 200 whose body holds a JSON-RPC result, or the phase fails (a fast
+error is not a fast server).
 """
 
 from __future__ import annotations
@@ -82,7 +83,9 @@ async def phase(url: str, headers: dict[str, str], body: bytes, requests: int, c
 
 async def run(job: dict[str, Any]) -> list[dict[str, Any]]:
     body = json.dumps(job["body"]).encode()
-    await phase(job["url"], job["headers"], body, WARM_UP_REQUESTS, 1)
+    warm_up = job.get("warm_up", WARM_UP_REQUESTS)
+    if warm_up:
+        await phase(job["url"], job["headers"], body, warm_up, 1)
     return [await phase(job["url"], job["headers"], body, p["requests"], p["connections"]) for p in job["phases"]]
 
 
