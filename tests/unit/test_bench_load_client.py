@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,7 +55,9 @@ def server() -> Iterator[tuple[str, Answers]]:
     running = uvicorn.Server(config)
     thread = threading.Thread(target=running.run, daemon=True)
     thread.start()
+    deadline = time.monotonic() + 10
     while not running.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the loopback server did not start"
         thread.join(0.01)
     port = running.servers[0].sockets[0].getsockname()[1]
     yield f"http://127.0.0.1:{port}/mcp", answers
