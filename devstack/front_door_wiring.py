@@ -5,13 +5,14 @@ with the variables the local stack changes for it (allowed hosts and origins, OA
 from __future__ import annotations
 
 import dataclasses
+import socket
 from collections.abc import Callable
 from typing import Any
 
 from devstack.front_doors.function_urls import NotAWebFunction, WebFunction
 from devstack.front_doors.function_urls import serve as serve_web
 from devstack.front_doors.web_adapter import serve_function_url
-from devstack.ports import require_free
+from devstack.ports import listen_on
 from devstack.runtime.lambda_runtime import LambdaRuntime
 from devstack.stack.intrinsics import Unsupported
 from devstack.stack.template import Template
@@ -21,7 +22,7 @@ from devstack.wired_stack import LocalEnvironment
 @dataclasses.dataclass(frozen=True)
 class FunctionUrlSettings:
     host: str
-    first_port: int  # the first Function URL is served here, the next on +1
+    first_listener: socket.socket  # the first Function URL is served here, the next on the next port
     function_overrides: dict[str, str]
     aws_url: str  # where a created user pool's JWKS is served
 
@@ -34,13 +35,13 @@ def serve_function_urls(
     notice: Callable[[str, str], None],
 ) -> None:
     """Serve each Function URL whose function runs a web app behind the Lambda Web Adapter, into `served`."""
-    port = settings.first_port
+    listener: socket.socket | None = settings.first_listener
+    port = settings.first_listener.getsockname()[1]
     for logical_id, url in template.resources("AWS::Lambda::Url").items():
         function = _url_target(template, url["Properties"]["TargetFunctionArn"])
         try:
             spec = environment.stack.function(function)
-            if port != settings.first_port:
-                require_free(settings.host, port)
+            listener = listener or listen_on(settings.host, port)
             host = f"{settings.host}:{port}"
             # Browser pages on the stack's own loopback origins may call it, besides what the template allows.
             allowed = settings.function_overrides.get("MCP_ALLOWED_ORIGINS")
@@ -55,14 +56,16 @@ def serve_function_urls(
             }
             lambda_runtime = environment.lambda_runtime
             if lambda_runtime is not None:
-                web = _serve_in_lambda_runtime(lambda_runtime, function, settings.host, port, overrides)
+                web = _serve_in_lambda_runtime(lambda_runtime, function, listener, overrides)
             else:
-                web = serve_web(spec, settings.host, port, "us-east-1", overrides)
+                web = serve_web(spec, listener, "us-east-1", overrides)
             served[logical_id] = web
             environment.stack.ensure(logical_id).attributes["FunctionUrl"] = f"{web.url}/"
-            port += 1
+            listener, port = None, port + 1
         except (NotAWebFunction, Unsupported, LookupError) as reason:
             notice(logical_id, f"Function URL not served: {reason}")
+    if listener is not None and listener is not settings.first_listener:
+        listener.close()  # taken for a URL that was not served (the stack closes its first at stop)
 
 
 def _oauth_overrides(environment: dict[str, str], url: str, aws_url: str) -> dict[str, str]:
@@ -78,7 +81,7 @@ def _oauth_overrides(environment: dict[str, str], url: str, aws_url: str) -> dic
 
 
 def _serve_in_lambda_runtime(
-    runtime: LambdaRuntime, function: str, host: str, port: int, overrides: dict[str, str]
+    runtime: LambdaRuntime, function: str, listener: socket.socket, overrides: dict[str, str]
 ) -> WebFunction:
     lambda_function = runtime.functions[function]
     if not lambda_function.exec_wrapper:
@@ -86,7 +89,7 @@ def _serve_in_lambda_runtime(
     runtime.functions[function] = dataclasses.replace(
         lambda_function, environment={**lambda_function.environment, **overrides}
     )
-    return serve_function_url(runtime.pool(function), host, port)
+    return serve_function_url(runtime.pool(function), listener)
 
 
 def _url_target(template: Template, expression: Any) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterable
@@ -26,7 +27,7 @@ from devstack.front_doors.destinations import Destinations
 from devstack.front_doors.function_urls import WebFunction
 from devstack.front_doors.function_urls import stop as stop_web
 from devstack.front_doors.lambda_api import LambdaApi
-from devstack.ports import require_free
+from devstack.ports import listen_on_each
 from devstack.process_environment import ProcessEnvironment
 from devstack.runtime.build_output import DEFAULT_BUILD_DIR
 from devstack.runtime.function_errors import FunctionError
@@ -92,6 +93,7 @@ class DevStack:
         self._deliveries = Deliveries()  # SQS pollers' batches: waited for at the stop, not their long polls
         self._stopping = threading.Event()
         self._moto: Any = None
+        self._listeners: list[socket.socket] = []  # the AWS, Lambda and first Function URL ports, held from the start
         self._process_environment = ProcessEnvironment()
         self.environment: LocalEnvironment
         self.ttl: TtlSweeper  # DynamoDB's TTL, which moto does not run
@@ -103,11 +105,13 @@ class DevStack:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> DevStack:
-        for port in (self.options.aws_port, self.options.lambda_port, self.options.web_port):
-            require_free(self.options.host, port)
+        self._listeners = listen_on_each(
+            self.options.host, (self.options.aws_port, self.options.lambda_port, self.options.web_port)
+        )
+        aws_listener, lambda_listener, web_listener = self._listeners
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call is noise
         make_item_operations_atomic()
-        self._moto = MotoServerWithMoveTasks(ip_address=self.options.host, port=self.options.aws_port, verbose=False)
+        self._moto = MotoServerWithMoveTasks(aws_listener)
         self._moto.start()
         # Event-source loops wait for a write rather than poll an idle stack (devstack.sources.write_signal).
         self._moto._server.app = self.writes.wrap(self._moto._server.app)
@@ -126,6 +130,7 @@ class DevStack:
             )
         except Exception:
             self._moto.stop()  # nothing half-starts
+            self._close_listeners()
             self._process_environment.restore()
             raise
         self.notices.extend(self.environment.stack.notices)
@@ -155,13 +160,11 @@ class DevStack:
             issue_token=ClientCredentialsTokens(lambda: self.client("cognito-idp"), "us-east-1").issue,
             sam_env_vars=self.sam_env_vars,
         )
-        self.lambda_api.serve(self.options.host, self.options.lambda_port)
+        self.lambda_api.serve(lambda_listener)
         serve_function_urls(
             self.template,
             self.environment,
-            FunctionUrlSettings(
-                self.options.host, self.options.web_port, self.options.function_overrides, self.aws_url
-            ),
+            FunctionUrlSettings(self.options.host, web_listener, self.options.function_overrides, self.aws_url),
             self.web_functions,
             self._notice,
         )
@@ -206,7 +209,12 @@ class DevStack:
             self.lambda_api.shutdown()
             if self._moto is not None:
                 self._moto.stop()
+            self._close_listeners()
             self._process_environment.restore()
+
+    def _close_listeners(self) -> None:
+        for listener in self._listeners:
+            listener.close()  # the servers answering on them close their own copies
 
     def _longest_timeout(self) -> float:
         return max((float(spec.timeout) for spec in self.environment.stack.functions().values()), default=3.0)

@@ -99,7 +99,7 @@ def app_target(spec: FunctionSpec) -> tuple[str, bool]:
     return match.group("target"), "--factory" in match.group("flags")
 
 
-def serve(spec: FunctionSpec, host: str, port: int, region: str, overrides: dict[str, str]) -> WebFunction:
+def serve(spec: FunctionSpec, listener: socket.socket, region: str, overrides: dict[str, str]) -> WebFunction:
     target, factory = app_target(spec)
     module_name, attribute = target.split(":")
     for layer in spec.layer_dirs:
@@ -109,16 +109,16 @@ def serve(spec: FunctionSpec, host: str, port: int, region: str, overrides: dict
     with function_environment(local_spec, region):  # settings are read when the app is built
         app = getattr(importlib.import_module(module_name), attribute)
         app = app() if factory else app
-    return serve_app(spec, InvocationPerRequest(app), host, port)
+    return serve_app(spec, InvocationPerRequest(app), listener)
 
 
-def serve_app(spec: FunctionSpec, app: Any, host: str, port: int) -> WebFunction:
-    """An ASGI app served by uvicorn on host:port in a thread, as the function's Function URL."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+def serve_app(spec: FunctionSpec, app: Any, listener: socket.socket) -> WebFunction:
+    """An ASGI app served by uvicorn on a listening socket in a thread, as the function's Function URL."""
+    host, port = listener.getsockname()[:2]
     server = _QuietServer(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"web-{spec.logical_id}", daemon=True)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [listener]}, name=f"web-{spec.logical_id}", daemon=True
+    )
     thread.start()
     deadline = time.monotonic() + 15
     while not server.started:

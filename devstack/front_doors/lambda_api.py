@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -48,8 +49,9 @@ class LambdaApi:
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
-    def serve(self, host: str, port: int) -> None:
-        self._server = make_server(host, port, Request.application(self._app), threaded=True)
+    def serve(self, listener: socket.socket) -> None:
+        host, port = listener.getsockname()[:2]
+        self._server = make_server(host, port, Request.application(self._app), threaded=True, fd=listener.fileno())
         self._thread = threading.Thread(target=self._server.serve_forever, name="lambda-api", daemon=True)
         self._thread.start()
 

@@ -19,6 +19,7 @@ concurrency answers 429 when every environment is busy (a throttle); otherwise t
 from __future__ import annotations
 
 import logging
+import socket
 import time
 import uuid
 from typing import Any
@@ -155,5 +156,5 @@ async def _reply(send: Any, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def serve_function_url(pool: FunctionPool, host: str, port: int) -> WebFunction:
-    return serve_app(pool.function.spec, FunctionUrl(pool), host, port)
+def serve_function_url(pool: FunctionPool, listener: socket.socket) -> WebFunction:
+    return serve_app(pool.function.spec, FunctionUrl(pool), listener)

@@ -12,6 +12,7 @@ the source message deleted), so ListMessageMoveTasks already reports it COMPLETE
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import uuid
@@ -159,11 +160,19 @@ def _error(code: str, message: str) -> tuple[int, dict[str, Any]]:
 
 
 class MotoServerWithMoveTasks(ThreadedMotoServer):
-    """moto's threaded server with the move-task layer in front of its application."""
+    """moto's threaded server with the move-task layer in front of its application, answering on a socket
+    already listening."""
+
+    def __init__(self, listener: socket.socket) -> None:
+        host, port = listener.getsockname()[:2]
+        super().__init__(ip_address=host, port=port, verbose=False)
+        self._listener = listener
 
     def _server_entry(self) -> None:
         app = MessageMoveTasks(DomainDispatcherApplication(create_backend_app), self._endpoint_url)
-        self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
+        self._server = make_server(
+            self._ip_address, self._port, app, True, request_handler=MotoRequestHandler, fd=self._listener.fileno()
+        )
         self._server_ready_event.set()
         self._server.serve_forever()
 

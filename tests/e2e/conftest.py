@@ -152,15 +152,17 @@ def start_stack(clock) -> Iterator[Callable[..., DevStack]]:
     ) -> DevStack:
         # The semantics template's functions are never built: they always run in-process.
         runtime = runtime or ("inprocess" if template else PRODUCT_RUNTIME)
+        run_threads = options.pop("run_threads", False)  # True: the event sources run as in make dev
+        lambda_port, web_port = options.pop("lambda_port", None), options.pop("web_port", None)
         # A port probed free can be taken before the stack binds it (a shared machine): try fresh ports.
         for attempt in range(3):
             stack = DevStack(
                 DevStackOptions(
                     aws_port=aws_port_override or free_port(),
-                    lambda_port=free_port(),
-                    web_port=free_port(),
+                    lambda_port=lambda_port or free_port(),
+                    web_port=web_port or free_port(),
                     template=load_template(template) if template else None,
-                    run_threads=options.pop("run_threads", False),  # True: the event sources run as in make dev
+                    run_threads=run_threads,
                     retry_delays=(0.0,),
                     clock=clock,
                     runtime=runtime,

@@ -12,10 +12,14 @@ import threading
 import time
 from typing import ClassVar
 
+import httpx
 import pytest
 import time_machine
 
+import devstack.server
+from devstack.sqs_extras.move_tasks import MotoServerWithMoveTasks
 from mcp_backend.jobs.store import JobStore
+from tests.e2e.conftest import free_port_block
 
 pytestmark = pytest.mark.e2e
 
@@ -152,6 +156,44 @@ def test_port_in_use_gives_a_clear_error_and_leaves_nothing_running():
     assert result.returncode == 2
     assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
     assert "ready" not in result.stdout
+
+
+def test_a_connection_made_while_the_stack_starts_cannot_take_its_ports(start_stack, monkeypatch):
+    # Given a connection that, once the stack's AWS endpoint is up and before its Lambda endpoint and first
+    # Function URL are served, is given the stack's other ports as its local port (connections take their
+    # local port from the range free ports are probed in)
+    taken: list[socket.socket] = []
+    refused: list[int] = []
+
+    class ConnectionTakingThePorts(MotoServerWithMoveTasks):
+        def start(self) -> None:
+            super().start()
+            aws_port = self.get_host_and_port()[1]
+            for port in (aws_port + 1, aws_port + 2):
+                connection = socket.socket()
+                try:
+                    connection.bind(("127.0.0.1", port))
+                    taken.append(connection)
+                except OSError:
+                    connection.close()
+                    refused.append(port)
+
+    monkeypatch.setattr(devstack.server, "MotoServerWithMoveTasks", ConnectionTakingThePorts)
+    port = free_port_block()
+
+    # When the stack starts on those ports
+    try:
+        stack = start_stack(aws_port_override=port, lambda_port=port + 1, web_port=port + 2)
+    finally:
+        for connection in taken:
+            connection.close()
+
+    # Then it held them from its start: the connection was refused both, and the stack serves on them
+    assert refused == [port + 1, port + 2]
+    assert stack.lambda_url == f"http://127.0.0.1:{port + 1}"
+    unknown = httpx.post(f"{stack.lambda_url}/2015-03-31/functions/NoSuchFunction/invocations", timeout=10)
+    assert unknown.status_code == 404
+    assert [web.url for web in stack.web_functions.values()][:1] == [f"http://127.0.0.1:{port + 2}"]
 
 
 def test_state_folder_keeps_jobs_and_queued_messages_between_runs(start_stack, tmp_path):
