@@ -55,8 +55,8 @@ def pinned(cpus: set[int]):
     return lambda: os.sched_setaffinity(0, cpus)
 
 
-def uvicorn_command(factory: str, port: int) -> list[str]:
-    """run.sh's uvicorn command line, with another factory (the stock app) and a port."""
+def uvicorn_command(factory: str, port: int, python: Path) -> list[str]:
+    """run.sh's uvicorn command line, with another factory (the stock app), a port and an interpreter."""
     exec_line = " ".join(
         line.strip().rstrip("\\").strip()
         for line in RUN_SH.read_text().split("\nexec ", 1)[1].splitlines()
@@ -64,7 +64,7 @@ def uvicorn_command(factory: str, port: int) -> list[str]:
     )
     words = shlex.split(exec_line.replace('"${PORT:-8080}"', str(port)))
     words[words.index("mcp_backend.mcp.server:create_app")] = factory
-    return [sys.executable if words[0] == "python3" else words[0], *words[1:]]
+    return [str(python) if words[0] == "python3" else words[0], *words[1:]]
 
 
 def logs(name: str) -> IO[bytes]:
@@ -181,10 +181,7 @@ def cold_start() -> dict[str, Any]:
         variables = {name: os.environ[name] for name in (*spec.environment, "AWS_REGION")}
     credentials = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
     ours_env = deployed.environment(deployed.build_dir / spec.logical_id, layer_ids, **credentials, **variables)
-    stock_dir = ROOT / "build" / "bench-stock-app"
-    stock_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copy(Path(__file__).with_name("stock_app.py"), stock_dir / "stock_app.py")
-    stock_env = deployed.environment(stock_dir, layer_ids, **credentials)
+    stock_env = deployed.environment(stock_app_dir(), layer_ids, **credentials)
     stock = functools.partial(_cold, deployed, stock_env, "stock_app")
     runs = {
         "ours": paired_runs(functools.partial(_cold, deployed, ours_env, "mcp_backend.mcp.server"), stock, COLD_RUNS),
@@ -198,6 +195,14 @@ def cold_start() -> dict[str, Any]:
         }
     figures["stock"] = _medians([baseline for pairs in runs.values() for _, baseline in pairs])
     return figures
+
+
+def stock_app_dir() -> Path:
+    """A folder holding only tests/bench/stock_app.py: the stock app's code, as a function's code folder."""
+    stock_dir = ROOT / "build" / "bench-stock-app"
+    stock_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(Path(__file__).with_name("stock_app.py"), stock_dir / "stock_app.py")
+    return stock_dir
 
 
 def _medians(samples: list[dict[str, float]]) -> dict[str, float]:
@@ -280,25 +285,31 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
     environment = mcp_environment(local, SSE_KEEPALIVE_SECONDS="15", LIMIT_PRO_REQUESTS_PER_MINUTE=UNTHROTTLED)
     key = add_api_key(client("secretsmanager"), environment["API_KEYS_SECRET_ID"], "bench-user", "pro")
 
-    ours_port = free_port()
+    # Every server runs what deploys, the way Lambda runs it: the deploy's runtime (python3.13), the built code
+    # and layers with their precompiled .pyc, boto3 from the runtime's own packages (DeployedPython).
+    deployed = DeployedPython.prepare(local.stack.template)
+    spec = local.stack.function("McpServer")
+    layer_ids = deployed.layer_ids(spec.layer_refs)
+    code_dir = deployed.build_dir / spec.logical_id
+    bin_dir = ROOT / "build" / "bench-bin"  # run.sh starts `python3`: the runtime's, as on Lambda
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "python3").unlink(missing_ok=True)
+    (bin_dir / "python3").symlink_to(deployed.python)
     base_env = {
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
         "HOME": os.environ.get("HOME", "/tmp"),
         "AWS_ACCESS_KEY_ID": "bench",
         "AWS_SECRET_ACCESS_KEY": "bench",
         "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": moto_url,
     }
+    ours_env = deployed.environment(None, layer_ids, **base_env, **environment)
+    ours_env["PATH"] = f"{bin_dir}:{ours_env['PATH']}"
+
+    ours_port = free_port()
     ours = subprocess.Popen(
-        ["bash", str(RUN_SH)],
+        ["bash", str(code_dir / RUN_SH.name)],
         cwd=ROOT,
-        env={
-            **base_env,
-            **environment,
-            "AWS_ENDPOINT_URL": moto_url,
-            "PORT": str(ours_port),
-            "LAMBDA_TASK_ROOT": str(RUN_SH.parent),
-            "PYTHONPATH": str(ROOT / "layers" / "shared"),
-        },
+        env={**ours_env, "PORT": str(ours_port), "LAMBDA_TASK_ROOT": str(code_dir)},
         stdout=logs("ours"),
         stderr=subprocess.STDOUT,
         preexec_fn=pinned(server_cpus),
@@ -306,17 +317,15 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
     processes.append(ours)
     # The stock app three times: with its defaults (the baseline), answering JSON (what the event stream costs),
     # and answering JSON with a get_job tool that makes the same single GetItem as ours (the tools/call baseline).
+    # The stock app on the same runtime and McpServer's layers (the SDK, uvicorn, pydantic); it imports none of ours.
     stock_servers: dict[str, tuple[subprocess.Popen, int]] = {}
-    stock_env = {
-        **base_env,
-        "PYTHONPATH": str(ROOT),
-        "AWS_ENDPOINT_URL": moto_url,
-        "JOB_TABLE_NAME": environment["JOB_TABLE_NAME"],
-    }
+    stock_env = deployed.environment(
+        stock_app_dir(), layer_ids, **base_env, JOB_TABLE_NAME=environment["JOB_TABLE_NAME"]
+    )
     for name, factory in STOCK_FACTORIES.items():
         port = free_port()
         process = subprocess.Popen(
-            uvicorn_command(f"tests.bench.stock_app:{factory}", port),
+            uvicorn_command(f"stock_app:{factory}", port, deployed.python),
             cwd=ROOT,
             env=stock_env,
             stdout=logs(name),
@@ -375,7 +384,9 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
         "Each server in its own process, started as `functions/mcp_server/run.sh` starts uvicorn (ours through "
         "run.sh with the McpServer template environment; the stock app, `tests/bench/stock_app.py`: the SDK's "
         "`MCPServer.streamable_http_app(stateless_http=True)` with defaults and one `echo` tool, with the same "
-        "uvicorn command line). The load client (`tests/bench/load.py`, h11 over asyncio streams) in another "
+        "uvicorn command line). Both on the deploy's runtime (python3.13) with the built code and McpServer's built "
+        "layers (.pyc precompiled, boto3 from the runtime's packages): what deploys, run as Lambda runs it. "
+        "The load client (`tests/bench/load.py`, h11 over asyncio streams) in another "
         f"process; {pinning}. "
         f"Per server and request: {SEQUENTIAL} sequential requests on one keep-alive connection, then {CONCURRENT} "
         f"over {CONNECTIONS} connections; best of {ROUNDS} alternating rounds after 50 warm-up requests. Ours with "
