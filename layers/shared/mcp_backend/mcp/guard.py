@@ -11,6 +11,7 @@ Everything else (406, parse errors, both protocol eras, 202 for notifications) i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -18,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
-import anyio.abc
 import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -311,28 +311,27 @@ class McpHttpGuard:
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the SDK app; an event stream gets proxy-safe headers, an opening comment, keepalives and an end."""
-        async with anyio.create_task_group() as tasks:
-            stream = _GuardedResponse(send, tasks, self.keepalive_seconds)
-            try:
-                await self.app(scope, receive, stream.send)
-            except Exception:  # noqa: BLE001 - the last line before the client: log it, answer without detail
-                # The SDK turns tool failures into results; reaching here is a bug. No detail leaves the process.
-                logger.exception("MCP request failed outside the SDK's error handling")
-                if not stream.started:
-                    await _json(stream.write, 500, _rpc_error(-32603, "Internal error"))
-            finally:
-                await stream.end()
-                tasks.cancel_scope.cancel()
+        stream = _GuardedResponse(send, self.keepalive_seconds)
+        try:
+            await self.app(scope, receive, stream.send)
+        except Exception:  # noqa: BLE001 - the last line before the client: log it, answer without detail
+            # The SDK turns tool failures into results; reaching here is a bug. No detail leaves the process.
+            logger.exception("MCP request failed outside the SDK's error handling")
+            if not stream.started:
+                await _json(stream.write, 500, _rpc_error(-32603, "Internal error"))
+        finally:
+            await stream.end()
 
 
 class _GuardedResponse:
     """One response of the SDK app on its way out: the session id dropped, an event stream made proxy-safe
     (no caching, no buffering), opened at once with a comment, kept alive while quiet, and always ended."""
 
-    def __init__(self, send: Send, tasks: anyio.abc.TaskGroup, keepalive_seconds: float) -> None:
+    def __init__(self, send: Send, keepalive_seconds: float) -> None:
         self._send = send
-        self._tasks = tasks
         self._keepalive_seconds = keepalive_seconds
+        # Only an event stream has one: a JSON answer (most requests) starts no task, and pays for no task group.
+        self._keepalive_task: asyncio.Task[None] | None = None
         # Set when an event stream opens: from then on the SDK's writes and the keepalive task's never interleave.
         # A JSON answer has one writer (no keepalive task runs), and takes no lock.
         self._lock: anyio.Lock | None = None
@@ -371,9 +370,18 @@ class _GuardedResponse:
         await self.write({**message, "headers": headers})
         # Flush headers and a first event now: the adapter streams once bytes arrive.
         await self.write({"type": "http.response.body", "body": _STREAM_OPENED, "more_body": True})
-        self._tasks.start_soon(self._keepalive)
+        self._keepalive_task = asyncio.get_running_loop().create_task(self._keepalive())
 
     async def end(self) -> None:
+        """Stop the keepalives, then end the response if the app left it open. A keepalive that failed (its
+        write raised) raises here."""
+        keepalive, self._keepalive_task = self._keepalive_task, None
+        if keepalive is not None:
+            keepalive.cancel()
+            await asyncio.wait([keepalive])  # a cancellation of this request still reaches it
+            failure = None if keepalive.cancelled() else keepalive.exception()
+            if failure is not None:
+                raise failure
         if self.started and not self.ended:
             await self.write({"type": "http.response.body", "body": b"", "more_body": False})
 

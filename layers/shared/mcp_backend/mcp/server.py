@@ -27,7 +27,7 @@ package_init_deferred("mcp.server")
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, cast, get_args
 
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
@@ -36,7 +36,7 @@ from mcp_backend.api_keys import Principal, SecretReader
 from mcp_backend.aws import AwsClients, ClientFactory, LazyClient
 from mcp_backend.calllog.shipper import RecordShipper
 from mcp_backend.calllog.writer import CallLogWriter
-from mcp_backend.config import McpSettings, load_settings
+from mcp_backend.config import McpSettings, Tier, load_settings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
@@ -71,6 +71,8 @@ class TierRateLimit:
         self.limiter = RequestRateLimiter(
             settings.rate_limit_table_name, LazyClient("dynamodb", clients), lease_ahead=in_background
         )
+        # Read once: every request asks for its caller's row, and the settings do not change while the app runs.
+        self._per_minute = {tier: settings.tier_limits(tier).requests_per_minute for tier in get_args(Tier)}
 
     def admit_locally(self, principal: Principal) -> RateDecision | None:
         return self.limiter.admit_locally(principal.user_id, self._limit(principal))
@@ -79,7 +81,8 @@ class TierRateLimit:
         return self.limiter.take(principal.user_id, self._limit(principal))
 
     def _limit(self, principal: Principal) -> int:
-        return self.settings.tier_limits(principal.tier).requests_per_minute
+        limit = self._per_minute.get(principal.tier)
+        return limit if limit is not None else self.settings.tier_limits(principal.tier).requests_per_minute
 
 
 def default_authenticator(settings: McpSettings, clients: AwsClients) -> Authenticator:
