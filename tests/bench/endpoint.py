@@ -36,7 +36,9 @@ RUN_SH = ROOT / "functions" / "mcp_server" / "run.sh"
 SEQUENTIAL = 300
 CONCURRENT = 1200
 CONNECTIONS = 8
-ROUNDS = 6  # the least-CPU round of six: with four, the stock baseline still moved by a fifth between quiet runs
+# Least-CPU and paired-ratio statistics of eight rounds: with four, the stock baseline still moved by a fifth
+# between quiet runs.
+ROUNDS = 8
 PHASES = [{"requests": SEQUENTIAL, "connections": 1}, {"requests": CONCURRENT, "connections": CONNECTIONS}]
 UNKNOWN_JOB = "00000000-0000-4000-8000-000000000000"
 
@@ -356,6 +358,9 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
             runs["ours"].append(load(ours_url, ours_headers, bodies["ours"], client_cpus, ours.pid))
         results[case] = {name: _best([r["phases"] for r in rounds]) for name, rounds in runs.items()}
         results[case]["server_cpu_ms"] = {name: _least_cpu(rounds) for name, rounds in runs.items()}
+        results[case]["server_cpu_ratio"] = {
+            name: _paired_cpu_ratio(runs["ours"], rounds) for name, rounds in runs.items()
+        }
         results[case]["client_cpu_ms"] = max(r["client_cpu_ms"] for rounds in runs.values() for r in rounds)
     RESULTS["endpoint"] = {"server_cpus": sorted(server_cpus), "client_cpus": sorted(client_cpus), **results}
     return results
@@ -364,6 +369,20 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
 def _best(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Per phase, the round with the highest rate (the least disturbed by other work on the machine)."""
     return [max((r[i] for r in rounds), key=lambda phase: phase["rps"]) for i in range(len(PHASES))]
+
+
+def _paired_cpu_ratio(ours: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dict[str, float]:
+    """Per phase, the median over the rounds of ours' server CPU per request / the baseline's in the same round
+    (measured one after the other): a shared machine's load moves both alike, and a ratio of two least values
+    taken minutes apart moved by a tenth between runs."""
+    phases = {phase for r in ours for phase in r["server_cpu_ms"]}
+    return {
+        phase: paired_ratio(
+            [(o["server_cpu_ms"][phase], b["server_cpu_ms"][phase]) for o, b in zip(ours, baseline, strict=True)]
+        )
+        for phase in phases
+        if all(phase in r["server_cpu_ms"] for r in (*ours, *baseline))
+    }
 
 
 def _least_cpu(rounds: list[dict[str, Any]]) -> dict[str, float]:
@@ -409,7 +428,9 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
         "",
         "Server CPU time per request (the server process's user + system time over each phase, warm-up left out, "
         "least of the rounds; Linux only): what the server itself spends, less disturbed than req/s by other "
-        "work on the machine, though not immune to it. Sequential is how Lambda runs the endpoint: an execution "
+        "work on the machine, though not immune to it. Ours / this server is the median over the rounds of the "
+        "two servers' ratio in the same round (each round runs the servers one after the other). "
+        "Sequential is how Lambda runs the endpoint: an execution "
         "environment serves one request at a time and waits idle between them "
         "(https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html); over "
         f"{CONNECTIONS} connections the server is never idle, so what each wake-up costs is shared by many requests.",
@@ -419,11 +440,11 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
         "|---|---|---|---|---|---|",
     ]
     for case, runs in results.items():
-        cpu = runs["server_cpu_ms"]
+        cpu, ratio = runs["server_cpu_ms"], runs["server_cpu_ratio"]
         for name in ("ours", *STOCK_FACTORIES):
             cells = [
-                f"{cpu[name][phase]:.2f} ms | {cpu['ours'][phase] / cpu[name][phase]:.2f}x"
-                if cpu.get(name, {}).get(phase) and cpu.get("ours", {}).get(phase)
+                f"{cpu[name][phase]:.2f} ms | {ratio[name][phase]:.2f}x"
+                if cpu.get(name, {}).get(phase) and ratio.get(name, {}).get(phase)
                 else "n/a | n/a"
                 for phase in map(phase_name, PHASES)
             ]
