@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from mcp_backend.api_keys import ReservedUserId, new_api_key
 from mcp_backend.config import McpSettings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator
-from mcp_backend.mcp.guard import MAX_JSON_DEPTH, HostPolicy, McpHttpGuard, principal_of
+from mcp_backend.mcp.guard import MAX_JSON_DEPTH, HostPolicy, McpHttpGuard, json_nesting_exceeds, principal_of
 from mcp_backend.mcp.oauth import (
     EitherAuthenticator,
     JwksCache,
@@ -574,6 +574,23 @@ def test_a_body_nested_deeper_than_the_limit_is_a_400_before_any_parser_recurses
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == -32700 and str(MAX_JSON_DEPTH) in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "exceeds"),
+    [
+        (b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH, False),
+        (b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1), True),
+        (b'{"a":' * (MAX_JSON_DEPTH + 1) + b"1" + b"}" * (MAX_JSON_DEPTH + 1), True),
+        (b'["' + b"[{" * MAX_JSON_DEPTH + b'"]', False),  # more brackets than the limit, all but one in a string
+        (b"{}" * (MAX_JSON_DEPTH * 2), False),  # many objects, none inside another
+    ],
+)
+def test_the_nesting_limit_counts_open_arrays_and_objects_exactly(body, exceeds):
+    # Given a body nested to a known depth
+    # When the guard measures it
+    # Then it is refused only past the limit
+    assert json_nesting_exceeds(body, MAX_JSON_DEPTH) is exceeds
 
 
 def test_brackets_inside_strings_do_not_count_towards_the_nesting_limit():

@@ -431,6 +431,8 @@ def _with_cors(send: Send, origin: str) -> Send:
 
 def json_nesting_exceeds(body: bytes, limit: int) -> bool:
     """Whether `body` opens more than `limit` arrays/objects at once; a scan, no recursion, strings skipped."""
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False  # no deeper than its brackets, in strings or not: the usual body is never scanned
     depth = 0
     for match in _JSON_STRING_OR_BRACKET.finditer(body):
         token = match.group()
