@@ -18,6 +18,7 @@ import argparse
 import base64
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,6 @@ from devstack.running_stack import running_stack
 from devstack.runtime.build_output import DEFAULT_BUILD_DIR
 from devstack.runtime.function_errors import FunctionError
 from devstack.runtime.in_process import HandlerImportError
-from devstack.runtime.loopback_ports import free_loopback_port
 from devstack.runtime.runtime_image import LambdaRuntimeUnavailable
 from devstack.server import DevStack, DevStackOptions
 
@@ -66,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
 def fresh_stack(runtime: str, build_dir: Path) -> DevStack:
     """The stack `make dev` starts, on free loopback ports, without its event-source threads (started here)."""
     options = DevStackOptions(
-        aws_port=free_loopback_port(),
-        lambda_port=free_loopback_port(),
-        web_port=free_loopback_port(),
+        aws_port=_free_port(),
+        lambda_port=_free_port(),
+        web_port=_free_port(),
         run_threads=False,
         runtime=runtime,
         build_dir=build_dir,
@@ -177,6 +177,12 @@ def invoke_running(endpoints: dict[str, str], function: str, event: dict) -> int
         return 2
     print(json.dumps(json.loads(response["Payload"].read()), indent=2))
     return 1 if response.get("FunctionError") else 0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 if __name__ == "__main__":

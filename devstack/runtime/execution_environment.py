@@ -11,6 +11,7 @@ import math
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -27,7 +28,6 @@ from devstack.runtime.extensions_api import SANDBOX_HOST, ExtensionsApi
 from devstack.runtime.function_errors import FunctionError
 from devstack.runtime.interpreter import RUNTIME_VERSION
 from devstack.runtime.invocation_records import Report, telemetry_status, timeout_document
-from devstack.runtime.loopback_ports import free_loopback_port
 from devstack.runtime.runtime_api import Invocation, RuntimeApi
 from devstack.runtime.runtime_image import RuntimeImage
 from devstack.runtime.sandbox import (
@@ -100,7 +100,7 @@ class ExecutionEnvironment:
         # External extensions start beside the runtime; init ends when each has registered and waits.
         self.expected_extensions = len(external_extensions(function.layer_dirs)) if image.namespaces else 0
         self.shutdown_reason = "spindown"
-        self.port = free_loopback_port() if function.exec_wrapper else None
+        self.port = _free_port() if function.exec_wrapper else None
         self.started_at = 0.0
         self.init_duration_ms: float | None = None  # set once initialized; reported on the first REPORT
         self.cold = True
@@ -513,3 +513,9 @@ def _wait_group_exit(pgid: int, seconds: float) -> None:
         if not procfs.group_states(pgid):
             return
         time.sleep(0.02)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -26,7 +26,6 @@ from devstack.ports import PortInUse
 from devstack.runtime import procfs
 from devstack.runtime.build_output import DEFAULT_BUILD_DIR
 from devstack.runtime.execution_environment import ExecutionEnvironment
-from devstack.runtime.loopback_ports import free_loopback_port
 from devstack.runtime.runtime_image import LambdaRuntimeUnavailable
 from devstack.server import DevStack, DevStackOptions
 from devstack.stack.template import load_template
@@ -35,7 +34,9 @@ SEMANTICS_TEMPLATE = Path(__file__).parent / "semantics" / "template.yaml"
 
 
 def free_port() -> int:
-    return free_loopback_port()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def process_states(env: ExecutionEnvironment) -> list[str]:
