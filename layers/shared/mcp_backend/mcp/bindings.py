@@ -17,9 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import anyio
 import anyio.from_thread
-import anyio.to_thread
 import pydantic_core
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
@@ -32,6 +30,7 @@ from mcp_backend.api_keys import Principal
 from mcp_backend.jobs.errors import JobRequestError
 from mcp_backend.jobs.service import MAX_BATCH_ITEMS, JobsService, JobSubmission
 from mcp_backend.mcp.guard import principal_of
+from mcp_backend.mcp.worker_threads import run_in_worker_thread
 from mcp_backend.netsafety import UnsafeUrl
 from mcp_backend.observability import count_limit_refusal, logger
 from mcp_backend.quotas import QuotaExceeded
@@ -243,7 +242,7 @@ class ToolBindings:
 
             current = self.table[name]
             context = self.services.context_for(current, principal.user_id, progress, principal.tier)
-            result = await anyio.to_thread.run_sync(reported, current, arguments, context)
+            result = await run_in_worker_thread(reported, current, arguments, context)
             if streams_progress:
                 await report(1.0, 1.0, "done")
             return result
@@ -272,7 +271,7 @@ class ToolBindings:
                 raise ToolCallFailed(f"{refused.error_type}: {refused.message}")
             job = submission(tool.name, request)
             quota = self.services.job_quota(caller.tier)
-            return await anyio.to_thread.run_sync(reported, self.jobs.submit, caller.user_id, job, quota)
+            return await run_in_worker_thread(reported, self.jobs.submit, caller.user_id, job, quota)
 
         async def submit_many(ctx: ServerContext, arguments: dict[str, Any]) -> dict[str, Any]:
             caller = _caller(ctx)
@@ -293,7 +292,7 @@ class ToolBindings:
             valid = admitted
             jobs = [submission(tool.name, item) for _, item in valid]
             quota = self.services.job_quota(caller.tier)
-            submitted = await anyio.to_thread.run_sync(reported, self.jobs.submit_many, caller.user_id, jobs, quota)
+            submitted = await run_in_worker_thread(reported, self.jobs.submit_many, caller.user_id, jobs, quota)
             # The service numbers the valid items it was given; answer in the caller's positions.
             results.extend({**result, "index": valid[result["index"]][0]} for result in submitted)
             return {"results": sorted(results, key=lambda result: result["index"])}

@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-import anyio.to_thread
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.shared.exceptions import MCPError
@@ -36,6 +35,7 @@ from mcp_backend.jobs.errors import JobAlreadyFinished, JobNotFound, JobRequestE
 from mcp_backend.jobs.models import JOB_ID_PATTERN, JobStatus
 from mcp_backend.jobs.service import JobsService, JobSubmission
 from mcp_backend.mcp.guard import principal_of
+from mcp_backend.mcp.worker_threads import run_in_worker_thread
 from mcp_backend.netsafety import UnsafeUrl
 from mcp_backend.observability import logger
 from mcp_backend.tools.errors import ToolError
@@ -137,35 +137,35 @@ class JobTasks(Extension):
         job_input = request.model_dump(exclude_defaults=True, mode="json")
         user_id = _principal(ctx).user_id
         try:
-            submitted = await anyio.to_thread.run_sync(
+            submitted = await run_in_worker_thread(
                 self.jobs.submit, user_id, JobSubmission(tool=tool.name, input=job_input)
             )
         except JobRequestError as error:
             # Not enqueued: the tool call's own error result, as submit_<tool> reports it.
             return tool_error_result(f"{error.error_type}: {error}")
         # submit returns once the job's record holds its message id: a consistent read finds it now.
-        task = await anyio.to_thread.run_sync(self._task, user_id, submitted["jobId"])
+        task = await run_in_worker_thread(self._task, user_id, submitted["jobId"])
         logger.info("task created", extra={"job_id": submitted["jobId"], "tool": tool.name})
         return {"resultType": "task", **task}
 
     # -- tasks/* ----------------------------------------------------------------
     async def get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
         _require_tasks(ctx)
-        return await anyio.to_thread.run_sync(self._task, _principal(ctx).user_id, params.task_id)
+        return await run_in_worker_thread(self._task, _principal(ctx).user_id, params.task_id)
 
     async def cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
         _require_tasks(ctx)
         user_id = _principal(ctx).user_id
-        await anyio.to_thread.run_sync(self._owned, user_id, params.task_id)  # not found / expired first
+        await run_in_worker_thread(self._owned, user_id, params.task_id)  # not found / expired first
         try:
-            await anyio.to_thread.run_sync(self.jobs.cancel, user_id, params.task_id)
+            await run_in_worker_thread(self.jobs.cancel, user_id, params.task_id)
         except JobAlreadyFinished:
             raise MCPError(INVALID_PARAMS, "Cannot cancel task: already in a terminal status") from None
         return {}
 
     async def update(self, ctx: ServerRequestContext[Any, Any], params: TaskUpdateParams) -> dict[str, Any]:
         _require_tasks(ctx)
-        await anyio.to_thread.run_sync(self._owned, _principal(ctx).user_id, params.task_id)
+        await run_in_worker_thread(self._owned, _principal(ctx).user_id, params.task_id)
         # These tasks never ask for input: no key is outstanding, and the spec has the server ignore responses
         # for keys that are not, and acknowledge.
         return {}
