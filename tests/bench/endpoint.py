@@ -25,7 +25,15 @@ import boto3
 import httpx
 
 from devstack.runtime.procfs import cpu_seconds
-from tests.bench.measure import RESULTS, ROOT, DeployedPython, paired_ratio, paired_runs, probe_in_new_interpreter
+from tests.bench.measure import (
+    RESULTS,
+    ROOT,
+    DeployedPython,
+    paired_ratio,
+    paired_ratio_quartiles,
+    paired_runs,
+    probe_in_new_interpreter,
+)
 from tests.e2e.conftest import free_port, mcp_environment
 
 # Server output goes to files: a pipe nobody reads would block a server that logs each request.
@@ -38,7 +46,7 @@ CONCURRENT = 1200
 CONNECTIONS = 8
 # Least-CPU and paired-ratio statistics of eight rounds: with four, the stock baseline still moved by a fifth
 # between quiet runs.
-ROUNDS = 8
+ROUNDS = 12
 PHASES = [{"requests": SEQUENTIAL, "connections": 1}, {"requests": CONCURRENT, "connections": CONNECTIONS}]
 UNKNOWN_JOB = "00000000-0000-4000-8000-000000000000"
 
@@ -361,9 +369,16 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
         results[case]["server_cpu_ratio"] = {
             name: _paired_cpu_ratio(runs["ours"], rounds) for name, rounds in runs.items()
         }
+        results[case]["server_cpu_ratio_quartiles"] = {
+            name: _paired_cpu_quartiles(runs["ours"], rounds) for name, rounds in runs.items() if name != "ours"
+        }
         results[case]["client_cpu_ms"] = max(r["client_cpu_ms"] for rounds in runs.values() for r in rounds)
     RESULTS["endpoint"] = {"server_cpus": sorted(server_cpus), "client_cpus": sorted(client_cpus), **results}
     return results
+
+
+def _spread(quartiles: list[float] | None) -> str:
+    return f" ({quartiles[0]:.2f}-{quartiles[1]:.2f})" if quartiles else ""
 
 
 def _best(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -375,11 +390,18 @@ def _paired_cpu_ratio(ours: list[dict[str, Any]], baseline: list[dict[str, Any]]
     """Per phase, the median over the rounds of ours' server CPU per request / the baseline's in the same round
     (measured one after the other): a shared machine's load moves both alike, and a ratio of two least values
     taken minutes apart moved by a tenth between runs."""
+    return {phase: paired_ratio(pairs) for phase, pairs in _cpu_pairs(ours, baseline).items()}
+
+
+def _paired_cpu_quartiles(ours: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per phase, the quartiles of the same rounds' ratios: the spread a single round's ratio has here."""
+    return {phase: list(paired_ratio_quartiles(pairs)) for phase, pairs in _cpu_pairs(ours, baseline).items()}
+
+
+def _cpu_pairs(ours: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
     phases = {phase for r in ours for phase in r["server_cpu_ms"]}
     return {
-        phase: paired_ratio(
-            [(o["server_cpu_ms"][phase], b["server_cpu_ms"][phase]) for o, b in zip(ours, baseline, strict=True)]
-        )
+        phase: [(o["server_cpu_ms"][phase], b["server_cpu_ms"][phase]) for o, b in zip(ours, baseline, strict=True)]
         for phase in phases
         if all(phase in r["server_cpu_ms"] for r in (*ours, *baseline))
     }
@@ -429,7 +451,8 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
         "Server CPU time per request (the server process's user + system time over each phase, warm-up left out, "
         "least of the rounds; Linux only): what the server itself spends, less disturbed than req/s by other "
         "work on the machine, though not immune to it. Ours / this server is the median over the rounds of the "
-        "two servers' ratio in the same round (each round runs the servers one after the other). "
+        "two servers' ratio in the same round (each round runs the servers one after the other); in brackets, the "
+        "quartiles of those ratios: the spread of one round's ratio on this machine. "
         "Sequential is how Lambda runs the endpoint: an execution "
         "environment serves one request at a time and waits idle between them "
         "(https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html); over "
@@ -441,9 +464,10 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
     ]
     for case, runs in results.items():
         cpu, ratio = runs["server_cpu_ms"], runs["server_cpu_ratio"]
+        quartiles = runs.get("server_cpu_ratio_quartiles", {})
         for name in ("ours", *STOCK_FACTORIES):
             cells = [
-                f"{cpu[name][phase]:.2f} ms | {ratio[name][phase]:.2f}x"
+                f"{cpu[name][phase]:.2f} ms | {ratio[name][phase]:.2f}x{_spread(quartiles.get(name, {}).get(phase))}"
                 if cpu.get(name, {}).get(phase) and ratio.get(name, {}).get(phase)
                 else "n/a | n/a"
                 for phase in map(phase_name, PHASES)

@@ -74,6 +74,12 @@ def paired_ratio(runs: list[tuple[float, float]]) -> float:
     return statistics.median(ours / baseline for ours, baseline in runs)
 
 
+def paired_ratio_quartiles(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    """The first and third quartiles of the pairs' ratios: how far one run's ratio strays on this machine."""
+    quartiles = statistics.quantiles([ours / baseline for ours, baseline in runs], n=4)
+    return quartiles[0], quartiles[2]
+
+
 @dataclass(frozen=True)
 class DeployedPython:
     """Where cold imports are measured: the deploy's runtime (python3.13, the local Lambda runtime's
