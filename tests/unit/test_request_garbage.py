@@ -6,7 +6,9 @@ more often and for longer on every call that reported a failure."""
 
 from __future__ import annotations
 
+import base64
 import gc
+import json
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +20,7 @@ import pytest
 from mcp_backend.mcp.server import create_app
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
 from tests.unit.endpoint_fakes import SETTINGS, EveryoneIsAlice, RoomyRateTable, ServedInProcess
+from tests.unit.test_oauth import RESOURCE, RSA_KEY, StubIssuer, claims, jwk, oauth, token
 
 HEADERS = {
     "accept": "application/json, text/event-stream",
@@ -119,3 +122,21 @@ def test_an_exception_from_a_worker_thread_is_raised_with_its_type_and_left_in_n
 def test_a_worker_threads_result_is_returned():
     # Given blocking work that succeeds; When it runs on a worker thread; Then its result is returned
     assert anyio.run(run_in_worker_thread, lambda a, b: a + b, 2, 3) == 5
+
+
+def test_a_refused_access_token_leaves_no_cycle_of_its_frames():
+    # Given an OAuth resource server and a token whose payload was swapped for another subject's
+    authenticator = oauth(StubIssuer(jwk(RSA_KEY, "k1")))
+    header, _, signature = token().split(".")
+    forged = base64.urlsafe_b64encode(json.dumps(claims(sub="user-admin")).encode()).rstrip(b"=").decode()
+    anyio.run(authenticator.authenticate, token(), RESOURCE)  # the keys fetched once
+
+    # When it is presented, several times
+    with unreachable_objects() as leftovers:
+        principals = [
+            anyio.run(authenticator.authenticate, f"{header}.{forged}.{signature}", RESOURCE) for _ in range(5)
+        ]
+
+    # Then every one was refused, and none of our exceptions or frames were left for the cyclic collector
+    assert principals == [None] * 5
+    assert [type(thing).__name__ for thing in leftovers if ours(thing)] == []

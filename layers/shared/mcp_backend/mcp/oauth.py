@@ -37,6 +37,7 @@ from mcp_backend.api_keys import API_KEY_PREFIX, Principal
 from mcp_backend.config import McpSettings
 from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
 from mcp_backend.mcp.scopes import METADATA_PATH
+from mcp_backend.mcp.worker_threads import run_in_worker_thread
 from mcp_backend.netsafety import is_loopback_host
 from mcp_backend.observability import logger
 from mcp_backend.tools.table import Access
@@ -212,10 +213,8 @@ class OAuthAuthenticator:
         return cls(TokenPolicy.from_settings(settings), jwks)
 
     async def authenticate(self, bearer_token: str, resource: str) -> Principal | None:
-        import anyio.to_thread
-
         try:
-            return await anyio.to_thread.run_sync(self.verify, bearer_token, resource)
+            return await run_in_worker_thread(self.verify, bearer_token, resource)
         except TokenRejected as reason:
             logger.info("access token rejected", extra={"reason": str(reason)})
             return None
