@@ -18,7 +18,6 @@ import argparse
 import base64
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import boto3
 import httpx
 
 from devstack.__main__ import issue_dev_keys
+from devstack.ports import free_port
 from devstack.running_stack import running_stack
 from devstack.runtime.build_output import DEFAULT_BUILD_DIR
 from devstack.runtime.function_errors import FunctionError
@@ -66,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
 def fresh_stack(runtime: str, build_dir: Path) -> DevStack:
     """The stack `make dev` starts, on free loopback ports, without its event-source threads (started here)."""
     options = DevStackOptions(
-        aws_port=_free_port(),
-        lambda_port=_free_port(),
-        web_port=_free_port(),
+        aws_port=free_port(),
+        lambda_port=free_port(),
+        web_port=free_port(),
         run_threads=False,
         runtime=runtime,
         build_dir=build_dir,
@@ -177,12 +177,6 @@ def invoke_running(endpoints: dict[str, str], function: str, event: dict) -> int
         return 2
     print(json.dumps(json.loads(response["Payload"].read()), indent=2))
     return 1 if response.get("FunctionError") else 0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 if __name__ == "__main__":

@@ -12,6 +12,14 @@ class PortInUse(Exception):
     pass
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port no socket holds now, picked by the kernel, for a server another process binds later (a sandbox's
+    app, a test's server). Free when probed, not reserved: the process that binds it should start soon."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
 def listen_on(host: str, port: int) -> socket.socket:
     """A socket listening on host:port, taken when the stack starts and handed to the server that answers there.
     A port only probed free is still in the range connections take their local port from: one the stack makes

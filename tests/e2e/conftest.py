@@ -22,7 +22,7 @@ import boto3
 import pytest
 import uvicorn
 
-from devstack.ports import PortInUse
+from devstack.ports import PortInUse, free_port
 from devstack.runtime import procfs
 from devstack.runtime.build_output import DEFAULT_BUILD_DIR
 from devstack.runtime.execution_environment import ExecutionEnvironment
@@ -31,12 +31,6 @@ from devstack.server import DevStack, DevStackOptions
 from devstack.stack.template import load_template
 
 SEMANTICS_TEMPLATE = Path(__file__).parent / "semantics" / "template.yaml"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def process_states(env: ExecutionEnvironment) -> list[str]:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import http.server
 import json
-import socket
 import threading
 
 import anyio
 import boto3
+
+from devstack.ports import free_port
 
 # mcp_backend.mcp.* is imported inside the tests: it loads the shared Logger/Metrics, which read their
 # settings from the environment once, and at collection time the function environment is not set yet.
@@ -34,12 +35,6 @@ class AtomicCalls:
                 return attribute(*args, **kwargs)
 
         return call
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_a_new_key_is_stored_only_as_its_hash():
