@@ -173,6 +173,7 @@ def create_app(
         resource=settings.oauth_resource,
         tool_access=bindings.access,
         rate_limit=TierRateLimit(settings, clients),
+        max_body_bytes=settings.mcp_max_body_bytes,
     )
     # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached
     # (https://github.com/aws-samples/graceful-shutdown-with-aws-lambda): pending call-log records go out then.
