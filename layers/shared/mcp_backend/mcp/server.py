@@ -146,7 +146,7 @@ def create_app(
         SERVER_NAME,
         "Analyse CSV/JSON datasets: synchronously (analyze_dataset) or as queued jobs.",
         bindings,
-        extensions=task_extensions(bindings.services.jobs, bindings.table),
+        extensions=task_extensions(bindings.submissions),
         middleware=[
             StrictArguments(bindings.input_models),
             ToolCallTelemetry(call_log, bindings.input_models),
