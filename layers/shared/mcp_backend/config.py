@@ -39,6 +39,8 @@ class TierLimits(BaseModel):
     daily_jobs: int = Field(gt=0)  # jobs submitted per UTC day
     batch_items: int = Field(gt=0, le=100)  # items of one submit_*_batch call
     endpoints: int = Field(gt=0)  # registered probe endpoints
+    # Calls of tools that reach the network (synchronous analyze_dataset) running at once, across instances.
+    calls_in_flight: int = Field(gt=0)
 
 
 class TierLimitSettings(Settings):
@@ -49,16 +51,19 @@ class TierLimitSettings(Settings):
     limit_free_concurrent_jobs: int = Field(default=2, gt=0)
     limit_free_daily_jobs: int = Field(default=100, gt=0)
     limit_free_batch_items: int = Field(default=10, gt=0, le=100)
+    limit_free_calls_in_flight: int = Field(default=2, gt=0)
     limit_free_endpoints: int = Field(default=3, gt=0)
     limit_pro_requests_per_minute: int = Field(default=1200, gt=0)
     limit_pro_concurrent_jobs: int = Field(default=20, gt=0)
     limit_pro_daily_jobs: int = Field(default=5000, gt=0)
     limit_pro_batch_items: int = Field(default=100, gt=0, le=100)
+    limit_pro_calls_in_flight: int = Field(default=4, gt=0)
     limit_pro_endpoints: int = Field(default=25, gt=0)
     limit_internal_requests_per_minute: int = Field(default=6000, gt=0)
     limit_internal_concurrent_jobs: int = Field(default=100, gt=0)
     limit_internal_daily_jobs: int = Field(default=50000, gt=0)
     limit_internal_batch_items: int = Field(default=100, gt=0, le=100)
+    limit_internal_calls_in_flight: int = Field(default=8, gt=0)
     limit_internal_endpoints: int = Field(default=100, gt=0)
 
     def tier_limits(self, tier: str) -> TierLimits:
@@ -191,6 +196,9 @@ class McpSettings(ToolSettings):
     mcp_allowed_hosts: str = ""  # comma-separated extra Host values, e.g. "mcp.example.com,127.0.0.1:8080"
     mcp_allowed_origins: str = ""  # comma-separated Origin values browsers may call from
     mcp_path: str = "/mcp"
+    # Every synchronous fetch and analysis ends by this many seconds (CallDeadlineExceeded), well within the
+    # function's timeout; a call slower than this belongs in a job (submit_analysis).
+    sync_call_deadline_seconds: float = Field(default=60.0, gt=0)
     # The largest request body served (413 past it): far below the 6 MB a Function URL takes.
     mcp_max_body_bytes: int = Field(default=256 * 1024, ge=1024, le=6 * 1024 * 1024)
     sse_keepalive_seconds: float = Field(default=15.0, gt=0)
@@ -207,6 +215,12 @@ class McpSettings(ToolSettings):
 
     def allowed_origins(self) -> list[str]:
         return self._split(self.mcp_allowed_origins)
+
+    @property
+    def sync_call_deadline(self) -> float:
+        """The deadline in force: never past 80 % of the function's timeout, so the call ends as a tool error with
+        time left to answer, not as a Lambda timeout."""
+        return min(self.sync_call_deadline_seconds, self.function_timeout_seconds * 0.8)
 
     @model_validator(mode="after")
     def _oauth_is_configured(self) -> McpSettings:

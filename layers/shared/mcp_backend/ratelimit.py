@@ -1,4 +1,5 @@
-"""Requests per minute per principal, held across every instance of the endpoint: RateLimitTable's owner.
+"""Requests per minute per principal, and the calls a principal runs at once (InFlightSlots, at the end), held
+across every instance of the endpoint: RateLimitTable's owner.
 
 One item per principal and minute (a fixed window aligned to the epoch minute) counts the requests that
 instances have *leased*. An instance leases a block of requests with one conditional `UpdateItem` (ADD the
@@ -30,13 +31,16 @@ any 60 s).
 from __future__ import annotations
 
 import math
+import random
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from mcp_backend.aws import botocore_errors, client_or_lazy
+from mcp_backend.observability import logger
 
 WINDOW_SECONDS = 60
 # Kept past its window so a late request of the window still finds it; DynamoDB deletes expired items
@@ -260,3 +264,84 @@ def _refused(limit: int, window_start: int, now: float) -> RateDecision:
 def in_background(lease: Callable[[], None]) -> None:
     """Run a lease ahead on its own daemon thread (the endpoint's choice; tests run it inline)."""
     threading.Thread(target=lease, name="rate-limit-lease-ahead", daemon=True).start()
+
+
+# -- calls in flight ---------------------------------------------------------------------------------------------
+# How long past its call's deadline a slot stays held when its holder never gives it back (a crashed instance, or
+# one frozen before it wrote the release): the most a lost release costs its principal.
+SLOT_HOLD_MARGIN_SECONDS = 10
+# A refused call may retry once a running one ends; calls that hold slots end within their deadline.
+SLOT_RETRY_AFTER_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class SlotLease:
+    """One held slot: its item and the holder id only its release may clear."""
+
+    key: str
+    holder: str
+
+
+class InFlightSlots:
+    """The calls of one principal that may run at once across every instance of the endpoint: `cap` slot items
+    per principal (`inflight#<principal>#<n>`), each taken by one call with a conditional write (free, or its
+    hold expired) and given back when the call ends. Nothing is counted in memory: a slot an instance took is
+    visible to every other at once, and a slot whose holder never gave it back (a crash) is free again when its
+    hold expires. A call needing a slot costs one write to take it and one to give it back; at the cap, up to
+    `cap` conditional writes find every slot held."""
+
+    def __init__(
+        self,
+        table_name: str,
+        client: Any = None,
+        clock: Callable[[], float] = time.time,
+        first_slot: Callable[[int], int] = random.randrange,
+    ) -> None:
+        self.table_name = table_name
+        self._client = client_or_lazy(client, "dynamodb")
+        self._clock = clock
+        # Where a principal's calls start looking: spread, so concurrent takes rarely contend for one slot.
+        self._first_slot = first_slot
+
+    def take(self, principal_id: str, cap: int, hold_seconds: float) -> SlotLease | None:
+        """A free slot of the principal's `cap`, held for at most `hold_seconds`; None when all are held.
+        Raises RateLimitUnavailable when DynamoDB cannot be asked (the caller refuses: fail closed)."""
+        now = int(self._clock())
+        holder = uuid.uuid4().hex
+        start = self._first_slot(cap)
+        for offset in range(cap):
+            key = f"inflight#{principal_id}#{(start + offset) % cap}"
+            try:
+                self._client.update_item(
+                    TableName=self.table_name,
+                    Key={"id": {"S": key}},
+                    UpdateExpression="SET holder = :holder, expiresAt = :expires",
+                    ConditionExpression="attribute_not_exists(expiresAt) OR expiresAt <= :now",
+                    ExpressionAttributeValues={
+                        ":holder": {"S": holder},
+                        ":expires": {"N": str(now + math.ceil(hold_seconds) + SLOT_HOLD_MARGIN_SECONDS)},
+                        ":now": {"N": str(now)},
+                    },
+                )
+            except botocore_errors.ClientError as error:
+                if error.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                    continue
+                raise RateLimitUnavailable(error.response.get("Error", {}).get("Code", "ClientError")) from None
+            except botocore_errors.BotoCoreError as error:
+                raise RateLimitUnavailable(type(error).__name__) from None
+            return SlotLease(key, holder)
+        return None
+
+    def give_back(self, lease: SlotLease) -> None:
+        """Free the slot if this call still holds it. Never raises: a slot not given back frees itself when
+        its hold expires."""
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key={"id": {"S": lease.key}},
+                UpdateExpression="SET expiresAt = :free",
+                ConditionExpression="holder = :holder",
+                ExpressionAttributeValues={":free": {"N": "0"}, ":holder": {"S": lease.holder}},
+            )
+        except (botocore_errors.ClientError, botocore_errors.BotoCoreError) as error:
+            logger.warning("call slot not given back; it frees itself", extra={"error_type": type(error).__name__})

@@ -111,9 +111,13 @@ class Binding:
 class ToolBindings:
     """The MCP surface of a tool table. Tools are looked up by name when called, so the table is the truth."""
 
-    def __init__(self, table: Mapping[str, Tool], services: ToolServices) -> None:
+    def __init__(
+        self, table: Mapping[str, Tool], services: ToolServices, sync_call_deadline_seconds: float | None = None
+    ) -> None:
         self.table = table
         self.services = services
+        # Every synchronous call ends by then, as a tool error naming the deadline (None: no deadline).
+        self.sync_call_deadline_seconds = sync_call_deadline_seconds
         # Every door that creates a job goes through this one policy (the Tasks extension's too).
         self.submissions = JobSubmissions(table, services)
         self.jobs: JobsService = self.submissions.jobs
@@ -128,6 +132,8 @@ class ToolBindings:
         self.streaming_tools = frozenset(
             tool.name for tool in table.values() if tool.runs_sync and tool.streams_progress
         )
+        # Tools whose synchronous calls fetch from the network: each call holds one of the caller's slots.
+        self.network_tools = frozenset(tool.name for tool in table.values() if tool.runs_sync and tool.reaches_network)
 
         self._by_name = {binding.name: binding for binding in self.bindings}
         self._schemas: dict[str, dict[str, Any]] | None = None
@@ -198,7 +204,9 @@ class ToolBindings:
                     anyio.from_thread.run(report, min(max(fraction, 0.0), 1.0), 1.0, message)
 
             current = self.table[name]
-            context = self.services.context_for(current, principal.user_id, progress, principal.tier)
+            context = self.services.context_for(
+                current, principal.user_id, progress, principal.tier, deadline_seconds=self.sync_call_deadline_seconds
+            )
             result = await run_in_worker_thread(reported, current, arguments, context)
             if streams_progress:
                 await report(1.0, 1.0, "done")
@@ -283,5 +291,3 @@ def _caller(ctx: ServerContext) -> Principal:
     if principal is None:  # the HTTP guard authenticates every request; reaching here is a wiring bug
         raise ToolCallFailed("Unauthorized")
     return principal
-
-

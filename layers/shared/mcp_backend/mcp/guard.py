@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
+import pydantic_core
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_backend.api_keys import Principal
@@ -27,7 +28,7 @@ from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, Scope
 from mcp_backend.mcp.request_body import BODY_SCOPE_KEY, BodyTooLarge, ClientDisconnected, buffered_body
 from mcp_backend.mcp.scopes import METADATA_PATH, required_access
 from mcp_backend.observability import count_limit_refusal, count_refusal, logger
-from mcp_backend.ratelimit import RateDecision, RateLimitUnavailable
+from mcp_backend.ratelimit import SLOT_RETRY_AFTER_SECONDS, RateDecision, RateLimitUnavailable
 from mcp_backend.tools.table import Access
 
 PRINCIPAL_SCOPE_KEY = "mcp_backend.principal"
@@ -75,6 +76,23 @@ class PrincipalRateLimit(Protocol):
 
     def take(self, principal: Principal) -> RateDecision:
         """The decision; blocking I/O (run in a worker thread)."""
+
+
+class PrincipalCallSlots(Protocol):
+    """A principal's calls that may run at once across instances (mcp_backend.ratelimit.InFlightSlots, with the
+    principal's tier limit), for the requests that need a slot."""
+
+    def needed(self, body: bytes) -> bool:
+        """Whether this body's calls hold a slot while they run."""
+
+    def limit(self, principal: Principal) -> int:
+        """The principal's tier's cap."""
+
+    def take(self, principal: Principal) -> Any:
+        """A held slot, or None when every one is held; blocking I/O (run in a worker thread)."""
+
+    def give_back(self, lease: Any) -> None:
+        """Free the slot; blocking I/O, never raises."""
 
 
 def principal_of(scope: Scope) -> Principal | None:
@@ -130,6 +148,7 @@ class McpHttpGuard:
         tool_access: Mapping[str, Access] | None = None,
         rate_limit: PrincipalRateLimit | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        call_slots: PrincipalCallSlots | None = None,
     ) -> None:
         self.app = app
         self.path = path.rstrip("/") or "/"
@@ -145,6 +164,8 @@ class McpHttpGuard:
         # Counts each authenticated request against the principal's tier (mcp_backend.ratelimit).
         self.rate_limit = rate_limit
         self.max_body_bytes = max_body_bytes
+        # Holds one of the principal's slots while a call that reaches the network runs (429 at the cap).
+        self.call_slots = call_slots
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The checks in the order the MCP transport requires; each step answers the request itself and
@@ -181,7 +202,7 @@ class McpHttpGuard:
         inner[BODY_SCOPE_KEY] = body
         inner["path"] = self.path  # `/mcp/` is the same endpoint, not a 307
         inner["raw_path"] = self.path.encode()
-        await self._serve(inner, receive, send)
+        await self.serve_in_a_call_slot(principal, body, inner, receive, send)
 
     @staticmethod
     async def answer_health_check(scope: Scope, send: Send) -> bool:
@@ -330,6 +351,39 @@ class McpHttpGuard:
         await _json(send, 403, _rpc_error(-32001, "Forbidden: insufficient scope"), [(b"www-authenticate", challenge)])
         return False
 
+    async def serve_in_a_call_slot(
+        self, principal: Principal, body: bytes, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Serve the request; a call that needs a slot takes one of the principal's first, and gives it back when
+        it ends: 429 with Retry-After at the tier's cap, 503 when the slots cannot be read (fail closed)."""
+        slots = self.call_slots
+        if slots is None or not slots.needed(body):
+            await self._serve(scope, receive, send)
+            return
+        try:
+            lease = await anyio.to_thread.run_sync(slots.take, principal)
+        except RateLimitUnavailable as error:
+            logger.error("calls-in-flight slots unavailable", extra={"error_type": str(error)})
+            await _json(
+                send, 503, _rpc_error(-32603, "Service Unavailable: try again shortly"), [(b"retry-after", b"5")]
+            )
+            return
+        if lease is None:
+            limit = slots.limit(principal)
+            count_limit_refusal("calls_in_flight", principal.tier, principal.user_id)
+            message = (
+                f"Too Many Requests: calls_in_flight limit of {limit} for tier {principal.tier}; "
+                f"retry after {SLOT_RETRY_AFTER_SECONDS} s, when one of your running calls has ended"
+            )
+            retry_after = [(b"retry-after", str(SLOT_RETRY_AFTER_SECONDS).encode())]
+            await _json(send, 429, _rpc_error(-32029, message), retry_after)
+            return
+        try:
+            await self._serve(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):  # a client that hung up still frees its slot
+                await anyio.to_thread.run_sync(slots.give_back, lease)
+
     def _resource(self, headers: dict[str, str]) -> str:
         """This endpoint's URL as metadata and challenges name it."""
         return self.resource or f"https://{headers.get('host', '')}{self.path}"
@@ -475,6 +529,26 @@ async def _body_too_large(send: Send, max_bytes: int) -> None:
     message = f"Payload Too Large: the request body is limited to {max_bytes} bytes"
     # The rest of the body is never read: the connection closes after this answer.
     await _json(send, 413, _rpc_error(-32600, message), [(b"connection", b"close")])
+
+
+def calls_any_tool(body: bytes, names: frozenset[str]) -> bool:
+    """Whether a JSON-RPC body (one message or a batch) calls one of `names`, as either parser the SDK uses reads
+    it. A body that names none of them, and has no \\u escape that could spell one, is not parsed."""
+    if not names or (b"\\u" not in body and not any(name.encode() in body for name in names)):
+        return False
+    for parse in (pydantic_core.from_json, json.loads):
+        try:
+            parsed = parse(body)
+        except (ValueError, RecursionError):
+            continue  # the SDK refuses it before any tool runs
+        messages = parsed if isinstance(parsed, list) else [parsed]
+        for message in messages:
+            if not isinstance(message, dict) or message.get("method") != "tools/call":
+                continue
+            name = message["params"].get("name") if isinstance(message.get("params"), dict) else None
+            if isinstance(name, str) and name in names:
+                return True
+    return False
 
 
 def _headers(scope: Scope) -> dict[str, str]:

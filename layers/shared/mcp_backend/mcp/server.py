@@ -39,13 +39,13 @@ from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import McpSettings, Tier, load_settings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
-from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
+from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard, calls_any_tool
 from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.table_server import table_server
 from mcp_backend.mcp.tasks import task_extensions
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.observability import CurrentStdoutHandler, logger, tool_runs
-from mcp_backend.ratelimit import RateDecision, RequestRateLimiter, in_background
+from mcp_backend.ratelimit import InFlightSlots, RateDecision, RequestRateLimiter, SlotLease, in_background
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.table import TOOLS, Tool
 
@@ -60,7 +60,7 @@ def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str
     """The table's MCP tools, with the services each declares (AWS clients built on first use)."""
     services = ToolServices.from_settings(settings, clients)
     services.require([tool for tool in table.values() if tool.runs_sync], "McpServer")
-    return ToolBindings(table, services)
+    return ToolBindings(table, services, settings.sync_call_deadline)
 
 
 class TierRateLimit:
@@ -83,6 +83,30 @@ class TierRateLimit:
     def _limit(self, principal: Principal) -> int:
         limit = self._per_minute.get(principal.tier)
         return limit if limit is not None else self.settings.tier_limits(principal.tier).requests_per_minute
+
+
+class TierCallSlots:
+    """Calls of tools that reach the network, per principal, at once across every instance (RateLimitTable's
+    slots, mcp_backend.ratelimit.InFlightSlots), within the tier's `calls_in_flight`."""
+
+    def __init__(self, settings: McpSettings, clients: AwsClients, network_tools: frozenset[str]) -> None:
+        self.settings = settings
+        self.slots = InFlightSlots(settings.rate_limit_table_name, LazyClient("dynamodb", clients))
+        self.network_tools = network_tools
+        # A slot is held at most as long as the call may run.
+        self.hold_seconds = settings.sync_call_deadline
+
+    def needed(self, body: bytes) -> bool:
+        return calls_any_tool(body, self.network_tools)
+
+    def limit(self, principal: Principal) -> int:
+        return self.settings.tier_limits(principal.tier).calls_in_flight
+
+    def take(self, principal: Principal) -> SlotLease | None:
+        return self.slots.take(principal.user_id, self.limit(principal), self.hold_seconds)
+
+    def give_back(self, lease: SlotLease) -> None:
+        self.slots.give_back(lease)
 
 
 def default_authenticator(settings: McpSettings, clients: AwsClients) -> Authenticator:
@@ -173,6 +197,7 @@ def create_app(
         resource=settings.oauth_resource,
         tool_access=bindings.access,
         rate_limit=TierRateLimit(settings, clients),
+        call_slots=TierCallSlots(settings, clients, bindings.network_tools),
         max_body_bytes=settings.mcp_max_body_bytes,
     )
     # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 from mcp_backend.config import LOWEST_TIER, TierLimits, TierLimitSettings
 from mcp_backend.jobs.errors import JobCancelled
-from mcp_backend.tools.dataset_stream import FetchPolicy
+from mcp_backend.tools.dataset_stream import FetchPolicy, past_deadline
 from mcp_backend.tools.errors import ToolError
 
 if TYPE_CHECKING:  # the services are built by mcp_backend.tools.services; the tool table loads without them
@@ -53,8 +53,9 @@ class ToolContext:
     cancelled: CancellationCheck | None = None
 
     def checkpoint(self) -> None:
-        """Where a long tool may stop: raises JobCancelled when its job was cancelled. A no-op on the
-        endpoint (a synchronous call ends with its request)."""
+        """Where a long tool may stop: raises JobCancelled when its job was cancelled (in the worker), and
+        CallDeadlineExceeded once a synchronous call's deadline has passed (on the endpoint)."""
+        past_deadline(self.fetch_policy)
         if self.cancelled is not None and self.cancelled():
             raise JobCancelled("the job was cancelled by its owner")
 

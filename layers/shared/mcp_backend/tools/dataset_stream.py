@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from mcp_backend.tools.errors import DatasetTooLarge
+from mcp_backend.tools.errors import CallDeadlineExceeded, DatasetTooLarge
 
 
 @dataclass(frozen=True)
@@ -19,16 +20,20 @@ class FetchPolicy:
     # besides its own (mcp_backend.tools.dataset_access).
     dataset_bucket: str = ""
     shared_prefixes: tuple[str, ...] = ()
+    # A synchronous call's end (time.monotonic()); None in the worker, whose function timeout bounds a job.
+    deadline: float | None = None
+    deadline_seconds: float = 0.0  # the same deadline as a duration, for the error that names it
 
 
 class DatasetStream:
     """The dataset's bytes as an iterator of chunks, enforcing the byte cap as they arrive."""
 
-    def __init__(self, url: str, chunks: Iterator[bytes], *, content_length: int | None, max_bytes: int) -> None:
+    def __init__(self, url: str, chunks: Iterator[bytes], *, content_length: int | None, policy: FetchPolicy) -> None:
         self.url = url  # redacted: safe to report
         self.content_length = content_length
         self._chunks = chunks
-        self._max_bytes = max_bytes
+        self._max_bytes = policy.max_bytes
+        self._policy = policy
         self._bytes_read = 0
 
     @property
@@ -40,5 +45,15 @@ class DatasetStream:
             self._bytes_read += len(chunk)
             if self._bytes_read > self._max_bytes:
                 raise DatasetTooLarge(f"Dataset {self.url} is larger than the {self._max_bytes}-byte limit")
+            past_deadline(self._policy)
             if chunk:
                 yield chunk
+
+
+def past_deadline(policy: FetchPolicy) -> None:
+    """Raises CallDeadlineExceeded once a synchronous call's deadline has passed."""
+    if policy.deadline is not None and time.monotonic() > policy.deadline:
+        raise CallDeadlineExceeded(
+            f"the call passed its {policy.deadline_seconds:g} s deadline for synchronous calls; "
+            "submit it as a job (submit_analysis) for longer work"
+        )

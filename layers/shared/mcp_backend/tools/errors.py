@@ -68,6 +68,11 @@ class DatasetUnparseable(ToolError):
     """The bytes are not UTF-8 CSV, JSON Lines or a JSON array of objects."""
 
 
+class CallDeadlineExceeded(ToolError):
+    """A synchronous call passed its deadline: it is stopped and answered, so it never holds the endpoint until
+    the function's timeout. The same call as a job has the worker's time."""
+
+
 class EndpointNotFound(ToolError):
     """No registered endpoint with this id belongs to the caller."""
 

@@ -106,7 +106,7 @@ def _open_s3(url: str, policy: FetchPolicy, s3_client: S3Client | None) -> Itera
         content_length = obj.get("ContentLength")
         if content_length is not None and content_length > policy.max_bytes:
             raise DatasetTooLarge(f"Dataset {shown} is {content_length} bytes, over the {policy.max_bytes}-byte limit")
-        yield DatasetStream(shown, _s3_chunks(body, shown), content_length=content_length, max_bytes=policy.max_bytes)
+        yield DatasetStream(shown, _s3_chunks(body, shown), content_length=content_length, policy=policy)
     finally:
         body.close()
 

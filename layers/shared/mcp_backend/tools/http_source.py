@@ -83,7 +83,7 @@ def open_http(url: str, policy: FetchPolicy, transport: httpx.BaseTransport | No
                 shown,
                 _http_chunks(response, shown),
                 content_length=content_length,
-                max_bytes=policy.max_bytes,
+                policy=policy,
             )
         finally:
             response.close()

@@ -9,8 +9,9 @@ wiring mistake is a failed cold start and a failed contract test, never a job re
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, Protocol, cast
@@ -128,14 +129,20 @@ class ToolServices:
         progress: ProgressCallback | None = None,
         tier: str = LOWEST_TIER,
         cancelled: CancellationCheck | None = None,
+        deadline_seconds: float | None = None,
     ) -> ToolContext:
-        """What `tool` may use for `user_id` (of `tier`): the services it declares, nothing else."""
+        """What `tool` may use for `user_id` (of `tier`): the services it declares, nothing else. A synchronous
+        call passes its deadline: its fetch and its checkpoints stop the call once it has passed."""
+        fetch_policy = self.fetch_policy
+        if deadline_seconds is not None:
+            deadline = time.monotonic() + deadline_seconds
+            fetch_policy = replace(fetch_policy, deadline=deadline, deadline_seconds=deadline_seconds)
         return ToolContext(
             tool_name=tool.name,
             user_id=user_id,
             tier=tier,
             limits=self.tier_limits(tier),
-            fetch_policy=self.fetch_policy,
+            fetch_policy=fetch_policy,
             progress=progress,
             jobs=self.jobs if Service.JOBS in tool.services else None,
             endpoints=self.endpoints if Service.ENDPOINTS in tool.services else None,

@@ -53,6 +53,9 @@ class Tool:
     submit_names: tuple[str, str] | None = None
     # Synchronous calls send progress notifications ("started" before run, "done" after, and the tool's own).
     streams_progress: bool = False
+    # It fetches from the network on the caller's behalf: each synchronous call holds one of the caller's
+    # calls-in-flight slots (docs/security.md) and ends by the synchronous-call deadline.
+    reaches_network: bool = False
     # Checks a job's input for its caller before the job is queued (raises a ToolError): a refusal writes nothing.
     admit: Callable[[Any, ToolContext], None] | None = None
 
@@ -124,6 +127,7 @@ TOOLS: dict[str, Tool] = {
             mode=Mode.BOTH,
             submit_names=("submit_analysis", "submit_analyses"),
             streams_progress=True,
+            reaches_network=True,
             access=Access.SUBMIT,  # fetches and computes on the endpoint
             services=frozenset(),
             admit=analyze_dataset.admit,

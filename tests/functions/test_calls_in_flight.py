@@ -1,0 +1,101 @@
+"""Calls in flight per principal, held across instances in the template's RateLimitTable (on moto): a principal
+takes at most its cap of slots, a slot given back is free at once, a slot whose holder died frees itself when its
+hold expires, and a late give-back never frees a slot another call holds."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from mcp_backend.ratelimit import SLOT_HOLD_MARGIN_SECONDS, InFlightSlots, RateLimitUnavailable, SlotLease
+
+HOLD = 60
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def instance(local, clock: Clock) -> InFlightSlots:
+    """One endpoint instance's view of the slots (each instance has its own; DynamoDB is what they share)."""
+    return InFlightSlots(local.table_name("RateLimitTable"), boto3.client("dynamodb"), clock, first_slot=lambda cap: 0)
+
+
+def test_a_principal_holds_at_most_its_cap_across_instances(local, clock):
+    # Given two instances and a cap of 2
+    first, second = instance(local, clock), instance(local, clock)
+
+    # When three calls of one principal ask, on either instance
+    taken = [first.take("apikey:bob", 2, HOLD), second.take("apikey:bob", 2, HOLD), first.take("apikey:bob", 2, HOLD)]
+
+    # Then two hold slots and the third is refused, while another principal is not affected
+    assert taken[0] is not None and taken[1] is not None and taken[2] is None
+    assert second.take("apikey:alice", 2, HOLD) is not None
+
+
+def test_a_slot_given_back_is_free_at_once(local, clock):
+    # Given a principal at its cap of 1
+    slots = instance(local, clock)
+    held = slots.take("apikey:bob", 1, HOLD)
+    assert held is not None and slots.take("apikey:bob", 1, HOLD) is None
+
+    # When the call ends and gives its slot back
+    slots.give_back(held)
+
+    # Then the next call takes it
+    assert slots.take("apikey:bob", 1, HOLD) is not None
+
+
+def test_a_slot_whose_holder_died_frees_itself_when_its_hold_expires(local, clock):
+    # Given a slot taken by an instance that then died (it never gives it back)
+    slots = instance(local, clock)
+    assert slots.take("apikey:bob", 1, HOLD) is not None
+
+    # When the hold has not yet expired, and then when it has
+    clock.now += HOLD + SLOT_HOLD_MARGIN_SECONDS - 1
+    before = slots.take("apikey:bob", 1, HOLD)
+    clock.now += 1
+    after = slots.take("apikey:bob", 1, HOLD)
+
+    # Then it is held until then, and free from then on
+    assert before is None and after is not None
+
+
+def test_a_late_give_back_does_not_free_a_slot_another_call_holds(local, clock):
+    # Given a slot whose hold expired and that another call then took
+    slots = instance(local, clock)
+    stale = slots.take("apikey:bob", 1, HOLD)
+    assert stale is not None
+    clock.now += HOLD + SLOT_HOLD_MARGIN_SECONDS
+    assert slots.take("apikey:bob", 1, HOLD) is not None
+
+    # When the first call gives its slot back late
+    slots.give_back(stale)
+
+    # Then the slot stays with the call that holds it now
+    assert slots.take("apikey:bob", 1, HOLD) is None
+
+
+class DownDynamoDB:
+    def update_item(self, **request):
+        raise ClientError({"Error": {"Code": "InternalServerError", "Message": "down"}}, "UpdateItem")
+
+
+def test_slots_that_cannot_be_read_refuse_the_call_rather_than_admit_it(clock):
+    # Given DynamoDB failing
+    slots = InFlightSlots("RateLimitTable", DownDynamoDB(), clock)
+
+    # When a call asks for a slot / Then it is refused as unavailable (fail closed), and a give-back never raises
+    with pytest.raises(RateLimitUnavailable):
+        slots.take("apikey:bob", 2, HOLD)
+    slots.give_back(SlotLease("inflight#apikey:bob#0", "x"))
