@@ -152,6 +152,9 @@ class CallLogAnalyzerSettings(StreamConsumerSettings):
     # percentage of the function's limit, that raise an alert.
     timeout_alert_threshold: int = Field(default=3, gt=0)
     memory_alert_percent: int = Field(default=90, gt=0, le=100)
+    # One alert per alert type and subject per this many seconds, across instances (calllog/alert_windows.py).
+    alert_window_table_name: str
+    alert_dedup_window_seconds: int = Field(default=900, gt=0)
 
 
 class MonitorStreamSettings(StreamConsumerSettings):
