@@ -230,8 +230,8 @@ class McpSettings(ToolSettings):
 class ProbeDispatcherSettings(Settings):
     monitor_table_name: str
     probe_worker_function_name: str
-    # An endpoint whose probes fail for this many days is no longer probed (one notice to its owner's call log)
-    # until its owner registers it again.
+    # An endpoint whose probes fail for this many days is no longer probed (one probes_stopped call-log record,
+    # which alerts) until its owner registers it again.
     probe_stop_after_failing_days: int = Field(default=7, gt=0)
     # At most this many endpoints of one owner are probed per tick; the rest wait for the following ticks, in turn.
     probes_per_owner_per_tick: int = Field(default=25, gt=0)

@@ -39,7 +39,10 @@ _METRIC_BY_EVENT = {
     CallLogEventType.TOOL_ERROR: "CallLogToolErrors",
     CallLogEventType.JOB_FAILED: "CallLogJobFailures",
     CallLogEventType.SCHEMA_DRIFT: "CallLogSchemaDrifts",
+    CallLogEventType.PROBES_STOPPED: "CallLogProbesStopped",
 }
+# One record per change of an endpoint's state: each is worth an alert, whatever the threshold (first one wins).
+_ALWAYS_ALERTING = (CallLogEventType.SCHEMA_DRIFT, CallLogEventType.PROBES_STOPPED)
 
 
 @dataclass
@@ -145,8 +148,7 @@ class CallLogAnalyzer(StreamRecordConsumer):
 
     # ------------------------------------------------------------------ internals
     def _alerting(self, counts: Counter[CallLogEventType]) -> bool:
-        # A schema drift is one record per change: always worth an alert.
-        return counts[CallLogEventType.SCHEMA_DRIFT] > 0 or counts.total() >= self.threshold
+        return any(counts[event_type] for event_type in _ALWAYS_ALERTING) or counts.total() >= self.threshold
 
     def _emit_metrics(self) -> None:
         totals: Counter[CallLogEventType] = Counter()
@@ -199,8 +201,9 @@ class CallLogAnalyzer(StreamRecordConsumer):
     def _alert(self, subject: str, counts: Counter[CallLogEventType], latest: CallLogRecord) -> None:
         kind, _, name = subject.partition(":")
         drift = counts[CallLogEventType.SCHEMA_DRIFT] > 0
+        change = next((str(event_type) for event_type in _ALWAYS_ALERTING if counts[event_type]), None)
         message: dict[str, Any] = {
-            "alert": "schema_drift" if drift else "error_threshold_crossed",
+            "alert": change or "error_threshold_crossed",
             "environment": self.settings.environment,
             kind: name,
             "errorsInBatch": counts.total(),
@@ -210,7 +213,9 @@ class CallLogAnalyzer(StreamRecordConsumer):
         }
         if drift:
             message |= {"schemaHash": latest.schema_hash, "previousSchemaHash": latest.previous_schema_hash}
-        headline = f"schema drift on {name}" if drift else f"{counts.total()} errors of {kind} {name} in one batch"
+        headline = f"{counts.total()} errors of {kind} {name} in one batch"
+        if change:
+            headline = f"{change.replace('_', ' ')} on {name}"
         self._publish(subject, message, headline)
 
     def _publish(self, subject: str, message: dict[str, Any], headline: str) -> None:

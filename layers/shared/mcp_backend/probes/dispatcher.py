@@ -47,7 +47,8 @@ class ProbeDispatcher:
 
     def _probed(self, endpoints: list[Endpoint]) -> list[Endpoint]:
         """The endpoints to probe this tick: not those whose probes stopped, nor those failing for longer than
-        the configured days, which stop now (one notice in the owner's call log; the stack's own never stops)."""
+        the configured days, which stop now (one probes_stopped call-log record, which the analyzer alerts on;
+        the stack's own never stops)."""
         now = datetime.now(UTC)
         cutoff = probed_at_text(now - timedelta(days=self.settings.probe_stop_after_failing_days))
         probed = []
