@@ -224,7 +224,7 @@ cost: env ## AWS requests and $ per unit of work and idle per month, counted on 
 	PYTHONPATH=layers/shared $(RUN) python -m tests.cost
 
 # The deployed stack end to end (tools/list, one job to SUCCEEDED). URL: the McpServerUrl output; KEY: an API key
-# (README "First deploy"); DATASET: what to analyze (default: the endpoint's own /healthz). Never part of make test.
+# (docs/deploy.md#first-deploy-checklist); DATASET: what to analyze (default: the endpoint's own /healthz). Never part of make test.
 smoke: env ## URL=<McpServerUrl> KEY=<API key>: the deployed stack end to end
 	@if [ -z "$(URL)" ] || [ -z "$(KEY)" ]; then \
 		echo "usage: make smoke URL=<McpServerUrl output> KEY=<API key> [DATASET=s3://... | https://...]" >&2; exit 2; fi

@@ -1,7 +1,7 @@
 """One probe: the SDK's MCP client runs the endpoint's handshake (mode "auto": server/discover, falling
 back to initialize) and tools/list, within a deadline derived from the function's timeout.
 
-Outcomes (README, "Probes"):
+Outcomes (docs/probes.md "What a probe returns"):
 - healthy:  handshake and tools/list answered within the degraded-latency threshold;
 - degraded: the same, but slower than the threshold;
 - error:    the endpoint speaks MCP (the handshake succeeded) but tools/list answered a JSON-RPC error;
