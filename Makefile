@@ -35,7 +35,7 @@ EVENT ?= events/tool_worker/healthy-batch.json
 # The layer ships everything the lock pins except what the Lambda runtime provides.
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
-.PHONY: help env hooks lint test unit integration e2e coverage build build-local deploy deploy-built sam-cli smoke smoke-deployed \
+.PHONY: help env hooks lint test test-contended unit integration e2e coverage build build-local deploy deploy-built sam-cli smoke smoke-deployed \
 	delete invoke env-json browser dev fire token redrive bench cost layer-requirements tool-requirements expanded clean
 
 # `make help`: every target with the text after its `##`.
@@ -151,6 +151,13 @@ coverage: env ## line coverage of mcp_backend and functions over the tiers run l
 		$(RUN) coverage report --data-file=$(COVERAGE_DIR)/.coverage $(if $(FORMAT),--format=$(FORMAT))
 
 test: lint unit integration build browser e2e ## lint + build + every tier (what CI runs)
+
+# The unit and integration tiers with every core saturated by a CPU burner (tests/cpu_burner.py: one spinning process
+# per core, ended when the tiers end): a test that depends on timing or prompt thread scheduling fails here, not on a
+# loaded CI machine (docs/testing.md, "Under CPU contention"). TIERS=unit runs one tier.
+TIERS ?= unit integration
+test-contended: env ## the unit and integration tiers while a CPU burner saturates every core (TIERS=unit: one)
+	$(RUN) python -m tests.cpu_burner $(MAKE) --no-print-directory $(TIERS)
 
 build-local: ## sam build for this machine's architecture (what the e2e tier and RUNTIME=lambda run)
 	@$(MAKE) --no-print-directory build ARCH=$(HOST_ARCH) BUILD_DIR=$(LOCAL_BUILD_DIR)
