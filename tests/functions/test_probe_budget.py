@@ -31,11 +31,13 @@ def register(local, owner_id: str, count: int) -> set[str]:
     return server_ids
 
 
-def dispatcher(local, budget: int) -> tuple[ProbeDispatcher, LambdaApi]:
+def dispatcher(local, budget: int, schedule: str | None = None) -> tuple[ProbeDispatcher, LambdaApi]:
     environment = {
         **local.stack.function("ProbeDispatcher").environment,
         "PROBES_PER_OWNER_PER_TICK": str(budget),
     }
+    if schedule is not None:
+        environment["PROBE_SCHEDULE_EXPRESSION"] = schedule
     lambda_api = LambdaApi()
     settings = load_settings(ProbeDispatcherSettings, environment)
     return ProbeDispatcher(settings, boto3.client("dynamodb"), lambda_api, call_log=RecordingCallLog()), lambda_api
@@ -80,4 +82,21 @@ def test_the_ticks_turn_through_an_owners_endpoints_so_none_is_skipped_for_ever(
         seen |= probed(lambda_api)
 
     # Then every one of them was probed at least once
+    assert seen == heavy
+
+
+def test_the_turn_follows_the_schedules_ticks_not_the_clocks_minutes(local):
+    # Given a tick every 5 minutes, an owner with 5 endpoints and a budget of 4 (turning by the minute, the window
+    # would move by 20 = 0 modulo 5 each tick, and the same endpoint would be skipped for ever)
+    heavy = register(local, "user-heavy", 5)
+    seen: set[str] = set()
+
+    # When the schedule ticks twice, five minutes apart, each a few seconds late
+    for tick_number in range(2):
+        tick, lambda_api = dispatcher(local, budget=4, schedule="rate(5 minutes)")
+        with time_machine.travel(NOW + dt.timedelta(minutes=5 * tick_number, seconds=3), tick=False):
+            tick.dispatch()
+        seen |= probed(lambda_api)
+
+    # Then every endpoint was probed
     assert seen == heavy

@@ -64,14 +64,15 @@ class ProbeDispatcher:
         return probed
 
     def _within_budget(self, endpoints: list[Endpoint], now: datetime) -> tuple[list[Endpoint], int]:
-        """At most the budget of each owner's endpoints, and how many were skipped. Which ones turns with the minute
-        (a window of the owner's endpoints, in server-id order, moved on by the budget each minute), so over
-        ceil(endpoints / budget) ticks each of them is probed; the stack's own endpoint is never counted."""
+        """At most the budget of each owner's endpoints, and how many were skipped. Which ones turns with the
+        schedule's ticks (a window of the owner's endpoints, in server-id order, moved on by the budget each tick;
+        the tick's number is the time over the schedule's spacing, rounded, so a late tick keeps its number), so
+        over ceil(endpoints / budget) ticks each of them is probed; the stack's own endpoint is never counted."""
         budget = self.settings.probes_per_owner_per_tick
         by_owner: dict[str, list[Endpoint]] = defaultdict(list)
         for endpoint in endpoints:
             by_owner[endpoint.owner_id].append(endpoint)
-        minute = int(now.timestamp()) // 60
+        tick = round(now.timestamp() / self.settings.tick_seconds)
         kept: list[Endpoint] = []
         skipped = 0
         for owner_id, owned in by_owner.items():
@@ -79,7 +80,7 @@ class ProbeDispatcher:
                 kept += owned
                 continue
             owned.sort(key=lambda endpoint: endpoint.server_id)
-            start = minute * budget % len(owned)
+            start = tick * budget % len(owned)
             kept += [owned[(start + n) % len(owned)] for n in range(budget)]
             skipped += len(owned) - budget
             logger.warning(
