@@ -12,8 +12,11 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import anyio
+import mcp.client.streamable_http
+import mcp.shared.exceptions
 import pytest
 
+import mcp_backend.probes.pinning
 from mcp_backend.probes.client import MAX_PROBE_RESPONSE_BYTES, ProbeRequest, probe
 from mcp_backend.probes.errors import (
     ProbeHttpStatus,
@@ -22,6 +25,9 @@ from mcp_backend.probes.errors import (
     ProbeTimeout,
     ProbeUnreachable,
 )
+
+# What a probe imports on its first run, loaded before a test traces the memory one probe takes.
+PROBE_IMPORTS = (mcp.client.streamable_http, mcp.shared.exceptions, mcp_backend.probes.pinning)
 
 
 def serve(behaviour) -> Iterator[str]:
