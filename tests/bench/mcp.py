@@ -14,6 +14,7 @@ from moto import mock_aws
 
 from devstack.runtime.interpreter import RUNTIME_VERSION
 from tests.bench.measure import RESULTS, ROOT, DeployedPython, paired_ratio, paired_runs, timed_in_new_interpreter
+from tests.unit.test_request_cost import adversarial_body, benign_body, cost
 
 # The load is far above a tier's rate: the limiter still counts every request, it never refuses one.
 UNTHROTTLED = "1000000"
@@ -71,6 +72,16 @@ def run() -> list[str]:
     cold_import = statistics.median(ours for ours, _ in runs)
     stock_import = statistics.median(stock for _, stock in runs)
     cold_ratio = paired_ratio(runs)
+    # The guard's one scan of a body (the nesting pre-scan) on the largest body served: a hostile body against
+    # a benign batch of the same size.
+    cap = int(environment.get("MCP_MAX_BODY_BYTES", 256 * 1024))
+    hostile_scan, benign_scan = cost(adversarial_body(cap)), cost(benign_body(cap))
+    RESULTS["mcp_server_request_cost"] = {
+        "body_bytes": cap,
+        "hostile_ms": hostile_scan * 1000,
+        "benign_ms": benign_scan * 1000,
+        "ratio": hostile_scan / benign_scan,
+    }
     RESULTS["mcp_server"] = {
         "first_byte_ms": ttfb * 1000,
         "streamed_call_ms": total * 1000,
@@ -94,6 +105,9 @@ def run() -> list[str]:
         f"| time to first byte, streamed tool call | {ttfb * 1000:.1f} ms | total time of the call "
         f"{total * 1000:.0f} ms | {ttfb / total:.3f} |",
         f"| SSE events per streamed call (comment + progress + result) | {events} | | |",
+        f"| guard's nesting pre-scan, hostile {cap // 1024} KiB body (unclosed escaped quotes, then brackets) | "
+        f"{hostile_scan * 1000:.2f} ms | a benign batch call of the same size {benign_scan * 1000:.2f} ms | "
+        f"{hostile_scan / benign_scan:.2f}x |",
         f"| cold import + `create_app()` of `mcp_backend.mcp.server` | {cold_import * 1000:.0f} ms | "
         f"the stock SDK app's import + build (`tests/bench/stock_app.py`) {stock_import * 1000:.0f} ms "
         f"| {cold_ratio:.2f}x |",

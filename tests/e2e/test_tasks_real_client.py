@@ -6,6 +6,7 @@ they cannot be installed (no registry) the tests skip and say why."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -39,23 +40,32 @@ def node() -> Path:
     npm = binary.parent.parent / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js"
     installed = CLIENT_DIR / "node_modules" / ".package-lock.json"
     lock = CLIENT_DIR / "package-lock.json"
-    if not installed.exists() or installed.stat().st_mtime < lock.stat().st_mtime:
-        try:
-            subprocess.run(
-                [str(binary), str(npm), "ci", "--no-audit", "--no-fund", "--ignore-scripts"],
-                cwd=CLIENT_DIR,
-                capture_output=True,
-                text=True,
-                timeout=300,
-                check=True,
-                # The machine's npm settings (registry, CA certificates, proxy) apply; this Node comes first.
-                env={**os.environ, "PATH": f"{binary.parent}{os.pathsep}{os.environ.get('PATH', '')}"},
-            )
-        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as error:
-            output = getattr(error, "stderr", "") or ""
-            reasons = [line for line in output.splitlines() if "error" in line.lower()][:3] or ["timed out"]
-            pytest.skip(f"the npm packages of tests/e2e/tasks_client could not be installed: {' / '.join(reasons)}")
+    # Both xdist workers may reach this at once: one installs while the other waits (two `npm ci` in one
+    # folder remove each other's files).
+    with open(CLIENT_DIR / ".install.lock", "w") as install_lock:
+        fcntl.flock(install_lock, fcntl.LOCK_EX)
+        if not installed.exists() or installed.stat().st_mtime < lock.stat().st_mtime:
+            install(binary, npm)
     return binary
+
+
+def install(binary: Path, npm: Path) -> None:
+    """`npm ci` of the locked packages, or the test skipped with npm's reasons."""
+    try:
+        subprocess.run(
+            [str(binary), str(npm), "ci", "--no-audit", "--no-fund", "--ignore-scripts"],
+            cwd=CLIENT_DIR,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+            # The machine's npm settings (registry, CA certificates, proxy) apply; this Node comes first.
+            env={**os.environ, "PATH": f"{binary.parent}{os.pathsep}{os.environ.get('PATH', '')}"},
+        )
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as error:
+        output = getattr(error, "stderr", "") or ""
+        reasons = [line for line in output.splitlines() if "error" in line.lower()][:3] or ["timed out"]
+        pytest.skip(f"the npm packages of tests/e2e/tasks_client could not be installed: {' / '.join(reasons)}")
 
 
 @pytest.fixture

@@ -16,8 +16,11 @@ from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.jobs.service import JobSubmission
 from mcp_backend.mcp.bindings import ToolCallFailed, reported
 from mcp_backend.mcp.server import tool_bindings
+from mcp_backend.quotas import JobQuota
 
 ALICE = Principal(user_id="user-alice")
+# These tests are about enqueueing, not quotas (tests/functions/test_job_quotas.py): a quota no test reaches.
+ROOMY = JobQuota("internal", concurrent_jobs=1000, daily_jobs=100_000)
 
 
 class FlakyBatchSqs:
@@ -53,10 +56,10 @@ class Backend:
         self.jobs = tool_bindings(settings, clients).jobs
 
     def submit(self, principal: Principal, submission: JobSubmission) -> dict:
-        return reported(self.jobs.submit, principal.user_id, submission)
+        return reported(self.jobs.submit, principal.user_id, submission, ROOMY)
 
     def submit_many(self, principal: Principal, submissions: list[JobSubmission]) -> list[dict]:
-        return reported(self.jobs.submit_many, principal.user_id, submissions)
+        return reported(self.jobs.submit_many, principal.user_id, submissions, ROOMY)
 
 
 def backend(local, sqs) -> Backend:
@@ -73,6 +76,12 @@ def queued(local) -> int:
 def analysis(call_id: str) -> JobSubmission:
     return JobSubmission(
         tool="analyze_dataset", input={"dataset_url": "s3://local-datasets/user-alice/sales.csv"}, call_id=call_id
+    )
+
+
+def another_dataset(call_id: str) -> JobSubmission:
+    return JobSubmission(
+        tool="analyze_dataset", input={"dataset_url": "s3://local-datasets/user-alice/other.csv"}, call_id=call_id
     )
 
 
@@ -144,15 +153,42 @@ def test_a_repeat_of_a_job_that_ran_sends_nothing_and_answers_its_state(local):
     assert queued(local) == 0
 
 
+def test_a_call_id_repeated_within_one_batch_names_one_job_for_the_same_input_and_conflicts_for_another(local):
+    # Given a batch whose items 0, 1 and 2 share a callId: 1 repeats item 0's input, 2 carries another dataset
+    other = another_dataset("twice")
+    batch = [analysis("twice"), analysis("twice"), other]
+
+    # When it is submitted
+    results = backend(local, FlakyBatchSqs(fail_ids=set())).submit_many(ALICE, batch)
+
+    # Then the repeat is the first item's job, the other input is a JobConflict, and one message is queued
+    assert results[0]["status"] == "PENDING"
+    assert results[1] == {"index": 1, "jobId": results[0]["jobId"], "status": "PENDING", "repeated": True}
+    assert results[2]["index"] == 2 and results[2]["error"]["type"] == "JobConflict" and "jobId" not in results[2]
+    assert queued(local) == 1
+
+
+def test_a_repeat_within_a_batch_of_an_item_that_conflicted_is_the_same_conflict(local):
+    # Given a job already submitted under a callId, then a batch repeating that callId twice with another input
+    service = backend(local, FlakyBatchSqs(fail_ids=set()))
+    service.submit(ALICE, analysis("taken"))
+    other = another_dataset("taken")
+
+    # When the batch is submitted
+    results = service.submit_many(ALICE, [other, other])
+
+    # Then both items are the conflict, neither reports a queued job
+    assert [result["error"]["type"] for result in results] == ["JobConflict", "JobConflict"]
+    assert queued(local) == 1
+
+
 def test_a_call_id_reused_for_another_input_is_refused(local):
     # Given a submitted job
     service = backend(local, FlakyBatchSqs(fail_ids=set()))
     service.submit(ALICE, analysis("reused-call"))
 
     # When the same callId comes with another dataset
-    other = JobSubmission(
-        tool="analyze_dataset", input={"dataset_url": "s3://local-datasets/user-alice/other.csv"}, call_id="reused-call"
-    )
+    other = another_dataset("reused-call")
     with pytest.raises(ToolCallFailed) as refused:
         service.submit(ALICE, other)
 

@@ -22,7 +22,10 @@ from mcp_backend.jobs.service import JobQueues, JobsService
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.mcp.tasks import JobTasks
 from mcp_backend.tools.context import ToolContext
-from mcp_backend.tools.table import TOOLS, Mode
+from mcp_backend.tools.dataset_stream import FetchPolicy
+from mcp_backend.tools.services import ToolServices
+from mcp_backend.tools.submissions import JobSubmissions
+from mcp_backend.tools.table import TOOLS, Mode, Tool
 from mcp_backend.tools.worker import is_permanent
 
 USER, OTHER = "user-alice", "user-bob"
@@ -37,6 +40,10 @@ def jobs(local) -> JobsService:
         result_bucket_name=local.table_name("JobResultBucket"),
     )
     return JobsService(queues)
+
+
+def job_tasks(jobs: JobsService, table: dict[str, Tool] = TOOLS) -> JobTasks:
+    return JobTasks(JobSubmissions(table, ToolServices(fetch_policy=FetchPolicy(), jobs=jobs)))
 
 
 def recorded(jobs: JobsService, job_id: str = "job-0001-abcdef", user: str = USER) -> JobMessage:
@@ -160,7 +167,7 @@ def test_a_job_reads_as_the_task_the_specification_describes(jobs, status, extra
     )
 
     # When it is read as a task
-    task = JobTasks(jobs, TOOLS)._task(USER, job.job_id)
+    task = job_tasks(jobs)._task(USER, job.job_id)
 
     # Then its status is the spec's; a tool's own failure is a completed call with an error result, a pipeline
     # failure a failed task with a JSON-RPC error
@@ -174,7 +181,7 @@ def test_a_job_reads_as_the_task_the_specification_describes(jobs, status, extra
 
 def test_a_task_is_not_found_for_another_user_and_expired_past_its_ttl(jobs):
     job = recorded(jobs)
-    tasks = JobTasks(jobs, TOOLS)
+    tasks = job_tasks(jobs)
 
     with pytest.raises(MCPError) as foreign:
         tasks._task(OTHER, job.job_id)
@@ -196,7 +203,7 @@ def test_a_task_is_not_found_for_another_user_and_expired_past_its_ttl(jobs):
 def test_a_tool_that_only_runs_as_a_job_needs_the_extension_and_other_tools_pass_through(jobs):
     # Given a table with a job-only tool and a client that did not declare the Tasks extension
     job_only = dataclasses.replace(TOOLS["analyze_dataset"], mode=Mode.JOB)
-    tasks = JobTasks(jobs, {"analyze_dataset": job_only, "get_job": TOOLS["get_job"]})
+    tasks = job_tasks(jobs, {"analyze_dataset": job_only, "get_job": TOOLS["get_job"]})
     ctx: Any = SimpleNamespace(protocol_version="2026-07-28", session=SimpleNamespace(client_capabilities=None))
     passed: list[str] = []
 

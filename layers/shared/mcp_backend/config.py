@@ -195,6 +195,8 @@ class McpSettings(ToolSettings):
     mcp_allowed_hosts: str = ""  # comma-separated extra Host values, e.g. "mcp.example.com,127.0.0.1:8080"
     mcp_allowed_origins: str = ""  # comma-separated Origin values browsers may call from
     mcp_path: str = "/mcp"
+    # The largest request body served (413 past it): far below the 6 MB a Function URL takes.
+    mcp_max_body_bytes: int = Field(default=256 * 1024, ge=1024, le=6 * 1024 * 1024)
     sse_keepalive_seconds: float = Field(default=15.0, gt=0)
     api_keys_cache_seconds: float = Field(default=300.0, ge=0)
     # The Parameters and Secrets extension listens here when its layer is attached; absent locally.

@@ -123,8 +123,9 @@ class JobsService:
         return JobStore(self.queues.job_table_name, self._clients("dynamodb"))
 
     # -- submit -----------------------------------------------------------------
-    def submit(self, user_id: str, submission: JobSubmission, quota: JobQuota | None = None) -> dict[str, Any]:
-        """Submit one job; over the caller's quota, QuotaExceeded and nothing is written."""
+    def submit(self, user_id: str, submission: JobSubmission, quota: JobQuota) -> dict[str, Any]:
+        """Submit one job; over the caller's quota, QuotaExceeded and nothing is written. The quota is required:
+        no door queues a job outside its caller's tier (mcp_backend.tools.submissions applies it)."""
         job = _job_for(user_id, submission)
         try:
             answer = self._record(job, quota)
@@ -145,19 +146,20 @@ class JobsService:
             raise EnqueueFailed("the job queue is unavailable; retry with the same callId") from None
         return answer
 
-    def submit_many(
-        self, user_id: str, submissions: list[JobSubmission], quota: JobQuota | None = None
-    ) -> list[dict[str, Any]]:
-        """Record every item's job, then send the messages of those still PENDING in batches."""
+    def submit_many(self, user_id: str, submissions: list[JobSubmission], quota: JobQuota) -> list[dict[str, Any]]:
+        """Record every item's job, then send the messages of those still PENDING in batches. An item repeating
+        an earlier item's callId is answered as that item was (the same job) when its request is the same, and
+        is a JobConflict when it is not, as a repeat in a later call would be."""
         results: list[dict[str, Any]] = [{} for _ in submissions]
         to_send: dict[str, tuple[int, JobMessage, dict[str, Any]]] = {}
-        seen: set[str] = set()
+        first: dict[str, tuple[int, str]] = {}  # job id -> the first item naming it, and its request's fingerprint
+        repeats: list[tuple[int, JobMessage]] = []
         for index, submission in enumerate(submissions):
             job = _job_for(user_id, submission)
-            if job.job_id in seen:
-                results[index] = {"index": index, "jobId": job.job_id, "status": "PENDING", "repeated": True}
+            if job.job_id in first:
+                repeats.append((index, job))
                 continue
-            seen.add(job.job_id)
+            first[job.job_id] = (index, job.fingerprint())
             try:
                 answer = self._record(job, quota)
             except QuotaExceeded as refused:  # this item only: the others are still submitted
@@ -169,6 +171,14 @@ class JobsService:
             else:
                 results[index] = {"index": index, **answer}
         self._send_batches(to_send, results)
+        for index, job in repeats:
+            earlier, fingerprint = first[job.job_id]
+            if fingerprint != job.fingerprint():
+                conflict = {"type": "JobConflict", "message": "this callId was used for another request"}
+                results[index] = {"index": index, "error": conflict}
+            else:
+                answer = {key: value for key, value in results[earlier].items() if key != "index"}
+                results[index] = {"index": index, **answer, **({"repeated": True} if "jobId" in answer else {})}
         return results
 
     def _send_batches(

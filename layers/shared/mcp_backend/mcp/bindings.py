@@ -28,15 +28,16 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 
 from mcp_backend.api_keys import Principal
 from mcp_backend.jobs.errors import JobRequestError
-from mcp_backend.jobs.service import MAX_BATCH_ITEMS, JobsService, JobSubmission
+from mcp_backend.jobs.service import MAX_BATCH_ITEMS, JobsService
 from mcp_backend.mcp.guard import principal_of
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
 from mcp_backend.netsafety import UnsafeUrl
-from mcp_backend.observability import count_limit_refusal, logger
+from mcp_backend.observability import logger
 from mcp_backend.quotas import QuotaExceeded
 from mcp_backend.tools.context import ProgressCallback, StrictInput
 from mcp_backend.tools.errors import ToolError
-from mcp_backend.tools.services import MissingToolService, ToolServices
+from mcp_backend.tools.services import ToolServices
+from mcp_backend.tools.submissions import JobSubmissions, model_name
 from mcp_backend.tools.table import Access, Tool
 from mcp_backend.validation import describe_validation_error
 
@@ -76,28 +77,10 @@ def tool_failure(text: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
-def submit_model(tool: Tool) -> type[BaseModel]:
-    """The tool's input plus a client-chosen idempotency key."""
-    return create_model(
-        _model_name(tool.submit_name),
-        __base__=tool.input_model,
-        callId=(
-            str | None,
-            Field(
-                None,
-                min_length=1,
-                max_length=128,
-                pattern=r"^[A-Za-z0-9._:-]+$",
-                description="Client-chosen idempotency key: the same callId returns the same job and enqueues it once.",
-            ),
-        ),
-    )
-
-
 def submit_many_model(tool: Tool, item_model: type[BaseModel]) -> type[BaseModel]:
     """The published schema of a batch: every item is a submission of the tool."""
     return create_model(
-        _model_name(tool.submit_many_name),
+        model_name(tool.submit_many_name),
         __base__=StrictInput,
         items=(list[item_model], Field(min_length=1, max_length=MAX_BATCH_ITEMS)),  # type: ignore[valid-type]
     )
@@ -107,35 +90,10 @@ def submit_many_envelope(tool: Tool) -> type[BaseModel]:
     """What a batch call must satisfy as a whole: a list of 1 to 100 items. Each item is validated on its own,
     so an invalid item is that item's error entry and the valid ones are submitted."""
     return create_model(
-        _model_name(tool.submit_many_name) + "Envelope",
+        model_name(tool.submit_many_name) + "Envelope",
         __base__=StrictInput,
         items=(list[Any], Field(min_length=1, max_length=MAX_BATCH_ITEMS)),
     )
-
-
-def validated_items(model: type[BaseModel], items: list[Any]) -> tuple[list[tuple[int, BaseModel]], list[dict]]:
-    """Items that satisfy `model`, with their positions, and an error entry (field names, never values) for
-    each that does not."""
-    valid, invalid = [], []
-    for index, item in enumerate(items):
-        try:
-            valid.append((index, model.model_validate(item)))
-        except ValidationError as error:
-            message = describe_validation_error(error)
-            invalid.append({"index": index, "error": {"type": "InvalidToolInput", "message": message}})
-    return valid, invalid
-
-
-def batch_item_refused(index: int, caller: Principal, cap: int) -> dict[str, Any]:
-    """The error entry of an item past the caller's tier's batch size (counted as a refusal)."""
-    refused = QuotaExceeded("batch_items", caller.tier, cap, "send the remaining items in another call")
-    count_limit_refusal(refused.limit, refused.tier, caller.user_id, refused.resets)
-    return {"index": index, "error": refused.as_error()}
-
-
-def submission(tool_name: str, request: BaseModel) -> JobSubmission:
-    job_input = request.model_dump(exclude={"callId"}, exclude_defaults=True, mode="json")
-    return JobSubmission(tool=tool_name, input=job_input, call_id=getattr(request, "callId", None))
 
 
 @dataclass(frozen=True)
@@ -156,12 +114,11 @@ class ToolBindings:
     def __init__(self, table: Mapping[str, Tool], services: ToolServices) -> None:
         self.table = table
         self.services = services
-        jobbed = [tool for tool in table.values() if tool.runs_as_job]
-        if jobbed and services.jobs is None:
-            raise MissingToolService("McpServer: job tools are submitted through the jobs service (JOB_TABLE_NAME)")
-        self.jobs: JobsService = services.jobs  # type: ignore[assignment]
+        # Every door that creates a job goes through this one policy (the Tasks extension's too).
+        self.submissions = JobSubmissions(table, services)
+        self.jobs: JobsService = self.submissions.jobs
         self.bindings: list[Binding] = []
-        for tool in jobbed:
+        for tool in self.submissions.tools.values():
             self.bindings.extend(self._submit_bindings(tool))
         self.bindings.extend(self._sync_binding(tool) for tool in table.values() if tool.runs_sync)
         self.input_models = {binding.name: binding.input_model for binding in self.bindings}
@@ -251,51 +208,16 @@ class ToolBindings:
         return Binding(name, tool.description + suffix, tool.input_model, call, tool.access)
 
     def _submit_bindings(self, tool: Tool) -> list[Binding]:
-        one = submit_model(tool)
-        many = submit_many_envelope(tool)
-
-        def refusal(request: BaseModel, user_id: str) -> ToolError | None:
-            """The tool's own admission check for this caller (a dataset outside its prefix, say)."""
-            if tool.admit is None:
-                return None
-            try:
-                tool.admit(request, self.services.context_for(tool, user_id))
-            except ToolError as refused:
-                return refused
-            return None
+        name, one, many = tool.name, self.submissions.models[tool.name], submit_many_envelope(tool)
 
         async def submit(ctx: ServerContext, arguments: dict[str, Any]) -> dict[str, Any]:
-            request, caller = one.model_validate(arguments), _caller(ctx)
-            refused = refusal(request, caller.user_id)
-            if refused is not None:
-                raise ToolCallFailed(f"{refused.error_type}: {refused.message}")
-            job = submission(tool.name, request)
-            quota = self.services.job_quota(caller.tier)
-            return await run_in_worker_thread(reported, self.jobs.submit, caller.user_id, job, quota)
+            return await run_in_worker_thread(reported, self.submissions.submit, _caller(ctx), name, arguments)
 
         async def submit_many(ctx: ServerContext, arguments: dict[str, Any]) -> dict[str, Any]:
-            caller = _caller(ctx)
             items = many.model_validate(arguments).items  # type: ignore[attr-defined]
-            # Past the tier's batch size each item is its own refusal; the ones within it are submitted.
-            cap = self.services.tier_limits(caller.tier).batch_items
-            refused_items = [batch_item_refused(index, caller, cap) for index in range(cap, len(items))]
-            valid, results = validated_items(one, items[:cap])
-            results.extend(refused_items)
-            admitted = []
-            for index, item in valid:
-                refused = refusal(item, caller.user_id)
-                if refused is None:
-                    admitted.append((index, item))
-                else:
-                    error = {"type": refused.error_type, "message": refused.message}
-                    results.append({"index": index, "error": error})
-            valid = admitted
-            jobs = [submission(tool.name, item) for _, item in valid]
-            quota = self.services.job_quota(caller.tier)
-            submitted = await run_in_worker_thread(reported, self.jobs.submit_many, caller.user_id, jobs, quota)
-            # The service numbers the valid items it was given; answer in the caller's positions.
-            results.extend({**result, "index": valid[result["index"]][0]} for result in submitted)
-            return {"results": sorted(results, key=lambda result: result["index"])}
+            caller = _caller(ctx)
+            results = await run_in_worker_thread(reported, self.submissions.submit_many, caller, name, items)
+            return {"results": results}
 
         article = "an" if tool.name[:1] in "aeiou" else "a"
         return [
@@ -363,5 +285,3 @@ def _caller(ctx: ServerContext) -> Principal:
     return principal
 
 
-def _model_name(tool_name: str) -> str:
-    return "".join(part.capitalize() for part in tool_name.split("_")) + "Input"

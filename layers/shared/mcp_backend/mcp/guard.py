@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_backend.api_keys import Principal
 from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
-from mcp_backend.mcp.request_body import BODY_SCOPE_KEY, ClientDisconnected, buffered_body
+from mcp_backend.mcp.request_body import BODY_SCOPE_KEY, BodyTooLarge, ClientDisconnected, buffered_body
 from mcp_backend.mcp.scopes import METADATA_PATH, required_access
 from mcp_backend.observability import count_limit_refusal, count_refusal, logger
 from mcp_backend.ratelimit import RateDecision, RateLimitUnavailable
@@ -32,11 +32,17 @@ from mcp_backend.tools.table import Access
 
 PRINCIPAL_SCOPE_KEY = "mcp_backend.principal"
 HEALTH_PATH = "/healthz"
+# The largest request body served: a batch of 100 submissions is a few tens of KiB, and the Function URL itself
+# takes 6 MB. Configurable (MCP_MAX_BODY_BYTES); a longer body is a 413 before anything parses it.
+DEFAULT_MAX_BODY_BYTES = 256 * 1024
 # JSON-RPC messages nest a handful of levels; deeper bodies are refused before any parser (the SDK's, or the
 # scope check's) recurses into them.
 MAX_JSON_DEPTH = 64
-# A JSON string (escapes included) or one bracket: brackets inside strings do not nest anything.
-_JSON_STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+# A JSON string (escapes included) or one bracket: brackets inside strings do not nest anything. Linear in the
+# body: the possessive loops never give back what they matched, and a string with no closing quote runs to the
+# end of the body (a lone backslash included), so no attempt fails after scanning ahead and none is retried from
+# a later quote. (`"(?:[^"\\]|\\.)*"` rescanned to the end from every escaped quote: quadratic.)
+_JSON_STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)|[\[\]{}]', re.DOTALL)
 _STREAM_OPENED = b": stream open\r\n\r\n"
 _KEEPALIVE = b": keepalive\r\n\r\n"
 # CORS (https://fetch.spec.whatwg.org/#http-cors-protocol): what a browser page on an allowed origin may send,
@@ -123,6 +129,7 @@ class McpHttpGuard:
         resource: str = "",
         tool_access: Mapping[str, Access] | None = None,
         rate_limit: PrincipalRateLimit | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self.app = app
         self.path = path.rstrip("/") or "/"
@@ -137,6 +144,7 @@ class McpHttpGuard:
         self.tool_access = dict(tool_access or {})
         # Counts each authenticated request against the principal's tier (mcp_backend.ratelimit).
         self.rate_limit = rate_limit
+        self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The checks in the order the MCP transport requires; each step answers the request itself and
@@ -151,14 +159,16 @@ class McpHttpGuard:
         if checked_send is None:
             return
         send = checked_send
-        if await self.answer_outside_the_endpoint(scope, headers, send):
+        if await self.answer_outside_the_endpoint(scope, headers, send) or await self.refuse_declared_oversize(
+            headers, send
+        ):
             return
         principal = await self.authenticate(scope, headers, send)
         if principal is None:
             return
         if self.rate_limit is not None and not await self.rate_limit_admits(self.rate_limit, principal, send):
             return
-        request = await self.read_json_body(headers, receive, send)
+        request = await self.read_json_body(headers, receive, send, self.max_body_bytes)
         if request is None:
             return
         body, receive = request
@@ -214,6 +224,15 @@ class McpHttpGuard:
             await _plain(send, 405, b"Method Not Allowed", [(b"allow", b"POST")])
             return True
         return False
+
+    async def refuse_declared_oversize(self, headers: dict[str, str], send: Send) -> bool:
+        """413 for a Content-Length over the cap, before authentication or any read (a body sent without a length
+        is cut off at the cap while it is read)."""
+        declared = headers.get("content-length", "")
+        if not declared.isdigit() or int(declared) <= self.max_body_bytes:
+            return False
+        await _body_too_large(send, self.max_body_bytes)
+        return True
 
     async def authenticate(self, scope: Scope, headers: dict[str, str], send: Send) -> Principal | None:
         """The caller named by the one Authorization header; else 400 (several), 401 (none or invalid, with
@@ -272,9 +291,12 @@ class McpHttpGuard:
         return False
 
     @staticmethod
-    async def read_json_body(headers: dict[str, str], receive: Receive, send: Send) -> tuple[bytes, Receive] | None:
-        """The whole JSON body and a receive replaying it; 415 for another media type, 400 for JSON nested too
-        deep, nothing for a client that hung up (None returned)."""
+    async def read_json_body(
+        headers: dict[str, str], receive: Receive, send: Send, max_bytes: int
+    ) -> tuple[bytes, Receive] | None:
+        """The whole JSON body and a receive replaying it; 415 for another media type, 413 for a body over
+        `max_bytes` (reading stops there), 400 for JSON nested too deep, nothing for a client that hung up
+        (None returned)."""
         media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if media_type != "application/json":
             await _json(send, 415, _rpc_error(-32600, "Unsupported Media Type: use application/json"))
@@ -282,9 +304,12 @@ class McpHttpGuard:
         try:
             # The whole body before the SDK runs (the Web Adapter hands the app a complete body anyway): a client
             # that hangs up while sending it leaves here, instead of failing inside the SDK as a 500 with a trace.
-            body, replay = await buffered_body(receive)
+            body, replay = await buffered_body(receive, max_bytes)
         except ClientDisconnected:
             return None  # nobody is left to answer; RequestTelemetry logs and counts the hang-up
+        except BodyTooLarge:
+            await _body_too_large(send, max_bytes)
+            return None
         if json_nesting_exceeds(body, MAX_JSON_DEPTH):
             count_refusal("JsonTooDeep")
             message = f"Parse error: JSON nested deeper than {MAX_JSON_DEPTH} levels"
@@ -443,6 +468,13 @@ def json_nesting_exceeds(body: bytes, limit: int) -> bool:
         elif token in (b"]", b"}"):
             depth -= 1
     return False
+
+
+async def _body_too_large(send: Send, max_bytes: int) -> None:
+    count_refusal("BodyTooLarge")
+    message = f"Payload Too Large: the request body is limited to {max_bytes} bytes"
+    # The rest of the body is never read: the connection closes after this answer.
+    await _json(send, 413, _rpc_error(-32600, message), [(b"connection", b"close")])
 
 
 def _headers(scope: Scope) -> dict[str, str]:

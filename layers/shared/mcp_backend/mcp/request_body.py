@@ -13,18 +13,27 @@ class ClientDisconnected(Exception):
     """The client closed the connection before its request body ended."""
 
 
-async def buffered_body(receive: Receive) -> tuple[bytes, Receive]:
+class BodyTooLarge(Exception):
+    """The request body is longer than the cap; nothing past the cap was read."""
+
+
+async def buffered_body(receive: Receive, max_bytes: int | None = None) -> tuple[bytes, Receive]:
     """The whole request body, and a receive that replays it to the next app (then passes on what follows:
     the disconnect the SDK's event stream waits for). Raises ClientDisconnected when the client hangs up
-    before the body ends."""
+    before the body ends, and BodyTooLarge as soon as more than `max_bytes` arrived (the rest is never read)."""
     chunks = []
+    received = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             raise ClientDisconnected
         if message["type"] != "http.request":
             continue
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        received += len(chunk)
+        if max_bytes is not None and received > max_bytes:
+            raise BodyTooLarge
+        chunks.append(chunk)
         if not message.get("more_body", False):
             break
     body = b"".join(chunks)

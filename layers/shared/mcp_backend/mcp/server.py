@@ -157,7 +157,7 @@ def create_app(
         SERVER_NAME,
         "Analyse CSV/JSON datasets: synchronously (analyze_dataset) or as queued jobs.",
         bindings,
-        extensions=task_extensions(bindings.services.jobs, bindings.table),
+        extensions=task_extensions(bindings.submissions),
         middleware=[
             StrictArguments(bindings.input_models),
             ToolCallTelemetry(call_log, bindings.input_models),
@@ -184,6 +184,7 @@ def create_app(
         resource=settings.oauth_resource,
         tool_access=bindings.access,
         rate_limit=TierRateLimit(settings, clients, rate_limit_clock, lease_ahead),
+        max_body_bytes=settings.mcp_max_body_bytes,
     )
     # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached
     # (https://github.com/aws-samples/graceful-shutdown-with-aws-lambda): pending call-log records go out then.

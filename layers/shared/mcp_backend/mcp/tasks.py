@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -28,19 +28,18 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolRequestParams, RequestParams
 from mcp_types.jsonrpc import MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field
 
 from mcp_backend.api_keys import Principal
-from mcp_backend.jobs.errors import JobAlreadyFinished, JobNotFound, JobRequestError
+from mcp_backend.jobs.errors import JobAlreadyFinished, JobNotFound
 from mcp_backend.jobs.models import JOB_ID_PATTERN, JobStatus
-from mcp_backend.jobs.service import JobsService, JobSubmission
+from mcp_backend.mcp.bindings import REPORTED_ERRORS
 from mcp_backend.mcp.guard import principal_of
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
 from mcp_backend.netsafety import UnsafeUrl
 from mcp_backend.observability import logger
-from mcp_backend.tools.errors import ToolError
-from mcp_backend.tools.table import Tool
-from mcp_backend.validation import describe_validation_error
+from mcp_backend.tools.errors import InvalidToolInput, ToolError
+from mcp_backend.tools.submissions import JobSubmissions
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 # The extension's methods exist in the 2026-07-28 era only; 2025-11-25 has its own (unserved) tasks.
@@ -107,9 +106,10 @@ class JobTasks(Extension):
 
     identifier = TASKS_EXTENSION
 
-    def __init__(self, jobs: JobsService, table: Mapping[str, Tool]) -> None:
-        self.jobs = jobs
-        self.task_tools = {tool.name: tool for tool in table.values() if tool.runs_as_job}
+    def __init__(self, submissions: JobSubmissions) -> None:
+        self.submissions = submissions
+        self.jobs = submissions.jobs
+        self.task_tools = submissions.tools
         self._tool_errors = tool_error_types()
 
     def methods(self) -> Sequence[MethodBinding]:
@@ -130,19 +130,18 @@ class JobTasks(Extension):
             if tool.runs_sync:
                 return await call_next(ctx)
             raise missing_tasks_capability()  # the spec's answer when a request can only be served as a task
+        caller = _principal(ctx)
+        user_id = caller.user_id
         try:
-            request = tool.input_model.model_validate(params.arguments or {})
-        except ValidationError as error:
-            raise MCPError(INVALID_PARAMS, f"{tool.name}: {describe_validation_error(error)}") from None
-        job_input = request.model_dump(exclude_defaults=True, mode="json")
-        user_id = _principal(ctx).user_id
-        try:
+            # The one submission policy every door applies: validation, the tool's admission, the tier's quota.
             submitted = await run_in_worker_thread(
-                self.jobs.submit, user_id, JobSubmission(tool=tool.name, input=job_input)
+                self.submissions.submit, caller, tool.name, dict(params.arguments or {})
             )
-        except JobRequestError as error:
+        except InvalidToolInput as error:
+            raise MCPError(INVALID_PARAMS, f"{tool.name}: {error}") from None
+        except REPORTED_ERRORS as error:
             # Not enqueued: the tool call's own error result, as submit_<tool> reports it.
-            return tool_error_result(f"{error.error_type}: {error}")
+            return tool_error_result(f"{type(error).__name__}: {error}")
         # submit returns once the job's record holds its message id: a consistent read finds it now.
         task = await run_in_worker_thread(self._task, user_id, submitted["jobId"])
         logger.info("task created", extra={"job_id": submitted["jobId"], "tool": tool.name})
@@ -244,8 +243,8 @@ def _is_job_id(task_id: str) -> bool:
     return re.fullmatch(JOB_ID_PATTERN, task_id) is not None
 
 
-def task_extensions(jobs: JobsService | None, table: Mapping[str, Tool]) -> list[Extension]:
+def task_extensions(submissions: JobSubmissions) -> list[Extension]:
     """The endpoint's extensions: Tasks when the table has job-capable tools (and so a jobs service)."""
-    if jobs is None or not any(tool.runs_as_job for tool in table.values()):
+    if not submissions.tools:
         return []
-    return [JobTasks(jobs, table)]
+    return [JobTasks(submissions)]
