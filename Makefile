@@ -35,7 +35,7 @@ EVENT ?= events/tool_worker/healthy-batch.json
 # The layer ships everything the lock pins except what the Lambda runtime provides.
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
-.PHONY: help env hooks lint test unit integration e2e coverage build build-local deploy deploy-built sam-cli smoke smoke-deployed \
+.PHONY: help env hooks lint test test-contended unit integration e2e coverage build build-local deploy deploy-built sam-cli smoke smoke-deployed \
 	delete invoke env-json browser dev fire token redrive bench cost layer-requirements tool-requirements expanded clean
 
 # `make help`: every target with the text after its `##`.
@@ -152,6 +152,13 @@ coverage: env ## line coverage of mcp_backend and functions over the tiers run l
 
 test: lint unit integration build browser e2e ## lint + build + every tier (what CI runs)
 
+# The unit and integration tiers with every core saturated by a CPU burner (tests/cpu_burner.py: one spinning process
+# per core, ended when the tiers end): a test that depends on timing or prompt thread scheduling fails here, not on a
+# loaded CI machine (docs/testing.md, "Under CPU contention"). TIERS=unit runs one tier.
+TIERS ?= unit integration
+test-contended: env ## the unit and integration tiers while a CPU burner saturates every core (TIERS=unit: one)
+	$(RUN) python -m tests.cpu_burner $(MAKE) --no-print-directory $(TIERS)
+
 build-local: ## sam build for this machine's architecture (what the e2e tier and RUNTIME=lambda run)
 	@$(MAKE) --no-print-directory build ARCH=$(HOST_ARCH) BUILD_DIR=$(LOCAL_BUILD_DIR)
 
@@ -224,7 +231,7 @@ cost: env ## AWS requests and $ per unit of work and idle per month, counted on 
 	PYTHONPATH=layers/shared $(RUN) python -m tests.cost
 
 # The deployed stack end to end (tools/list, one job to SUCCEEDED). URL: the McpServerUrl output; KEY: an API key
-# (README "First deploy"); DATASET: what to analyze (default: the endpoint's own /healthz). Never part of make test.
+# (docs/deploy.md#first-deploy-checklist); DATASET: what to analyze (default: the endpoint's own /healthz). Never part of make test.
 smoke: env ## URL=<McpServerUrl> KEY=<API key>: the deployed stack end to end
 	@if [ -z "$(URL)" ] || [ -z "$(KEY)" ]; then \
 		echo "usage: make smoke URL=<McpServerUrl output> KEY=<API key> [DATASET=s3://... | https://...]" >&2; exit 2; fi

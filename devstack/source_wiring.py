@@ -21,7 +21,8 @@ _STREAM_MAPPING_PROPERTIES = _COMMON_MAPPING_PROPERTIES | {
     "MaximumRecordAgeInSeconds", "DestinationConfig", "ParallelizationFactor",
 }  # fmt: skip
 _EMULATED_MAPPING_PROPERTIES = {
-    "sqs": _COMMON_MAPPING_PROPERTIES | {"ScalingConfig"},  # concurrency limits are not emulated (README)
+    # ScalingConfig's MaximumConcurrency caps the function's environments (docs/local-stack.md, the concurrency row).
+    "sqs": _COMMON_MAPPING_PROPERTIES | {"ScalingConfig"},
     "kinesis": _STREAM_MAPPING_PROPERTIES,
     "dynamodb": _STREAM_MAPPING_PROPERTIES,
 }

@@ -256,3 +256,20 @@ def test_an_invocation_near_its_memory_limit_alerts(local, alerts):
         "mcp-server",
         95.1,
     )
+
+
+def test_probes_stopped_reaches_the_analyzer_and_alerts_once_naming_the_endpoint(local, alerts):
+    # Given the record the dispatcher writes when it stops probing an endpoint, as the stream's filter delivers it
+    record = CallLogRecord(event_type=CallLogEventType.PROBES_STOPPED, user_id="user-alice", server_id="ep-dead")
+    records = put_call_log(local, [record], partition_key="server#ep-dead")
+    event = delivered(lambda_event(records, local.stack.ensure("CallLogStream").attributes["Arn"]), ANALYZER)
+    assert len(event["Records"]) == 1
+
+    # When the analyzer handles it
+    response = local.invoke(ANALYZER, event)
+
+    # Then one alert names the endpoint (not its owner)
+    assert response == {"batchItemFailures": []}
+    (alert,) = alerts()
+    assert (alert["alert"], alert["server"]) == ("probes_stopped", "ep-dead")
+    assert "user-alice" not in json.dumps(alert)

@@ -539,7 +539,11 @@ def test_no_probe_endpoint_index_projects_the_auth_token():
 
 
 # Stores whose loss would lose users' data; everything else can be rebuilt by a deploy.
-DISPOSABLE_STORES = {"IdempotencyTable", "RateLimitTable"}  # dedup records and request counters, with a TTL
+DISPOSABLE_STORES = {
+    "IdempotencyTable",
+    "RateLimitTable",
+    "AlertWindowTable",
+}  # dedup records, counters, alert windows: TTL
 
 
 def test_every_data_store_survives_deleting_or_replacing_the_stack():

@@ -3,6 +3,7 @@ instance's lease reach no DynamoDB, and a counter DynamoDB cannot reach refuses 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -34,24 +35,76 @@ class RateTable:
         return {}
 
 
-def post_many(table: RateTable, count: int) -> list[httpx.Response]:
-    app = create_app(SETTINGS, authenticator=EveryoneIsAlice(), client_factory=lambda service: table)
+# The middle of a rate window (windows are aligned to the epoch minute): no request of a test crosses into the next.
+MID_WINDOW = 1_800_000_030.0
+
+
+class Background:
+    """The lease-ahead executor, run when the test says: what the endpoint would do on a thread, in a known order."""
+
+    def __init__(self) -> None:
+        self.pending: list[Callable[[], None]] = []
+
+    def __call__(self, lease: Callable[[], None]) -> None:
+        self.pending.append(lease)
+
+    def run_pending(self) -> None:
+        while self.pending:
+            self.pending.pop(0)()
+
+
+def post_many(
+    table: RateTable, count: int, background: Background | None = None, *, finish_background: bool = True
+) -> list[httpx.Response]:
+    """`count` requests of alice at one moment; after each, the lease ahead it started finishes (or, with
+    finish_background False, none ever does)."""
+    background = background or Background()
+    app = create_app(
+        SETTINGS,
+        authenticator=EveryoneIsAlice(),
+        client_factory=lambda service: table,
+        rate_limit_clock=lambda: MID_WINDOW,
+        lease_ahead=background,
+    )
+    answers = []
     with TestClient(app, base_url=f"https://{HOST}") as client:  # runs the lifespan: the SDK's task group
-        return [client.post("/mcp", json=PING, headers=HEADERS) for _ in range(count)]
+        for _ in range(count):
+            answers.append(client.post("/mcp", json=PING, headers=HEADERS))
+            if finish_background:
+                background.run_pending()
+    return answers
+
+
+def leased_blocks(table: RateTable) -> list[int]:
+    return [int(u["ExpressionAttributeValues"][":block"]["N"]) for u in table.updates]
 
 
 def test_requests_within_a_lease_make_no_dynamodb_request():
     # Given the endpoint on a table that grants every lease, alice on the free tier (120 a minute, blocks of 12)
     table = RateTable()
 
-    # When alice sends 24 requests within a minute
+    # When alice sends 24 requests within a minute, each lease ahead done before her next request
     answers = post_many(table, 24)
 
-    # Then all are served from leases of 12: the first request's, and the next block leased ahead (in the
-    # background, once half of a block is used) after the 6th and the 18th (that one may still be under way)
+    # Then all are served from leases of 12: the first request's, and the next block leased ahead once half of a
+    # block is left, after the 6th and the 18th
     assert {a.status_code for a in answers} == {200}
-    blocks = [u["ExpressionAttributeValues"][":block"] for u in table.updates]
-    assert blocks in ([{"N": "12"}] * 2, [{"N": "12"}] * 3)
+    assert leased_blocks(table) == [12, 12, 12]
+
+
+def test_a_request_that_outruns_the_lease_ahead_leases_itself():
+    # Given the endpoint on a table that grants every lease, and lease-aheads that never finish
+    table = RateTable()
+    background = Background()
+
+    # When alice sends 24 requests
+    answers = post_many(table, 24, background, finish_background=False)
+
+    # Then the 1st and the 13th request leased a block themselves, the lease ahead started after the 6th is
+    # still pending (one at a time), and every request was served
+    assert {a.status_code for a in answers} == {200}
+    assert leased_blocks(table) == [12, 12]
+    assert len(background.pending) == 1
 
 
 def test_a_counter_dynamodb_cannot_reach_or_throttles_refuses_with_503():

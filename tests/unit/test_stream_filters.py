@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from devstack.sources.filters import RecordFilter
-from mcp_backend.calllog.models import ACTIONABLE
+from mcp_backend.calllog.models import ACTIONABLE, KEPT_FOR_STREAM_READERS
 from tests.conftest import EVENTS, ROOT, load_event
 from tests.kinesis import mapping_of
 
@@ -89,11 +89,33 @@ def test_a_manual_delete_differs_from_a_ttl_delete_only_by_its_user_identity():
     assert [record_filter.matches(r) for r in (ttl_record, manual, by_a_person)] == [True, False, False]
 
 
-def test_every_event_type_the_analyzer_acts_on_has_a_producer():
-    # Given the shared package's modules outside the call-log package (the model and the analyzer)
+def producer_sources() -> list[str]:
+    """The shared package's modules outside the call-log package (the model and the analyzer)."""
     package = ROOT / "layers" / "shared" / "mcp_backend"
-    producers = [path.read_text() for path in package.rglob("*.py") if path.parent.name != "calllog"]
+    return [path.read_text() for path in package.rglob("*.py") if path.parent.name != "calllog"]
+
+
+def test_every_event_type_the_analyzer_acts_on_has_a_producer():
+    # Given the producers
+    producers = producer_sources()
 
     # Then every event type the analyzer's filter lets through is written by one of them
     unproduced = {t for t in ACTIONABLE if not any(f"CallLogEventType.{t.name}" in source for source in producers)}
     assert unproduced == set()
+
+
+def test_every_event_type_a_producer_writes_has_a_consumer():
+    # Given every event type some producer writes
+    from mcp_backend.calllog.models import CallLogEventType
+
+    producers = producer_sources()
+    produced = {t for t in CallLogEventType if any(f"CallLogEventType.{t.name}" in source for source in producers)}
+    assert produced, "no producer found: the check would pass vacuously"
+
+    # Then each is read by the analyzer (its filter passes it: the test above holds the filter to ACTIONABLE),
+    # or is the usage record kept on the stream for the readers the docs name, and none is both
+    unconsumed = produced - ACTIONABLE - KEPT_FOR_STREAM_READERS
+    assert unconsumed == set()
+    assert not ACTIONABLE & KEPT_FOR_STREAM_READERS
+    streams_doc = (ROOT / "docs" / "streams.md").read_text()
+    assert all(f"`{t}`" in streams_doc for t in KEPT_FOR_STREAM_READERS)

@@ -69,7 +69,7 @@ class ReservedUserId(ValueError):
 
 
 class Principal(BaseModel):
-    """The authenticated caller: the user id goes into job records, the tier into traces."""
+    """The authenticated caller: the user id owns its jobs and endpoints, the tier sets its limits (quotas.py)."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
 

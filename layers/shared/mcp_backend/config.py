@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Literal, TypeVar
@@ -157,6 +158,9 @@ class CallLogAnalyzerSettings(StreamConsumerSettings):
     # percentage of the function's limit, that raise an alert.
     timeout_alert_threshold: int = Field(default=3, gt=0)
     memory_alert_percent: int = Field(default=90, gt=0, le=100)
+    # One alert per alert type and subject per this many seconds, across instances (calllog/alert_windows.py).
+    alert_window_table_name: str
+    alert_dedup_window_seconds: int = Field(default=900, gt=0)
 
 
 class MonitorStreamSettings(StreamConsumerSettings):
@@ -243,10 +247,22 @@ class McpSettings(ToolSettings):
 class ProbeDispatcherSettings(Settings):
     monitor_table_name: str
     probe_worker_function_name: str
-    # An endpoint whose probes fail for this many days is no longer probed (one notice to its owner's call log)
-    # until its owner registers it again.
+    # An endpoint whose probes fail for this many days is no longer probed (one probes_stopped call-log record,
+    # which alerts) until its owner registers it again.
     probe_stop_after_failing_days: int = Field(default=7, gt=0)
+    # At most this many endpoints of one owner are probed per tick; the rest wait for the following ticks, in turn.
+    probes_per_owner_per_tick: int = Field(default=25, gt=0)
+    # ProbeSchedule's expression: the ticks' spacing, by which the budget's turn moves on.
+    probe_schedule_expression: str = "rate(1 minute)"
     call_log_stream_name: str
+
+    @property
+    def tick_seconds(self) -> int:
+        """The spacing of a rate() schedule's ticks; a cron() schedule's are taken as a minute apart."""
+        match = re.fullmatch(r"rate\((\d+) (minute|hour|day)s?\)", self.probe_schedule_expression.strip())
+        if match is None:
+            return 60
+        return int(match[1]) * {"minute": 60, "hour": 3600, "day": 86400}[match[2]]
 
 
 class SelfProbeKeySettings(Settings):

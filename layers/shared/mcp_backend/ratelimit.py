@@ -99,6 +99,11 @@ class _Lease:
     lock: threading.Lock | None = None  # held while leasing, so one thread per principal writes at a time
 
 
+# Runs a lease ahead off the request path: the endpoint's starts a daemon thread (`in_background`); tests inject one
+# that runs it when they say, so which request a lease serves does not depend on threads' timing.
+LeaseAhead = Callable[[Callable[[], None]], None]
+
+
 class RequestRateLimiter:
     """Thread-safe: the endpoint takes requests from worker threads (`anyio.to_thread`), concurrently."""
 
@@ -107,7 +112,7 @@ class RequestRateLimiter:
         table_name: str,
         client: Any = None,
         clock: Callable[[], float] = time.time,
-        lease_ahead: Callable[[Callable[[], None]], None] | None = None,
+        lease_ahead: LeaseAhead | None = None,
     ) -> None:
         """lease_ahead: how to run the next block's lease off the request path (e.g. `in_background`); None
         leases only when a request finds no lease left."""

@@ -4,13 +4,15 @@ endpoint schema drift; and, from the platform reports the call-log-telemetry ext
 cold-start rate, p50/p99 duration, timeouts and memory headroom, with an alert on a timeout burst or
 memory near the limit. Each record counts once: its contribution runs inside the run-once body, keyed on its
 position in the stream, so a redelivered record (retry from a failed sequence number, bisection,
-timeout) adds nothing twice."""
+timeout) adds nothing twice. An alert of one type about one subject goes out at most once per window across every
+instance (calllog/alert_windows.py); the next one carries the count of those suppressed."""
 
 from __future__ import annotations
 
 import binascii
 import json
 import math
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -20,6 +22,7 @@ from aws_lambda_powertools.utilities.data_classes.kinesis_stream_event import Ki
 from pydantic import ValidationError
 
 from mcp_backend.aws import client_or_lazy
+from mcp_backend.calllog.alert_windows import AlertWindows
 from mcp_backend.calllog.models import ACTIONABLE, CallLogEventType, CallLogRecord
 from mcp_backend.config import CallLogAnalyzerSettings
 from mcp_backend.observability import logger, metrics
@@ -36,7 +39,10 @@ _METRIC_BY_EVENT = {
     CallLogEventType.TOOL_ERROR: "CallLogToolErrors",
     CallLogEventType.JOB_FAILED: "CallLogJobFailures",
     CallLogEventType.SCHEMA_DRIFT: "CallLogSchemaDrifts",
+    CallLogEventType.PROBES_STOPPED: "CallLogProbesStopped",
 }
+# One record per change of an endpoint's state: each is worth an alert, whatever the threshold (first one wins).
+_ALWAYS_ALERTING = (CallLogEventType.SCHEMA_DRIFT, CallLogEventType.PROBES_STOPPED)
 
 
 @dataclass
@@ -85,8 +91,12 @@ class CallLogAnalyzer(StreamRecordConsumer):
         *,
         idempotent: bool = True,
         idempotency_client: DynamoDBClient | None = None,
+        alert_windows_client: DynamoDBClient | None = None,
     ) -> None:
         super().__init__(settings, idempotent=idempotent, idempotency_client=idempotency_client)
+        self.alert_windows = AlertWindows(
+            settings.alert_window_table_name, settings.alert_dedup_window_seconds, alert_windows_client
+        )
         sns_client = client_or_lazy(sns_client, "sns")
         self.topic_arn = settings.alert_topic_arn
         self.threshold = settings.error_alert_threshold
@@ -138,8 +148,7 @@ class CallLogAnalyzer(StreamRecordConsumer):
 
     # ------------------------------------------------------------------ internals
     def _alerting(self, counts: Counter[CallLogEventType]) -> bool:
-        # A schema drift is one record per change: always worth an alert.
-        return counts[CallLogEventType.SCHEMA_DRIFT] > 0 or counts.total() >= self.threshold
+        return any(counts[event_type] for event_type in _ALWAYS_ALERTING) or counts.total() >= self.threshold
 
     def _emit_metrics(self) -> None:
         totals: Counter[CallLogEventType] = Counter()
@@ -192,8 +201,9 @@ class CallLogAnalyzer(StreamRecordConsumer):
     def _alert(self, subject: str, counts: Counter[CallLogEventType], latest: CallLogRecord) -> None:
         kind, _, name = subject.partition(":")
         drift = counts[CallLogEventType.SCHEMA_DRIFT] > 0
+        change = next((str(event_type) for event_type in _ALWAYS_ALERTING if counts[event_type]), None)
         message: dict[str, Any] = {
-            "alert": "schema_drift" if drift else "error_threshold_crossed",
+            "alert": change or "error_threshold_crossed",
             "environment": self.settings.environment,
             kind: name,
             "errorsInBatch": counts.total(),
@@ -203,10 +213,28 @@ class CallLogAnalyzer(StreamRecordConsumer):
         }
         if drift:
             message |= {"schemaHash": latest.schema_hash, "previousSchemaHash": latest.previous_schema_hash}
-        headline = f"schema drift on {name}" if drift else f"{counts.total()} errors of {kind} {name} in one batch"
+        headline = f"{counts.total()} errors of {kind} {name} in one batch"
+        if change:
+            headline = f"{change.replace('_', ' ')} on {name}"
         self._publish(subject, message, headline)
 
     def _publish(self, subject: str, message: dict[str, Any], headline: str) -> None:
+        try:
+            decision = self.alert_windows.decide(message["alert"], subject, time.time())
+        except Exception as error:  # noqa: BLE001 - a duplicate alert is better than a lost one
+            logger.warning("alert window unavailable", extra={"subject": subject, "error_type": type(error).__name__})
+            metrics.add_metric(name="AlertWindowUnavailable", unit=MetricUnit.Count, value=1)
+            suppressed_before = None
+        else:
+            if not decision.send:
+                logger.info("alert suppressed", extra={"subject": subject, "alert": message["alert"]})
+                metrics.add_metric(name="AlertsSuppressed", unit=MetricUnit.Count, value=1)
+                return
+            suppressed_before = decision.suppressed_before
+        message |= {
+            "suppressedSinceLastAlert": suppressed_before,
+            "alertWindowSeconds": self.alert_windows.window_seconds,
+        }
         try:
             self._sns.publish(
                 TopicArn=self.topic_arn,

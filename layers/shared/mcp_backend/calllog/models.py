@@ -16,7 +16,7 @@ class CallLogEventType(StrEnum):
     TOOL_CALL = "tool_call"
     TOOL_ERROR = "tool_error"
     JOB_FAILED = "job_failed"
-    # To the endpoint's owner: its probes failed for the configured days and stopped.
+    # An endpoint's probes failed for the configured days and stopped (the analyzer alerts the operator).
     PROBES_STOPPED = "probes_stopped"
     SCHEMA_DRIFT = "schema_drift"
     # One per invocation, from Lambda's Telemetry API (platform.report), written by the extension.
@@ -29,9 +29,13 @@ ACTIONABLE = frozenset(
         CallLogEventType.TOOL_ERROR,
         CallLogEventType.JOB_FAILED,
         CallLogEventType.SCHEMA_DRIFT,
+        CallLogEventType.PROBES_STOPPED,
         CallLogEventType.PLATFORM_REPORT,
     }
 )
+# Read by no function of the stack: the usage record of every call, kept on the stream (24 h) for the readers
+# docs/streams.md names (a test holds every produced type to the analyzer's filter or this set).
+KEPT_FOR_STREAM_READERS = frozenset({CallLogEventType.TOOL_CALL})
 # A failed probe is not a call-log event: it travels as the ProbeWorker's OnFailure envelope to the AlertHandler.
 _PROBE_EVENTS = frozenset({CallLogEventType.SCHEMA_DRIFT, CallLogEventType.PROBES_STOPPED})
 

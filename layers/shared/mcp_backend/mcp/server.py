@@ -26,7 +26,8 @@ from mcp_backend.lazy_imports import package_init_deferred
 package_init_deferred("mcp.server")
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, cast, get_args
 
 from mcp.server.transport_security import TransportSecuritySettings
@@ -45,7 +46,7 @@ from mcp_backend.mcp.table_server import table_server
 from mcp_backend.mcp.tasks import task_extensions
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.observability import CurrentStdoutHandler, logger, tool_runs
-from mcp_backend.ratelimit import InFlightSlots, RateDecision, RequestRateLimiter, SlotLease, in_background
+from mcp_backend.ratelimit import InFlightSlots, LeaseAhead, RateDecision, RequestRateLimiter, SlotLease, in_background
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.table import TOOLS, Tool
 
@@ -66,10 +67,16 @@ def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str
 class TierRateLimit:
     """Each request of a principal counted against its tier's requests per minute (RateLimitTable)."""
 
-    def __init__(self, settings: McpSettings, clients: AwsClients) -> None:
+    def __init__(
+        self,
+        settings: McpSettings,
+        clients: AwsClients,
+        clock: Callable[[], float] = time.time,
+        lease_ahead: LeaseAhead = in_background,
+    ) -> None:
         self.settings = settings
         self.limiter = RequestRateLimiter(
-            settings.rate_limit_table_name, LazyClient("dynamodb", clients), lease_ahead=in_background
+            settings.rate_limit_table_name, LazyClient("dynamodb", clients), clock, lease_ahead=lease_ahead
         )
         # Read once: every request asks for its caller's row, and the settings do not change while the app runs.
         self._per_minute = {tier: settings.tier_limits(tier).requests_per_minute for tier in get_args(Tier)}
@@ -153,9 +160,13 @@ def create_app(
     settings: McpSettings | None = None,
     authenticator: Authenticator | None = None,
     client_factory: ClientFactory | None = None,
+    *,
+    rate_limit_clock: Callable[[], float] = time.time,
+    lease_ahead: LeaseAhead = in_background,
 ) -> ASGIApp:
     """Build the endpoint. Settings default to the environment (the McpServer function's template entry);
-    AWS clients are created on first use, from `client_factory` when given, else boto3."""
+    AWS clients are created on first use, from `client_factory` when given, else boto3. The rate limiter's clock
+    and lease-ahead executor are injectable, so a test decides when a window turns and a lease ahead lands."""
     settings = settings or load_settings(McpSettings)
     clients = AwsClients(client_factory)
     bindings = tool_bindings(settings, clients)
@@ -196,7 +207,7 @@ def create_app(
         keepalive_seconds=settings.sse_keepalive_seconds,
         resource=settings.oauth_resource,
         tool_access=bindings.access,
-        rate_limit=TierRateLimit(settings, clients),
+        rate_limit=TierRateLimit(settings, clients, rate_limit_clock, lease_ahead),
         call_slots=TierCallSlots(settings, clients, bindings.network_tools),
         max_body_bytes=settings.mcp_max_body_bytes,
     )

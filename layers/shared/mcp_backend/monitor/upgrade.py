@@ -1,6 +1,7 @@
 """One-off upgrade of a MonitorTable whose endpoints were registered before the RegisteredEndpoints index: the
 probe dispatcher reads only that index, so until an old endpoint item carries the index's key it is not probed.
-Run once after deploying over such a stack (docs/operations.md, "Upgrading"); running it again does nothing.
+Run once after deploying over such a stack (docs/operations.md#upgrading-a-deployed-stack); running it again does
+nothing.
 
     python -m mcp_backend.monitor.upgrade --table <MonitorTable's name>
 """

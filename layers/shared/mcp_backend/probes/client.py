@@ -1,7 +1,7 @@
 """One probe: the SDK's MCP client runs the endpoint's handshake (mode "auto": server/discover, falling
 back to initialize) and tools/list, within a deadline derived from the function's timeout.
 
-Outcomes (README, "Probes"):
+Outcomes (docs/probes.md "What a probe returns"):
 - healthy:  handshake and tools/list answered within the degraded-latency threshold;
 - degraded: the same, but slower than the threshold;
 - error:    the endpoint speaks MCP (the handshake succeeded) but tools/list answered a JSON-RPC error;
@@ -34,7 +34,8 @@ from mcp_backend.probes.schema import schema_hash
 
 MAX_TOOL_PAGES = 20
 ERROR_MESSAGE_CHARS = 200
-MAX_PROBE_RESPONSE_BYTES = 4 * 1024 * 1024  # per HTTP response, counted as read; a tools/list page is far less
+# Per HTTP response, counted in decoded bytes; a tools/list page is far less.
+MAX_PROBE_RESPONSE_BYTES = 4 * 1024 * 1024
 # The HTTP client logs every request URL at INFO; the probe logs its own outcome without URLs.
 logging.getLogger("httpx2").setLevel(logging.WARNING)
 
@@ -66,7 +67,7 @@ async def probe(request: ProbeRequest) -> dict[str, Any]:
         if response.status_code >= 400:
             http_errors.append(response.status_code)
 
-    # identity: the byte cap counts what arrives, and nothing inflates after it.
+    # identity: nothing to inflate. An endpoint that compresses anyway is decoded under the same cap (pinning.py).
     headers = {"accept-encoding": "identity"}
     if request.auth_token:
         headers["authorization"] = f"Bearer {request.auth_token}"
@@ -136,6 +137,9 @@ def _classify(server_id: str, error: BaseException, http_errors: list[int]) -> E
     too_large = [leaf for leaf in leaves if isinstance(leaf, ProbeResponseTooLarge)]
     if too_large:
         return ProbeResponseTooLarge(f"endpoint {server_id}: an answer exceeded {MAX_PROBE_RESPONSE_BYTES} bytes")
+    refused = [leaf for leaf in leaves if isinstance(leaf, ProbeProtocolError)]
+    if refused:  # the transport's own refusal (a content coding), which names no host
+        return ProbeProtocolError(f"endpoint {server_id}: {refused[0]}")
     if any(isinstance(leaf, TimeoutError | httpx2.TimeoutException) for leaf in leaves):
         return ProbeTimeout(f"endpoint {server_id} did not finish the MCP handshake and tools/list in time")
     if http_errors:

@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import functools
 import ssl
-from collections.abc import AsyncIterator
+import zlib
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx2
 
 from mcp_backend.netsafety import IPAddress
-from mcp_backend.probes.errors import ProbeResponseTooLarge
+from mcp_backend.probes.errors import ProbeProtocolError, ProbeResponseTooLarge
+
+# zlib's window bits per content coding: gzip's header, or zlib's (RFC 9110 "deflate").
+_WINDOW_BITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+# At most this much decoded output per zlib call, so a small compressed chunk never inflates all at once.
+_INFLATE_STEP = 64 * 1024
 
 
 class PinnedTransport(httpx2.AsyncBaseTransport):
@@ -52,7 +58,13 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
                 last_error = error  # refused or unroutable: try the next checked address
                 continue
             if self.max_response_bytes is not None:
-                response.stream = CappedStream(response.stream, self.max_response_bytes, request.url.host)
+                encoding = response.headers.pop("content-encoding", "identity").strip().lower()
+                try:
+                    inflater = _inflater(encoding)
+                except ProbeProtocolError:
+                    await response.aclose()
+                    raise
+                response.stream = CappedStream(response.stream, self.max_response_bytes, request.url.host, inflater)
             return response
         assert last_error is not None
         raise last_error
@@ -62,24 +74,52 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
 
 
 class CappedStream(httpx2.AsyncByteStream):
-    """A response body read up to `limit` bytes as they arrive (before any decoding); one more is a
-    ProbeResponseTooLarge, so an endpoint cannot make the probe hold an unbounded answer."""
+    """A response body decoded here (its content coding taken off the response, so the client decodes nothing
+    more) and counted in decoded bytes, at most `limit`; one more is a ProbeResponseTooLarge, so an endpoint
+    cannot make the probe hold an unbounded answer, however well it compresses (a 204 KB gzip of 200 MiB stops
+    at the cap). Each zlib call yields at most _INFLATE_STEP bytes, so the check runs before the next step."""
 
-    def __init__(self, inner: Any, limit: int, host: str) -> None:
+    def __init__(self, inner: Any, limit: int, host: str, inflater: Any = None) -> None:
         self.inner = inner
         self.limit = limit
         self.host = host
+        self.inflater = inflater
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        read = 0
+        decoded = 0
         async for chunk in self.inner:
-            read += len(chunk)
-            if read > self.limit:
-                raise ProbeResponseTooLarge(f"an answer of {self.host} exceeded {self.limit} bytes")
-            yield chunk
+            for piece in _inflate(self.inflater, chunk) if self.inflater is not None else (chunk,):
+                decoded += len(piece)
+                if decoded > self.limit:
+                    raise ProbeResponseTooLarge(f"an answer of {self.host} exceeded {self.limit} bytes")
+                yield piece
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def _inflater(encoding: str) -> Any:
+    """A zlib decompressor for the response's content coding, or None for identity. The probe asks for identity;
+    an endpoint that compresses anyway gets gzip and deflate decoded under the cap, anything else refused."""
+    if encoding in ("", "identity"):
+        return None
+    if encoding not in _WINDOW_BITS:
+        raise ProbeProtocolError(f"an answer came in a content coding the probe does not decode ({encoding[:40]})")
+    return zlib.decompressobj(_WINDOW_BITS[encoding])
+
+
+def _inflate(inflater: Any, chunk: bytes) -> Iterator[bytes]:
+    """The chunk's decoded bytes, in steps of at most _INFLATE_STEP (the caller counts them between steps)."""
+    try:
+        while True:
+            piece = inflater.decompress(chunk, _INFLATE_STEP)
+            if piece:
+                yield piece
+            chunk = inflater.unconsumed_tail
+            if not chunk and len(piece) < _INFLATE_STEP:
+                return
+    except zlib.error:
+        raise ProbeProtocolError("an answer is not valid compressed data") from None
 
 
 @functools.cache
