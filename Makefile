@@ -165,23 +165,18 @@ deploy: build deploy-built ## sam build + sam deploy (ENV=default|prod from samc
 
 # Deploys what `make build` left in $(BUILD_DIR): CI builds in a job without AWS credentials and deploys the
 # artifact. Guided only for an environment samconfig.toml lacks, and only in a terminal.
-# The permissions boundary (the GitHub deploy role can create roles only with it): PERMISSIONS_BOUNDARY_ARN (CI
-# sets it), else the one the deployed stack already has, so a terminal deploy never strips it. It is added to
-# the environment's parameter_overrides after checking the policy exists: a wrong ARN stops here, before
-# anything is created, instead of failing the first role halfway through the deploy.
+# deploy_parameters.py preflight first refuses a stack name that is not stack-exclusive (StackNameShape,
+# StackNameExclusive) and creates the stack's permissions boundary (deploy/permissions-boundary.yaml) when it
+# is missing, then gives the environment's parameter_overrides with PermissionsBoundaryArn set: every refusal
+# comes before anything of the stack is created, and the template's PermissionsBoundaryRequired rule refuses
+# a deploy that skipped this.
 deploy-built: $(SAM) ## sam deploy of what make build left in BUILD_DIR
 	@if [ "$(ARCH)" = arm64 ] && find $(BUILD_DIR) -name '*-x86_64-linux-gnu.so' -print -quit | grep -q .; then \
 		echo "$(BUILD_DIR) holds an x86_64 build (make build ARCH=x86_64): run 'make build' before deploying" >&2; \
 		exit 2; fi
 	@if grep -q "^\[$(ENV).deploy.parameters\]" samconfig.toml; then \
-		boundary=$$($(SAM_PYTHON) deploy/deploy_parameters.py boundary $(ENV) $(PERMISSIONS_BOUNDARY_ARN)) || exit 2; \
-		if [ -n "$$boundary" ]; then \
-			$(SAM_PYTHON) deploy/deploy_parameters.py check-boundary "$$boundary" || exit 2; \
-			$(SAM) deploy --config-env $(ENV) $(SAM_DEPLOY_FLAGS) --parameter-overrides \
-				"$$($(SAM_PYTHON) deploy/deploy_parameters.py overrides $(ENV) PermissionsBoundaryArn=$$boundary)"; \
-		else \
-			$(SAM) deploy --config-env $(ENV) $(SAM_DEPLOY_FLAGS); \
-		fi; \
+		overrides=$$($(SAM_PYTHON) deploy/deploy_parameters.py preflight $(ENV)) || exit 2; \
+		$(SAM) deploy --config-env $(ENV) $(SAM_DEPLOY_FLAGS) --parameter-overrides "$$overrides"; \
 	elif [ -t 0 ]; then \
 		$(SAM) deploy --guided --config-env $(ENV); \
 	else \

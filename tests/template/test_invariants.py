@@ -49,10 +49,15 @@ def parameter_combinations(*names: str) -> Iterator[dict[str, Any]]:
         yield dict(zip(names, values, strict=True))
 
 
+# What `make deploy` passes for the stack "invariants" (deploy/deploy_parameters.py preflight).
+DEPLOYED_BOUNDARY = "arn:aws:iam::123456789012:policy/boundaries/invariants-permissions-boundary"
+
+
 def scope(region: str = "us-east-1", **parameters: Any) -> Scope:
-    """What CloudFormation would evaluate against, for the given region and parameter values."""
+    """What CloudFormation would evaluate against, for the given region and parameter values (and the boundary
+    `make deploy` passes, unless given)."""
     return Scope(
-        parameters={**TEMPLATE.parameter_defaults(), **parameters},
+        parameters={**TEMPLATE.parameter_defaults(), "PermissionsBoundaryArn": DEPLOYED_BOUNDARY, **parameters},
         mappings=EXPANDED.get("Mappings", {}),
         conditions=EXPANDED.get("Conditions", {}),
         region=region,
@@ -621,17 +626,19 @@ def test_every_function_running_the_telemetry_extension_may_put_its_reports_on_t
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
 
     # Then it allows PutRecords on CallLogStream and nothing else, exists only when the extension is enabled,
-    # and is attached to exactly the functions that carry the extension (never CallLogAnalyzer, whose reports
-    # would feed the stream it reads)
+    # is inline in exactly the roles of the functions that carry the extension (never CallLogAnalyzer, whose
+    # reports would feed the stream it reads), and is no managed policy (whose versions could widen a role)
+    assert policy["Type"] == "AWS::IAM::Policy"
     assert [(s["Action"], s["Resource"]) for s in statements] == [
         ("kinesis:PutRecords", {"Fn::GetAtt": ["CallLogStream", "Arn"]})
     ]
     assert policy["Condition"] == TEMPLATE.source["Resources"]["TelemetryExtensionLayer"]["Condition"]
+    holders = {referenced_resource(role) for role in policy["Properties"]["Roles"]}
     for logical_id, function in of_type("AWS::Lambda::Function").items():
-        role = RESOURCES[referenced_resource(function["Properties"]["Role"])]["Properties"]
-        attached = "CallLogTelemetryWriter" in json.dumps(role.get("ManagedPolicyArns", []))
-        assert attached is (logical_id in TELEMETRY_FUNCTIONS), logical_id
+        role = referenced_resource(function["Properties"]["Role"])
+        assert (role in holders) is (logical_id in TELEMETRY_FUNCTIONS), logical_id
     assert "CallLogAnalyzer" not in TELEMETRY_FUNCTIONS
+    assert not of_type("AWS::IAM::ManagedPolicy")
 
 
 COGNITO_RESOURCES = ("McpUserPool", "McpUserPoolDomain", "McpResourceServer", "McpMachineClient")

@@ -90,7 +90,6 @@ def test_the_job_with_credentials_runs_on_main_only_and_smoke_tests_what_it_depl
     # Everything is installed before the credentials exist; the smoke test follows the deploy and may fail it
     assert installed < credentials < deployed < smoked
     assert "continue-on-error" not in steps(deploy)[smoked]
-    assert "PERMISSIONS_BOUNDARY_ARN" in commands[deployed]
 
 
 def test_dependabot_watches_the_actions_the_lock_and_the_tool_locks():
