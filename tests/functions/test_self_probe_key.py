@@ -22,12 +22,26 @@ MOVED_URL = "https://def456.lambda-url.us-east-1.on.aws/"
 RESPONSE_URL = "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/signed"
 
 
+class FunctionUrls:
+    """Lambda's GetFunctionUrlConfig for McpServer's alias: its current Function URL."""
+
+    def __init__(self, alias_arn: str) -> None:
+        self.alias_arn, self.url = alias_arn, FUNCTION_URL
+
+    def get_function_url_config(self, FunctionName: str, Qualifier: str) -> dict:
+        assert f"{FunctionName}:{Qualifier}" == self.alias_arn
+        return {"FunctionUrl": self.url, "AuthType": "NONE"}
+
+
 class CloudFormation:
     """Sends the custom resource's requests and records the answers it PUTs to the response URL."""
 
     def __init__(self, local) -> None:
         settings = load_settings(SelfProbeKeySettings, local.stack.function("SelfProbeKeyIssuer").environment)
-        self.keys = SelfProbeKeys(settings, boto3.client("dynamodb"), boto3.client("secretsmanager"))
+        self.urls = FunctionUrls(settings.mcp_server_function)
+        self.keys = SelfProbeKeys(
+            settings, boto3.client("dynamodb"), boto3.client("secretsmanager"), lambda_client=self.urls
+        )
         self.answers: list[dict] = []
 
     def send(self, request_type: str, physical_id: str | None = None, url: str = FUNCTION_URL) -> dict:
@@ -120,6 +134,7 @@ def test_an_update_moves_the_endpoint_and_keeps_its_key(local):
     created = cloudformation.send("Create")
     token = opened_token(local, self_item(local))
 
+    cloudformation.urls.url = MOVED_URL  # McpServer's URL was replaced
     updated = cloudformation.send("Update", created["PhysicalResourceId"], url=MOVED_URL)
 
     assert updated["Status"] == "SUCCESS" and updated["PhysicalResourceId"] == created["PhysicalResourceId"]
@@ -158,3 +173,20 @@ def test_a_refused_create_fails_the_deploy_with_a_reason_and_writes_nothing(loca
 def test_the_answer_goes_to_a_cloudformation_response_url_only(url):
     with pytest.raises(CustomResourceFailed):
         put_response(url, b"{}")
+
+
+@pytest.mark.parametrize("request_type", ["Create", "Update"])
+def test_a_url_other_than_the_stacks_own_function_url_is_refused_and_nothing_moves(local, request_type):
+    # Given a deployed self-probe registration (for an Update), and a request naming another https URL (another
+    # stack's Function URL, or any host), as a principal allowed to invoke the issuer could send
+    cloudformation = CloudFormation(local)
+    created = cloudformation.send("Create") if request_type == "Update" else {}
+    before = self_item(local)
+
+    # When the issuer handles it
+    answer = cloudformation.send(request_type, created.get("PhysicalResourceId"), url=MOVED_URL)
+
+    # Then CloudFormation hears FAILED naming the stack's own URL, and the self endpoint did not move
+    assert answer["Status"] == "FAILED" and FUNCTION_URL in answer["Reason"]
+    assert self_item(local) == before
+    assert len(key_table(local)) == (1 if request_type == "Update" else 0)

@@ -6,6 +6,8 @@ custom resource (functions/self_probe_key), so no function keeps write access to
   only ProbeWorker can open it; the key table holds its hash.
   The physical id names the key's hash, so a later Delete knows what to revoke.
 - Update: the endpoint follows a new URL; the key stays.
+- Create and Update register only McpServer's own Function URL (its host, as Lambda's GetFunctionUrlConfig
+  gives it for the alias): a request naming any other URL, whoever invokes the function, fails and writes nothing.
 - Delete (stack deleted, or AuthMode oauth, which refuses API keys): the key is revoked and the endpoint
   deregistered, so a retained key table and monitor table hold no usable key.
 """
@@ -13,6 +15,7 @@ custom resource (functions/self_probe_key), so no function keeps write access to
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from mcp_backend.api_keys import add_api_key, hash_api_key, revoke_api_key
 from mcp_backend.aws import client_or_lazy
@@ -34,6 +37,7 @@ class SelfProbeKeys:
         dynamodb_client: Any = None,
         secrets_client: Any = None,
         kms_client: Any = None,
+        lambda_client: Any = None,
     ):
         self.settings = settings
         cipher = (
@@ -41,6 +45,7 @@ class SelfProbeKeys:
         )
         self.registry = EndpointRegistry(MonitorTable.from_settings(settings, dynamodb_client), cipher)
         self._secrets = client_or_lazy(secrets_client, "secretsmanager")
+        self._lambda = client_or_lazy(lambda_client, "lambda")
 
     def handle(self, request: CustomResourceRequest) -> CustomResourceResult:
         if request.request_type == "Delete":
@@ -75,4 +80,15 @@ class SelfProbeKeys:
         url = str(request.resource_properties.get("FunctionUrl", ""))
         if not url.startswith("https://"):
             raise CustomResourceFailed("FunctionUrl must be the stack's https Function URL")
+        own = self._own_function_url()
+        if urlsplit(url).netloc.lower() != urlsplit(own).netloc.lower():
+            raise CustomResourceFailed(f"FunctionUrl must be this stack's own Function URL ({own})")
         return url.rstrip("/") + self.settings.mcp_path
+
+    def _own_function_url(self) -> str:
+        function, _, alias = self.settings.mcp_server_function.rpartition(":")  # <function ARN>:<alias>
+        try:
+            found = self._lambda.get_function_url_config(FunctionName=function, Qualifier=alias)
+        except Exception as error:  # noqa: BLE001 - any failure refuses the request, naming the parameter
+            raise CustomResourceFailed(f"FunctionUrl could not be checked ({type(error).__name__})") from None
+        return str(found["FunctionUrl"])

@@ -1,0 +1,127 @@
+"""`make verify-deployed` fails on any access the live stack grants that the template does not: a role trusted
+outside the account, a resource policy or Function URL the template does not write, a changed key policy, a role
+under the stack's path that the stack does not own. Its comparison is checked here against the expanded template,
+with the live side built as AWS returns it (no AWS here)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from typing import Any
+
+import pytest
+
+from devstack.stack.template import ROOT
+from tests.template.test_invariants import EXPANDED
+
+_SPEC = importlib.util.spec_from_file_location("verify_deployed", ROOT / "deploy" / "verify_deployed.py")
+assert _SPEC and _SPEC.loader
+verify = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(verify)
+
+ACCOUNT = "123456789012"
+EXPECTED = verify.expected_policies(EXPANDED)
+ROLES = {f"mcp-{logical_id}-A1B2C3": logical_id for logical_id, r in EXPANDED["Resources"].items()
+         if r["Type"] == "AWS::IAM::Role"}  # fmt: skip
+OWNED = set(EXPANDED["Resources"])
+
+
+def as_deployed(value: Any) -> Any:
+    """A template policy document as AWS returns it: role references and the account root as ARNs."""
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        logical_id = value["Fn::GetAtt"][0]
+        return f"arn:aws:iam::{ACCOUNT}:role/mcp/mcp-{logical_id}-A1B2C3"
+    if isinstance(value, dict) and "Fn::Sub" in value and str(value["Fn::Sub"]).endswith(":root"):
+        return f"arn:aws:iam::{ACCOUNT}:root"
+    if isinstance(value, dict):
+        return {key: as_deployed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [as_deployed(item) for item in value]
+    return value
+
+
+def live_from_template() -> dict[str, set]:
+    """What the live stack reads back when it is exactly the template, reduced by the same code as live policies."""
+    live: dict[str, set] = {}
+    for logical_id, resource in EXPANDED["Resources"].items():
+        props = resource.get("Properties", {})
+        if resource["Type"] == "AWS::IAM::Role":
+            document = as_deployed(props["AssumeRolePolicyDocument"])
+            live[f"trust {logical_id}"] = verify.grants(document, ROLES, ACCOUNT)
+        elif resource["Type"] == "AWS::KMS::Key":
+            live[f"key {logical_id}"] = verify.grants(as_deployed(props["KeyPolicy"]), ROLES, ACCOUNT)
+    for key, found in EXPECTED.items():
+        live.setdefault(key, copy.deepcopy(found))
+    return live
+
+
+def test_the_template_expects_service_trust_only_and_one_public_url_on_the_mcp_alias():
+    trusts = {g for key, found in EXPECTED.items() if key.startswith("trust ") for g in found}
+    services = {"service:lambda.amazonaws.com", "service:codedeploy.amazonaws.com"}
+    assert {principal for _, principal, _ in trusts} == services
+    urls = {key: found for key, found in EXPECTED.items() if key.startswith("url ")}
+    assert urls == {"url McpServerAliaslive": {("Allow", "url", "NONE")}}
+    assert ("Allow", "role:ProbeWorkerRole", "kms:decrypt") in EXPECTED["key EndpointTokenKey"]
+
+
+def test_a_live_stack_that_is_the_template_has_no_difference():
+    assert verify.differences(EXPECTED, live_from_template(), OWNED) == []
+
+
+def trusted_by(principal: dict) -> set:
+    document = {"Statement": [{"Effect": "Allow", "Principal": principal, "Action": "sts:AssumeRole"}]}
+    return verify.grants(document, ROLES, ACCOUNT)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        # a stack role trusted by another account (standing access to the stack's data)
+        (lambda live: live["trust McpServerRole"].update(trusted_by({"AWS": "arn:aws:iam::999999999999:root"})),
+         "trust McpServerRole: live only"),
+        # a role under the stack's path that CloudFormation does not own
+        (lambda live: live.__setitem__("trust outside-the-stack:arn:aws:iam::123456789012:role/mcp/extra",
+                                       trusted_by({"Service": "lambda.amazonaws.com"})),
+         "trust outside-the-stack"),
+        # a public permission on another function, or a URL the template does not make
+        (lambda live: live.setdefault("policy ToolWorker", set()).add(
+            verify.permission_grant("*", "lambda:InvokeFunction", None)), "policy ToolWorker: live only"),
+        (lambda live: live.setdefault("url ToolWorker", set()).add(("Allow", "url", "NONE")), "url ToolWorker"),
+        # the key policy widened to the account's administrators
+        (lambda live: live["key EndpointTokenKey"].add(("Allow", "account", "kms:creategrant")),
+         "key EndpointTokenKey: live only"),
+        # the public URL's auth changed, or a statement of the template's removed
+        (lambda live: live.__setitem__("url McpServerAliaslive", {("Allow", "url", "AWS_IAM")}),
+         "url McpServerAliaslive"),
+        (lambda live: live.__setitem__("queue ProbeResultQueue", set()), "queue ProbeResultQueue: template only"),
+    ],
+)  # fmt: skip
+def test_any_access_the_template_does_not_grant_is_a_difference_naming_where(change, named):
+    # Given the live stack as the template makes it, then changed outside CloudFormation
+    live = live_from_template()
+    change(live)
+    # When it is compared with the template
+    found = verify.differences(EXPECTED, live, OWNED)
+    # Then the difference names the policy it is in
+    assert found and all(named in line for line in found), found
+
+
+def test_a_foreign_role_or_account_is_never_reduced_to_the_stacks():
+    foreign = {"AWS": ["arn:aws:iam::999999999999:role/mcp/mcp-McpServerRole-A1B2C3", "arn:aws:iam::999999999999:root"]}
+    assert {p for _, p, _ in trusted_by(foreign)} == {
+        "foreign:AWS:arn:aws:iam::999999999999:role/mcp/mcp-McpServerRole-A1B2C3",
+        "foreign:AWS:arn:aws:iam::999999999999:root",
+    }
+
+
+def test_a_resource_the_template_makes_only_under_a_condition_is_not_required():
+    # Given a live stack deployed without AlarmEmail: no OpsAlarmKey
+    live = live_from_template()
+    live.pop("key OpsAlarmKey", None)
+    assert verify.differences(EXPECTED, live, OWNED - {"OpsAlarmKey"}) == []
+
+
+def test_the_makefile_target_runs_the_comparison_with_the_expanded_template():
+    recipe = (ROOT / "Makefile").read_text().split("\nverify-deployed:")[1].split("\n\n")[0]
+    assert "deploy/verify_deployed.py $(ENV) build/expanded-template.json" in recipe
+    assert "make verify-deployed" in (ROOT / ".github" / "workflows" / "deploy.yml").read_text()
