@@ -11,11 +11,16 @@ from typing import Any
 import pytest
 from samtranslator.yaml_helper import yaml_parse
 
+from devstack.stack.intrinsics import Scope
 from devstack.stack.template import ROOT
 from tests.template.test_invariants import RESOURCES, all_statements, as_list, of_type
 
 ROLE_TEMPLATE = yaml_parse((ROOT / "deploy" / "github-oidc-role.yaml").read_text())
-STATEMENTS = ROLE_TEMPLATE["Resources"]["DeployRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+DEPLOY_POLICIES = {
+    reference["Ref"]: ROLE_TEMPLATE["Resources"][reference["Ref"]]["Properties"]["PolicyDocument"]
+    for reference in ROLE_TEMPLATE["Resources"]["DeployRole"]["Properties"]["ManagedPolicyArns"]
+}
+STATEMENTS = [statement for document in DEPLOY_POLICIES.values() for statement in document["Statement"]]
 ALLOWS = [s for s in STATEMENTS if s["Effect"] == "Allow"]
 DENIES = [s for s in STATEMENTS if s["Effect"] == "Deny"]
 BOUNDARY_TEMPLATE = yaml_parse((ROOT / "deploy" / "permissions-boundary.yaml").read_text())
@@ -180,6 +185,7 @@ def test_the_boundary_allows_every_action_a_role_of_the_stack_is_given():
 # Boundary statements that name no resource of the stack, and why each is safe without one.
 BOUNDARY_EXCEPTIONS = {
     "Traces": "X-Ray segments have no resource type",
+    "ListStreams": "dynamodb:ListStreams has no resource type; it lists stream ARNs, no data",
     # A key's id is random; a new alias may take minutes to count for authorization, so the boundary cannot name
     # the key. It only caps: the key policy names which role may encrypt or decrypt, always with a context.
     "EndpointTokens": "kms:Encrypt/Decrypt with an endpoint context; the key policy decides who",
@@ -306,3 +312,51 @@ def test_the_stack_name_is_short_enough_that_generated_names_keep_it_whole():
     names = [logical_id for logical_id in of_type("AWS::IAM::Role")] + list(of_type("AWS::Lambda::Function"))
     # Then it fits without truncating the stack name, so every `<stack>-*` pattern still matches it
     assert max(longest + 1 + len(name) + 1 + 12 for name in names) <= 64
+
+
+def resolved_size(template: dict[str, Any], document: Any) -> int:
+    """A policy's size as IAM counts it (no whitespace), for the longest stack name and region name."""
+    parameters = {name: spec.get("Default", "") for name, spec in template["Parameters"].items()}
+    scope = Scope(
+        parameters={**parameters, "StackName": "s" * 24, "GitHubRepository": "o" * 39 + "/" + "r" * 100},
+        mappings={},
+        conditions=template.get("Conditions", {}),
+        region="ap-southeast-3",
+        account_id="123456789012",
+        stack_name="deploy-role",
+    )
+    return len(json.dumps(scope.resolve(document), separators=(",", ":")))
+
+
+@pytest.mark.parametrize("policy", sorted(DEPLOY_POLICIES))
+def test_each_deploy_policy_fits_a_managed_policy(policy):
+    # IAM's quota for a managed policy: 6,144 characters, whitespace not counted
+    # (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html)
+    assert resolved_size(ROLE_TEMPLATE, DEPLOY_POLICIES[policy]) <= 6144
+
+
+def test_the_boundary_fits_a_managed_policy_and_the_role_has_no_inline_policy():
+    assert resolved_size(BOUNDARY_TEMPLATE, BOUNDARY["PolicyDocument"]) <= 6144
+    assert "Policies" not in ROLE_TEMPLATE["Resources"]["DeployRole"]["Properties"]
+
+
+NAMED = {
+    "AWS::Lambda::Function": "lambda:UpdateFunctionCode",
+    "AWS::SQS::Queue": "sqs:DeleteQueue",
+    "AWS::DynamoDB::Table": "dynamodb:DeleteTable",
+    "AWS::SNS::Topic": "sns:DeleteTopic",
+    "AWS::Kinesis::Stream": "kinesis:DeleteStream",
+    "AWS::CloudWatch::Alarm": "cloudwatch:DeleteAlarms",
+    "AWS::Events::Rule": "events:DeleteRule",
+}
+
+
+def test_every_generated_name_of_the_stack_matches_a_stem_of_the_deploy_role():
+    # Given each resource whose name CloudFormation generates (<stack>-<LogicalId>-<suffix>)
+    for logical_id, resource in RESOURCES.items():
+        if resource["Type"] not in NAMED:
+            continue
+        # Then the role's statement for it names a stem its logical id begins with
+        patterns = [r["Fn::Sub"] for s in granted(NAMED[resource["Type"]]) for r in as_list(s["Resource"])]
+        stems = [p.split("${StackName}-")[1].rstrip("*") for p in patterns if "${StackName}-" in p]
+        assert any(f"{logical_id}-".startswith(stem) and stem[:1].isupper() for stem in stems), (logical_id, stems)
