@@ -161,6 +161,9 @@ def deploys(stack: Stack) -> dict[str, Request]:
             stack, "lambda:AddPermission", stack.arn("ProbeDispatcher"), **{"lambda:Principal": "events.amazonaws.com"}
         ),
         "its own layer": as_deployer(stack, "lambda:PublishLayerVersion", stack.arn("SharedLayer61034d32ca")[:-2]),
+        "make verify-deployed's reads": as_deployer(stack, "iam:ListRoles", "*"),
+        "make verify-deployed's key policy read": as_deployer(stack, "kms:GetKeyPolicy", stack.arn("EndpointTokenKey")),
+        "make verify-deployed's URL read": as_deployer(stack, "lambda:ListFunctionUrlConfigs", stack.arn("McpServer")),
         "the endpoint-token key's policy, through CloudFormation": as_deployer(
             stack,
             "kms:PutKeyPolicy",
