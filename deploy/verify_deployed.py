@@ -123,20 +123,25 @@ def function_policies(lambda_: Any, logical: str, name: str, alias: bool, contex
     function, _, qualifier = name.rpartition(":") if alias else (name, "", "")
     target = {"FunctionName": function, **({"Qualifier": qualifier} if qualifier else {})}
     try:
-        document = json.loads(lambda_.get_policy(**target)["Policy"])
+        statements = document(lambda_.get_policy(**target)["Policy"])["Statement"]
     except ClientError:
-        document = {"Statement": []}  # no resource policy
+        statements = []  # no resource policy
     found: Policies = {}
-    for statement in document["Statement"]:
+    for statement in statements:
         auth = statement.get("Condition", {}).get("StringEquals", {}).get("lambda:FunctionUrlAuthType")
         for principal in principals(statement["Principal"], *context):
             found.setdefault(f"policy {logical}", set()).add(permission_grant(principal, statement["Action"], auth))
-    for url in lambda_.list_function_url_configs(FunctionName=function)["FunctionUrlConfigs"]:
-        # A URL of the function itself, or of this alias; an alias's URL is listed with its function too
-        unqualified = url["FunctionArn"].endswith(f":function:{function.split(':')[-1]}")
-        if (qualifier and url["FunctionArn"].endswith(f":{qualifier}")) or (not qualifier and unqualified):
-            found.setdefault(f"url {logical}", set()).add(("Allow", "url", url["AuthType"]))
+    try:  # the URL of the function itself, or of this alias
+        url = lambda_.get_function_url_config(**target)
+        found.setdefault(f"url {logical}", set()).add(("Allow", "url", url["AuthType"]))
+    except ClientError:
+        pass  # no Function URL here
     return found
+
+
+def document(policy: Any) -> Any:
+    """A policy as a dict: AWS returns JSON text (moto's CloudFormation-made key policies are dicts already)."""
+    return json.loads(policy) if isinstance(policy, str) else policy
 
 
 def resource_policy(session: Any, kind: str, name: str) -> Any:
@@ -145,12 +150,12 @@ def resource_policy(session: Any, kind: str, name: str) -> Any:
 
     try:
         if kind == "AWS::KMS::Key":
-            return json.loads(session.client("kms").get_key_policy(KeyId=name, PolicyName="default")["Policy"])
+            return document(session.client("kms").get_key_policy(KeyId=name, PolicyName="default")["Policy"])
         if kind == "AWS::SQS::Queue":
             attributes = session.client("sqs").get_queue_attributes(QueueUrl=name, AttributeNames=["Policy"])
             policy = attributes.get("Attributes", {}).get("Policy")
-            return json.loads(policy) if policy else None
-        return json.loads(session.client("s3").get_bucket_policy(Bucket=name)["Policy"])
+            return document(policy) if policy else None
+        return document(session.client("s3").get_bucket_policy(Bucket=name)["Policy"])
     except ClientError:
         return None  # no policy: the template's, if any, is then "template only"
 
@@ -177,8 +182,8 @@ def live_policies(session: Any, stack: str) -> tuple[Policies, set[str]]:
     for logical, (kind, name) in physical.items():
         if kind in ("AWS::Lambda::Function", "AWS::Lambda::Alias"):
             live.update(function_policies(lambda_, logical, name, kind == "AWS::Lambda::Alias", context))
-        elif kind in POLICY_KINDS and (document := resource_policy(session, kind, name)) is not None:
-            live[f"{POLICY_KINDS[kind]} {logical}"] = grants(document, *context)
+        elif kind in POLICY_KINDS and (policy := resource_policy(session, kind, name)) is not None:
+            live[f"{POLICY_KINDS[kind]} {logical}"] = grants(policy, *context)
     return live, set(physical)
 
 

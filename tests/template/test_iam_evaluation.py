@@ -163,7 +163,7 @@ def deploys(stack: Stack) -> dict[str, Request]:
         "its own layer": as_deployer(stack, "lambda:PublishLayerVersion", stack.arn("SharedLayer61034d32ca")[:-2]),
         "make verify-deployed's reads": as_deployer(stack, "iam:ListRoles", "*"),
         "make verify-deployed's key policy read": as_deployer(stack, "kms:GetKeyPolicy", stack.arn("EndpointTokenKey")),
-        "make verify-deployed's URL read": as_deployer(stack, "lambda:ListFunctionUrlConfigs", stack.arn("McpServer")),
+        "make verify-deployed's URL read": as_deployer(stack, "lambda:GetFunctionUrlConfig", stack.arn("McpServer")),
         "the endpoint-token key's policy, through CloudFormation": as_deployer(
             stack,
             "kms:PutKeyPolicy",

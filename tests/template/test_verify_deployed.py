@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 from typing import Any
 
+import boto3
 import pytest
 
 from devstack.stack.template import ROOT
@@ -125,3 +127,133 @@ def test_the_makefile_target_runs_the_comparison_with_the_expanded_template():
     recipe = (ROOT / "Makefile").read_text().split("\nverify-deployed:")[1].split("\n\n")[0]
     assert "deploy/verify_deployed.py $(ENV) build/expanded-template.json" in recipe
     assert "make verify-deployed" in (ROOT / ".github" / "workflows" / "deploy.yml").read_text()
+
+
+# A small stack with each kind of policy verify-deployed reads, deployed on moto as CloudFormation would.
+SMALL = {
+    "Resources": {
+        "FnRole": {
+            "Type": "AWS::IAM::Role",
+            "Properties": {
+                "Path": "/mcp/",
+                "AssumeRolePolicyDocument": {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": ["lambda.amazonaws.com"]},
+                            "Action": ["sts:AssumeRole"],
+                        }
+                    ],
+                },
+            },
+        },
+        "Fn": {
+            "Type": "AWS::Lambda::Function",
+            "Properties": {
+                "Runtime": "python3.13",
+                "Handler": "app.handler",
+                "Role": {"Fn::GetAtt": ["FnRole", "Arn"]},
+                "Code": {"ZipFile": "def handler(event, context):\n    return None\n"},
+            },
+        },
+        "FnPermission": {
+            "Type": "AWS::Lambda::Permission",
+            "Properties": {
+                "Action": "lambda:InvokeFunction",
+                "FunctionName": {"Ref": "Fn"},
+                "Principal": "events.amazonaws.com",
+            },
+        },
+        "Key": {
+            "Type": "AWS::KMS::Key",
+            "Properties": {
+                "KeyPolicy": {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}},
+                            "Action": ["kms:DescribeKey", "kms:PutKeyPolicy"],
+                            "Resource": "*",
+                        },
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"AWS": {"Fn::GetAtt": ["FnRole", "Arn"]}},
+                            "Action": "kms:Decrypt",
+                            "Resource": "*",
+                        },
+                    ],
+                }
+            },
+        },
+        "Queue": {"Type": "AWS::SQS::Queue"},
+        "QueuePolicy": {
+            "Type": "AWS::SQS::QueuePolicy",
+            "Properties": {
+                "Queues": [{"Ref": "Queue"}],
+                "PolicyDocument": {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "sns.amazonaws.com"},
+                            "Action": "sqs:SendMessage",
+                            "Resource": "*",
+                        }
+                    ],
+                },
+            },
+        },
+    }
+}
+
+
+@pytest.fixture
+def deployed(aws):
+    """SMALL deployed as stack `mcp` (the queue policy set by hand: moto's CloudFormation does not make one)."""
+    session = boto3.Session(region_name="us-east-1")
+    session.client("cloudformation").create_stack(
+        StackName="mcp", TemplateBody=json.dumps(SMALL), Capabilities=["CAPABILITY_IAM"]
+    )
+    sqs = session.client("sqs")
+    [url] = sqs.list_queues()["QueueUrls"]
+    policy = SMALL["Resources"]["QueuePolicy"]["Properties"]["PolicyDocument"]
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": json.dumps(policy)})
+    return session
+
+
+MOTO_HAS_NO_QUEUE_POLICY = pytest.mark.filterwarnings("ignore:Tried to parse AWS::SQS::QueuePolicy")
+
+
+@MOTO_HAS_NO_QUEUE_POLICY
+def test_a_live_stack_read_back_from_aws_that_is_its_template_has_no_difference(deployed):
+    live, owned = verify.live_policies(deployed, "mcp")
+    assert verify.differences(verify.expected_policies(SMALL), live, owned) == []
+
+
+@MOTO_HAS_NO_QUEUE_POLICY
+def test_access_added_outside_cloudformation_is_read_back_as_a_difference(deployed):
+    # Given the deployed stack, changed by hand: its role trusted by another account, a public permission on its
+    # function, and a role under its path that it does not own
+    iam = deployed.client("iam")
+    [role] = [r for r in iam.list_roles(PathPrefix="/mcp/")["Roles"]]
+    trust = role["AssumeRolePolicyDocument"]
+    trust["Statement"].append(
+        {"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::999999999999:root"}, "Action": "sts:AssumeRole"}
+    )
+    iam.update_assume_role_policy(RoleName=role["RoleName"], PolicyDocument=json.dumps(trust))
+    [function] = deployed.client("lambda").list_functions()["Functions"]
+    deployed.client("lambda").add_permission(
+        FunctionName=function["FunctionName"], StatementId="open", Action="lambda:InvokeFunction", Principal="*"
+    )
+    iam.create_role(RoleName="extra", Path="/mcp/", AssumeRolePolicyDocument=json.dumps(trust))
+
+    # When verify-deployed reads the live stack
+    live, owned = verify.live_policies(deployed, "mcp")
+    found = verify.differences(verify.expected_policies(SMALL), live, owned)
+
+    # Then each is a difference, naming where it is
+    assert [line for line in found if line.startswith("trust FnRole: live only") and "999999999999" in line]
+    assert [line for line in found if line.startswith("policy Fn: live only") and "'*'" in line]
+    assert [line for line in found if line.startswith("trust outside-the-stack:") and "role/mcp/extra" in line]
