@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import boto3
+import botocore.exceptions
 import pytest
 
 from mcp_backend.api_keys import ApiKeyTable, hash_api_key
@@ -190,3 +191,54 @@ def test_a_url_other_than_the_stacks_own_function_url_is_refused_and_nothing_mov
     assert answer["Status"] == "FAILED" and FUNCTION_URL in answer["Reason"]
     assert self_item(local) == before
     assert len(key_table(local)) == (1 if request_type == "Update" else 0)
+
+
+class KmsAliasNotYetAuthorized:
+    """KMS while the new key alias does not count for authorization yet (the boundary names the key by its
+    alias; KMS says such a change may take up to five minutes): Encrypt is refused `denials` times, then works."""
+
+    def __init__(self, denials: int) -> None:
+        self.denials, self.calls = denials, 0
+
+    def encrypt(self, **request) -> dict:
+        self.calls += 1
+        if self.calls <= self.denials:
+            error = {"Error": {"Code": "AccessDeniedException", "Message": "not authorized"}}
+            raise botocore.exceptions.ClientError(error, "Encrypt")
+        return boto3.client("kms").encrypt(**request)
+
+
+def issuer_with(local, kms, slept: list[float]) -> CloudFormation:
+    cloudformation = CloudFormation(local)
+    settings = cloudformation.keys.settings
+    cloudformation.keys = SelfProbeKeys(
+        settings,
+        boto3.client("dynamodb"),
+        boto3.client("secretsmanager"),
+        kms_client=kms,
+        lambda_client=cloudformation.urls,
+        sleep=slept.append,
+    )
+    return cloudformation
+
+
+def test_create_waits_for_the_new_key_alias_to_count_before_issuing_anything(local):
+    # Given a first deploy, where the endpoint-token key's new alias is refused for the first few seconds
+    kms, slept = KmsAliasNotYetAuthorized(denials=3), list[float]()
+
+    # When CloudFormation creates the custom resource
+    answer = issuer_with(local, kms, slept).send("Create")
+
+    # Then the issuer waited (without issuing a key meanwhile) and then registered the endpoint
+    assert answer["Status"] == "SUCCESS" and len(slept) == 3
+    assert self_item(local) is not None and len(key_table(local)) == 1
+
+
+def test_create_fails_naming_the_key_when_the_alias_never_counts_and_issues_no_key(local):
+    kms, slept = KmsAliasNotYetAuthorized(denials=10_000), list[float]()
+
+    answer = issuer_with(local, kms, slept).send("Create")
+
+    assert answer["Status"] == "FAILED" and "ENDPOINT_TOKEN_KEY_ID" in answer["Reason"]
+    assert sum(slept) >= 300  # KMS's five minutes, waited in the issuer's own time
+    assert key_table(local) == {} and self_item(local) is None

@@ -187,9 +187,9 @@ def test_the_boundary_allows_every_action_a_role_of_the_stack_is_given():
 BOUNDARY_EXCEPTIONS = {
     "Traces": "X-Ray segments have no resource type",
     "ListStreams": "dynamodb:ListStreams has no resource type; it lists stream ARNs, no data",
-    # A key's id is random; a new alias may take minutes to count for authorization, so the boundary cannot name
-    # the key. It only caps: the key policy names which role may encrypt or decrypt, always with a context.
-    "EndpointTokens": "kms:Encrypt/Decrypt with an endpoint context; the key policy decides who",
+    # A key's id is random, so the boundary names the key by its alias (kms:ResourceAliases); the key policy
+    # decides who may encrypt or decrypt, always with a context.
+    "EndpointTokens": "kms:Encrypt/Decrypt only on the key behind alias/<stack>-endpoint-tokens, with a context",
 }
 
 
@@ -366,3 +366,13 @@ def test_every_generated_name_of_the_stack_matches_a_stem_of_the_deploy_role():
         patterns = [r["Fn::Sub"] for s in granted(NAMED[resource["Type"]]) for r in as_list(s["Resource"])]
         stems = [p.split("${StackName}-")[1].rstrip("*") for p in patterns if "${StackName}-" in p]
         assert any(f"{logical_id}-".startswith(stem) and stem[:1].isupper() for stem in stems), (logical_id, stems)
+
+
+def test_the_boundary_limits_endpoint_token_use_to_the_stacks_key_alias():
+    [statement] = [s for s in boundary_allows() if s["Sid"] == "EndpointTokens"]
+    assert statement["Condition"]["ForAnyValue:StringEquals"]["kms:ResourceAliases"] == {
+        "Fn::Sub": "alias/${StackName}-endpoint-tokens"
+    }
+    assert RESOURCES["EndpointTokenKeyAlias"]["Properties"]["AliasName"] == {
+        "Fn::Sub": "alias/${AWS::StackName}-endpoint-tokens"
+    }
