@@ -67,7 +67,7 @@ def boundary_stack_name(stack: str) -> str:
 
 
 def colliding(stack: str, others: list[str]) -> list[str]:
-    """The stacks whose `<name>-*` resources one `<stack>-*` pattern would match, or the other way round."""
+    """The other stacks named `<stack>-...`, or whose name followed by `-` begins this one's."""
     return sorted(o for o in others if o != stack and (o.startswith(f"{stack}-") or stack.startswith(f"{o}-")))
 
 
@@ -85,8 +85,8 @@ def check_stack_name(stack: str, cloudformation: Any) -> None:
     if clashes := colliding(stack, names):
         raise Refused(
             f"StackNameExclusive: stack name {stack!r} is a hyphen-prefix of, or prefixed by, {', '.join(clashes)}"
-            " in this account and region: a `<stack>-*` grant of one would reach the other's resources."
-            " Rename one (docs/deploy.md, one account per environment)"
+            " in this account and region: their names share a prefix (the job-result bucket's lower-case name"
+            " is matched by <stack>-jobresultbucket-*). Rename one (docs/deploy.md, one account per environment)"
         )
 
 
