@@ -22,6 +22,8 @@ from tests.iam.stacks import ACCOUNT, REGION, Stack
 from tests.node_packages import installed_node
 
 DEV, PROD = Stack("mcp"), Stack("mcp-prod")
+# A stack that reads tenants' s3:// datasets (the local stack has such a bucket): its functions' calls include it.
+DATASETS = {"DatasetBucketName": "mcp-tenant-datasets"}
 ADMIN = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
 ADMINISTRATOR_ACCESS = "arn:aws:iam::aws:policy/AdministratorAccess"
 ALLOWED = "Allowed"
@@ -328,6 +330,10 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
         ("dynamodb:ListStreams", "*", {}),  # no resource type
     ]
     call_log: Call = ("kinesis:PutRecords", arn("CallLogStream"), {})  # mcp_backend/calllog/writer.py
+    bucket = stack.parameters.get("DatasetBucketName")
+    datasets: list[Call] = (  # tools/fetch.py: an s3:// dataset under the caller's prefix
+        [("s3:GetObject", f"arn:aws:s3:::{bucket}/apikey%3Aalice/sales.csv", {})] if bucket else []
+    )
     calls = {
         "McpServer": [
             *[(a, arn("JobTable"), {}) for a in ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")],
@@ -341,6 +347,7 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             ("dynamodb:Query", f"{arn('MonitorTable')}/index/EndpointsByOwner", {}),
             ("dynamodb:UpdateItem", arn("RateLimitTable"), {}),  # ratelimit.py
             ("s3:GetObject", f"{arn('JobResultBucket')}/results/job-1.json", {}),  # jobs/results.py
+            *datasets,
         ],
         "ToolWorker": [
             *[(a, arn("JobQueue"), {}) for a in poll],
@@ -349,6 +356,7 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             ("s3:PutObject", f"{arn('JobResultBucket')}/results/job-1.json", {}),
             call_log,
             ("sqs:SendMessage", arn("JobDeadLetterQueue"), {}),  # a permanent failure, with its reason
+            *datasets,
         ],
         "CallLogAnalyzer": [
             *[
@@ -433,9 +441,10 @@ UNUSED_AND_WHY = {
 }
 
 
-def test_every_call_each_function_makes_is_allowed_by_its_role_the_boundary_and_the_resource_policy(node):
+@pytest.mark.parametrize("parameters", [{}, DATASETS], ids=["no dataset bucket", "a dataset bucket"])
+def test_every_call_each_function_makes_is_allowed_by_its_role_the_boundary_and_the_resource_policy(node, parameters):
     # Given each function's calls, as its role makes them, with the stack's boundary and the resource's policy
-    stack = DEV
+    stack = Stack("mcp", parameters)
     roles = stack.function_roles
     cases = [
         (function, action, resource)
@@ -464,7 +473,7 @@ def test_every_call_each_function_makes_is_allowed_by_its_role_the_boundary_and_
 
 def test_every_grant_of_a_function_role_is_used_by_a_listed_call_or_justified(capsys):
     # Given each function role's granted actions and the calls its function makes
-    stack = DEV
+    stack = Stack("mcp", DATASETS)
     unused: dict[str, set[str]] = {}
     for function, calls in function_calls(stack).items():
         called = {action.lower() for action, _, _ in calls}
