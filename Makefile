@@ -28,6 +28,9 @@ BUILD_DIR ?= .aws-sam/build
 LOCAL_BUILD_DIR := $(if $(filter arm64,$(HOST_ARCH)),.aws-sam/build,.aws-sam/build-$(HOST_ARCH))
 LAYER_REQUIREMENTS ?= layers/shared/requirements.txt
 MCP_LAYER_REQUIREMENTS ?= layers/mcp/requirements.txt
+# The deployed-stack smoke check's environment: what a deployed function has (both layers, the runtime's boto3).
+SMOKE_REQUIREMENTS ?= tests/deployed/requirements.txt
+SMOKE_PYTHON := $(TOOLS)/smoke/bin/python
 FUNCTION ?= ToolWorker
 PORT ?= 4566
 RUNTIME ?= inprocess
@@ -35,7 +38,8 @@ EVENT ?= events/tool_worker/healthy-batch.json
 # The layer ships everything the lock pins except what the Lambda runtime provides.
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
-.PHONY: help env hooks lint test test-contended unit integration e2e coverage build build-local deploy deploy-built sam-cli smoke smoke-deployed \
+.PHONY: help env hooks lint test test-contended unit integration e2e coverage build build-local deploy deploy-built sam-cli smoke \
+	smoke-env smoke-deployed verify-deployed \
 	delete invoke env-json browser dev fire token redrive bench cost layer-requirements tool-requirements expanded clean
 
 # `make help`: every target with the text after its `##`.
@@ -79,13 +83,15 @@ hooks: env ## install the git pre-commit hook (ruff, mypy, cfn-lint, import grap
 
 # The core layer: the project's dependencies. The MCP layer: the mcp-layer group without what the core layer
 # already ships (both are on the functions that have the MCP layer).
-layer-requirements: $(UV) ## export both layers' pinned requirements (with hashes) from uv.lock
+layer-requirements: $(UV) ## export both layers' (and the smoke check's) pinned requirements, with hashes, from uv.lock
 	$(UV) export --frozen --no-default-groups --no-header --no-emit-project \
 		$(addprefix --no-emit-package ,$(RUNTIME_PROVIDED)) --output-file $(LAYER_REQUIREMENTS) --quiet
 	$(UV) export --frozen --only-group mcp-layer --no-header --no-emit-project \
 		$(addprefix --no-emit-package ,$(RUNTIME_PROVIDED)) \
 		$$(sed -n 's/^\([A-Za-z0-9._-]*\)==.*/--no-emit-package \1/p' $(LAYER_REQUIREMENTS)) \
 		--output-file $(MCP_LAYER_REQUIREMENTS) --quiet
+	$(UV) export --frozen --no-default-groups --group mcp-layer --group lambda-runtime-provided --no-header \
+		--no-emit-project --output-file $(SMOKE_REQUIREMENTS) --quiet
 
 build/expanded-template.json: template.yaml env
 	$(RUN) python -m devstack.stack.template $@
@@ -172,29 +178,31 @@ deploy: build deploy-built ## sam build + sam deploy (ENV=default|prod from samc
 
 # Deploys what `make build` left in $(BUILD_DIR): CI builds in a job without AWS credentials and deploys the
 # artifact. Guided only for an environment samconfig.toml lacks, and only in a terminal.
-# The permissions boundary (the GitHub deploy role can create roles only with it): PERMISSIONS_BOUNDARY_ARN (CI
-# sets it), else the one the deployed stack already has, so a terminal deploy never strips it. It is added to
-# the environment's parameter_overrides after checking the policy exists: a wrong ARN stops here, before
-# anything is created, instead of failing the first role halfway through the deploy.
+# deploy_parameters.py preflight first refuses a stack name that is not stack-exclusive (StackNameShape,
+# StackNameExclusive) and creates the stack's permissions boundary (deploy/permissions-boundary.yaml) when it
+# is missing, then gives the environment's parameter_overrides with PermissionsBoundaryArn set: every refusal
+# comes before anything of the stack is created, and the template's PermissionsBoundaryRequired rule refuses
+# a deploy that skipped this.
 deploy-built: $(SAM) ## sam deploy of what make build left in BUILD_DIR
 	@if [ "$(ARCH)" = arm64 ] && find $(BUILD_DIR) -name '*-x86_64-linux-gnu.so' -print -quit | grep -q .; then \
 		echo "$(BUILD_DIR) holds an x86_64 build (make build ARCH=x86_64): run 'make build' before deploying" >&2; \
 		exit 2; fi
 	@if grep -q "^\[$(ENV).deploy.parameters\]" samconfig.toml; then \
-		boundary=$$($(SAM_PYTHON) deploy/deploy_parameters.py boundary $(ENV) $(PERMISSIONS_BOUNDARY_ARN)) || exit 2; \
-		if [ -n "$$boundary" ]; then \
-			$(SAM_PYTHON) deploy/deploy_parameters.py check-boundary "$$boundary" || exit 2; \
-			$(SAM) deploy --config-env $(ENV) $(SAM_DEPLOY_FLAGS) --parameter-overrides \
-				"$$($(SAM_PYTHON) deploy/deploy_parameters.py overrides $(ENV) PermissionsBoundaryArn=$$boundary)"; \
-		else \
-			$(SAM) deploy --config-env $(ENV) $(SAM_DEPLOY_FLAGS); \
-		fi; \
+		overrides=$$($(SAM_PYTHON) deploy/deploy_parameters.py preflight $(ENV)) || exit 2; \
+		$(SAM) deploy --config-env $(ENV) $(SAM_DEPLOY_FLAGS) --parameter-overrides "$$overrides"; \
 	elif [ -t 0 ]; then \
 		$(SAM) deploy --guided --config-env $(ENV); \
 	else \
 		echo "samconfig.toml has no [$(ENV).deploy.parameters]: run 'make deploy ENV=$(ENV)' once in a terminal (guided) and commit samconfig.toml" >&2; \
 		exit 1; \
 	fi
+
+# The live stack ENV against the template (deploy/verify_deployed.py): role trust policies, resource policies,
+# Function URL auth types, key, queue and bucket policies, and no role under /<stack>/ the stack does not own.
+# It reads the expanded template `make expanded` writes (the deploy job's build artifact carries it).
+verify-deployed: $(SAM) ## ENV=default|prod: fail on any access the live stack grants that the template does not
+	@[ -f build/expanded-template.json ] || $(MAKE) --no-print-directory expanded
+	$(SAM_PYTHON) deploy/verify_deployed.py $(ENV) build/expanded-template.json
 
 invoke: env ## FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json [RUNTIME=lambda] [FRESH=1]
 	$(RUN) python -m devstack.invoke --runtime $(RUNTIME) --build-dir $(BUILD_DIR) $(if $(FRESH),--fresh) \
@@ -238,12 +246,21 @@ smoke: env ## URL=<McpServerUrl> KEY=<API key>: the deployed stack end to end
 	@MCP_SMOKE_URL="$(URL)" MCP_SMOKE_KEY="$(KEY)" MCP_SMOKE_DATASET="$(DATASET)" \
 		$(RUN) pytest -q -p no:cacheprovider tests/deployed
 
+# The smoke check's own environment, only from its hashed requirement file: no pytest, no plugins.
+$(SMOKE_PYTHON): $(SMOKE_REQUIREMENTS)
+	rm -rf $(TOOLS)/smoke && $(PYTHON) -m venv $(TOOLS)/smoke
+	$(TOOLS)/smoke/bin/pip install $(PIP_HASHED) -r $(SMOKE_REQUIREMENTS)
+	@touch $@
+
+smoke-env: $(SMOKE_PYTHON) ## the smoke check's minimal environment (.tools/smoke), from tests/deployed/requirements.txt
+
 # The deployed stack ENV (samconfig.toml) end to end with a key created for this run and revoked after it,
-# pass or fail (tests/deployed/key_session.py). deploy.yml runs it after every deploy; a failure fails the run.
-# It installs nothing (run `make env` first): in CI it runs with AWS credentials, after every install.
+# pass or fail (tests/deployed/key_session.py), run in the minimal environment above (it holds the deploy role's
+# credentials). deploy.yml runs it after every deploy; a failure fails the run. It installs nothing (run
+# `make smoke-env` first, before any AWS credentials exist).
 smoke-deployed: ## ENV=default|prod: the deployed stack end to end with a throwaway key
-	@[ -x .venv/bin/python ] || { echo "run 'make env' first (before any AWS credentials exist)" >&2; exit 2; }
-	PYTHONPATH=layers/shared $(RUN) python -m tests.deployed.key_session $(ENV)
+	@[ -x $(SMOKE_PYTHON) ] || { echo "run 'make smoke-env' first (before any AWS credentials exist)" >&2; exit 2; }
+	PYTHONPATH=layers/shared:. $(SMOKE_PYTHON) -m tests.deployed.key_session $(ENV)
 
 # Deletes the stack ENV (sam asks first). What the stack keeps is listed, with the commands that remove it on
 # purpose: the tables and the key secret are DeletionPolicy Retain (docs/deploy.md "Deleting everything").

@@ -1,14 +1,16 @@
 """`make smoke-deployed ENV=...`: the deployed-stack test with an API key that lives only as long as the run.
 
-Reads the stack's McpServerUrl and ApiKeysSecretArn outputs, adds a key (user smoke-<id>, tier free), runs
-tests/deployed with it and revokes it whatever happened (the endpoint's key cache may accept it for up to
-ApiKeysCacheSeconds after). The exit status is pytest's; a skipped or empty run counts as a failure.
+Reads the stack's McpServerUrl and ApiKeysSecretArn outputs, adds a key (user smoke-<id>, tier free), runs the
+deployed-stack check (tests/deployed/smoke.py) with it, in this process, and revokes the key whatever happened
+(the endpoint's key cache may accept it for up to ApiKeysCacheSeconds after). Exit status 1 on any failure.
+It runs with the deploy role's credentials, so in the minimal environment tests/deployed/requirements.txt pins
+(`make smoke-deployed`): no pytest, no plugins, nothing but what a deployed function has.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-import subprocess
 import sys
 import tomllib
 import uuid
@@ -17,6 +19,7 @@ from pathlib import Path
 import boto3
 
 from mcp_backend.api_keys import add_api_key, hash_api_key, revoke_api_key
+from tests.deployed.smoke import exercise, failures
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,18 +41,18 @@ def main(environment: str) -> int:
     secret_id = found["ApiKeysSecretArn"]
     key = add_api_key(secrets, secret_id, user_id=f"smoke-{uuid.uuid4().hex[:12]}", tier="free")
     try:
-        env = {**os.environ, "MCP_SMOKE_URL": found["McpServerUrl"], "MCP_SMOKE_KEY": key}
-        run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/deployed"],
-            cwd=ROOT,
-            env=env,
-            check=False,
+        found_failures = failures(
+            *asyncio.run(exercise(found["McpServerUrl"], key, os.environ.get("MCP_SMOKE_DATASET", "")))
         )
+    except Exception as error:  # any error fails the smoke, named by its type (no payload in the log)
+        found_failures = [f"the check raised {type(error).__name__}"]
     finally:
         revoked = revoke_api_key(secrets, secret_id, hash_api_key(key))
         print(f"smoke key {'revoked' if revoked else 'was already gone'} from {stack}", file=sys.stderr)
-    # pytest: 0 passed; 5 nothing collected. Skips are listed by -rs and fail here only if nothing ran.
-    return run.returncode if run.returncode != 5 else 1
+    for failure in found_failures:
+        print(f"smoke-deployed: {failure}", file=sys.stderr)
+    print(f"smoke-deployed: {stack} {'FAILED' if found_failures else 'passed'}", file=sys.stderr)
+    return 1 if found_failures else 0
 
 
 if __name__ == "__main__":

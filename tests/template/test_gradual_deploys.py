@@ -103,11 +103,13 @@ ROLES = of_type("AWS::IAM::Role")
 
 @pytest.mark.parametrize("role_id", sorted(ROLES))
 def test_every_role_of_the_expanded_template_carries_the_permissions_boundary(role_id):
-    # Given the PermissionsBoundaryArn a CI deploy passes, and the empty default of a local one
+    # Given the PermissionsBoundaryArn a deploy passes, and the empty default of the local stack
     boundary = ROLES[role_id]["Properties"].get("PermissionsBoundary")
     # Then each role created by the stack (SAM's function roles and the explicit ones) carries it, or none
     assert resolve(boundary, PermissionsBoundaryArn=BOUNDARY) == BOUNDARY, role_id
-    assert not isinstance(resolve(boundary), str), role_id  # AWS::NoValue: the property is left out
+    assert not isinstance(resolve(boundary, PermissionsBoundaryArn=""), str), role_id  # AWS::NoValue
+    # And lives under the stack's own path, the one the deploy role's role grants name
+    assert resolve(ROLES[role_id]["Properties"].get("Path")) == "/invariants/", role_id
 
 
 def test_the_template_has_sam_and_explicit_roles_to_check():

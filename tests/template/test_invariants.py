@@ -35,6 +35,9 @@ BROAD_MANAGED_POLICIES = {
     "PowerUserAccess",
 }
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+# Actions without a resource type, which IAM authorizes on "*" only: a grant naming a resource never matches them
+# (https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazondynamodb.html).
+NO_RESOURCE_TYPE = XRAY_ACTIONS | {"dynamodb:ListStreams"}
 
 
 def of_type(type_name: str) -> dict[str, dict[str, Any]]:
@@ -49,10 +52,15 @@ def parameter_combinations(*names: str) -> Iterator[dict[str, Any]]:
         yield dict(zip(names, values, strict=True))
 
 
+# What `make deploy` passes for the stack "invariants" (deploy/deploy_parameters.py preflight).
+DEPLOYED_BOUNDARY = "arn:aws:iam::123456789012:policy/boundaries/invariants-permissions-boundary"
+
+
 def scope(region: str = "us-east-1", **parameters: Any) -> Scope:
-    """What CloudFormation would evaluate against, for the given region and parameter values."""
+    """What CloudFormation would evaluate against, for the given region and parameter values (and the boundary
+    `make deploy` passes, unless given)."""
     return Scope(
-        parameters={**TEMPLATE.parameter_defaults(), **parameters},
+        parameters={**TEMPLATE.parameter_defaults(), "PermissionsBoundaryArn": DEPLOYED_BOUNDARY, **parameters},
         mappings=EXPANDED.get("Mappings", {}),
         conditions=EXPANDED.get("Conditions", {}),
         region=region,
@@ -306,7 +314,7 @@ def test_no_iam_statement_is_broader_than_its_resources():
         actions = set(as_list(statement.get("Action", [])))
         assert not {a for a in actions if a == "*" or a.endswith(":*")}, (role, actions)
         if "*" in as_list(statement.get("Resource", [])):
-            assert actions <= XRAY_ACTIONS, (role, actions)
+            assert actions <= NO_RESOURCE_TYPE, (role, actions)
     assert checked, "no IAM statements found"
 
 
@@ -625,17 +633,19 @@ def test_every_function_running_the_telemetry_extension_may_put_its_reports_on_t
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
 
     # Then it allows PutRecords on CallLogStream and nothing else, exists only when the extension is enabled,
-    # and is attached to exactly the functions that carry the extension (never CallLogAnalyzer, whose reports
-    # would feed the stream it reads)
+    # is inline in exactly the roles of the functions that carry the extension (never CallLogAnalyzer, whose
+    # reports would feed the stream it reads), and is no managed policy (whose versions could widen a role)
+    assert policy["Type"] == "AWS::IAM::Policy"
     assert [(s["Action"], s["Resource"]) for s in statements] == [
         ("kinesis:PutRecords", {"Fn::GetAtt": ["CallLogStream", "Arn"]})
     ]
     assert policy["Condition"] == TEMPLATE.source["Resources"]["TelemetryExtensionLayer"]["Condition"]
+    holders = {referenced_resource(role) for role in policy["Properties"]["Roles"]}
     for logical_id, function in of_type("AWS::Lambda::Function").items():
-        role = RESOURCES[referenced_resource(function["Properties"]["Role"])]["Properties"]
-        attached = "CallLogTelemetryWriter" in json.dumps(role.get("ManagedPolicyArns", []))
-        assert attached is (logical_id in TELEMETRY_FUNCTIONS), logical_id
+        role = referenced_resource(function["Properties"]["Role"])
+        assert (role in holders) is (logical_id in TELEMETRY_FUNCTIONS), logical_id
     assert "CallLogAnalyzer" not in TELEMETRY_FUNCTIONS
+    assert not of_type("AWS::IAM::ManagedPolicy")
 
 
 COGNITO_RESOURCES = ("McpUserPool", "McpUserPoolDomain", "McpResourceServer", "McpMachineClient")

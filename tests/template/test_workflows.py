@@ -78,19 +78,51 @@ def test_every_action_is_pinned_to_a_full_commit_sha_with_its_tag_beside_it():
 
 def test_the_job_with_credentials_runs_on_main_only_and_smoke_tests_what_it_deployed():
     deploy = WORKFLOWS["deploy.yml"]["jobs"]["deploy"]
-    # A dispatched branch skips it (and the main-only job says why)
+    # A dispatched branch skips it (and the main-only job says why); the trust policy refuses it too
     assert deploy["if"] == "github.ref == 'refs/heads/main'"
     assert WORKFLOWS["deploy.yml"]["jobs"]["main-only"]["if"] == "github.ref != 'refs/heads/main'"
     commands = [str(step.get("run", "")) for step in steps(deploy)]
     uses = [str(step.get("uses", "")) for step in steps(deploy)]
     credentials = uses.index(next(u for u in uses if u.startswith("aws-actions/configure-aws-credentials@")))
+    installed = next(i for i, c in enumerate(commands) if "make build expanded sam-cli smoke-env" in c)
     deployed = next(i for i, c in enumerate(commands) if "make deploy-built" in c)
+    verified = next(i for i, c in enumerate(commands) if "make verify-deployed" in c)
     smoked = next(i for i, c in enumerate(commands) if "make smoke-deployed" in c)
-    installed = next(i for i, c in enumerate(commands) if "make sam-cli" in c)
-    # Everything is installed before the credentials exist; the smoke test follows the deploy and may fail it
-    assert installed < credentials < deployed < smoked
-    assert "continue-on-error" not in steps(deploy)[smoked]
-    assert "PERMISSIONS_BOUNDARY_ARN" in commands[deployed]
+    # It builds and installs everything before the credentials exist; after the deploy the live stack is compared
+    # with the template and smoke-tested, and either may fail the run
+    assert installed < credentials < deployed < verified < smoked
+    assert not any("continue-on-error" in steps(deploy)[i] for i in (deployed, verified, smoked))
+
+
+def test_the_deploy_job_builds_from_its_own_checkout_runs_no_tests_and_installs_nothing_unpinned():
+    deploy = WORKFLOWS["deploy.yml"]["jobs"]["deploy"]
+    commands = runs(deploy)
+    uses = [str(step.get("uses", "")) for step in steps(deploy)]
+    # Then it runs no test suite (nor the browser install, nor anything from a package manager by name)
+    assert not runs_tests(deploy)
+    assert not re.search(r"apt-get|pip install|npm (install|i)\b|make (browser|env)\b|pytest", commands)
+    # And deploys what its own checkout builds, not an artifact another job's environment could have changed
+    assert not [u for u in uses if u.startswith(("actions/download-artifact@", "actions/cache@"))]
+    assert any(u.startswith("actions/checkout@") for u in uses)
+    # And its smoke check runs from the minimal hashed environment, not the test environment (.venv)
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("\nsmoke-deployed:")[1].split("\n\n")[0]
+    assert "$(SMOKE_PYTHON) -m tests.deployed.key_session" in recipe and "$(RUN)" not in recipe
+    assert "$(PIP_HASHED) -r $(SMOKE_REQUIREMENTS)" in makefile
+
+
+def test_the_smoke_environment_is_what_a_function_has_and_holds_no_test_runner():
+    # Given the smoke check's hashed requirement file (make layer-requirements exports it from uv.lock)
+    lines = (ROOT / "tests" / "deployed" / "requirements.txt").read_text().splitlines()
+    pinned = {line.split("==")[0] for line in lines if "==" in line and not line.startswith((" ", "#"))}
+    # Then every pin is hashed, boto3 and the MCP SDK are there, and no pytest or plugin is
+    assert {"boto3", "mcp", "pydantic"} <= pinned
+    assert not {name for name in pinned if name.startswith("pytest") or name in {"hypothesis", "moto"}}
+    assert all(lines[i + 1].strip().startswith("--hash=sha256:") for i, line in enumerate(lines)
+               if "==" in line and not line.startswith((" ", "#")))  # fmt: skip
+    # And the smoke check imports nothing of pytest
+    for module in ("smoke.py", "key_session.py"):
+        assert "pytest" not in (ROOT / "tests" / "deployed" / module).read_text().split('"""', 2)[2], module
 
 
 def test_dependabot_watches_the_actions_the_lock_and_the_tool_locks():

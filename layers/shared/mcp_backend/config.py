@@ -273,6 +273,8 @@ class SelfProbeKeySettings(Settings):
     # The self-probe's key is sealed with this KMS key (the endpoint-token key) before it is stored.
     endpoint_token_key_id: str = ""
     mcp_path: str = "/mcp"
+    # McpServer's alias (the template's Ref of McpServer.Alias): the URL registered must be its Function URL's.
+    mcp_server_function: str = Field(min_length=1)
 
 
 class ProbeWorkerSettings(Settings):

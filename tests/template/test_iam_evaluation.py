@@ -1,0 +1,493 @@
+"""The deploy role, the permissions boundary, every function role and the resource policies, evaluated together
+by an IAM policy evaluator (tests/iam/simulator.py: @cloud-copilot/iam-simulate), for stacks `mcp` and
+`mcp-prod` in one account:
+
+- every escalation path from the deploy role ends denied;
+- neither stack's deploy role, nor any role bounded by its boundary, can act on the other stack's resources;
+- every AWS call each function makes is allowed by its role with the boundary and the resource's policy, and the
+  grants no listed call uses are printed and each is justified here.
+
+The calls are a list these tests maintain (FUNCTION_CALLS), each beside the code that makes it: recording them on
+the local stack would attribute the calls of worker threads and pollers to no function."""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Any
+
+import pytest
+
+from tests.iam.simulator import SIMULATOR_DIR, Request, decide
+from tests.iam.stacks import ACCOUNT, REGION, Stack
+from tests.node_packages import installed_node
+
+DEV, PROD = Stack("mcp"), Stack("mcp-prod")
+# A stack that reads tenants' s3:// datasets (the local stack has such a bucket): its functions' calls include it.
+DATASETS = {"DatasetBucketName": "mcp-tenant-datasets"}
+ADMIN = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+ADMINISTRATOR_ACCESS = "arn:aws:iam::aws:policy/AdministratorAccess"
+ALLOWED = "Allowed"
+
+
+@pytest.fixture(scope="module")
+def node():
+    return installed_node(SIMULATOR_DIR)
+
+
+def as_deployer(stack: Stack, action: str, resource: str, **context: Any) -> Request:
+    """A call by the stack's GitHub deploy role (no boundary: it is created by an administrator)."""
+    return Request(
+        stack.deploy_role_arn,
+        action,
+        resource,
+        {"aws:PrincipalArn": stack.deploy_role_arn, **context},
+        tuple(stack.deploy_role_policies),
+        resource_policy=resource_policy_of(stack, resource),
+    )
+
+
+def as_bounded_admin(stack: Stack, action: str, resource: str, **context: Any) -> Request:
+    """A call by a role the deploy role wrote with `"Action": "*"`, bounded as it must be by the stack's boundary."""
+    principal = f"arn:aws:iam::{ACCOUNT}:role/{stack.name}/{stack.name}-Escalated-ABCDEF"
+    return Request(principal, action, resource, {"aws:PrincipalArn": principal, **context}, (ADMIN,), stack.boundary)
+
+
+def resource_policy_of(stack: Stack, resource: str) -> dict[str, Any] | None:
+    for other in (DEV, PROD):
+        for logical_id, found in other.resources.items():
+            if found["Type"] in ("AWS::KMS::Key", "AWS::SQS::Queue", "AWS::S3::Bucket") and resource.startswith(
+                other.arn(logical_id)
+            ):
+                return other.resource_policy(logical_id)
+    return None
+
+
+def decisions(node, requests: list[Request]) -> list[str]:
+    return [found["decision"] for found in decide(node, requests)]
+
+
+# ---------------------------------------------------------------- (a) escalation paths from the deploy role
+def escalations(stack: Stack) -> dict[str, Request]:
+    role = f"arn:aws:iam::{ACCOUNT}:role/{stack.name}/{stack.name}-McpServerRole-A1"
+    other = PROD if stack is DEV else DEV
+    key = stack.arn("EndpointTokenKey")
+    via_cloudformation = {"aws:CalledVia": ["cloudformation.amazonaws.com"]}
+    return {
+        "CreateRole without a boundary": as_deployer(stack, "iam:CreateRole", role),
+        "CreateRole with AdministratorAccess as boundary": as_deployer(
+            stack, "iam:CreateRole", role, **{"iam:PermissionsBoundary": ADMINISTRATOR_ACCESS}
+        ),
+        "CreateRole with the other stack's boundary": as_deployer(
+            stack, "iam:CreateRole", role, **{"iam:PermissionsBoundary": other.boundary_arn}
+        ),
+        "CreateRole outside the stack's path": as_deployer(
+            stack,
+            "iam:CreateRole",
+            f"arn:aws:iam::{ACCOUNT}:role/{stack.name}-Escalated",
+            **{"iam:PermissionsBoundary": stack.boundary_arn},
+        ),
+        "PutRolePolicy on a role bounded otherwise": as_deployer(
+            stack, "iam:PutRolePolicy", role, **{"iam:PermissionsBoundary": ADMINISTRATOR_ACCESS}
+        ),
+        "AttachRolePolicy AdministratorAccess": as_deployer(
+            stack,
+            "iam:AttachRolePolicy",
+            role,
+            **{"iam:PermissionsBoundary": stack.boundary_arn, "iam:PolicyARN": ADMINISTRATOR_ACCESS},
+        ),
+        "CreatePolicyVersion of a stack-named policy": as_deployer(
+            stack, "iam:CreatePolicyVersion", f"arn:aws:iam::{ACCOUNT}:policy/{stack.name}-CallLogTelemetryWriter-A1"
+        ),
+        "SetDefaultPolicyVersion of a stack-named policy": as_deployer(
+            stack, "iam:SetDefaultPolicyVersion", f"arn:aws:iam::{ACCOUNT}:policy/{stack.name}-Writer-A1"
+        ),
+        "CreatePolicyVersion of the boundary": as_deployer(stack, "iam:CreatePolicyVersion", stack.boundary_arn),
+        "DeleteRolePermissionsBoundary": as_deployer(
+            stack, "iam:DeleteRolePermissionsBoundary", role, **{"iam:PermissionsBoundary": stack.boundary_arn}
+        ),
+        "UpdateAssumeRolePolicy": as_deployer(stack, "iam:UpdateAssumeRolePolicy", role),
+        "PassRole to EC2": as_deployer(stack, "iam:PassRole", role, **{"iam:PassedToService": "ec2.amazonaws.com"}),
+        "PassRole of the other stack's role": as_deployer(
+            stack, "iam:PassRole", other.arn("McpServerRole"), **{"iam:PassedToService": "lambda.amazonaws.com"}
+        ),
+        "AddPermission to * on ToolWorker": as_deployer(
+            stack, "lambda:AddPermission", stack.arn("ToolWorker"), **{"lambda:Principal": "*"}
+        ),
+        "AddPermission to * on McpServer itself (not its alias)": as_deployer(
+            stack, "lambda:AddPermission", stack.arn("McpServer"), **{"lambda:Principal": "*"}
+        ),
+        "AddPermission to another account on McpServer's alias": as_deployer(
+            stack, "lambda:AddPermission", f"{stack.arn('McpServer')}:live", **{"lambda:Principal": "999999999999"}
+        ),
+        "a public Function URL on ToolWorker": as_deployer(
+            stack, "lambda:CreateFunctionUrlConfig", stack.arn("ToolWorker"), **{"lambda:FunctionUrlAuthType": "NONE"}
+        ),
+        "PutKeyPolicy on the endpoint-token key directly": as_deployer(stack, "kms:PutKeyPolicy", key),
+        "CreateGrant on the endpoint-token key, even through CloudFormation": as_deployer(
+            stack, "kms:CreateGrant", key, **via_cloudformation
+        ),
+        "Decrypt with the endpoint-token key": as_deployer(stack, "kms:Decrypt", key, **via_cloudformation),
+        "a layer of the other stack in a function": as_deployer(
+            stack, "lambda:GetLayerVersion", other.arn("SharedLayer61034d32ca")
+        ),
+        "an import change set (adopting any resource)": as_deployer(
+            stack,
+            "cloudformation:CreateChangeSet",
+            f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{stack.name}/guid",
+            **{"cloudformation:ImportResourceTypes": ["AWS::IAM::Role"]},
+        ),
+    }
+
+
+# What the deploy role must still be able to do, so the denials above are the policies' and not the evaluator's.
+def deploys(stack: Stack) -> dict[str, Request]:
+    role = f"arn:aws:iam::{ACCOUNT}:role/{stack.name}/{stack.name}-McpServerRole-A1"
+    bounded = {"iam:PermissionsBoundary": stack.boundary_arn}
+    return {
+        "CreateRole with the stack's boundary": as_deployer(stack, "iam:CreateRole", role, **bounded),
+        "PutRolePolicy on a bounded role": as_deployer(stack, "iam:PutRolePolicy", role, **bounded),
+        "PassRole to Lambda": as_deployer(
+            stack, "iam:PassRole", role, **{"iam:PassedToService": "lambda.amazonaws.com"}
+        ),
+        "UpdateFunctionCode": as_deployer(stack, "lambda:UpdateFunctionCode", stack.arn("McpServer")),
+        "the public URL permission on McpServer's alias": as_deployer(
+            stack, "lambda:AddPermission", f"{stack.arn('McpServer')}:live", **{"lambda:Principal": "*"}
+        ),
+        "the public URL on McpServer's alias": as_deployer(
+            stack,
+            "lambda:CreateFunctionUrlConfig",
+            f"{stack.arn('McpServer')}:live",
+            **{"lambda:FunctionUrlAuthType": "NONE"},
+        ),
+        "EventBridge's permission on ProbeDispatcher": as_deployer(
+            stack, "lambda:AddPermission", stack.arn("ProbeDispatcher"), **{"lambda:Principal": "events.amazonaws.com"}
+        ),
+        "its own layer": as_deployer(stack, "lambda:PublishLayerVersion", stack.arn("SharedLayer61034d32ca")[:-2]),
+        "make verify-deployed's reads": as_deployer(stack, "iam:ListRoles", "*"),
+        "make verify-deployed's key policy read": as_deployer(stack, "kms:GetKeyPolicy", stack.arn("EndpointTokenKey")),
+        "make verify-deployed's URL read": as_deployer(stack, "lambda:GetFunctionUrlConfig", stack.arn("McpServer")),
+        "the endpoint-token key's policy, through CloudFormation": as_deployer(
+            stack,
+            "kms:PutKeyPolicy",
+            stack.arn("EndpointTokenKey"),
+            **{"aws:CalledVia": ["cloudformation.amazonaws.com"]},
+        ),
+    }
+
+
+@pytest.mark.parametrize("stack", [DEV, PROD], ids=lambda s: s.name)
+def test_every_escalation_path_from_the_deploy_role_ends_denied(node, stack):
+    # Given the paths by which a deploy session could become more than the stack's deployer
+    paths = escalations(stack)
+    # When IAM evaluates each with the role's policies and the resource's own policy
+    found = dict(zip(paths, decisions(node, list(paths.values())), strict=True))
+    # Then each is denied, explicitly or for want of an allow
+    assert {path: decision for path, decision in found.items() if decision != "ExplicitlyDenied"} == {
+        path: "ImplicitlyDenied" for path, decision in found.items() if decision != "ExplicitlyDenied"
+    }
+    # And what a deploy needs is still allowed (the denials are the policies', not the evaluator's)
+    needed = deploys(stack)
+    assert dict(zip(needed, decisions(node, list(needed.values())), strict=True)) == dict.fromkeys(needed, ALLOWED)
+
+
+# ---------------------------------------------------------------- stack-exclusive scope
+def deployer_actions(stack: Stack) -> list[tuple[str, str, dict[str, Any]]]:
+    """(action, ARN, context) for a real ARN of each kind of resource of the stack, as its deploy role acts on it."""
+    found: list[tuple[str, str, dict[str, Any]]] = []
+    per_type = {
+        "AWS::Lambda::Function": ["lambda:UpdateFunctionCode", "lambda:DeleteFunction"],
+        "AWS::Lambda::LayerVersion": ["lambda:DeleteLayerVersion", "lambda:GetLayerVersion"],
+        "AWS::DynamoDB::Table": ["dynamodb:DeleteTable"],
+        "AWS::SQS::Queue": ["sqs:DeleteQueue", "sqs:SetQueueAttributes"],
+        "AWS::SNS::Topic": ["sns:DeleteTopic", "sns:SetTopicAttributes"],
+        "AWS::Kinesis::Stream": ["kinesis:DeleteStream"],
+        "AWS::S3::Bucket": ["s3:DeleteBucket", "s3:PutBucketPolicy"],
+        "AWS::SecretsManager::Secret": ["secretsmanager:PutSecretValue", "secretsmanager:DeleteSecret"],
+        "AWS::CloudWatch::Alarm": ["cloudwatch:DeleteAlarms"],
+        "AWS::Events::Rule": ["events:PutTargets"],
+        "AWS::Logs::LogGroup": ["logs:DeleteLogGroup"],
+    }
+    for logical_id, resource in stack.resources.items():
+        for action in per_type.get(resource["Type"], []):
+            found.append((action, stack.arn(logical_id), {}))
+        if resource["Type"] == "AWS::IAM::Role":
+            arn = stack.arn(logical_id)
+            found.append(("iam:PassRole", arn, {"iam:PassedToService": "lambda.amazonaws.com"}))
+            found.append(("iam:PutRolePolicy", arn, {"iam:PermissionsBoundary": stack.boundary_arn}))
+            found.append(("iam:DeleteRole", arn, {}))
+    for topic in ("AlertTopic", "ProbeResultTopic"):  # a subscription's actions are authorised on its topic
+        found.append(("sns:Unsubscribe", stack.arn(topic), {}))
+        found.append(("sns:SetSubscriptionAttributes", stack.arn(topic), {}))
+    found.append(("lambda:AddPermission", f"{stack.arn('McpServer')}:live", {"lambda:Principal": "*"}))
+    found.append(("codedeploy:CreateDeployment", codedeploy_group(stack), {}))
+    found.append(("kms:CreateAlias", stack.arn("EndpointTokenKeyAlias"), {}))
+    return found
+
+
+def codedeploy_group(stack: Stack) -> str:
+    application = f"{stack.name}-ServerlessDeploymentApplication-A1B2C3"
+    return (
+        f"arn:aws:codedeploy:{REGION}:{ACCOUNT}:deploymentgroup:{application}/{stack.name}-McpServerDeploymentGroup-X"
+    )
+
+
+def runtime_actions(stack: Stack) -> list[tuple[str, str]]:
+    """(action, ARN) a role bounded by another stack's boundary would need to reach this stack's data."""
+    arn = stack.arn
+    return [
+        ("dynamodb:GetItem", arn("JobTable")),
+        ("dynamodb:PutItem", arn("MonitorTable")),
+        ("sqs:SendMessage", arn("JobQueue")),
+        ("kinesis:PutRecords", arn("CallLogStream")),
+        ("sns:Publish", arn("AlertTopic")),
+        ("secretsmanager:GetSecretValue", arn("ApiKeysSecret")),
+        ("lambda:InvokeFunction", arn("ProbeWorker")),
+        ("s3:GetObject", f"{arn('JobResultBucket')}/results/job-1.json"),
+        ("logs:PutLogEvents", f"{arn('McpServerLogGroup')}:log-stream:x"),
+    ]
+
+
+@pytest.mark.parametrize(("actor", "target"), [(DEV, PROD), (PROD, DEV)], ids=["mcp->mcp-prod", "mcp-prod->mcp"])
+def test_neither_stacks_roles_can_act_on_the_others_resources(node, actor, target):
+    # Given two stacks in one account, one named with the other's name and a hyphen as its prefix
+    theirs = deployer_actions(target)
+    ours = deployer_actions(actor)
+    requests = [as_deployer(actor, action, arn, **context) for action, arn, context in theirs + ours]
+    requests += [
+        as_bounded_admin(actor, action, arn) for action, arn in runtime_actions(target) + runtime_actions(actor)
+    ]
+    # When IAM evaluates the actor's deploy role, and an all-powerful role bounded by the actor's boundary
+    found = decisions(node, requests)
+    deployer = found[: len(theirs + ours)]
+    bounded = found[len(theirs + ours) :]
+    # Then nothing of the other stack is allowed, while the same calls on the actor's own resources are
+    crossing = {f"{a} {arn}": d for (a, arn, _), d in zip(theirs, deployer[: len(theirs)], strict=True) if d == ALLOWED}
+    assert crossing == {}
+    own = {f"{a} {arn}": d for (a, arn, _), d in zip(ours, deployer[len(theirs) :], strict=True) if d != ALLOWED}
+    assert own == {}
+    theirs_runtime, ours_runtime = bounded[: len(runtime_actions(target))], bounded[len(runtime_actions(target)) :]
+    assert [a for (a, _), d in zip(runtime_actions(target), theirs_runtime, strict=True) if d == ALLOWED] == []
+    assert [a for (a, _), d in zip(runtime_actions(actor), ours_runtime, strict=True) if d != ALLOWED] == []
+
+
+# ---------------------------------------------------------------- the endpoint-token key
+def test_no_principal_but_probe_worker_can_decrypt_or_grant_with_the_endpoint_token_key(node):
+    # Given an administrator of the account (identity "*" on "*", no boundary) and the stack's own roles
+    key = DEV.arn("EndpointTokenKey")
+    policy = DEV.resource_policy("EndpointTokenKey")
+    admin = f"arn:aws:iam::{ACCOUNT}:role/Administrator"
+
+    def call(principal: str, action: str, identity: tuple = (ADMIN,), boundary: Any = None) -> Request:
+        context = {"aws:PrincipalArn": principal, "kms:EncryptionContextKeys": ["serverId", "ownerId"]}
+        return Request(principal, action, key, context, identity, boundary, policy)
+
+    requests = [
+        call(admin, "kms:Decrypt"),
+        call(admin, "kms:CreateGrant"),
+        call(admin, "kms:ReEncryptFrom"),
+        call(DEV.arn("McpServerRole"), "kms:Decrypt", (), DEV.boundary),
+        call(DEV.deploy_role_arn, "kms:Decrypt", tuple(DEV.deploy_role_policies)),
+        call(DEV.arn("ProbeWorkerRole"), "kms:CreateGrant", (ADMIN,), DEV.boundary),
+    ]
+    # When IAM evaluates them with the key policy
+    found = decisions(node, requests)
+    # Then the key policy's Deny refuses each: no IAM policy can grant decryption or a grant
+    assert found == ["ExplicitlyDenied"] * len(requests)
+    # And ProbeWorker's decryption is not what the Deny refuses (the evaluator drops kms:EncryptionContext:<key>
+    # conditions, so whether its Allow matches is held by test_the_key_policy_names_each_use_with_its_context)
+    [probe_worker] = decisions(node, [call(DEV.arn("ProbeWorkerRole"), "kms:Decrypt", (), DEV.boundary)])
+    assert probe_worker != "ExplicitlyDenied"
+
+
+def test_the_key_policy_names_each_use_with_its_context():
+    statements = {s["Sid"]: s for s in DEV.resource_policy("EndpointTokenKey")["Statement"]}
+    assert statements["OnlyProbeWorkerOpensTokens"]["Principal"] == {"AWS": DEV.arn("ProbeWorkerRole")}
+    assert statements["OnlyProbeWorkerDecrypts"]["Condition"] == {
+        "ArnNotEquals": {"aws:PrincipalArn": DEV.arn("ProbeWorkerRole")}
+    }
+    administer = statements["AccountAdministersTheKey"]["Action"]
+    assert not [a for a in administer if fnmatch.fnmatch("kms:CreateGrant", a) or fnmatch.fnmatch("kms:Decrypt", a)]
+    assert not [a for a in administer if "*" in a]
+
+
+# ---------------------------------------------------------------- (b), (c) every function's calls
+Call = tuple[str, str, dict[str, Any]]  # (action, ARN, request context)
+
+
+def function_calls(stack: Stack) -> dict[str, list[Call]]:
+    """Each function's AWS calls: (action, ARN, request context), with the code that makes each."""
+    arn = stack.arn
+    poll = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"]  # Lambda's SQS poller
+    idempotency: list[Call] = [  # powertools idempotency (the DynamoDB persistence layer)
+        (action, arn("IdempotencyTable"), {})
+        for action in ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+    ]
+    stream = f"{arn('MonitorTable')}/stream/2026-01-01T00:00:00.000"
+    monitor_stream: list[Call] = [  # Lambda's DynamoDB Streams poller
+        ("dynamodb:DescribeStream", stream, {}),
+        ("dynamodb:GetRecords", stream, {}),
+        ("dynamodb:GetShardIterator", stream, {}),
+        ("dynamodb:ListStreams", "*", {}),  # no resource type
+    ]
+    call_log: Call = ("kinesis:PutRecords", arn("CallLogStream"), {})  # mcp_backend/calllog/writer.py
+    bucket = stack.parameters.get("DatasetBucketName")
+    datasets: list[Call] = (  # tools/fetch.py: an s3:// dataset under the caller's prefix
+        [("s3:GetObject", f"arn:aws:s3:::{bucket}/apikey%3Aalice/sales.csv", {})] if bucket else []
+    )
+    calls = {
+        "McpServer": [
+            *[(a, arn("JobTable"), {}) for a in ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")],
+            ("dynamodb:BatchGetItem", arn("JobTable"), {}),  # jobs/store.py: a refused submission's slot holders
+            ("dynamodb:Query", f"{arn('JobTable')}/index/FailedJobsByUser", {}),  # list_failed_jobs
+            ("sqs:SendMessage", arn("JobQueue"), {}),  # jobs/queue.py
+            call_log,
+            ("secretsmanager:GetSecretValue", arn("ApiKeysSecret"), {}),  # api_keys.py
+            *[(a, arn("MonitorTable"), {}) for a in ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")],
+            ("dynamodb:Query", arn("MonitorTable"), {}),  # monitor/table.py: probe results of an endpoint
+            ("dynamodb:Query", f"{arn('MonitorTable')}/index/EndpointsByOwner", {}),
+            ("dynamodb:UpdateItem", arn("RateLimitTable"), {}),  # ratelimit.py
+            ("s3:GetObject", f"{arn('JobResultBucket')}/results/job-1.json", {}),  # jobs/results.py
+            *datasets,
+        ],
+        "ToolWorker": [
+            *[(a, arn("JobQueue"), {}) for a in poll],
+            ("dynamodb:GetItem", arn("JobTable"), {}),
+            ("dynamodb:UpdateItem", arn("JobTable"), {}),  # claim, end (TransactWriteItems: per item action)
+            ("s3:PutObject", f"{arn('JobResultBucket')}/results/job-1.json", {}),
+            call_log,
+            ("sqs:SendMessage", arn("JobDeadLetterQueue"), {}),  # a permanent failure, with its reason
+            *datasets,
+        ],
+        "CallLogAnalyzer": [
+            *[
+                (a, arn("CallLogStream"), {})
+                for a in (
+                    "kinesis:DescribeStream",
+                    "kinesis:DescribeStreamSummary",
+                    "kinesis:GetRecords",
+                    "kinesis:GetShardIterator",
+                    "kinesis:ListShards",
+                )
+            ],
+            *idempotency,
+            ("sns:Publish", arn("AlertTopic"), {}),  # calllog/analyzer.py
+            ("dynamodb:UpdateItem", arn("AlertWindowTable"), {}),  # calllog/alert_windows.py: one alert per window
+            ("sqs:SendMessage", arn("CallLogFailureQueue"), {}),  # the mapping's OnFailure destination
+        ],
+        "DriftDetector": [
+            *monitor_stream,
+            ("dynamodb:GetItem", arn("MonitorTable"), {}),
+            ("dynamodb:UpdateItem", arn("MonitorTable"), {}),
+            *idempotency,
+            call_log,
+            ("sqs:SendMessage", arn("MonitorStreamFailureQueue"), {}),
+        ],
+        "ExpiryRollup": [
+            *monitor_stream,
+            ("dynamodb:UpdateItem", arn("MonitorTable"), {}),
+            *idempotency,
+            ("sqs:SendMessage", arn("MonitorStreamFailureQueue"), {}),
+        ],
+        "ProbeDispatcher": [
+            ("lambda:InvokeFunction", arn("ProbeWorker"), {}),  # probes/dispatcher.py
+            ("dynamodb:Query", f"{arn('MonitorTable')}/index/RegisteredEndpoints", {}),
+            ("dynamodb:UpdateItem", arn("MonitorTable"), {}),
+            call_log,
+        ],
+        "SelfProbeKeyIssuer": [
+            ("lambda:GetFunctionUrlConfig", f"{arn('McpServer')}:live", {}),  # probes/self_probe.py
+            *[
+                (a, arn("ApiKeysSecret"), {})
+                for a in (
+                    "secretsmanager:GetSecretValue",
+                    "secretsmanager:PutSecretValue",
+                    "secretsmanager:UpdateSecretVersionStage",
+                )
+            ],
+            ("dynamodb:UpdateItem", arn("MonitorTable"), {"dynamodb:LeadingKeys": ["self"]}),
+            ("dynamodb:DeleteItem", arn("MonitorTable"), {"dynamodb:LeadingKeys": ["owner#stack"]}),
+        ],
+        "ProbeWorker": [
+            ("sns:Publish", arn("ProbeResultTopic"), {}),  # the OnSuccess destination
+            ("sqs:SendMessage", arn("ProbeFailureQueue"), {}),  # the OnFailure destination
+            ("dynamodb:GetItem", arn("MonitorTable"), {}),
+            ("dynamodb:UpdateItem", arn("MonitorTable"), {}),
+        ],
+        "ProbeRecorder": [
+            ("dynamodb:BatchWriteItem", arn("MonitorTable"), {}),
+            *[(a, arn("ProbeResultQueue"), {}) for a in poll],
+        ],
+        "AlertHandler": [
+            *idempotency,
+            ("sns:Publish", arn("AlertTopic"), {}),  # probes/alerts.py
+            *[(a, arn(queue), {}) for queue in ("ProbeAlertQueue", "ProbeFailureQueue") for a in poll],
+        ],
+    }
+    for function, found in calls.items():  # the Lambda runtime, for every function
+        log_group = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/lambda/{stack.physical_name(function)}"
+        found += [
+            ("logs:CreateLogStream", f"{log_group}:log-stream:x", {}),
+            ("logs:PutLogEvents", f"{log_group}:log-stream:x", {}),
+        ]
+        found += [("xray:PutTraceSegments", "*", {}), ("xray:PutTelemetryRecords", "*", {})]
+    return calls
+
+
+# Grants no listed call uses, and why each stays (c).
+UNUSED_AND_WHY = {
+    "logs:CreateLogGroup": "AWSLambdaBasicExecutionRole (SAM attaches it); the template creates every log group",
+    "xray:GetSamplingRules": "AWSXrayWriteOnlyAccess (Tracing: Active); sampling rules are the X-Ray SDK's",
+    "xray:GetSamplingTargets": "AWSXrayWriteOnlyAccess (Tracing: Active); sampling rules are the X-Ray SDK's",
+    "xray:GetSamplingStatisticSummaries": "AWSXrayWriteOnlyAccess (Tracing: Active)",
+}
+
+
+@pytest.mark.parametrize("parameters", [{}, DATASETS], ids=["no dataset bucket", "a dataset bucket"])
+def test_every_call_each_function_makes_is_allowed_by_its_role_the_boundary_and_the_resource_policy(node, parameters):
+    # Given each function's calls, as its role makes them, with the stack's boundary and the resource's policy
+    stack = Stack("mcp", parameters)
+    roles = stack.function_roles
+    cases = [
+        (function, action, resource)
+        for function, calls in function_calls(stack).items()
+        for action, resource, _ in calls
+    ]
+    requests = [
+        Request(
+            stack.arn(roles[function]),
+            action,
+            resource,
+            {"aws:PrincipalArn": stack.arn(roles[function]), **context},
+            tuple(stack.role_policies(roles[function])),
+            stack.boundary,
+            resource_policy_of(stack, resource),
+        )
+        for function, calls in function_calls(stack).items()
+        for action, resource, context in calls
+    ]
+    # When IAM evaluates them
+    found = decisions(node, requests)
+    # Then every one is allowed: an AccessDenied shows up here, before the first deploy
+    denied = [f"{f} {a} {r}: {d}" for (f, a, r), d in zip(cases, found, strict=True) if d != ALLOWED]
+    assert denied == []
+
+
+def test_every_grant_of_a_function_role_is_used_by_a_listed_call_or_justified(capsys):
+    # Given each function role's granted actions and the calls its function makes
+    stack = Stack("mcp", DATASETS)
+    unused: dict[str, set[str]] = {}
+    for function, calls in function_calls(stack).items():
+        called = {action.lower() for action, _, _ in calls}
+        for document in stack.role_policies(stack.function_roles[function]):
+            for statement in document["Statement"]:
+                actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                for action in actions:
+                    if action.lower() not in called:
+                        unused.setdefault(action, set()).add(function)
+    # Then the unused ones are listed (pytest -s shows them) and each is justified in UNUSED_AND_WHY
+    with capsys.disabled():
+        for action, functions in sorted(unused.items()):
+            print(
+                f"\nunused grant {action} ({', '.join(sorted(functions))}): {UNUSED_AND_WHY.get(action, 'UNJUSTIFIED')}"
+            )
+    assert set(unused) == set(UNUSED_AND_WHY)
