@@ -184,6 +184,9 @@ BOUNDARY_EXCEPTIONS = {
     # A key's id is random; a new alias may take minutes to count for authorization, so the boundary cannot name
     # the key. It only caps: the key policy names which role may encrypt or decrypt, always with a context.
     "EndpointTokens": "kms:Encrypt/Decrypt with an endpoint context; the key policy decides who",
+    # Key and pool ids are random too: these require the stack's tag on the key or pool instead.
+    "AccessTokenSigning": "kms:Sign/GetPublicKey on keys tagged with the stack; the key policy names the one role",
+    "LoginClientLookup": "cognito-idp:ListUserPoolClients on pools tagged with the stack",
 }
 
 

@@ -63,7 +63,7 @@ class Documents:
 def environment(aws) -> LocalEnvironment:
     return LocalEnvironment(
         boto3.client,
-        parameters={"AuthMode": "oauth", "AuthorizationServer": "builtin", "UpstreamIssuer": "https://idp.example"},
+        parameters={"AuthMode": "oauth", "AuthorizationServerMode": "builtin", "UpstreamIssuer": "https://idp.example"},
         on_demand=True,
     )
 
