@@ -49,7 +49,9 @@ PAGE_HEADERS = {
     "Cache-Control": "no-store",
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # same-origin, not no-referrer: under no-referrer browsers send `Origin: null` with the consent form, which
+    # the Origin check must then refuse; nothing goes to other origins either way.
+    "Referrer-Policy": "same-origin",
 }
 CSRF_COOKIE = "mcp_consent"
 

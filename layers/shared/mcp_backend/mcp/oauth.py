@@ -28,13 +28,13 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from mcp.shared.auth import ProtectedResourceMetadata
 from pydantic import ValidationError
 
 from mcp_backend.api_keys import API_KEY_PREFIX, Principal
-from mcp_backend.config import LOWEST_TIER, McpSettings
+from mcp_backend.config import LOWEST_TIER, McpSettings, Tier
 from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
 from mcp_backend.mcp.scopes import METADATA_PATH
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
@@ -282,9 +282,9 @@ class OAuthAuthenticator:
         except ValidationError:
             raise TokenRejected("user claim missing or not a valid user id") from None
 
-    def _tier(self, claims: dict[str, Any]) -> str:
+    def _tier(self, claims: dict[str, Any]) -> Tier:
         tier = claims.get(self.policy.tier_claim) if self.policy.tier_claim else None
-        return tier if tier in ("free", "pro", "internal") else LOWEST_TIER
+        return next((known for known in get_args(Tier) if known == tier), LOWEST_TIER)
 
     def _check_audience(self, claims: dict[str, Any], scopes: set[str], resource: str) -> None:
         """`resource` is the configured one (OAUTH_RESOURCE), never derived from the request: empty, only the
