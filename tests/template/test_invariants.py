@@ -424,6 +424,8 @@ def test_the_api_key_secret_is_read_by_the_mcp_server_and_written_only_by_the_de
         (role, statement)
         for role, statement in all_statements()
         if "secretsmanager:GetSecretValue" in as_list(statement["Action"])
+        # the authorization server reads only the upstream client's secret, named by its own parameter
+        and statement["Resource"] != {"Ref": "UpstreamClientSecretArn"}
     ]
     assert sorted(role for role, _ in readers) == ["McpServerRole", "SelfProbeKeyIssuerRole"]
     assert all(statement["Resource"] == {"Ref": "ApiKeysSecret"} for _, statement in readers)

@@ -11,6 +11,7 @@ OWNERS = {
     "mcp_backend.jobs.store": "JobTable",
     "mcp_backend.monitor.table": "MonitorTable",
     "mcp_backend.ratelimit": "RateLimitTable",
+    "mcp_backend.authorization.store": "AuthorizationTable",
 }
 MONITOR_OWNER = "mcp_backend.monitor.table"
 # Modules that read MonitorTable's name only to know whether the function has the table, each with its reason.

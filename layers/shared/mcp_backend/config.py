@@ -311,7 +311,7 @@ class AuthorizationServerSettings(Settings):
     upstream_issuer: str = Field(min_length=1)
     upstream_discovery_url: str = ""  # empty: <issuer>/.well-known/openid-configuration
     upstream_client_id: str = ""  # empty: the client named upstream_client_name in upstream_user_pool_id
-    upstream_client_secret: str = ""
+    upstream_client_secret_id: str = ""  # a Secrets Manager secret holding the upstream client's secret, if any
     upstream_user_pool_id: str = ""
     upstream_client_name: str = "mcp-authorization-server"
     upstream_scopes: str = "openid email profile"

@@ -57,10 +57,18 @@ def tier_of(groups: Any, tier_map: dict[str, Tier]) -> Tier:
 
 
 class Upstream:
-    def __init__(self, settings: AuthorizationServerSettings, fetch: Fetch = fetch_url, cognito: Any = None) -> None:
+    def __init__(
+        self,
+        settings: AuthorizationServerSettings,
+        fetch: Fetch = fetch_url,
+        cognito: Any = None,
+        secretsmanager: Any = None,
+    ) -> None:
         self.settings = settings
         self.fetch = fetch
         self.cognito = client_or_lazy(cognito, "cognito-idp") if settings.upstream_user_pool_id else None
+        self.secretsmanager = client_or_lazy(secretsmanager, "secretsmanager")
+        self._client_secret: str | None = None
         self._discovery: dict[str, Any] | None = None
         self._client_id = settings.upstream_client_id
         self._jwks: JwksCache | None = None
@@ -120,8 +128,9 @@ class Upstream:
             "client_id": self._client_id,
             "code_verifier": verifier,
         }
-        if self.settings.upstream_client_secret:
-            form["client_secret"] = self.settings.upstream_client_secret  # client_secret_post
+        secret = self._secret()
+        if secret:
+            form["client_secret"] = secret  # client_secret_post
         with httpx.Client(timeout=5.0, follow_redirects=False, trust_env=False) as client:
             try:
                 answer = client.post(document["token_endpoint"], data=form)
@@ -142,6 +151,15 @@ class Upstream:
         name = next((claims[c] for c in ("email", "cognito:username", "preferred_username") if c in claims), subject)
         tier = tier_of(claims.get(self.settings.upstream_groups_claim), self.settings.tier_map())
         return Identity(subject=subject, tier=tier, name=str(name))
+
+    def _secret(self) -> str:
+        """The upstream client's secret, read once from Secrets Manager (never from the environment)."""
+        if not self.settings.upstream_client_secret_id:
+            return ""
+        if self._client_secret is None:
+            answer = self.secretsmanager.get_secret_value(SecretId=self.settings.upstream_client_secret_id)
+            self._client_secret = str(answer["SecretString"]).strip()
+        return self._client_secret
 
     def _verified(self, id_token: str) -> dict[str, Any]:
         assert self._jwks is not None
