@@ -160,6 +160,12 @@ def banner(
     for logical_id in resources:
         kind = stack.template.resource(logical_id)["Type"].split("::", 1)[1]
         counts[kind] = counts.get(kind, 0) + 1
+    # The stack's own authorization server (AuthorizationServerMode builtin): its URL is an issuer, not an endpoint.
+    issuers = {
+        url_id: web.url
+        for url_id, web in stack.web_functions.items()
+        if "AUTHORIZATION_TABLE_NAME" in web.spec.environment
+    }
     lines = [
         "",
         f"local stack ready in {ready_seconds:.1f} s (127.0.0.1 only)",
@@ -170,6 +176,11 @@ def banner(
             f"  {web.spec.logical_id + ' URL:':<22}{web.url}/mcp"
             + (f"    dev API key (user dev-user): {dev_keys[url_id]}" if dev_keys and url_id in dev_keys else "")
             for url_id, web in stack.web_functions.items()
+            if url_id not in issuers
+        ),
+        *(
+            f"  authorization server: {issuers[url_id]}    (issuer; RFC 8414 metadata, DCR, login)"
+            for url_id in issuers
         ),
         "  resources:            " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
         f"  functions:            {', '.join(sorted(stack.environment.stack.functions()))}",
@@ -207,7 +218,8 @@ def banner(
             f"{stack.aws_url} aws sqs send-message --queue-url {stack.environment.queue_url('JobQueue')} "
             f"--message-body '{job}'"
         )
-    for client_id, secret in machine_clients(stack.client("cognito-idp")):
+    # With the stack's own authorization server the pool's client-credentials tokens are not the endpoint's.
+    for client_id, secret in [] if issuers else machine_clients(stack.client("cognito-idp")):
         lines.append(
             f"  OAuth access token:   make token    or: curl -s -u {client_id}:{secret} -d "
             f"grant_type=client_credentials {stack.lambda_url}/oauth2/token    (then Authorization: Bearer <token>)"

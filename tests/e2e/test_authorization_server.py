@@ -19,6 +19,7 @@ import httpx
 import jwt
 import pytest
 
+from devstack.__main__ import banner
 from devstack.stack.cognito_login import seed_login_user
 from tests.e2e.browser import LoopbackServer
 
@@ -269,3 +270,16 @@ def serve_document(metadata: dict[str, Any]) -> tuple[str, LoopbackServer]:
     server = LoopbackServer(document)
     url = f"{server.origin}/oauth/client.json"
     return url, server
+
+
+def test_the_banner_names_the_authorization_server_and_the_test_user(builtin_stack):
+    # Given `make dev AUTH=builtin` with its seeded test user
+    stack, endpoint_url, issuer, user = builtin_stack
+
+    # When the banner is written
+    text = banner(stack, 1.0, {}, user)
+
+    # Then it names the endpoint, the issuer and the user's credentials, and no client-credentials token line
+    assert f"{endpoint_url}/mcp" in text and f"authorization server: {issuer}" in text
+    assert user[0] in text and user[1] in text
+    assert "grant_type=client_credentials" not in text
