@@ -63,9 +63,11 @@ class Upstream:
         fetch: Fetch = fetch_url,
         cognito: Any = None,
         secretsmanager: Any = None,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.settings = settings
         self.fetch = fetch
+        self.transport = transport  # tests answer the token endpoint; None is the network
         self.cognito = client_or_lazy(cognito, "cognito-idp") if settings.upstream_user_pool_id else None
         self.secretsmanager = client_or_lazy(secretsmanager, "secretsmanager")
         self._client_secret: str | None = None
@@ -131,7 +133,7 @@ class Upstream:
         secret = self._secret()
         if secret:
             form["client_secret"] = secret  # client_secret_post
-        with httpx.Client(timeout=5.0, follow_redirects=False, trust_env=False) as client:
+        with httpx.Client(transport=self.transport, timeout=5.0, follow_redirects=False, trust_env=False) as client:
             try:
                 answer = client.post(document["token_endpoint"], data=form)
             except httpx.HTTPError:
