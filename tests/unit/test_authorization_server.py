@@ -332,6 +332,31 @@ def test_registration_refuses_unsafe_redirect_uris(environment, documents):
         assert client.post("/register", json={"redirect_uris": [uri]}).status_code == 201, uri
 
 
+def test_cursors_registration_with_its_private_use_redirect_is_accepted_and_other_schemes_are_not(client):
+    # Given the redirect URIs Cursor registers: its private-use scheme, its https callback and a loopback one
+    cursor = [
+        "cursor://anysphere.cursor-mcp/oauth/callback",
+        "https://www.cursor.com/agents/mcp/oauth/callback",
+        "http://localhost:8787/callback",
+    ]
+
+    # When Cursor registers, and clients register other private-use URIs
+    accepted = client.post("/register", json={"redirect_uris": cursor, "token_endpoint_auth_method": "none"})
+    refused = [
+        client.post("/register", json={"redirect_uris": [uri], "token_endpoint_auth_method": "none"})
+        for uri in (
+            "cursor://anysphere.cursor-mcp/oauth/other",
+            "cursor://anysphere.cursor-mcp/oauth/callback#fragment",
+            "evilapp://anysphere.cursor-mcp/oauth/callback",
+        )
+    ]
+
+    # Then Cursor is registered with all three, and only the listed URI, exactly, is accepted
+    assert accepted.status_code == 201, accepted.text
+    assert [str(uri) for uri in accepted.json()["redirect_uris"]] == cursor
+    assert [(r.status_code, r.json()["error"]) for r in refused] == [(400, "invalid_redirect_uri")] * 3
+
+
 def test_a_registration_flood_from_one_source_is_rate_limited(environment, documents):
     # Given a limit of 3 registrations per source and hour
     client = build(environment, documents, REGISTRATIONS_PER_HOUR="3")[0]

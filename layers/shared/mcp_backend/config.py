@@ -299,6 +299,10 @@ class AuthorizationServerSettings(Settings):
     authorization_resources: str = ""
     # Hosts an https redirect URI may name (comma-separated); empty: any. Loopback http is always allowed.
     authorization_redirect_hosts: str = ""
+    # Private-use scheme redirect URIs (RFC 8252 section 7.1) accepted exactly as listed, comma-separated: native
+    # clients that register one (Cursor) besides their https and loopback ones. PKCE S256 binds the code to
+    # the client that started the flow, so an app that intercepts the scheme cannot redeem it.
+    authorization_native_redirect_uris: str = "cursor://anysphere.cursor-mcp/oauth/callback"
     access_token_seconds: int = Field(default=600, ge=60, le=3600)
     refresh_token_seconds: int = Field(default=30 * 86400, ge=3600)
     authorization_code_seconds: int = Field(default=60, ge=10, le=600)
@@ -324,7 +328,7 @@ class AuthorizationServerSettings(Settings):
         return {group.strip(): tier.strip() for group, _, tier in pairs}  # type: ignore[misc]
 
     def listed(self, name: str) -> tuple[str, ...]:
-        """A comma-separated setting (allowed_hosts, resources, redirect_hosts) as a tuple, lower-cased hosts."""
+        """A comma-separated setting (allowed_hosts, resources, redirect_hosts, native_redirect_uris) as a tuple."""
         value: str = getattr(self, f"authorization_{name}")
         return tuple(item.strip() for item in value.split(",") if item.strip())
 

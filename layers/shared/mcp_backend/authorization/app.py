@@ -66,6 +66,7 @@ def create_app() -> ASGIApp:
         Upstream(settings),
         MetadataDocuments(
             tuple(host.lower() for host in settings.listed("redirect_hosts")),
+            native_redirect_uris=settings.listed("native_redirect_uris"),
             allow_loopback_hosts=settings.authorization_allow_loopback_hosts,
         ),
     )

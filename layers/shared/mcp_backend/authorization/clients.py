@@ -4,6 +4,7 @@ rule), and client ID metadata documents (an https `client_id` whose URL serves t
 A redirect URI is https, or http on a loopback host (RFC 8252 section 7.3: native apps listen on
 127.0.0.1, [::1] or localhost); never a fragment or user info. With an allow-list of redirect hosts, an
 https redirect's host must be on it (loopback stays allowed: it only ever reaches the user's own machine).
+A private-use scheme URI (RFC 8252 section 7.1, e.g. Cursor's) only when listed, exactly.
 
 A metadata document is fetched through the project's network-safety rules (https, every resolved address
 public, the connection pinned to the checked addresses, no redirects), read up to `MAX_DOCUMENT_BYTES`, and
@@ -41,10 +42,12 @@ class RejectedClient(ValueError):
     """Metadata (registered or fetched) this server refuses; the message names the fault, never a secret."""
 
 
-def check_redirect_uris(uris: list[str], allowed_hosts: tuple[str, ...]) -> None:
+def check_redirect_uris(uris: list[str], allowed_hosts: tuple[str, ...], native: tuple[str, ...] = ()) -> None:
     if not uris:
         raise RejectedClient("redirect_uris must name at least one URI")
     for uri in uris:
+        if uri in native:
+            continue  # a listed private-use redirect, matched exactly
         parts = urllib.parse.urlsplit(uri)
         host = parts.hostname or ""
         if parts.fragment or parts.username or parts.password or not host:
@@ -72,11 +75,13 @@ class MetadataDocuments:
         self,
         allowed_hosts: tuple[str, ...],
         *,
+        native_redirect_uris: tuple[str, ...] = (),
         allow_loopback_hosts: bool = False,
         fetch: Fetch | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.allowed_hosts = allowed_hosts
+        self.native_redirect_uris = native_redirect_uris
         self.allow_loopback_hosts = allow_loopback_hosts
         self.fetch = fetch or self._fetch
         self.clock = clock
@@ -117,7 +122,9 @@ class MetadataDocuments:
             metadata = OAuthClientMetadata.model_validate({k: v for k, v in document.items() if k != "client_id"})
         except ValidationError:
             raise RejectedClient("the client metadata document is not valid client metadata") from None
-        check_redirect_uris([str(uri) for uri in metadata.redirect_uris or []], self.allowed_hosts)
+        check_redirect_uris(
+            [str(uri) for uri in metadata.redirect_uris or []], self.allowed_hosts, self.native_redirect_uris
+        )
         # A document without `scope` may ask for every scope (registration defaults the same way).
         return OAuthClientInformationFull.model_validate(
             {

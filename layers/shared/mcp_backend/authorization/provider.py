@@ -100,7 +100,11 @@ class Provider:
 
     async def register_client(self, client_info: OAuthClientInformationFull) -> None:
         try:
-            check_redirect_uris([str(uri) for uri in client_info.redirect_uris or []], self.redirect_hosts)
+            check_redirect_uris(
+                [str(uri) for uri in client_info.redirect_uris or []],
+                self.redirect_hosts,
+                self.settings.listed("native_redirect_uris"),
+            )
         except RejectedClient as error:
             raise RegistrationError("invalid_redirect_uri", str(error)) from None
         if set(client_info.grant_types) - SUPPORTED_GRANTS:
