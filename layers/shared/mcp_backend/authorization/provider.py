@@ -170,7 +170,7 @@ class Provider:
         self.store.put(f"txn#{transaction}", record, TRANSACTION_SECONDS)
 
     def approve(self, transaction: str, record: dict[str, Any]) -> str:
-        """The client's redirect URL with a new code; the transaction is spent (False: it already was)."""
+        """The client's redirect URL with a new code (the caller has spent the transaction), in a new grant."""
         code, family = secrets.token_urlsafe(32), secrets.token_urlsafe(16)
         stored = StoredCode(
             code="",  # only its hash is the key; the record never holds the code
