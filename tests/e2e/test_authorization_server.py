@@ -119,24 +119,26 @@ def oauth_provider(endpoint: str, agent: UserAgent, storage: MemoryStorage) -> A
     return OAuthClientProvider(endpoint, metadata, storage, redirect_handler=redirect, callback_handler=callback)
 
 
-async def with_sdk_client(endpoint: str, provider: Any, work: Any) -> Any:
+async def with_sdk_client(endpoint: str, provider: Any, work: Any, mode: str = "legacy") -> Any:
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
     async with create_mcp_http_client(auth=provider) as http:
-        async with Client(streamable_http_client(endpoint, http_client=http), mode="legacy") as client:
+        async with Client(streamable_http_client(endpoint, http_client=http), mode=mode) as client:
             return await work(client)
 
 
-def test_the_sdk_client_registers_signs_the_user_in_and_submits_an_analysis(builtin_stack):
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+def test_the_sdk_client_registers_signs_the_user_in_and_submits_an_analysis(builtin_stack, mode):
     # Given the stack with its own authorization server, and a client that knows only the endpoint's URL
     stack, endpoint_url, issuer, user = builtin_stack
     endpoint = f"{endpoint_url}/mcp"
     agent, storage = UserAgent(user), MemoryStorage()
     provider = oauth_provider(endpoint, agent, storage)
 
-    # When it lists the tools (which makes it discover, register and sign the user in), then submits an analysis
+    # When it lists the tools in this protocol era (which makes it discover, register and sign the user in), then
+    # submits an analysis
     async def session(client: Any) -> tuple[list[str], str]:
         tools = [tool.name for tool in (await client.list_tools()).tools]
         claims = jwt.decode(storage.tokens.access_token, options={"verify_signature": False})
@@ -145,7 +147,7 @@ def test_the_sdk_client_registers_signs_the_user_in_and_submits_an_analysis(buil
         result = await client.call_tool("submit_analysis", {"dataset_url": sales})
         return tools, result.structured_content["jobId"]
 
-    tools, job_id = asyncio.run(with_sdk_client(endpoint, provider, session))
+    tools, job_id = asyncio.run(with_sdk_client(endpoint, provider, session, mode))
     stack.settle()
 
     # Then the client registered itself, the user saw the login and a consent page naming the client, and the
@@ -160,7 +162,7 @@ def test_the_sdk_client_registers_signs_the_user_in_and_submits_an_analysis(buil
     async def fetch(client: Any) -> dict:
         return (await client.call_tool("get_job", {"job_id": job_id})).structured_content
 
-    job = asyncio.run(with_sdk_client(endpoint, provider, fetch))
+    job = asyncio.run(with_sdk_client(endpoint, provider, fetch, mode))
     assert (job["status"], job["result"]["rowCount"]) == ("SUCCEEDED", 6)
 
 
