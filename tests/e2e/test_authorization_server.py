@@ -95,7 +95,9 @@ class MemoryStorage:
         self.client_info = client_info
 
 
-def oauth_provider(endpoint: str, agent: UserAgent, storage: MemoryStorage) -> Any:
+def oauth_provider(
+    endpoint: str, agent: UserAgent, storage: MemoryStorage, client_metadata_url: str | None = None
+) -> Any:
     from mcp.client.auth import OAuthClientProvider
     from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
 
@@ -116,7 +118,14 @@ def oauth_provider(endpoint: str, agent: UserAgent, storage: MemoryStorage) -> A
             "token_endpoint_auth_method": "none",
         }
     )
-    return OAuthClientProvider(endpoint, metadata, storage, redirect_handler=redirect, callback_handler=callback)
+    return OAuthClientProvider(
+        endpoint,
+        metadata,
+        storage,
+        redirect_handler=redirect,
+        callback_handler=callback,
+        client_metadata_url=client_metadata_url,
+    )
 
 
 async def with_sdk_client(endpoint: str, provider: Any, work: Any, mode: str = "legacy") -> Any:
@@ -197,6 +206,34 @@ def test_refresh_rotates_reuse_revokes_the_family_and_revocation_ends_the_grant(
     revoked = httpx.post(f"{issuer}/revoke", data={"token": second, "client_id": storage.client_info.client_id})
     assert revoked.status_code == 200
     assert refresh(second).json()["error"] == "invalid_grant"
+
+
+def test_the_sdk_client_signs_in_with_a_client_id_metadata_document_instead_of_registering(builtin_stack, monkeypatch):
+    # Given the SDK's client with a metadata document URL. The SDK takes https URLs only; the local stack's document
+    # server is plain http on loopback (which the local stack's policy allows the server to fetch), so the SDK's
+    # https check alone is relaxed here: everything else is its own flow.
+    import mcp.client.auth.oauth2 as sdk_oauth
+
+    monkeypatch.setattr(sdk_oauth, "is_valid_client_metadata_url", lambda url: url.startswith("http://127.0.0.1:"))
+    _, endpoint_url, issuer, user = builtin_stack
+    endpoint = f"{endpoint_url}/mcp"
+    document_url, server = serve_document({"client_name": "SDK document client", "redirect_uris": [REDIRECT]})
+    agent, storage = UserAgent(user), MemoryStorage()
+    try:
+        # When it lists the tools (discovery, then the flow with its document's URL as client_id)
+        provider = oauth_provider(endpoint, agent, storage, client_metadata_url=document_url)
+        tools = asyncio.run(with_sdk_client(endpoint, provider, _list_tools))
+    finally:
+        server.close()
+
+    # Then it never registered: its client_id is the document's URL, the server fetched the document, the consent
+    # page named the document's client, and the token is for that client
+    assert "submit_analysis" in tools
+    assert storage.client_info.client_id == document_url
+    assert server.paths == ["/oauth/client.json"]
+    assert any("SDK document client" in page for page in agent.pages)
+    claims = jwt.decode(storage.tokens.access_token, options={"verify_signature": False})
+    assert (claims["client_id"], claims["iss"]) == (document_url, issuer)
 
 
 def test_a_client_id_metadata_document_client_signs_in_on_the_local_stack(builtin_stack):
