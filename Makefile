@@ -212,9 +212,10 @@ invoke: env ## FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json [RUNTIME
 env-json: env ## the running make dev stack's --env-vars file for sam local invoke
 	$(RUN) python -m devstack env-json $(if $(OUT),--output $(OUT))
 
-dev: env ## the whole template on 127.0.0.1 (PORT, STATE, FRESH=1, RUNTIME=lambda, AUTH)
+dev: env ## the whole template on 127.0.0.1 (PORT, STATE, FRESH=1, RUNTIME=lambda, AUTH=oauth|both|builtin)
 	$(RUN) python -m devstack dev --port $(PORT) $(if $(STATE),--state $(STATE)) $(if $(FRESH),--fresh) \
-		--runtime $(RUNTIME) --build-dir $(BUILD_DIR) $(if $(AUTH),--parameter AuthMode=$(AUTH))
+		--runtime $(RUNTIME) --build-dir $(BUILD_DIR) \
+		$(if $(filter builtin,$(AUTH)),--parameter AuthMode=oauth --parameter AuthorizationServerMode=builtin,$(if $(AUTH),--parameter AuthMode=$(AUTH)))
 
 fire: env ## SCHEDULE=<LogicalId>: fire a schedule of the running stack now
 	$(RUN) python -m devstack fire $(SCHEDULE)

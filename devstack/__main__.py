@@ -27,6 +27,7 @@ from devstack.runtime.build_output import DEFAULT_BUILD_DIR
 from devstack.runtime.runtime_image import LambdaRuntimeUnavailable
 from devstack.server import DevStack, DevStackOptions, install_log_prefixes
 from devstack.stack.cognito import machine_clients
+from devstack.stack.cognito_login import seed_login_user
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,8 +119,9 @@ def run_dev(args: argparse.Namespace) -> int:
     # From here a Ctrl-C stops the running stack, even one that comes while the banner is being written.
     try:
         dev_keys = issue_dev_keys(stack)
+        login_user = seed_login_user(stack.client("cognito-idp"))
         announce(stack.aws_url, stack.lambda_url)
-        print(banner(stack, ready_seconds, dev_keys), flush=True)
+        print(banner(stack, ready_seconds, dev_keys, login_user), flush=True)
         stopping.wait()  # Ctrl-C interrupts the wait (KeyboardInterrupt); SIGTERM sets the event
     except KeyboardInterrupt:
         pass
@@ -147,12 +149,23 @@ def issue_dev_keys(stack: DevStack) -> dict[str, str]:
     return keys
 
 
-def banner(stack: DevStack, ready_seconds: float, dev_keys: dict[str, str] | None = None) -> str:
+def banner(
+    stack: DevStack,
+    ready_seconds: float,
+    dev_keys: dict[str, str] | None = None,
+    login_user: tuple[str, str] | None = None,
+) -> str:
     resources = stack.environment.stack.created
     counts: dict[str, int] = {}
     for logical_id in resources:
         kind = stack.template.resource(logical_id)["Type"].split("::", 1)[1]
         counts[kind] = counts.get(kind, 0) + 1
+    # The stack's own authorization server (AuthorizationServerMode builtin): its URL is an issuer, not an endpoint.
+    issuers = {
+        url_id: web.url
+        for url_id, web in stack.web_functions.items()
+        if "AUTHORIZATION_TABLE_NAME" in web.spec.environment
+    }
     lines = [
         "",
         f"local stack ready in {ready_seconds:.1f} s (127.0.0.1 only)",
@@ -163,6 +176,11 @@ def banner(stack: DevStack, ready_seconds: float, dev_keys: dict[str, str] | Non
             f"  {web.spec.logical_id + ' URL:':<22}{web.url}/mcp"
             + (f"    dev API key (user dev-user): {dev_keys[url_id]}" if dev_keys and url_id in dev_keys else "")
             for url_id, web in stack.web_functions.items()
+            if url_id not in issuers
+        ),
+        *(
+            f"  authorization server: {issuers[url_id]}    (issuer; RFC 8414 metadata, DCR, login)"
+            for url_id in issuers
         ),
         "  resources:            " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
         f"  functions:            {', '.join(sorted(stack.environment.stack.functions()))}",
@@ -200,10 +218,16 @@ def banner(stack: DevStack, ready_seconds: float, dev_keys: dict[str, str] | Non
             f"{stack.aws_url} aws sqs send-message --queue-url {stack.environment.queue_url('JobQueue')} "
             f"--message-body '{job}'"
         )
-    for client_id, secret in machine_clients(stack.client("cognito-idp")):
+    # With the stack's own authorization server the pool's client-credentials tokens are not the endpoint's.
+    for client_id, secret in [] if issuers else machine_clients(stack.client("cognito-idp")):
         lines.append(
             f"  OAuth access token:   make token    or: curl -s -u {client_id}:{secret} -d "
             f"grant_type=client_credentials {stack.lambda_url}/oauth2/token    (then Authorization: Bearer <token>)"
+        )
+    if login_user is not None:
+        lines.append(
+            f"  OAuth sign-in:        user {login_user[0]}, password {login_user[1]} (local Cognito login page); "
+            "an MCP client given the endpoint URL registers itself and opens it"
         )
     if stack.schedules:
         lines.append(f"  fire a schedule now:  make fire SCHEDULE={next(iter(stack.schedules))}")

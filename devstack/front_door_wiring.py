@@ -14,9 +14,12 @@ from devstack.front_doors.function_urls import serve as serve_web
 from devstack.front_doors.web_adapter import serve_function_url
 from devstack.ports import listen_on
 from devstack.runtime.lambda_runtime import LambdaRuntime
+from devstack.stack.cognito_login import set_callback_urls
 from devstack.stack.intrinsics import Unsupported
 from devstack.stack.template import Template
 from devstack.wired_stack import LocalEnvironment
+
+LOGIN_CLIENT_NAME = "mcp-authorization-server"  # the template's AuthorizationLoginClient
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +28,7 @@ class FunctionUrlSettings:
     first_listener: socket.socket  # the first Function URL is served here, the next on the next port
     function_overrides: dict[str, str]
     aws_url: str  # where a created user pool's JWKS is served
+    lambda_url: str = ""  # where the pools' local managed login is served
 
 
 def serve_function_urls(
@@ -35,13 +39,25 @@ def serve_function_urls(
     notice: Callable[[str, str], None],
 ) -> None:
     """Serve each Function URL whose function runs a web app behind the Lambda Web Adapter, into `served`."""
-    listener: socket.socket | None = settings.first_listener
-    port = settings.first_listener.getsockname()[1]
-    for logical_id, url in template.resources("AWS::Lambda::Url").items():
-        function = _url_target(template, url["Properties"]["TargetFunctionArn"])
+    first_port = settings.first_listener.getsockname()[1]
+    # The MCP endpoint keeps the stack's web port (an authorization server takes the ports after the others), and
+    # authorization servers are served first, so the endpoints that trust them are given their loopback URLs.
+    active = environment.stack.active("AWS::Lambda::Url")  # a URL whose condition is false is not served
+    targets = [
+        (logical_id, _url_target(template, url["Properties"]["TargetFunctionArn"]))
+        for logical_id, url in template.resources("AWS::Lambda::Url").items()
+        if logical_id in active
+    ]
+    targets.sort(key=lambda target: _is_authorization_server(environment, target[1]))
+    planned = [(logical_id, function, first_port + index) for index, (logical_id, function) in enumerate(targets)]
+    issuers: dict[str, str] = {}  # an authorization server's placeholder URL -> its loopback URL
+    for logical_id, function, port in sorted(
+        planned, key=lambda plan: not _is_authorization_server(environment, plan[1])
+    ):
+        listener: socket.socket | None = None
         try:
             spec = environment.stack.function(function)
-            listener = listener or listen_on(settings.host, port)
+            listener = settings.first_listener if port == first_port else listen_on(settings.host, port)
             host = f"{settings.host}:{port}"
             # Browser pages on the stack's own loopback origins may call it, besides what the template allows.
             allowed = settings.function_overrides.get("MCP_ALLOWED_ORIGINS")
@@ -52,7 +68,8 @@ def serve_function_urls(
                 # The Function URL host is not known locally; the loopback host stands in for it.
                 "MCP_ALLOWED_HOSTS": f"{host},localhost:{port}",
                 "MCP_ALLOWED_ORIGINS": ",".join(origin for origin in origins if origin),
-                **_oauth_overrides(spec.environment, f"http://{host}", settings.aws_url),
+                **_oauth_overrides(spec.environment, f"http://{host}", settings.aws_url, issuers),
+                **_authorization_server_overrides(spec.environment, f"http://{host}", settings.lambda_url),
             }
             lambda_runtime = environment.lambda_runtime
             if lambda_runtime is not None:
@@ -60,19 +77,45 @@ def serve_function_urls(
             else:
                 web = serve_web(spec, listener, "us-east-1", overrides)
             served[logical_id] = web
-            environment.stack.ensure(logical_id).attributes["FunctionUrl"] = f"{web.url}/"
-            listener, port = None, port + 1
+            created = environment.stack.ensure(logical_id)
+            if _is_authorization_server(environment, function):
+                issuers[created.attributes["FunctionUrl"].rstrip("/")] = web.url
+                set_callback_urls(environment.client("cognito-idp"), LOGIN_CLIENT_NAME, f"{web.url}/callback")
+            created.attributes["FunctionUrl"] = f"{web.url}/"
         except (NotAWebFunction, Unsupported, LookupError) as reason:
             notice(logical_id, f"Function URL not served: {reason}")
-    if listener is not None and listener is not settings.first_listener:
-        listener.close()  # taken for a URL that was not served (the stack closes its first at stop)
+            if listener is not None and listener is not settings.first_listener:
+                listener.close()  # taken for a URL that was not served (the stack closes its first at stop)
 
 
-def _oauth_overrides(environment: dict[str, str], url: str, aws_url: str) -> dict[str, str]:
-    """OAuth mode: this URL is the resource, and a created pool's JWKS is moto's (same keys, served locally)."""
+def _is_authorization_server(environment: LocalEnvironment, function: str) -> bool:
+    try:
+        return "AUTHORIZATION_TABLE_NAME" in environment.stack.function(function).environment
+    except (Unsupported, LookupError):
+        return False
+
+
+def _authorization_server_overrides(environment: dict[str, str], url: str, lambda_url: str) -> dict[str, str]:
+    """The authorization server: its issuer is this loopback URL, client metadata documents may be on loopback,
+    and the stack's pool signs users in at the local managed login (devstack.stack.cognito_login)."""
+    if "AUTHORIZATION_TABLE_NAME" not in environment:
+        return {}
+    overrides = {"AUTHORIZATION_ISSUER": url, "AUTHORIZATION_ALLOW_LOOPBACK_HOSTS": "true"}
+    pool = environment.get("UPSTREAM_USER_POOL_ID")
+    if pool:
+        overrides["UPSTREAM_ISSUER"] = f"{lambda_url}/{pool}"
+    return overrides
+
+
+def _oauth_overrides(environment: dict[str, str], url: str, aws_url: str, issuers: dict[str, str]) -> dict[str, str]:
+    """OAuth mode: this URL is the resource, a created pool's JWKS is moto's (same keys, served locally), and the
+    stack's own authorization server is its loopback URL."""
     if environment.get("AUTH_MODE", "apikey") == "apikey":
         return {}
     overrides = {} if environment.get("OAUTH_RESOURCE") else {"OAUTH_RESOURCE": f"{url}/mcp"}
+    issuer = issuers.get(environment.get("OAUTH_ISSUER", ""))
+    if issuer is not None:
+        overrides.update(OAUTH_ISSUER=issuer, OAUTH_JWKS_URL=f"{issuer}/jwks")
     jwks = environment.get("OAUTH_JWKS_URL", "")
     cognito = "https://cognito-idp.us-east-1.amazonaws.com/"
     if jwks.startswith(cognito):

@@ -45,6 +45,7 @@ from devstack.sources.write_signal import WriteSignal
 from devstack.sqs_extras.move_tasks import MotoServerWithMoveTasks
 from devstack.stack.atomic_items import make_item_operations_atomic
 from devstack.stack.cognito import ClientCredentialsTokens
+from devstack.stack.cognito_login import LocalManagedLogin
 from devstack.stack.template import Template, load_template
 from devstack.stack.ttl_sweeper import TtlSweeper
 from devstack.wired_stack import LocalEnvironment
@@ -159,12 +160,15 @@ class DevStack:
             fire_schedule=self.fire,
             issue_token=ClientCredentialsTokens(lambda: self.client("cognito-idp"), "us-east-1").issue,
             sam_env_vars=self.sam_env_vars,
+            login=LocalManagedLogin(lambda: self.client("cognito-idp"), self.lambda_url, self.aws_url),
         )
         self.lambda_api.serve(lambda_listener)
         serve_function_urls(
             self.template,
             self.environment,
-            FunctionUrlSettings(self.options.host, web_listener, self.options.function_overrides, self.aws_url),
+            FunctionUrlSettings(
+                self.options.host, web_listener, self.options.function_overrides, self.aws_url, self.lambda_url
+            ),
             self.web_functions,
             self._notice,
         )

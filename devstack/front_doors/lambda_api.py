@@ -5,8 +5,9 @@ https://docs.aws.amazon.com/lambda/latest/api/API_Invoke.html
 - RequestResponse: 200 with the result, or 200 with X-Amz-Function-Error: Unhandled and the error;
 - Event: 202, then the async invoker takes over (retries, destinations);
 - DryRun: 204.
-Plus two local controls: POST /devstack/schedules/<LogicalId>/fire and GET /devstack/health, and the
-Cognito pools' client-credentials token endpoint, POST /oauth2/token (devstack.stack.cognito).
+Plus two local controls: POST /devstack/schedules/<LogicalId>/fire and GET /devstack/health, the
+Cognito pools' client-credentials token endpoint, POST /oauth2/token (devstack.stack.cognito), and their
+managed login: discovery, /oauth2/authorize and the authorization-code grant (devstack.stack.cognito_login).
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
 from devstack.runtime.function_errors import error_document
+from devstack.stack.cognito_login import LocalManagedLogin
 
 log = logging.getLogger("devstack.lambda_api")
 
 _INVOKE_PATH = re.compile(r"^/2015-03-31/functions/(?P<name>[^/]+)/invocations$")
 _FIRE_PATH = re.compile(r"^/devstack/schedules/(?P<schedule>[^/]+)/fire$")
+_DISCOVERY_PATH = re.compile(r"^/(?P<pool>[\w-]+_\w+)/\.well-known/openid-configuration$")
 
 
 class LambdaApi:
@@ -39,8 +42,10 @@ class LambdaApi:
         fire_schedule: Callable[[str], int],
         issue_token: Callable[[dict[str, str], str | None], tuple[int, dict[str, Any]]] | None = None,
         sam_env_vars: Callable[[], dict[str, dict[str, str]]] | None = None,
+        login: LocalManagedLogin | None = None,
     ) -> None:
         self.issue_token = issue_token
+        self.login = login
         self.sam_env_vars = sam_env_vars
         self.resolve = resolve
         self.invoke_sync = invoke_sync
@@ -71,6 +76,10 @@ class LambdaApi:
             except LookupError as error:
                 return _json({"Type": "User", "message": str(error)}, 404)
             return _json({"fired": fired}, 200)
+        if self.login is not None:
+            answer = self._login(request)
+            if answer is not None:
+                return answer
         if request.path == "/oauth2/token" and request.method == "POST" and self.issue_token is not None:
             status, body = self.issue_token(dict(request.form), request.headers.get("Authorization"))
             return Response(json.dumps(body), status=status, content_type="application/json")
@@ -79,6 +88,28 @@ class LambdaApi:
         if request.path == "/devstack/health":
             return _json({"status": "ready"}, 200)
         return _json({"Type": "User", "message": f"{request.method} {request.path} is not emulated"}, 404)
+
+    def _login(self, request: Request) -> Response | None:
+        assert self.login is not None
+        discovery = _DISCOVERY_PATH.match(request.path)
+        if discovery and request.method == "GET":
+            return _json(self.login.discovery(discovery.group("pool")), 200)
+        if request.path == "/oauth2/authorize" and request.method == "GET":
+            status, page = self.login.login_page(dict(request.args))
+            return Response(page, status=status, content_type="text/html; charset=utf-8")
+        if request.path == "/oauth2/authorize" and request.method == "POST":
+            status, page, location = self.login.sign_in(dict(request.form))
+            if location is not None:
+                return Response(status=302, headers={"Location": location})
+            return Response(page, status=status, content_type="text/html; charset=utf-8")
+        if (
+            request.path == "/oauth2/token"
+            and request.method == "POST"
+            and request.form.get("grant_type") == ("authorization_code")
+        ):
+            status, body = self.login.exchange(dict(request.form))
+            return Response(json.dumps(body), status=status, content_type="application/json")
+        return None
 
     def _invoke(self, name: str, request: Request) -> Response:
         try:

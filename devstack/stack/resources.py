@@ -381,6 +381,14 @@ def _configuration_only(stack: LocalStack, logical_id: str, props: dict[str, Any
     return Created(ref=logical_id, attributes={"Arn": stack.arn("local", logical_id)})
 
 
+def _function_url(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    """A Function URL: named like AWS's until the local stack serves it on loopback and sets the loopback URL (a
+    function whose environment names another function's URL gets that in its overrides)."""
+    created = _configuration_only(stack, logical_id, props)
+    created.attributes["FunctionUrl"] = f"https://{logical_id.lower()}.lambda-url.{stack.region}.on.aws/"
+    return created
+
+
 def _sns_subscription(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
     if props["Protocol"] == "lambda":
         # Lambda endpoints are served by the dev stack (a tap queue), not by moto.
@@ -567,7 +575,7 @@ _CREATORS: dict[str, Callable[[LocalStack, str, dict[str, Any]], Created]] = {
     "AWS::Lambda::EventSourceMapping": _configuration_only,
     "AWS::Lambda::EventInvokeConfig": _configuration_only,
     "AWS::Scheduler::Schedule": _configuration_only,
-    "AWS::Lambda::Url": _configuration_only,
+    "AWS::Lambda::Url": _function_url,
     "AWS::Lambda::Version": _function_version,
     "AWS::Lambda::Alias": _function_alias,  # served by the dev stack when its function is a web app
     "AWS::SNS::Subscription": _sns_subscription,

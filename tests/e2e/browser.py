@@ -4,7 +4,9 @@ system's chromium (Debian's package; `make browser` installs it in CI)."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import http.server
 import json
 import os
 import select
@@ -12,7 +14,10 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any
+
+import pytest
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
@@ -130,3 +135,49 @@ class Browser:
             self._buffer += chunk
         message, self._buffer = self._buffer.split(b"\0", 1)
         return json.loads(message)
+
+
+@contextlib.contextmanager
+def started_browser() -> Iterator[Browser]:
+    """A running headless Chromium; the test is skipped without one (failed in CI, where `make browser` installs
+    it)."""
+    executable = find_browser()
+    if executable is None:
+        if os.environ.get("CI"):
+            pytest.fail("no chromium on PATH: `make browser` installs Debian's package in CI")
+        pytest.skip("no chromium on PATH (apt-get install chromium, or `CI=true make browser` as root)")
+    running = Browser(executable)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+class LoopbackServer:
+    """An HTTP server on a loopback port answering every GET with `answer(path)` (body, content type), and
+    recording the paths it was asked for."""
+
+    def __init__(self, answer: Callable[[str], tuple[bytes, str]]) -> None:
+        self.paths: list[str] = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                server.paths.append(self.path)
+                body, content_type = answer(self.path)
+                self.send_response(200)
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.origin = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -3,15 +3,12 @@ origin and calls tools/list with fetch, so the browser itself sends the CORS pre
 
 from __future__ import annotations
 
-import http.server
 import json
-import os
-import threading
 from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.browser import Browser, find_browser
+from tests.e2e.browser import Browser, LoopbackServer, started_browser
 
 pytestmark = pytest.mark.e2e
 
@@ -38,41 +35,16 @@ window.outcome = Promise.all([call("Bearer " + key), call(null)]);
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    executable = find_browser()
-    if executable is None:
-        if os.environ.get("CI"):
-            pytest.fail("no chromium on PATH: `make browser` installs Debian's package in CI")
-        pytest.skip("no chromium on PATH (apt-get install chromium, or `CI=true make browser` as root)")
-    running = Browser(executable)
-    yield running
-    running.close()
+    with started_browser() as running:
+        yield running
 
 
-class PageServer:
-    """One HTML page on its own loopback origin."""
+class PageServer(LoopbackServer):
+    """One HTML page (its `body`) on its own loopback origin."""
 
     def __init__(self) -> None:
         self.body = b""
-        page = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("content-type", "text/html; charset=utf-8")
-                self.send_header("content-length", str(len(page.body)))
-                self.end_headers()
-                self.wfile.write(page.body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.origin = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(lambda _: (self.body, "text/html; charset=utf-8"))
 
 
 @pytest.fixture

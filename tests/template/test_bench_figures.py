@@ -23,7 +23,10 @@ def figures() -> dict:
 
 
 def functions_of_template() -> dict[str, dict]:
-    return load_template().resources("AWS::Lambda::Function")
+    # The default stack's functions: an optional one (a parameter creates it, e.g. the authorization server) is
+    # not in the bench's stack.
+    functions = load_template().resources("AWS::Lambda::Function")
+    return {logical_id: function for logical_id, function in functions.items() if "Condition" not in function}
 
 
 def serves_mcp(function: dict) -> bool:

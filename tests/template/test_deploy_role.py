@@ -87,6 +87,10 @@ def granted(action: str) -> list[dict[str, Any]]:
     return [s for s in ALLOWS if action in as_list(s["Action"])]
 
 
+def resources(statement: dict[str, Any]) -> list[Any]:
+    return as_list(statement["Resource"])
+
+
 def text(value: Any) -> str:
     return json.dumps(value)
 
@@ -190,6 +194,9 @@ BOUNDARY_EXCEPTIONS = {
     # A key's id is random, so the boundary names the key by its alias (kms:ResourceAliases); the key policy
     # decides who may encrypt or decrypt, always with a context.
     "EndpointTokens": "kms:Encrypt/Decrypt only on the key behind alias/<stack>-endpoint-tokens, with a context",
+    # Key and pool ids are random too: these require the stack's tag on the key or pool instead.
+    "AccessTokenSigning": "kms:Sign/GetPublicKey on keys tagged with the stack; the key policy names the one role",
+    "LoginClientLookup": "cognito-idp:ListUserPoolClients on pools tagged with the stack",
 }
 
 
@@ -294,17 +301,22 @@ def test_resource_policies_only_as_the_template_writes_them():
     # Given the Allows that write a function's resource policy or its URL
     adds = granted("lambda:AddPermission")
     urls = granted("lambda:CreateFunctionUrlConfig") + granted("lambda:UpdateFunctionUrlConfig")
-    # Then each names its principal (lambda:Principal) on one function of the stack: "*" only on McpServer's alias
-    principals = {s["Condition"]["StringEquals"]["lambda:Principal"]: s["Resource"]["Fn::Sub"] for s in adds}
-    assert principals["*"].endswith(":function:${StackName}-McpServer-*:live")
-    assert principals["events.amazonaws.com"].endswith(":function:${StackName}-ProbeDispatcher-*")
-    assert set(principals) == {"*", "events.amazonaws.com"}
-    # And a Function URL only with auth type NONE on McpServer (the template's one URL)
+    # Then each names its principal (lambda:Principal) on functions of the stack: "*" only on McpServer's alias and
+    # the authorization server (both public by design), EventBridge only on ProbeDispatcher
+    principals = {
+        s["Condition"]["StringEquals"]["lambda:Principal"]: {r["Fn::Sub"].split(":function:")[1] for r in resources(s)}
+        for s in adds
+    }
+    assert principals["*"] == {"${StackName}-McpServer-*:live", "${StackName}-AuthorizationServer-*"}
+    assert principals["events.amazonaws.com"] == {"${StackName}-ProbeDispatcher-*"}
+    # And a Function URL only with auth type NONE on those two (the template's URLs)
     for statement in urls:
         assert statement["Condition"]["StringEquals"]["lambda:FunctionUrlAuthType"] == "NONE"
-        assert statement["Resource"]["Fn::Sub"].endswith(":function:${StackName}-McpServer-*")
-    [url] = of_type("AWS::Lambda::Url").values()
-    assert url["Properties"]["AuthType"] == "NONE"
+        assert {r["Fn::Sub"].split(":function:")[1] for r in resources(statement)} == {
+            "${StackName}-McpServer-*",
+            "${StackName}-AuthorizationServer-*",
+        }
+    assert {url["Properties"]["AuthType"] for url in of_type("AWS::Lambda::Url").values()} == {"NONE"}
     # And what the template asks for matches: its permissions' principals are exactly these
     assert {p["Properties"]["Principal"] for p in of_type("AWS::Lambda::Permission").values()} == set(principals)
 

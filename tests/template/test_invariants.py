@@ -401,8 +401,10 @@ def test_mcp_server_streams_through_the_web_adapter_on_a_function_url():
     assert variables["AWS_LWA_INVOKE_MODE"] == "response_stream"
     assert variables["AWS_LWA_READINESS_CHECK_PATH"]
     assert variables["PORT"]
-    urls = [u["Properties"] for u in of_type("AWS::Lambda::Url").values()]
-    assert [(u["AuthType"], u["InvokeMode"]) for u in urls] == [("NONE", "RESPONSE_STREAM")]
+    urls = {logical_id: u["Properties"] for logical_id, u in of_type("AWS::Lambda::Url").items()}
+    assert (urls["McpServerUrl"]["AuthType"], urls["McpServerUrl"]["InvokeMode"]) == ("NONE", "RESPONSE_STREAM")
+    # The other (the optional authorization server's) answers small pages and JSON: buffered.
+    assert {u["InvokeMode"] for name, u in urls.items() if name != "McpServerUrl"} <= {"BUFFERED"}
 
 
 def test_one_architecture_parameter_sets_every_function_the_layer_and_the_published_layers():
@@ -430,6 +432,8 @@ def test_the_api_key_secret_is_read_by_the_mcp_server_and_written_only_by_the_de
         (role, statement)
         for role, statement in all_statements()
         if "secretsmanager:GetSecretValue" in as_list(statement["Action"])
+        # the authorization server reads only the upstream client's secret, named by its own parameter
+        and statement["Resource"] != {"Ref": "UpstreamClientSecretArn"}
     ]
     assert sorted(role for role, _ in readers) == ["McpServerRole", "SelfProbeKeyIssuerRole"]
     assert all(statement["Resource"] == {"Ref": "ApiKeysSecret"} for _, statement in readers)
@@ -547,11 +551,13 @@ def test_no_probe_endpoint_index_projects_the_auth_token():
 
 
 # Stores whose loss would lose users' data; everything else can be rebuilt by a deploy.
+# AuthorizationTable: registrations, logins and grants; losing it makes clients register and users sign in again.
 DISPOSABLE_STORES = {
     "IdempotencyTable",
     "RateLimitTable",
     "AlertWindowTable",
-}  # dedup records, counters, alert windows: TTL
+    "AuthorizationTable",
+}  # dedup records, counters, alert windows, sign-in state: TTL
 
 
 def test_every_data_store_survives_deleting_or_replacing_the_stack():

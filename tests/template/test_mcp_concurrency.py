@@ -54,3 +54,18 @@ def test_an_external_issuer_without_oauth_resource_is_refused_by_a_rule():
             and "OAuthResource" in missing[0]
         )
         assert pinned == [] and own_pool == []
+
+
+def test_the_built_in_authorization_server_without_oauth_or_with_an_external_issuer_is_refused_by_a_rule():
+    # Given AuthorizationServerMode builtin with API keys only, with an external issuer, and as intended
+    builtin = {"AuthorizationServerMode": "builtin"}
+    with_keys = scope(AuthMode="apikey", **builtin).rule_failures(RULES)
+    external = scope(AuthMode="oauth", OAuthIssuer="https://issuer.example.com/", **builtin).rule_failures(RULES)
+    intended = [scope(AuthMode=mode, **builtin).rule_failures(RULES) for mode in ("oauth", "both")]
+
+    # Then the first two are refused before anything is created, naming the rule; the intended ones pass
+    for failures in (with_keys, external):
+        assert [failure.split(":")[0] for failure in failures if "Builtin" in failure] == [
+            "BuiltinAuthorizationServerNeedsOAuth"
+        ]
+    assert intended == [[], []]

@@ -57,12 +57,15 @@ def live_from_template() -> dict[str, set]:
     return live
 
 
-def test_the_template_expects_service_trust_only_and_one_public_url_on_the_mcp_alias():
+def test_the_template_expects_service_trust_only_and_public_urls_only_on_the_mcp_alias_and_the_sign_in():
     trusts = {g for key, found in EXPECTED.items() if key.startswith("trust ") for g in found}
     services = {"service:lambda.amazonaws.com", "service:codedeploy.amazonaws.com"}
     assert {principal for _, principal, _ in trusts} == services
     urls = {key: found for key, found in EXPECTED.items() if key.startswith("url ")}
-    assert urls == {"url McpServerAliaslive": {("Allow", "url", "NONE")}}
+    assert urls == {
+        "url McpServerAliaslive": {("Allow", "url", "NONE")},
+        "url AuthorizationServer": {("Allow", "url", "NONE")},  # an authorization server is public by definition
+    }
     assert ("Allow", "role:ProbeWorkerRole", "kms:decrypt") in EXPECTED["key EndpointTokenKey"]
 
 

@@ -77,7 +77,8 @@ PACKAGES = pytest.mark.parametrize("package", [SHARED, LOCAL_STACK], ids=["mcp_b
 # The shared package's layers, top (entry points) to bottom (foundations): a part imports only parts of its own
 # layer or below (docs/architecture.md, "Layering"). A new part goes into one of them.
 LAYERS: list[set[str]] = [
-    {"mcp", "telemetry_extension"},  # entry points: the MCP endpoint, the call-log telemetry extension
+    # entry points: the MCP endpoint, the call-log telemetry extension, the authorization server
+    {"mcp", "telemetry_extension", "authorization"},
     {"tools"},  # the tool table, the tools, the job worker generated from it
     {"jobs", "probes"},  # the job pipeline's service and JobTable; probes and the endpoint registry
     {"monitor", "api_keys", "ratelimit"},  # MonitorTable's owner and consumers; the API-key and rate-limit tables

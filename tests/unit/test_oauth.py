@@ -710,3 +710,39 @@ def test_an_api_key_user_and_a_token_subject_of_the_same_name_are_different_prin
 def test_a_reserved_user_id_is_refused_for_a_new_key(reserved):
     with pytest.raises(ReservedUserId, match=reserved):
         new_api_key(reserved)
+
+
+@pytest.mark.parametrize(
+    ("tier_claim", "presented", "tier"),
+    [("tier", "pro", "pro"), ("tier", "admin", "free"), ("", "internal", "free"), ("tier", None, "free")],
+)
+def test_the_tier_comes_from_the_token_only_where_the_issuer_is_trusted_for_it(tier_claim, presented, tier):
+    # Given an endpoint that reads the tier from a claim (the stack's own authorization server), or from none
+    authenticator = oauth(StubIssuer(jwk(RSA_KEY, "k1")), tier_claim=tier_claim)
+
+    # When a token carrying a tier (a real one, a made-up one, or none) is checked
+    principal = authenticator.verify(token(tier=presented), RESOURCE)
+
+    # Then the caller has that tier only when the claim is configured and names a tier; free otherwise
+    assert principal.tier == tier
+
+
+def test_with_the_stacks_own_authorization_server_the_audience_is_the_url_the_request_reached():
+    # Given an endpoint with no configured resource that binds tokens to the URL it is reached at
+    host = "abc123.lambda-url.us-east-1.on.aws"
+    app = McpHttpGuard(
+        echo,
+        path="/mcp",
+        hosts=HostPolicy.for_region("us-east-1"),
+        authenticator=oauth(StubIssuer(jwk(RSA_KEY, "k1"))),
+        tool_access=TOOL_ACCESS,
+        resource_from_host=True,
+    )
+
+    # When a token for this URL, and one for another URL, reach it at this URL
+    mine = call_as_host(app, token(aud=f"https://{host}/mcp"), host)
+    other = call_as_host(app, token(aud="https://evil999.lambda-url.us-east-1.on.aws/mcp"), host)
+
+    # Then only the token for this URL passes
+    assert mine.status_code == 200
+    assert other.status_code == 401

@@ -12,6 +12,7 @@ OWNERS = {
     "mcp_backend.monitor.table": "MonitorTable",
     "mcp_backend.ratelimit": "RateLimitTable",
     "mcp_backend.calllog.alert_windows": "AlertWindowTable",
+    "mcp_backend.authorization.store": "AuthorizationTable",
 }
 MONITOR_OWNER = "mcp_backend.monitor.table"
 # Modules that read MonitorTable's name only to know whether the function has the table, each with its reason.

@@ -190,6 +190,12 @@ class McpSettings(ToolSettings):
     # Scope names are <prefix>read and <prefix>submit (Cognito: "<resource server identifier>/").
     oauth_scope_prefix: str = ""
     oauth_user_claim: str = "sub"  # the claim that becomes the caller's user id
+    # The claim naming the caller's tier (the stack's own authorization server sets "tier"); empty: every OAuth
+    # caller is free.
+    oauth_tier_claim: str = ""
+    # The stack's own authorization server: accept tokens whose audience is https://<Host><path>, the URL this
+    # request reached (the function cannot be told its own Function URL); OAUTH_RESOURCE pins it instead.
+    oauth_resource_from_host: bool = False
     oauth_algorithms: str = "RS256,ES256"
     oauth_leeway_seconds: float = Field(default=30.0, ge=0, le=300)
     oauth_jwks_cache_seconds: float = Field(default=3600.0, gt=0)
@@ -231,7 +237,8 @@ class McpSettings(ToolSettings):
         if self.auth_mode != "apikey" and not self.oauth_issuer:
             raise ValueError("AUTH_MODE oauth/both needs OAUTH_ISSUER")
         # The audience is configured, never the request's Host: with none of these no token could be bound here.
-        if self.auth_mode != "apikey" and not (self.oauth_resource or self.oauth_audiences or self.oauth_client_ids):
+        bound = self.oauth_resource or self.oauth_audiences or self.oauth_client_ids or self.oauth_resource_from_host
+        if self.auth_mode != "apikey" and not bound:
             raise ValueError("AUTH_MODE oauth/both needs OAUTH_RESOURCE (or OAUTH_AUDIENCES / OAUTH_CLIENT_IDS)")
         # Asymmetric algorithms only: `none` and HS* (a shared secret, or a public key misused as one) never.
         unsafe = set(self._split(self.oauth_algorithms)) - ASYMMETRIC_JWT_ALGORITHMS
@@ -309,6 +316,63 @@ class AlertHandlerSettings(Settings):
     alert_topic_arn: str
     # One alert per endpoint per window of this many seconds (windows are aligned to the epoch).
     alert_incident_window_seconds: int = Field(default=900, gt=0)
+
+
+class AuthorizationServerSettings(Settings):
+    """The AuthorizationServer function (mcp_backend.authorization; docs/authorization-server.md)."""
+
+    authorization_table_name: str = Field(min_length=1)
+    # An ECC_NIST_P256 SIGN_VERIFY KMS key (id, ARN or alias): it signs every access token.
+    authorization_signing_key_id: str = Field(min_length=1)
+    # The issuer; empty: https://<Host> (the Function URL's own host, which the function cannot be told).
+    authorization_issuer: str = ""
+    aws_region: str = "us-east-1"
+    authorization_allowed_hosts: str = ""  # extra Host values besides the region's Function URL hosts
+    # RFC 8707 resources tokens may be issued for (comma-separated); empty: any https URL (the endpoint
+    # accepts only tokens whose audience is its own resource).
+    authorization_resources: str = ""
+    # Hosts an https redirect URI may name (comma-separated); empty: any. Loopback http is always allowed.
+    authorization_redirect_hosts: str = ""
+    # Private-use scheme redirect URIs (RFC 8252 section 7.1) accepted exactly as listed, comma-separated: native
+    # clients that register one (Cursor) besides their https and loopback ones. PKCE S256 binds the code to
+    # the client that started the flow, so an app that intercepts the scheme cannot redeem it.
+    authorization_native_redirect_uris: str = "cursor://anysphere.cursor-mcp/oauth/callback"
+    access_token_seconds: int = Field(default=600, ge=60, le=3600)
+    refresh_token_seconds: int = Field(default=30 * 86400, ge=3600)
+    authorization_code_seconds: int = Field(default=60, ge=10, le=600)
+    # A registration not used for this long expires (its client then gets invalid_client and registers again).
+    client_idle_seconds: int = Field(default=30 * 86400, ge=3600)
+    registrations_per_hour: int = Field(default=20, gt=0)  # per source address
+    # Only the local stack sets this: client metadata documents on loopback, over plain http.
+    authorization_allow_loopback_hosts: bool = False
+    # The upstream OIDC provider users sign in with.
+    upstream_issuer: str = Field(min_length=1)
+    upstream_discovery_url: str = ""  # empty: <issuer>/.well-known/openid-configuration
+    upstream_client_id: str = ""  # empty: the client named upstream_client_name in upstream_user_pool_id
+    upstream_client_secret_id: str = ""  # a Secrets Manager secret holding the upstream client's secret, if any
+    upstream_user_pool_id: str = ""
+    upstream_client_name: str = "mcp-authorization-server"
+    upstream_scopes: str = "openid email profile"
+    upstream_groups_claim: str = "cognito:groups"
+    # group=tier pairs, comma-separated (e.g. "paying=pro,staff=internal"); a user in no listed group is free.
+    upstream_tier_map: str = ""
+
+    def tier_map(self) -> dict[str, Tier]:
+        pairs = (item.partition("=") for item in self.upstream_tier_map.split(",") if item.strip())
+        return {group.strip(): tier.strip() for group, _, tier in pairs}  # type: ignore[misc]
+
+    def listed(self, name: str) -> tuple[str, ...]:
+        """A comma-separated setting (allowed_hosts, resources, redirect_hosts, native_redirect_uris) as a tuple."""
+        value: str = getattr(self, f"authorization_{name}")
+        return tuple(item.strip() for item in value.split(",") if item.strip())
+
+    @model_validator(mode="after")
+    def _tier_map_names_tiers(self) -> AuthorizationServerSettings:
+        for item in filter(str.strip, self.upstream_tier_map.split(",")):
+            group, _, tier = item.partition("=")
+            if not group.strip() or tier.strip() not in ("free", "pro", "internal"):
+                raise ValueError(f"UPSTREAM_TIER_MAP: {item!r} must be group=free|pro|internal")
+        return self
 
 
 def load_settings(model: type[SettingsT], environ: Mapping[str, str] | None = None) -> SettingsT:

@@ -149,6 +149,7 @@ class McpHttpGuard:
         rate_limit: PrincipalRateLimit | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         call_slots: PrincipalCallSlots | None = None,
+        resource_from_host: bool = False,
     ) -> None:
         self.app = app
         self.path = path.rstrip("/") or "/"
@@ -160,6 +161,9 @@ class McpHttpGuard:
         # audiences or client ids only, and https://<Host><path> names the endpoint in metadata and challenges,
         # never as an accepted audience (every Function URL host of the region passes the Host check).
         self.resource = resource
+        # The stack's own authorization server only: https://<Host><path> is the accepted audience when no
+        # resource is configured (the Host is the Function URL's own; OAUTH_RESOURCE pins it instead).
+        self.resource_from_host = resource_from_host
         self.tool_access = dict(tool_access or {})
         # Counts each authenticated request against the principal's tier (mcp_backend.ratelimit).
         self.rate_limit = rate_limit
@@ -266,7 +270,8 @@ class McpHttpGuard:
         token = token.strip() if scheme.lower() == "bearer" else ""
         try:
             # Only the Authorization header counts: a token in the query string or body is never read.
-            principal = await self.authenticator.authenticate(token, self.resource) if token else None
+            audience = self.resource or (self._resource(headers) if self.resource_from_host else "")
+            principal = await self.authenticator.authenticate(token, audience) if token else None
         except Exception as error:  # noqa: BLE001 - keys or JWKS unavailable: say so, never a 500 with a trace
             retry_after = error.retry_after_seconds if isinstance(error, AuthenticationUnavailable) else 5
             if not getattr(error, "logged", False):

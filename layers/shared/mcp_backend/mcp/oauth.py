@@ -28,13 +28,13 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from mcp.shared.auth import ProtectedResourceMetadata
 from pydantic import ValidationError
 
 from mcp_backend.api_keys import API_KEY_PREFIX, Principal
-from mcp_backend.config import McpSettings
+from mcp_backend.config import LOWEST_TIER, McpSettings, Tier
 from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
 from mcp_backend.mcp.scopes import METADATA_PATH
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
@@ -177,6 +177,9 @@ class TokenPolicy:
     scope_prefix: str = ""
     user_claim: str = "sub"
     leeway_seconds: float = 30.0
+    # The claim naming the caller's tier; set only for an issuer whose tiers this stack trusts (its own
+    # authorization server). Empty, or a value that is no tier: free.
+    tier_claim: str = ""
 
     @classmethod
     def from_settings(cls, settings: McpSettings) -> TokenPolicy:
@@ -188,6 +191,7 @@ class TokenPolicy:
             scope_prefix=settings.oauth_scope_prefix,
             user_claim=settings.oauth_user_claim,
             leeway_seconds=settings.oauth_leeway_seconds,
+            tier_claim=settings.oauth_tier_claim,
         )
 
     def scope(self, access: Access | str) -> str:
@@ -273,9 +277,14 @@ class OAuthAuthenticator:
                 # Namespaced by issuer: never the same principal as an API-key user, or another issuer's subject.
                 user_id=f"oauth:{self.policy.issuer}:{subject}",
                 access=frozenset(access.value for access in Access if self.policy.scope(access) in scopes),
+                tier=self._tier(claims),
             )
         except ValidationError:
             raise TokenRejected("user claim missing or not a valid user id") from None
+
+    def _tier(self, claims: dict[str, Any]) -> Tier:
+        tier = claims.get(self.policy.tier_claim) if self.policy.tier_claim else None
+        return next((known for known in get_args(Tier) if known == tier), LOWEST_TIER)
 
     def _check_audience(self, claims: dict[str, Any], scopes: set[str], resource: str) -> None:
         """`resource` is the configured one (OAUTH_RESOURCE), never derived from the request: empty, only the

@@ -206,6 +206,7 @@ def create_app(
         authenticator=authenticator,
         keepalive_seconds=settings.sse_keepalive_seconds,
         resource=settings.oauth_resource,
+        resource_from_host=settings.oauth_resource_from_host,
         tool_access=bindings.access,
         rate_limit=TierRateLimit(settings, clients, rate_limit_clock, lease_ahead),
         call_slots=TierCallSlots(settings, clients, bindings.network_tools),

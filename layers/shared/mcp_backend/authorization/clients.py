@@ -1,0 +1,151 @@
+"""Which clients may ask for tokens: redirect URIs a registration may name (RFC 7591 with RFC 8252's loopback
+rule), and client ID metadata documents (an https `client_id` whose URL serves the client's metadata).
+
+A redirect URI is https, or http on a loopback host (RFC 8252 section 7.3: native apps listen on
+127.0.0.1, [::1] or localhost); never a fragment or user info. With an allow-list of redirect hosts, an
+https redirect's host must be on it (loopback stays allowed: it only ever reaches the user's own machine).
+A private-use scheme URI (RFC 8252 section 7.1, e.g. Cursor's) only when listed, exactly.
+
+A metadata document is fetched through the project's network-safety rules (https, every resolved address
+public, the connection pinned to the checked addresses, no redirects), read up to `MAX_DOCUMENT_BYTES`, and
+must be JSON client metadata naming the same `client_id` with redirect URIs allowed above. It is public
+(`token_endpoint_auth_method` none): a document cannot carry a secret. Documents are cached per process for
+`CACHE_SECONDS`; a refused one is remembered for `FAILURE_CACHE_SECONDS`, so a bad URL costs one fetch.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.parse
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx2
+from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
+from pydantic import ValidationError
+
+from mcp_backend.netsafety import MAX_ENDPOINT_URL_LENGTH, UnsafeUrl, is_loopback_host, resolve_endpoint
+from mcp_backend.observability import logger
+from mcp_backend.probes.errors import ProbeResponseTooLarge
+from mcp_backend.probes.pinning import PinnedTransport
+
+MAX_DOCUMENT_BYTES = 8 * 1024
+CACHE_SECONDS = 300.0
+FAILURE_CACHE_SECONDS = 30.0
+FETCH_TIMEOUT_SECONDS = 3.0
+SCOPES = ("read", "submit")  # what this server grants: the endpoint's tools need one or the other
+
+
+class RejectedClient(ValueError):
+    """Metadata (registered or fetched) this server refuses; the message names the fault, never a secret."""
+
+
+def check_redirect_uris(uris: list[str], allowed_hosts: tuple[str, ...], native: tuple[str, ...] = ()) -> None:
+    if not uris:
+        raise RejectedClient("redirect_uris must name at least one URI")
+    for uri in uris:
+        if uri in native:
+            continue  # a listed private-use redirect, matched exactly
+        parts = urllib.parse.urlsplit(uri)
+        host = parts.hostname or ""
+        if parts.fragment or parts.username or parts.password or not host:
+            raise RejectedClient("a redirect URI must have a host and no fragment or user info")
+        if parts.scheme == "http" and is_loopback_host(host):
+            continue
+        if parts.scheme != "https":
+            raise RejectedClient("a redirect URI must be https, or http on a loopback host (RFC 8252)")
+        if allowed_hosts and host.lower() not in allowed_hosts:
+            raise RejectedClient("the redirect URI's host is not on this server's allow-list")
+
+
+def is_metadata_url(client_id: str) -> bool:
+    """A client ID metadata document URL: https with a path (the spec's form), not a registered client's id."""
+    return client_id.startswith("https://") or client_id.startswith("http://")
+
+
+Fetch = Callable[[str], Awaitable[bytes]]
+
+
+class MetadataDocuments:
+    """Client ID metadata documents, fetched safely and cached (see the module docstring)."""
+
+    def __init__(
+        self,
+        allowed_hosts: tuple[str, ...],
+        *,
+        native_redirect_uris: tuple[str, ...] = (),
+        allow_loopback_hosts: bool = False,
+        fetch: Fetch | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.allowed_hosts = allowed_hosts
+        self.native_redirect_uris = native_redirect_uris
+        self.allow_loopback_hosts = allow_loopback_hosts
+        self.fetch = fetch or self._fetch
+        self.clock = clock
+        self._cache: dict[str, tuple[float, OAuthClientInformationFull | None]] = {}
+        self._lock = threading.Lock()
+
+    async def client(self, url: str) -> OAuthClientInformationFull | None:
+        """The document's client, or None when it cannot be had or is refused (logged by its fault only)."""
+        now = self.clock()
+        with self._lock:
+            cached = self._cache.get(url)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        try:
+            found: OAuthClientInformationFull | None = self.parse(url, await self.fetch(url))
+            lifetime = CACHE_SECONDS
+        except (RejectedClient, UnsafeUrl, ProbeResponseTooLarge, httpx2.HTTPError) as error:
+            logger.info("client metadata document refused", extra={"reason": type(error).__name__})
+            found, lifetime = None, FAILURE_CACHE_SECONDS
+        with self._lock:
+            if len(self._cache) > 1000:  # many distinct URLs: forget them all rather than grow without bound
+                self._cache.clear()
+            self._cache[url] = (now + lifetime, found)
+        return found
+
+    def parse(self, url: str, body: bytes) -> OAuthClientInformationFull:
+        if len(body) > MAX_DOCUMENT_BYTES:
+            raise RejectedClient("the client metadata document is too large")
+        try:
+            document: Any = json.loads(body)
+        except ValueError:
+            raise RejectedClient("the client metadata document is not JSON") from None
+        if not isinstance(document, dict) or document.get("client_id") != url:
+            raise RejectedClient("the client metadata document names another client_id")
+        if document.get("token_endpoint_auth_method", "none") != "none" or "client_secret" in document:
+            raise RejectedClient("a client metadata document describes a public client (no secret)")
+        try:
+            metadata = OAuthClientMetadata.model_validate({k: v for k, v in document.items() if k != "client_id"})
+        except ValidationError:
+            raise RejectedClient("the client metadata document is not valid client metadata") from None
+        check_redirect_uris(
+            [str(uri) for uri in metadata.redirect_uris or []], self.allowed_hosts, self.native_redirect_uris
+        )
+        # A document without `scope` may ask for every scope (registration defaults the same way).
+        return OAuthClientInformationFull.model_validate(
+            {
+                **metadata.model_dump(),
+                "client_id": url,
+                "token_endpoint_auth_method": "none",
+                "scope": metadata.scope or " ".join(SCOPES),
+            }
+        )
+
+    async def _fetch(self, url: str) -> bytes:
+        if len(url) > MAX_ENDPOINT_URL_LENGTH:
+            raise RejectedClient("the client_id URL is too long")
+        parts, addresses = resolve_endpoint(url, allow_loopback_hosts=self.allow_loopback_hosts)
+        if not parts.path.strip("/"):
+            raise RejectedClient("a client_id URL needs a path")
+        transport = PinnedTransport(url, tuple(addresses), max_response_bytes=MAX_DOCUMENT_BYTES)
+        async with httpx2.AsyncClient(
+            transport=transport, timeout=FETCH_TIMEOUT_SECONDS, follow_redirects=False, trust_env=False
+        ) as client:
+            response = await client.get(url, headers={"accept": "application/json"})
+        if response.status_code != 200:
+            raise RejectedClient("the client metadata document could not be fetched")
+        return response.content

@@ -1,0 +1,105 @@
+"""AuthorizationTable's owner: every record the authorization server keeps, one item per record, each with a
+TTL (`expiresAt`, epoch seconds) so DynamoDB deletes what is no longer needed.
+
+Keys (`pk`) by record kind:
+- `client#<client id>`: a registered client's metadata; its TTL moves forward when the client gets tokens
+  (a registration unused for the idle period expires, and the client then gets `invalid_client`);
+- `txn#<id>`: an authorization request between /authorize, the upstream login and the consent form;
+- `code#<sha256 of the code>`: an authorization code, consumed once by a conditional update;
+- `refresh#<sha256 of the token>`: a refresh token, rotated once by a conditional update;
+- `family#<id>`: one login's grant: its refresh tokens all name it, and revoking it ends all of them;
+- `rate#<what>#<window>`: a fixed-window counter (registrations per source).
+
+Codes and refresh tokens are stored by their sha256: the table never holds a usable secret. TTL deletion
+lags (up to a few days), so every read checks `expiresAt` itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mcp_backend.aws import botocore_errors, client_or_lazy
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class AuthorizationStore:
+    def __init__(self, table_name: str, client: Any = None, clock: Callable[[], float] = time.time) -> None:
+        self.table_name = table_name
+        self.dynamodb = client_or_lazy(client, "dynamodb")
+        self.clock = clock
+
+    def put(self, key: str, data: dict[str, Any], ttl_seconds: float, *, new: bool = False) -> None:
+        """Write a record living `ttl_seconds`; with `new`, only if no such record exists (False otherwise)."""
+        item = {
+            "pk": {"S": key},
+            "data": {"S": json.dumps(data, separators=(",", ":"))},
+            "expiresAt": {"N": str(int(self.clock() + ttl_seconds))},
+        }
+        extra = {"ConditionExpression": "attribute_not_exists(pk)"} if new else {}
+        self.dynamodb.put_item(TableName=self.table_name, Item=item, **extra)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The record's data and flags (`used`, `revoked`), or None when absent or expired."""
+        item = self.dynamodb.get_item(TableName=self.table_name, Key={"pk": {"S": key}}, ConsistentRead=True).get(
+            "Item"
+        )
+        if item is None or int(item["expiresAt"]["N"]) <= self.clock():
+            return None
+        record: dict[str, Any] = json.loads(item["data"]["S"])
+        record["_used"] = "used" in item
+        return record
+
+    def delete(self, key: str) -> None:
+        self.dynamodb.delete_item(TableName=self.table_name, Key={"pk": {"S": key}})
+
+    def mark_used(self, key: str) -> bool:
+        """Flag a code or refresh token as spent: True for the one caller that flagged it, False for every later
+        one (a replay). One conditional update, so two concurrent exchanges cannot both succeed."""
+        return self._applied(
+            Key={"pk": {"S": key}},
+            UpdateExpression="SET #used = :now",
+            ConditionExpression="attribute_exists(pk) AND attribute_not_exists(#used) AND expiresAt > :now",
+            ExpressionAttributeNames={"#used": "used"},  # names, not words DynamoDB may reserve
+            ExpressionAttributeValues={":now": {"N": str(int(self.clock()))}},
+        )
+
+    def touch(self, key: str, ttl_seconds: float) -> None:
+        """Move a record's expiry forward (a client that got tokens stays registered)."""
+        self.dynamodb.update_item(
+            TableName=self.table_name,
+            Key={"pk": {"S": key}},
+            UpdateExpression="SET expiresAt = :expires",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":expires": {"N": str(int(self.clock() + ttl_seconds))}},
+        )
+
+    def count(self, key: str, window_seconds: int, limit: int) -> bool:
+        """Count one event in the current fixed window: True while the count stays within `limit`."""
+        window = int(self.clock()) // window_seconds
+        return self._applied(
+            Key={"pk": {"S": f"rate#{key}#{window}"}},
+            UpdateExpression="ADD hits :one SET expiresAt = :expires",
+            ConditionExpression="attribute_not_exists(hits) OR hits < :limit",
+            ExpressionAttributeValues={
+                ":one": {"N": "1"},
+                ":limit": {"N": str(limit)},
+                ":expires": {"N": str((window + 2) * window_seconds)},
+            },
+        )
+
+    def _applied(self, **update: Any) -> bool:
+        """One conditional UpdateItem: True when DynamoDB applied it, False when its condition did not hold."""
+        try:
+            self.dynamodb.update_item(TableName=self.table_name, **update)
+        except botocore_errors.ClientError as error:
+            if error.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True

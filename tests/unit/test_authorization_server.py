@@ -1,0 +1,506 @@
+"""The stack's authorization server (mcp_backend.authorization) as clients meet it: its ASGI app on the template's
+AuthorizationTable and signing key (moto), the upstream login replaced by a stand-in identity provider, and
+client ID metadata documents served by a stub fetch. Every bad input gets its RFC error and nothing issued."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import secrets
+import urllib.parse
+from typing import Any
+
+import boto3
+import jwt
+import pytest
+from starlette.testclient import TestClient
+
+from devstack.wired_stack import LocalEnvironment
+from mcp_backend.authorization.app import AuthorizationServer
+from mcp_backend.authorization.clients import MetadataDocuments
+from mcp_backend.authorization.signing import KmsSigner
+from mcp_backend.authorization.store import AuthorizationStore
+from mcp_backend.authorization.upstream import Identity, UpstreamLoginFailed, tier_of
+from mcp_backend.config import AuthorizationServerSettings, load_settings
+from mcp_backend.netsafety import PrivateAddress
+
+ISSUER = "https://auth.example"
+RESOURCE = "https://mcp.example/mcp"
+REDIRECT = "http://127.0.0.1:5555/callback"
+CIMD_URL = "https://client.example/oauth/client.json"
+
+
+class StandInUpstream:
+    """The upstream OIDC provider: any code but "refused" signs in alice (group paying -> pro)."""
+
+    async def login_url(self, redirect_uri: str, state: str, nonce: str, challenge: str) -> str:
+        return f"https://idp.example/login?{urllib.parse.urlencode({'state': state, 'redirect_uri': redirect_uri})}"
+
+    async def identity(self, code: str, redirect_uri: str, verifier: str, nonce: str) -> Identity:
+        if code == "refused":
+            raise UpstreamLoginFailed("the provider refused the code (HTTP 400)")
+        return Identity(subject="alice-sub", tier="pro", name="alice@example.com")
+
+
+class Documents:
+    """What each client ID metadata document URL answers (bytes, or an exception raised by the fetch)."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, Any] = {}
+        self.fetched: list[str] = []
+
+    async def __call__(self, url: str) -> bytes:
+        self.fetched.append(url)
+        answer = self.answers[url]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+@pytest.fixture
+def environment(aws) -> LocalEnvironment:
+    return LocalEnvironment(
+        boto3.client,
+        parameters={"AuthMode": "oauth", "AuthorizationServerMode": "builtin", "UpstreamIssuer": "https://idp.example"},
+        on_demand=True,
+    )
+
+
+def build(environment: LocalEnvironment, documents: Documents, **overrides: str) -> tuple[TestClient, Any]:
+    variables = {**environment.stack.function("AuthorizationServer").environment, "AUTHORIZATION_ISSUER": ISSUER}
+    settings = load_settings(AuthorizationServerSettings, {**variables, **overrides})
+    server = AuthorizationServer(
+        settings,
+        AuthorizationStore(settings.authorization_table_name, boto3.client("dynamodb")),
+        KmsSigner(settings.authorization_signing_key_id, boto3.client("kms")),
+        StandInUpstream(),
+        MetadataDocuments((), fetch=documents),
+    )
+    return TestClient(server, base_url=ISSUER, follow_redirects=False), server
+
+
+@pytest.fixture
+def documents() -> Documents:
+    return Documents()
+
+
+@pytest.fixture
+def client(environment, documents) -> TestClient:
+    return build(environment, documents)[0]
+
+
+def pkce() -> tuple[str, str]:
+    verifier = secrets.token_urlsafe(48)
+    return verifier, base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+
+
+def register(client: TestClient, **metadata: Any) -> dict[str, Any]:
+    body = {
+        "redirect_uris": [REDIRECT],
+        "token_endpoint_auth_method": "none",
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "client_name": "Test client",
+        **metadata,
+    }
+    answer = client.post("/register", json=body)
+    assert answer.status_code == 201, answer.text
+    return answer.json()
+
+
+def authorize(client: TestClient, client_id: str, challenge: str, **extra: str) -> Any:
+    query = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": REDIRECT,
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+        "state": "state-123",
+        "scope": "read submit",
+        "resource": RESOURCE,
+        **extra,
+    }
+    return client.get("/authorize", params={k: v for k, v in query.items() if v is not None})
+
+
+def consent_form(client: TestClient, client_id: str, challenge: str) -> tuple[Any, dict[str, str]]:
+    """Authorize, come back from the upstream login: the consent page and its form's fields."""
+    login = authorize(client, client_id, challenge)
+    assert login.status_code == 302, login.text
+    state = urllib.parse.parse_qs(urllib.parse.urlsplit(login.headers["location"]).query)["state"][0]
+    page = client.get("/callback", params={"code": "upstream-code", "state": state})
+    assert page.status_code == 200, page.text
+    fields = dict(
+        (name, value)
+        for name, value in (
+            (part.split('name="')[1].split('"')[0], part.split('value="')[1].split('"')[0])
+            for part in page.text.split("<input")[1:]
+        )
+    )
+    return page, fields
+
+
+def sign_in(client: TestClient, client_id: str) -> tuple[str, str]:
+    """The whole browser leg: (authorization code, PKCE verifier)."""
+    verifier, challenge = pkce()
+    _, fields = consent_form(client, client_id, challenge)
+    answer = client.post("/consent", data={**fields, "decision": "approve"})
+    assert answer.status_code == 302, answer.text
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(answer.headers["location"]).query)
+    assert query["state"] == ["state-123"] and query["iss"] == [ISSUER]
+    return query["code"][0], verifier
+
+
+def exchange(client: TestClient, client_id: str, code: str, verifier: str, **extra: str) -> Any:
+    form = {
+        "grant_type": "authorization_code",
+        "code": code,
+        "redirect_uri": REDIRECT,
+        "client_id": client_id,
+        "code_verifier": verifier,
+        "resource": RESOURCE,
+        **extra,
+    }
+    return client.post("/token", data=form)
+
+
+def refresh(client: TestClient, client_id: str, token: str) -> Any:
+    return client.post("/token", data={"grant_type": "refresh_token", "refresh_token": token, "client_id": client_id})
+
+
+def claims_of(client: TestClient, token: str) -> dict[str, Any]:
+    [key] = client.get("/jwks").json()["keys"]
+    return jwt.decode(token, jwt.PyJWK.from_dict(key).key, algorithms=["ES256"], audience=RESOURCE, issuer=ISSUER)
+
+
+def test_the_metadata_names_the_endpoints_s256_only_public_clients_and_metadata_documents(client):
+    # When a client reads the RFC 8414 metadata
+    metadata = client.get("/.well-known/oauth-authorization-server").json()
+
+    # Then it names every endpoint under the issuer, PKCE S256 only, code only, and public clients
+    assert metadata["issuer"] == ISSUER
+    assert {metadata[name] for name in ("registration_endpoint", "token_endpoint", "revocation_endpoint")} == {
+        f"{ISSUER}/register",
+        f"{ISSUER}/token",
+        f"{ISSUER}/revoke",
+    }
+    assert metadata["code_challenge_methods_supported"] == ["S256"]
+    assert metadata["response_types_supported"] == ["code"]
+    assert set(metadata["grant_types_supported"]) == {"authorization_code", "refresh_token"}
+    assert "none" in metadata["token_endpoint_auth_methods_supported"]
+    assert metadata["client_id_metadata_document_supported"] is True
+
+
+def test_a_registered_client_signs_a_user_in_and_gets_an_es256_token_bound_to_the_resource(client):
+    # Given a client registered dynamically
+    client_id = register(client)["client_id"]
+
+    # When the user signs in and consents, and the client exchanges the code with its verifier
+    code, verifier = sign_in(client, client_id)
+    answer = exchange(client, client_id, code, verifier)
+
+    # Then the access token is a JWT for the resource, with the user's subject, scopes and tier
+    assert answer.status_code == 200, answer.text
+    tokens = answer.json()
+    assert jwt.get_unverified_header(tokens["access_token"])["alg"] == "ES256"
+    claims = claims_of(client, tokens["access_token"])
+    assert (claims["sub"], claims["aud"], claims["scope"], claims["tier"], claims["client_id"]) == (
+        "alice-sub",
+        RESOURCE,
+        "read submit",
+        "pro",
+        client_id,
+    )
+    assert claims["exp"] - claims["iat"] == 600
+    assert tokens["refresh_token"] and tokens["token_type"] == "Bearer"
+    assert answer.headers["cache-control"] == "no-store"
+
+
+def test_the_consent_page_names_the_client_its_redirect_host_and_the_scopes_and_cannot_be_framed(client):
+    client_id = register(client)["client_id"]
+    page, fields = consent_form(client, client_id, pkce()[1])
+    assert "Test client" in page.text and "127.0.0.1" in page.text and RESOURCE in page.text
+    assert "<b>read</b>" in page.text and "<b>submit</b>" in page.text
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    assert page.headers["x-frame-options"] == "DENY"
+    assert set(fields) == {"transaction", "csrf"}
+
+
+def test_an_unknown_or_expired_client_gets_401_invalid_client_at_the_token_endpoint(client):
+    # When a client nobody registered (or whose registration expired) asks for a token
+    answer = exchange(client, "no-such-client", "code", "verifier")
+
+    # Then it is told invalid_client with 401: the signal to register again
+    assert answer.status_code == 401
+    assert answer.json()["error"] == "invalid_client"
+
+
+def test_an_unknown_client_or_a_mismatched_redirect_is_refused_at_authorize_without_a_redirect(client):
+    client_id = register(client)["client_id"]
+    unknown = authorize(client, "no-such-client", pkce()[1])
+    mismatched = authorize(client, client_id, pkce()[1], redirect_uri="http://127.0.0.1:5555/other")
+    assert (unknown.status_code, unknown.json()["error"]) == (400, "invalid_request")
+    assert (mismatched.status_code, mismatched.json()["error"]) == (400, "invalid_request")
+    assert "location" not in mismatched.headers
+
+
+def test_pkce_is_required_s256_only_and_a_wrong_verifier_gets_no_token(client):
+    # Given a registered client
+    client_id = register(client)["client_id"]
+
+    # When it authorizes without a challenge, with plain, and exchanges a code with the wrong verifier
+    missing = authorize(client, client_id, None)
+    plain = authorize(client, client_id, "x" * 43, code_challenge_method="plain")
+    code, _ = sign_in(client, client_id)
+    wrong = exchange(client, client_id, code, "not-the-verifier-" + "x" * 30)
+    no_verifier = client.post("/token", data={"grant_type": "authorization_code", "code": code, "client_id": client_id})
+
+    # Then: the two requests are refused back at the redirect URI, the exchanges with invalid_grant/invalid_request
+    for refused in (missing, plain):
+        assert refused.status_code == 302
+        assert "error=invalid_request" in refused.headers["location"]
+    assert (wrong.status_code, wrong.json()["error"]) == (400, "invalid_grant")
+    assert (no_verifier.status_code, no_verifier.json()["error"]) == (400, "invalid_request")
+
+
+def test_a_code_must_be_exchanged_with_its_redirect_uri(client):
+    client_id = register(client)["client_id"]
+    code, verifier = sign_in(client, client_id)
+    answer = exchange(client, client_id, code, verifier, redirect_uri="http://127.0.0.1:5555/other")
+    assert (answer.status_code, answer.json()["error"]) == (400, "invalid_request")
+
+
+def test_a_replayed_code_is_refused_and_revokes_what_the_code_issued(client):
+    # Given a code exchanged once
+    client_id = register(client)["client_id"]
+    code, verifier = sign_in(client, client_id)
+    first = exchange(client, client_id, code, verifier).json()
+
+    # When the code is presented again
+    replay = exchange(client, client_id, code, verifier)
+
+    # Then it is invalid_grant, and the refresh token the first exchange got no longer works
+    assert (replay.status_code, replay.json()["error"]) == (400, "invalid_grant")
+    assert "access_token" not in replay.json()
+    assert refresh(client, client_id, first["refresh_token"]).json()["error"] == "invalid_grant"
+
+
+def test_refresh_tokens_rotate_and_a_reused_one_revokes_the_family(client):
+    # Given tokens from a sign-in
+    client_id = register(client)["client_id"]
+    code, verifier = sign_in(client, client_id)
+    first = exchange(client, client_id, code, verifier).json()
+
+    # When the refresh token is used, then used again (a thief replaying it)
+    rotated = refresh(client, client_id, first["refresh_token"])
+    reused = refresh(client, client_id, first["refresh_token"])
+    after = refresh(client, client_id, rotated.json()["refresh_token"])
+
+    # Then the first use rotates it, the reuse is invalid_grant, and the rotated token is revoked with its family
+    assert rotated.status_code == 200 and rotated.json()["refresh_token"] != first["refresh_token"]
+    assert claims_of(client, rotated.json()["access_token"])["sub"] == "alice-sub"
+    assert (reused.status_code, reused.json()["error"]) == (400, "invalid_grant")
+    assert (after.status_code, after.json()["error"]) == (400, "invalid_grant")
+
+
+def test_revoking_a_refresh_or_access_token_ends_the_grant(client):
+    client_id = register(client)["client_id"]
+    for kind in ("refresh_token", "access_token"):
+        code, verifier = sign_in(client, client_id)
+        tokens = exchange(client, client_id, code, verifier).json()
+        revoked = client.post("/revoke", data={"token": tokens[kind], "client_id": client_id})
+        assert revoked.status_code == 200
+        assert refresh(client, client_id, tokens["refresh_token"]).json()["error"] == "invalid_grant"
+
+
+def test_registration_refuses_unsafe_redirect_uris(environment, documents):
+    # Given a server whose https redirects are limited to claude.ai
+    client = build(environment, documents, AUTHORIZATION_REDIRECT_HOSTS="claude.ai")[0]
+    cases = {
+        "http://attacker.example/cb": "invalid_redirect_uri",
+        "https://attacker.example/cb": "invalid_redirect_uri",
+        "https://claude.ai/cb#fragment": "invalid_redirect_uri",
+        "javascript:alert(1)": "invalid_redirect_uri",
+    }
+    for uri, error in cases.items():
+        answer = client.post("/register", json={"redirect_uris": [uri], "token_endpoint_auth_method": "none"})
+        assert (answer.status_code, answer.json()["error"]) == (400, error), uri
+    # And loopback http and the allowed host are accepted
+    for uri in ("http://localhost:1234/cb", "http://[::1]:9/cb", "https://claude.ai/api/mcp/auth_callback"):
+        assert client.post("/register", json={"redirect_uris": [uri]}).status_code == 201, uri
+
+
+def test_cursors_registration_with_its_private_use_redirect_is_accepted_and_other_schemes_are_not(client):
+    # Given the redirect URIs Cursor registers: its private-use scheme, its https callback and a loopback one
+    cursor = [
+        "cursor://anysphere.cursor-mcp/oauth/callback",
+        "https://www.cursor.com/agents/mcp/oauth/callback",
+        "http://localhost:8787/callback",
+    ]
+
+    # When Cursor registers, and clients register other private-use URIs
+    accepted = client.post("/register", json={"redirect_uris": cursor, "token_endpoint_auth_method": "none"})
+    refused = [
+        client.post("/register", json={"redirect_uris": [uri], "token_endpoint_auth_method": "none"})
+        for uri in (
+            "cursor://anysphere.cursor-mcp/oauth/other",
+            "cursor://anysphere.cursor-mcp/oauth/callback#fragment",
+            "evilapp://anysphere.cursor-mcp/oauth/callback",
+        )
+    ]
+
+    # Then Cursor is registered with all three, and only the listed URI, exactly, is accepted
+    assert accepted.status_code == 201, accepted.text
+    assert [str(uri) for uri in accepted.json()["redirect_uris"]] == cursor
+    assert [(r.status_code, r.json()["error"]) for r in refused] == [(400, "invalid_redirect_uri")] * 3
+
+
+def test_a_registration_flood_from_one_source_is_rate_limited(environment, documents):
+    # Given a limit of 3 registrations per source and hour
+    client = build(environment, documents, REGISTRATIONS_PER_HOUR="3")[0]
+    body = {"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}
+
+    # When one source registers five times
+    answers = [client.post("/register", json=body, headers={"x-forwarded-for": "203.0.113.7"}) for _ in range(5)]
+
+    # Then the fourth and fifth are 429 with Retry-After and register nothing; another source still can
+    assert [answer.status_code for answer in answers] == [201, 201, 201, 429, 429]
+    assert answers[3].headers["retry-after"] == "3600" and "client_id" not in answers[3].json()
+    assert client.post("/register", json=body, headers={"x-forwarded-for": "198.51.100.1"}).status_code == 201
+
+
+def test_a_client_id_metadata_document_client_signs_in(client, documents):
+    # Given a client known only by its metadata document's URL
+    documents.answers[CIMD_URL] = json.dumps(
+        {"client_id": CIMD_URL, "client_name": "Doc client", "redirect_uris": [REDIRECT]}
+    ).encode()
+
+    # When it goes through the flow with its URL as client_id
+    verifier, challenge = pkce()
+    page, fields = consent_form(client, CIMD_URL, challenge)
+    redirect = client.post("/consent", data={**fields, "decision": "approve"}).headers["location"]
+    code = urllib.parse.parse_qs(urllib.parse.urlsplit(redirect).query)["code"][0]
+    answer = exchange(client, CIMD_URL, code, verifier)
+
+    # Then the consent names it, it gets a token for its URL, and the document was fetched once (cached)
+    assert "Doc client" in page.text
+    assert answer.status_code == 200, answer.text
+    assert claims_of(client, answer.json()["access_token"])["client_id"] == CIMD_URL
+    assert documents.fetched == [CIMD_URL]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        PrivateAddress("resolves to a private or reserved address"),
+        b"x" * (8 * 1024 + 1),
+        b"{not json",
+        json.dumps({"client_id": "https://other.example/c.json", "redirect_uris": [REDIRECT]}).encode(),
+        json.dumps({"client_id": CIMD_URL, "redirect_uris": ["http://attacker.example/cb"]}).encode(),
+        json.dumps(
+            {"client_id": CIMD_URL, "redirect_uris": [REDIRECT], "token_endpoint_auth_method": "client_secret_post"}
+        ).encode(),
+    ],
+    ids=["private-address", "oversized", "malformed", "other-client-id", "unsafe-redirect", "secret-method"],
+)
+def test_a_refused_metadata_document_gets_no_code_and_no_token(client, documents, answer):
+    # Given a client_id URL whose document cannot be used
+    documents.answers[CIMD_URL] = answer
+
+    # When a client authorizes and asks for a token with it
+    authorized = authorize(client, CIMD_URL, pkce()[1])
+    token = exchange(client, CIMD_URL, "code", "verifier")
+
+    # Then authorize refuses it without a redirect, and the token endpoint says invalid_client
+    assert (authorized.status_code, authorized.json()["error"]) == (400, "invalid_request")
+    assert (token.status_code, token.json()["error"]) == (401, "invalid_client")
+
+
+@pytest.mark.parametrize("url", ["https://10.0.0.5/client.json", "https://169.254.169.254/latest/meta-data/x"])
+def test_the_real_fetch_refuses_private_addresses_before_connecting(url):
+    # Given the metadata documents with the network-safety rules (no stub)
+    found = asyncio.run(MetadataDocuments(()).client(url))
+
+    # Then the document is refused without a connection
+    assert found is None
+
+
+def test_the_real_fetch_refuses_a_name_that_resolves_to_a_private_address(monkeypatch):
+    # Given a resolver that answers a private address for the client's host
+    monkeypatch.setattr("socket.getaddrinfo", lambda *args, **kwargs: [(2, 1, 6, "", ("192.168.1.20", 443))])
+
+    # Then the document is refused
+    assert asyncio.run(MetadataDocuments(()).client(CIMD_URL)) is None
+
+
+def test_consent_needs_the_cookie_and_the_form_token_and_deny_reports_access_denied(client):
+    client_id = register(client)["client_id"]
+    _, fields = consent_form(client, client_id, pkce()[1])
+
+    # When the form is posted without the cookie, with another token, or from another origin
+    cookie = client.cookies.get("mcp_consent")
+    client.cookies.clear()
+    without_cookie = client.post("/consent", data={**fields, "decision": "approve"})
+    client.cookies.set("mcp_consent", cookie, domain="auth.example")
+    forged = client.post("/consent", data={**fields, "csrf": "forged", "decision": "approve"})
+    cross_origin = client.post(
+        "/consent", data={**fields, "decision": "approve"}, headers={"origin": "https://attacker.example"}
+    )
+    denied = client.post("/consent", data={**fields, "decision": "deny"})
+    again = client.post("/consent", data={**fields, "decision": "approve"})
+
+    # Then the first three are refused, deny goes back with access_denied and the state, and the form is spent
+    assert [r.status_code for r in (without_cookie, forged, cross_origin)] == [403, 403, 403]
+    assert denied.status_code == 302
+    assert "error=access_denied" in denied.headers["location"] and "state=state-123" in denied.headers["location"]
+    assert again.status_code == 403
+
+
+def test_a_failed_upstream_login_goes_back_with_access_denied(client):
+    client_id = register(client)["client_id"]
+    login = authorize(client, client_id, pkce()[1])
+    state = urllib.parse.parse_qs(urllib.parse.urlsplit(login.headers["location"]).query)["state"][0]
+    answer = client.get("/callback", params={"code": "refused", "state": state})
+    assert answer.status_code == 302 and "error=access_denied" in answer.headers["location"]
+    assert client.get("/callback", params={"code": "upstream-code", "state": state}).status_code == 400
+
+
+def test_a_resource_outside_the_allowed_list_is_invalid_target(environment, documents):
+    client = build(environment, documents, AUTHORIZATION_RESOURCES=RESOURCE)[0]
+    client_id = register(client)["client_id"]
+    answer = authorize(client, client_id, pkce()[1], resource="https://other.example/mcp")
+    assert answer.status_code == 302 and "error=invalid_target" in answer.headers["location"]
+
+
+def test_no_token_code_or_secret_reaches_the_logs(client, capsys):
+    # Given a whole flow, a replay and a reuse (both logged)
+    registered = register(client, token_endpoint_auth_method="client_secret_post")
+    client_id, secret = registered["client_id"], registered["client_secret"]
+    code, verifier = sign_in(client, client_id)
+    tokens = exchange(client, client_id, code, verifier, client_secret=secret).json()
+    exchange(client, client_id, code, verifier, client_secret=secret)
+    for _ in range(2):
+        client.post(
+            "/token",
+            data={
+                "grant_type": "refresh_token",
+                "refresh_token": tokens["refresh_token"],
+                "client_id": client_id,
+                "client_secret": secret,
+            },
+        )
+
+    # Then nothing logged carries any of them
+    logged = capsys.readouterr()
+    for value in (code, verifier, secret, tokens["access_token"], tokens["refresh_token"]):
+        assert value not in logged.out + logged.err
+
+
+def test_tiers_come_from_the_highest_mapped_group():
+    tiers = {"paying": "pro", "staff": "internal"}
+    assert tier_of(["paying", "staff"], tiers) == "internal"
+    assert tier_of(["paying"], tiers) == "pro"
+    assert tier_of(["other"], tiers) == "free"
+    assert tier_of(None, tiers) == "free"

@@ -1,0 +1,169 @@
+"""The authorization server's upstream OIDC login (mcp_backend.authorization.upstream) against a stand-in provider:
+its discovery and JWKS from a stub fetch, its token endpoint an httpx mock transport. A provider answer that cannot
+be trusted is UpstreamLoginFailed (the user goes back to the client with access_denied), never a signed-in user."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+from typing import Any
+
+import anyio
+import boto3
+import httpx
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from mcp_backend.authorization.upstream import Identity, Upstream, UpstreamLoginFailed
+from mcp_backend.config import AuthorizationServerSettings
+
+ISSUER = "https://idp.example"
+CLIENT_ID = "as-client"
+KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def settings(**overrides: str) -> AuthorizationServerSettings:
+    return AuthorizationServerSettings.model_validate(
+        {
+            "AUTHORIZATION_TABLE_NAME": "t",
+            "AUTHORIZATION_SIGNING_KEY_ID": "k",
+            "UPSTREAM_ISSUER": ISSUER,
+            "UPSTREAM_CLIENT_ID": CLIENT_ID,
+            "UPSTREAM_TIER_MAP": "paying=pro,staff=internal",
+            **overrides,
+        }
+    )
+
+
+def provider_documents(url: str) -> bytes:
+    if url.endswith("/.well-known/openid-configuration"):
+        return json.dumps(
+            {
+                "issuer": ISSUER,
+                "authorization_endpoint": f"{ISSUER}/oauth2/authorize",
+                "token_endpoint": f"{ISSUER}/oauth2/token",
+                "jwks_uri": f"{ISSUER}/jwks",
+            }
+        ).encode()
+    public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key()))
+    return json.dumps({"keys": [{**public, "kid": "k1", "use": "sig"}]}).encode()
+
+
+def id_token(key: Any = KEY, **overrides: Any) -> str:
+    now = int(time.time())
+    claims = {
+        "iss": ISSUER,
+        "sub": "user-1",
+        "aud": CLIENT_ID,
+        "exp": now + 300,
+        "iat": now,
+        "nonce": "n-1",
+        "email": "ann@example.com",
+        "cognito:groups": ["paying"],
+        **overrides,
+    }
+    return jwt.encode({k: v for k, v in claims.items() if v is not None}, key, algorithm="RS256", headers={"kid": "k1"})
+
+
+def upstream(answer: httpx.Response, seen: list[dict[str, str]] | None = None, **overrides: str) -> Upstream:
+    def token_endpoint(request: httpx.Request) -> httpx.Response:
+        if seen is not None:
+            seen.append(dict(urllib.parse.parse_qsl(request.content.decode())))
+        return answer
+
+    return Upstream(settings(**overrides), fetch=provider_documents, transport=httpx.MockTransport(token_endpoint))
+
+
+def sign_in(provider: Upstream, nonce: str = "n-1") -> Identity:
+    return anyio.run(provider.identity, "code-1", "https://as.example/callback", "verifier-1", nonce)
+
+
+def test_a_valid_id_token_signs_the_user_in_with_the_tier_of_their_groups():
+    # Given a provider that answers the code with a valid ID token
+    seen: list[dict[str, str]] = []
+    provider = upstream(httpx.Response(200, json={"id_token": id_token()}), seen)
+
+    # When the callback's code is exchanged
+    identity = sign_in(provider)
+
+    # Then the user is the token's subject, shown by email, on the tier their group maps to; the exchange sent
+    # the verifier and the callback URL
+    assert identity == Identity(subject="user-1", tier="pro", name="ann@example.com")
+    assert seen[0]["code_verifier"] == "verifier-1" and seen[0]["redirect_uri"] == "https://as.example/callback"
+    assert "client_secret" not in seen[0]
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        id_token(nonce="another"),
+        id_token(aud="another-client"),
+        id_token(iss="https://other-idp.example"),
+        id_token(exp=int(time.time()) - 3600),
+        id_token(key=OTHER_KEY),
+        id_token(sub=None),
+        "not-a-jwt",
+    ],
+    ids=["nonce", "audience", "issuer", "expired", "signature", "no-subject", "garbage"],
+)
+def test_an_id_token_that_cannot_be_trusted_signs_nobody_in(token):
+    provider = upstream(httpx.Response(200, json={"id_token": token}))
+    with pytest.raises(UpstreamLoginFailed):
+        sign_in(provider)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [httpx.Response(400, json={"error": "invalid_grant"}), httpx.Response(200, json={"access_token": "x"})],
+    ids=["refused-code", "no-id-token"],
+)
+def test_a_refused_code_or_an_answer_without_an_id_token_signs_nobody_in(answer):
+    with pytest.raises(UpstreamLoginFailed):
+        sign_in(upstream(answer))
+
+
+def test_the_login_url_carries_pkce_s256_the_nonce_and_the_state():
+    provider = upstream(httpx.Response(200))
+    url = anyio.run(provider.login_url, "https://as.example/callback", "state-1", "n-1", "challenge-1")
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
+    assert url.startswith(f"{ISSUER}/oauth2/authorize?")
+    assert query == {
+        "response_type": "code",
+        "client_id": CLIENT_ID,
+        "redirect_uri": "https://as.example/callback",
+        "scope": "openid email profile",
+        "state": "state-1",
+        "nonce": "n-1",
+        "code_challenge": "challenge-1",
+        "code_challenge_method": "S256",
+    }
+
+
+def test_a_discovery_document_naming_another_issuer_is_refused():
+    def documents(url: str) -> bytes:
+        return json.dumps({"issuer": "https://evil.example", "jwks_uri": "x"}).encode()
+
+    provider = Upstream(settings(), fetch=documents)
+    with pytest.raises(UpstreamLoginFailed):
+        anyio.run(provider.login_url, "https://as.example/callback", "s", "n", "c")
+
+
+def test_an_unknown_tier_in_the_map_is_a_configuration_error():
+    with pytest.raises(ValueError, match="UPSTREAM_TIER_MAP"):
+        settings(UPSTREAM_TIER_MAP="paying=gold")
+
+
+def test_a_client_secret_comes_from_secrets_manager_and_goes_in_the_token_request(aws):
+    # Given the upstream client's secret in Secrets Manager (not in the environment)
+    secrets = boto3.client("secretsmanager")
+    arn = secrets.create_secret(Name="stack/upstream-client", SecretString="s3cr3t\n")["ARN"]
+    seen: list[dict[str, str]] = []
+
+    # When a code is exchanged
+    sign_in(upstream(httpx.Response(200, json={"id_token": id_token()}), seen, UPSTREAM_CLIENT_SECRET_ID=arn))
+
+    # Then the request carried the secret (client_secret_post)
+    assert seen[0]["client_secret"] == "s3cr3t"
