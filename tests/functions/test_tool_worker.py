@@ -138,6 +138,34 @@ def test_a_permanent_failure_fails_the_job_at_once_and_dead_letters_its_message(
     ]
 
 
+def test_a_result_over_the_cap_fails_its_job_alone_with_the_limit_named(local):
+    # Given results capped at 4 KiB, and a batch in which one job analyses a dataset of 60 columns (a summary of
+    # about 10 KB) between two small ones
+    local.function_overrides["JOB_RESULT_MAX_BYTES"] = "4096"
+    header = ",".join(f"column_{n}" for n in range(60))
+    row = ",".join(str(n) for n in range(60))
+    wide = "s3://local-datasets/user-alice/wide.csv"
+    boto3.client("s3").put_object(Bucket="local-datasets", Key="user-alice/wide.csv", Body=f"{header}\n{row}\n")
+    event = load_event("tool_worker/healthy-batch.json")
+    event["Records"] = event["Records"][:3]
+    event["Records"][1]["body"] = job_body("job-wide-result", url=wide)
+
+    # When the worker handles the batch
+    response = local.invoke(WORKER, event)
+
+    # Then that job alone fails at once with ResultTooLarge naming the cap (dead-lettered, never retried), and the
+    # others of its batch succeed
+    assert response == {"batchItemFailures": []}
+    item = job_item(local, "job-wide-result")
+    assert (item["status"], item["error"]["type"]) == ("FAILED", "ResultTooLarge")
+    assert "4096-byte limit" in item["error"]["message"]
+    assert [job_item(local, job_id)["status"] for job_id in record_job_ids(event)] == [
+        "SUCCEEDED",
+        "FAILED",
+        "SUCCEEDED",
+    ]
+
+
 def test_an_unknown_job_type_fails_that_record_alone_with_a_clear_reason(local):
     # Given a batch whose second message's jobType attribute names no job-capable tool
     event = load_event("tool_worker/healthy-batch.json")

@@ -4,6 +4,7 @@ fit a JobTable item. JobTable is the template's, on moto."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import time
 from types import SimpleNamespace
@@ -16,6 +17,7 @@ from botocore.exceptions import ClientError
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams
 
+from mcp_backend.aws import AwsClients
 from mcp_backend.jobs.errors import JobAlreadyFinished, JobCancelled, JobNotFound, ResultTooLarge
 from mcp_backend.jobs.models import JobMessage, JobStatus
 from mcp_backend.jobs.service import JobQueues, JobsService
@@ -107,6 +109,17 @@ def test_a_result_dynamodb_refuses_for_its_size_is_a_permanent_failure():
     assert is_permanent(refused.value)
 
 
+def all_pages(jobs: JobsService, job_id: str) -> list[str]:
+    """Every resultChunk of a job's result, following the cursors."""
+    pages, cursor = [], None
+    while True:
+        page = jobs.page(USER, job_id, cursor)
+        pages.append(page["resultChunk"])
+        cursor = page.get("nextCursor")
+        if cursor is None:
+            return pages
+
+
 def test_a_large_result_is_paged_from_the_result_bucket(jobs, local):
     # Given a SUCCEEDED job whose result lives in the result bucket
     job = recorded(jobs)
@@ -115,17 +128,75 @@ def test_a_large_result_is_paged_from_the_result_bucket(jobs, local):
     jobs.store.mark_succeeded(job, result_key="results/k.json")
 
     # When its owner pages it
-    pages, cursor = [], None
-    while True:
-        page = jobs.page(USER, job.job_id, cursor)
-        pages.append(page["resultChunk"])
-        cursor = page.get("nextCursor")
-        if cursor is None:
-            break
+    pages = all_pages(jobs, job.job_id)
 
     # Then the pages join to the stored text, and the item itself holds only the key
     assert "".join(pages) == text and len(pages) > 1
     assert "result" not in jobs.store.get(job.job_id)
+
+
+class RecordingS3:
+    """The real (moto) S3 client, recording each GetObject's Range and the bytes it returned."""
+
+    def __init__(self) -> None:
+        self._s3 = boto3.client("s3")
+        self.reads: list[tuple[str | None, int]] = []
+
+    def get_object(self, **request: Any) -> dict[str, Any]:
+        answer = self._s3.get_object(**request)
+        body = answer["Body"].read()
+        self.reads.append((request.get("Range"), len(body)))
+        answer["Body"] = io.BytesIO(body)
+        return answer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._s3, name)
+
+
+def large_result(jobs: JobsService, local, size_hint: int = 5000) -> tuple[JobMessage, str]:
+    job = recorded(jobs)
+    text = json.dumps({"columns": ["c" * 100] * size_hint}, separators=(",", ":"))
+    boto3.client("s3").put_object(Bucket=local.table_name("JobResultBucket"), Key="results/k.json", Body=text)
+    jobs.store.mark_succeeded(job, result_key="results/k.json")
+    return job, text
+
+
+def test_each_page_of_a_large_result_reads_only_its_own_bytes(local):
+    # Given a result of about 500 KB in the result bucket and pages of 64 KiB
+    s3 = RecordingS3()
+    queues = JobQueues(
+        job_table_name=local.table_name("JobTable"),
+        job_queue_url=local.queue_url("JobQueue"),
+        job_dead_letter_queue_url=local.queue_url("JobDeadLetterQueue"),
+        result_bucket_name=local.table_name("JobResultBucket"),
+        result_page_bytes=64 * 1024,
+    )
+    jobs = JobsService(queues, AwsClients(lambda service: s3 if service == "s3" else boto3.client(service)))
+    job, text = large_result(jobs, local)
+
+    # When its owner reads every page
+    pages = all_pages(jobs, job.job_id)
+
+    # Then the pages join to the result, and each page was one ranged read of at most a page: the bytes read in
+    # all equal the result's size (never the whole object per page)
+    assert "".join(pages) == text
+    assert all(requested is not None and read <= 64 * 1024 for requested, read in s3.reads)
+    assert sum(read for _, read in s3.reads) == len(text)
+
+
+def test_a_task_with_a_large_result_answers_its_first_page_and_the_cursor_for_the_rest(jobs, local):
+    # Given a completed task whose result is larger than a page
+    job, text = large_result(jobs, local)
+
+    # When its owner polls it
+    task = job_tasks(jobs)._task(USER, job.job_id)
+
+    # Then it is completed with the first page and a cursor, not the whole result
+    assert task["status"] == "completed"
+    first = task["result"]["structuredContent"]
+    assert len(first["resultChunk"]) == jobs.queues.result_page_bytes < len(text)
+    assert first["resultChars"] == len(text) and "nextCursor" in first
+    assert "get_job" in task["result"]["content"][0]["text"]
 
 
 def test_a_checkpoint_stops_a_cancelled_run_and_is_free_elsewhere():

@@ -111,6 +111,10 @@ class ToolSettings(TierLimitSettings):
     # endpoint_status reports uptime over this many seconds of probe results.
     probe_uptime_window_seconds: int = Field(default=86400, gt=0)
     dataset_max_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
+    # Lambda sets it from the function's MemorySize; half of it is shared by the analyses that run at once.
+    aws_lambda_function_memory_size: int = Field(default=512, gt=0)
+    # A job's result is refused past this (ResultTooLarge, permanent): far below what a page-by-page read costs.
+    job_result_max_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     # s3:// datasets: the bucket tenants upload to (each under its own prefix), and comma-separated key
     # prefixes of it that every tenant may read (each ending in "/"); empty: none.
     dataset_bucket_name: str = ""
@@ -118,6 +122,14 @@ class ToolSettings(TierLimitSettings):
     # Only the local stack sets this: the fetcher may reach loopback (no other private address) and plain http.
     dataset_allow_loopback_hosts: bool = False
     call_log_stream_name: str
+
+    def analyses_at_once(self) -> int:
+        """How many analyses may share the function's memory: one per request on the endpoint (an environment
+        serves one at a time); the worker overrides it with the records of a batch that run at once."""
+        return 1
+
+    def analysis_memory_budget_bytes(self) -> int:
+        return self.aws_lambda_function_memory_size * 1024 * 1024 // 2 // self.analyses_at_once()
 
     def dataset_shared_prefix_list(self) -> tuple[str, ...]:
         return tuple(prefix.strip() for prefix in self.dataset_shared_prefixes.split(",") if prefix.strip())
@@ -139,6 +151,9 @@ class WorkerSettings(ToolSettings):
     job_max_receive_count: int = Field(gt=0)
     # Records of one batch that run at once (their I/O overlaps); 1 runs them one after another.
     record_concurrency: int = Field(default=10, ge=1, le=10)
+
+    def analyses_at_once(self) -> int:
+        return self.record_concurrency
 
 
 class StreamConsumerSettings(Settings):

@@ -14,14 +14,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_backend.aws import client_or_lazy
+from mcp_backend.aws import botocore_errors, client_or_lazy
 
 # Results whose JSON text is larger than this are stored in the result bucket.
 INLINE_RESULT_LIMIT_BYTES = 300 * 1024
 
 
 def result_text(result: dict[str, Any]) -> str:
-    """A result's JSON text, the form it is stored and paged in."""
+    """A result's JSON text, the form it is stored and paged in: ASCII (json.dumps escapes the rest), so a page
+    of its bytes is a page of its characters and never splits one."""
     return json.dumps(result, separators=(",", ":"), default=str)
 
 
@@ -49,5 +50,16 @@ class ResultObjects:
             ServerSideEncryption="AES256",
         )
 
-    def get_text(self, key: str) -> str:
-        return str(self.client.get_object(Bucket=self.bucket_name, Key=key)["Body"].read().decode())
+    def get_range(self, key: str, start: int, length: int) -> tuple[str, int]:
+        """Bytes `start` to `start + length - 1` of a result (one ranged GetObject: the rest is never read), and
+        the result's whole size; ("", size) past its end."""
+        try:
+            answer = self.client.get_object(
+                Bucket=self.bucket_name, Key=key, Range=f"bytes={start}-{start + length - 1}"
+            )
+        except botocore_errors.ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "InvalidRange":
+                raise
+            return "", start
+        total = int(str(answer.get("ContentRange", "")).rpartition("/")[2] or answer["ContentLength"])
+        return str(answer["Body"].read().decode("ascii")), total

@@ -28,7 +28,7 @@ from mcp_backend.jobs.errors import (
     JobRequestError,
 )
 from mcp_backend.jobs.models import JOB_ID_PATTERN, TERMINAL_STATUSES, JobMessage, JobStatus
-from mcp_backend.jobs.results import ResultObjects
+from mcp_backend.jobs.results import ResultObjects, result_text
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.observability import count_limit_refusal, logger
 from mcp_backend.quotas import JobQuota, QuotaExceeded
@@ -255,17 +255,10 @@ class JobsService:
             raise JobNotFound(f"no job {job_id}")
         return item
 
-    def result_text(self, item: dict[str, Any]) -> str | None:
-        """The JSON text of a job's result, from the item or the result bucket; None when it has none."""
-        if "resultKey" in item:
-            if not self.queues.result_bucket_name:
-                raise JobNotFound(f"the result of job {item['jobId']} is not readable here")
-            return ResultObjects(self.queues.result_bucket_name, self._clients("s3")).get_text(str(item["resultKey"]))
-        if "result" in item:
-            return json.dumps(item["result"], separators=(",", ":"), default=str)
-        return None
-
     def page(self, user_id: str, job_id: str, cursor_text: str | None = None) -> dict[str, Any]:
+        """The caller's job, with its result whole when it fits one page, else one page of its JSON text by bytes
+        (`resultChunk`, `nextCursor`). A result in the bucket is read a page at a time with ranged reads: a page
+        costs its own bytes, never the whole object."""
         item = self.owned(user_id, job_id)
         view: dict[str, Any] = {"jobId": job_id, "status": item["status"], "tool": item.get("tool")}
         for key in ("createdAt", "updatedAt", "completedAt", "error"):
@@ -275,24 +268,33 @@ class JobsService:
         has_result = "result" in item or "resultKey" in item
         if cursor is not None and (cursor.job_id != job_id or not has_result):
             raise InvalidCursor("the cursor does not belong to this job's result")
-        text = self.result_text(item)
-        if text is None:
+        if not has_result:
             return view
         page = self.queues.result_page_bytes
-        offset = 0
-        if cursor is not None:
-            if cursor.offset >= len(text):
-                raise InvalidCursor("the cursor does not belong to this job's result")
-            offset = cursor.offset
-        if offset == 0 and len(text) <= page:
-            view["result"] = item["result"] if "result" in item else json.loads(text)
+        offset = cursor.offset if cursor is not None else 0
+        chunk, total = self._result_bytes(item, offset, page)
+        if offset >= total:
+            raise InvalidCursor("the cursor does not belong to this job's result")
+        if offset == 0 and total <= page:
+            view["result"] = item["result"] if "result" in item else json.loads(chunk)
             return view
         # Too large for one response: the result's JSON text in pages; concatenate resultChunk in order.
-        view["resultChunk"] = text[offset : offset + page]
-        view["resultChars"] = len(text)
-        if offset + page < len(text):
+        view["resultChunk"] = chunk
+        view["resultChars"] = total  # its bytes too: the text is ASCII
+        if offset + page < total:
             view["nextCursor"] = JobCursor(job_id=job_id, offset=offset + page).encode()
         return view
+
+    def _result_bytes(self, item: dict[str, Any], offset: int, length: int) -> tuple[str, int]:
+        """Bytes of the result's JSON text from `offset`, and its whole size."""
+        if "resultKey" in item:
+            if not self.queues.result_bucket_name:
+                raise JobNotFound(f"the result of job {item['jobId']} is not readable here")
+            objects = ResultObjects(self.queues.result_bucket_name, self._clients("s3"))
+            return objects.get_range(str(item["resultKey"]), offset, length)
+        # Inline results are under INLINE_RESULT_LIMIT_BYTES: the item already holds the whole text.
+        text = result_text(item["result"])
+        return text[offset : offset + length], len(text)
 
     def failed(self, user_id: str, limit: int, cursor_text: str | None = None) -> dict[str, Any]:
         """The caller's failed jobs, newest first, `limit` per page, from JobTable's sparse index of failures

@@ -96,6 +96,20 @@ def tool_result(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def paged_result(first_page: dict[str, Any]) -> dict[str, Any]:
+    """A result too large for one answer: its first page as the structured content, and how to read the rest."""
+    text = (
+        f"The result is {first_page['resultChars']} bytes of JSON text; this is its first page (resultChunk). "
+        "Read the next pages with get_job(jobId, cursor=nextCursor) and join the chunks in order."
+    )
+    return {
+        "resultType": "complete",
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": first_page,
+        "isError": False,
+    }
+
+
 def tool_error_result(message: str) -> dict[str, Any]:
     """A CallToolResult that reports the tool's failure (isError), as the synchronous tool would."""
     return {"resultType": "complete", "content": [{"type": "text", "text": message}], "isError": True}
@@ -196,8 +210,13 @@ class JobTasks(Extension):
             "pollIntervalMs": POLL_INTERVAL_MS,
         }
         if status == JobStatus.SUCCEEDED:
-            text = self.jobs.result_text(item) or "{}"
-            task.update(status="completed", result=tool_result(json.loads(text)))
+            # The result whole when it fits one page; else its first page (one ranged read, never the whole
+            # object on every poll), with the cursor get_job reads the rest with.
+            first = self.jobs.page(user_id, task_id)
+            if "result" in first:
+                task.update(status="completed", result=tool_result(first["result"]))
+            else:
+                task.update(status="completed", result=paged_result(first))
         elif status == JobStatus.CANCELLED:
             task["status"] = "cancelled"
         elif status == JobStatus.FAILED:

@@ -1,8 +1,13 @@
 """analyze_dataset: row count, columns and per-column statistics of a CSV, JSON Lines or JSON-array dataset.
 
-CSV and JSON Lines are parsed as the bytes stream in; only a JSON array is held whole (the fetch
-policy caps its size). Results and errors describe the data's shape, never its values beyond the
-per-column min/max/mean of numeric columns.
+CSV and JSON Lines are parsed as the bytes stream in; only a JSON array is held whole. Results and errors
+describe the data's shape, never its values beyond the per-column min/max/mean of numeric columns.
+
+Memory is bounded before it is spent, by the fetch policy's memory budget (a share of the function's memory,
+AnalysisBudget): a row (a CSV or JSON Lines line) or a whole JSON array is refused as soon as its text passes
+what its parsed form may take, a dataset with more columns than a result may hold is refused at the first
+column past the cap, and the distinct values every column counts share one budget (a long value is kept as its
+hash): a hostile dataset costs no more memory than a benign one of the same size.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import json
 import math
 import re
 from collections.abc import Hashable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -24,7 +30,7 @@ from mcp_backend.netsafety import redact_url
 from mcp_backend.tools.context import ProgressCallback, ToolContext
 from mcp_backend.tools.dataset_access import check_s3_dataset_access
 from mcp_backend.tools.dataset_stream import DatasetStream, FetchPolicy
-from mcp_backend.tools.errors import DatasetUnparseable
+from mcp_backend.tools.errors import DatasetOverBudget, DatasetUnparseable
 from mcp_backend.tools.fetch import S3Client, open_dataset, split_s3_url
 
 if TYPE_CHECKING:
@@ -33,6 +39,15 @@ if TYPE_CHECKING:
 # Exact distinct counting stops here per column; read at call time so tests can lower it.
 DISTINCT_COUNT_BOUND = 10_000
 PROGRESS_EVERY_ROWS = 1_000
+# More columns than this is no table a summary helps with, and a result of them would pass its size cap.
+MAX_COLUMNS = 1_000
+# What the budget pays for: a parsed row or JSON array takes about this many times its text (json.loads of
+# records measured 4x, plus the text itself and the joined pieces), and a distinct value about this much in its
+# column's set (a short string or a 64-bit hash, with the set's slot).
+PARSED_TEXT_FACTOR = 8
+DISTINCT_ENTRY_BYTES = 100
+# Values longer than this are counted by their hash: a set of long values would hold every value.
+SHORT_VALUE_CHARS = 32
 
 DatasetFormat = Literal["csv", "jsonl", "json"]
 
@@ -115,8 +130,9 @@ def analyze_dataset(
     report: ProgressCallback = progress or _no_progress
     report(0.0, "Fetching dataset")
     max_rows = request.options.max_rows
+    budget = AnalysisBudget(policy.memory_budget_bytes)
     with open_dataset(request.dataset_url, policy, s3_client=s3_client, transport=transport) as stream:
-        rows = _RowCounter(stream, report)
+        rows = _RowCounter(stream, report, budget)
         try:
             first_char, text = _peek_first_char(_decode_utf8(stream))
             dataset_format = _detect_format(request.dataset_url, first_char)
@@ -144,6 +160,29 @@ def analyze_dataset(
     return result
 
 
+@dataclass
+class AnalysisBudget:
+    """The limits one analysis works within, from its memory budget: half for the text of the row being parsed
+    (and a whole JSON array), half for every column's distinct values."""
+
+    memory_bytes: int
+    distinct_left: int = 0
+
+    def __post_init__(self) -> None:
+        self.distinct_left = self.memory_bytes // 2 // DISTINCT_ENTRY_BYTES
+
+    @property
+    def max_text_chars(self) -> int:
+        return max(4096, self.memory_bytes // 2 // PARSED_TEXT_FACTOR)
+
+    def refuse_text(self, what: str) -> DatasetOverBudget:
+        return DatasetOverBudget(
+            f"{what} is longer than the {self.max_text_chars} characters this function's memory budget "
+            f"({self.memory_bytes // (1024 * 1024)} MiB for one analysis) allows; split the data into JSON Lines "
+            "or CSV rows, or raise the function's memory"
+        )
+
+
 def _no_progress(_fraction: float, _message: str) -> None:
     return None
 
@@ -151,10 +190,17 @@ def _no_progress(_fraction: float, _message: str) -> None:
 class _RowCounter:
     """Counts data rows and reports progress every PROGRESS_EVERY_ROWS of them."""
 
-    def __init__(self, stream: DatasetStream, report: ProgressCallback) -> None:
+    def __init__(self, stream: DatasetStream, report: ProgressCallback, budget: AnalysisBudget) -> None:
         self.count = 0
         self._stream = stream
         self._report = report
+        self.budget = budget
+
+    def column(self, name: str, known: int) -> _ColumnStats:
+        """A new column, the `known + 1`th: refused past MAX_COLUMNS (before its statistics take memory)."""
+        if known >= MAX_COLUMNS:
+            raise DatasetOverBudget(f"Dataset has more than {MAX_COLUMNS} columns, the most one analysis summarises")
+        return _ColumnStats(name, self.budget)
 
     def row_done(self) -> None:
         self.count += 1
@@ -165,11 +211,12 @@ class _RowCounter:
 
 
 class _ColumnStats:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, budget: AnalysisBudget) -> None:
         self.name = name
         self.non_null = 0
         self._distinct: set[Hashable] = set()
         self._bound = DISTINCT_COUNT_BOUND
+        self._budget = budget
         self.distinct_capped = False
         self.numeric = True  # until a non-null value is not a number
         self.minimum = math.inf
@@ -179,12 +226,20 @@ class _ColumnStats:
     def observe(self, key: Hashable, number: float | None) -> None:
         """Count one non-null value: `key` identifies it for distinct counting, `number` if numeric."""
         self.non_null += 1
-        if not self.distinct_capped and key not in self._distinct:
-            if len(self._distinct) >= self._bound:
+        if not self.distinct_capped:
+            key = _compact(key)
+            if key in self._distinct:
+                pass
+            elif len(self._distinct) >= self._bound or self._budget.distinct_left <= 0:
+                # Past the column's bound, or the analysis' budget for distinct values: the count so far is
+                # a lower bound, flagged; the values are freed (their budget goes back to the other columns).
+                self._bound = len(self._distinct)
+                self._budget.distinct_left += len(self._distinct)
                 self.distinct_capped = True
-                self._distinct = set()  # the count is now the bound; free the values
+                self._distinct = set()
             else:
                 self._distinct.add(key)
+                self._budget.distinct_left -= 1
         if self.numeric:
             if number is None:
                 self.numeric = False
@@ -242,6 +297,16 @@ def _json_number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def _compact(key: Hashable) -> Hashable:
+    """The key as its set holds it: a long string value by its hash (equal values have equal hashes; two long
+    values sharing a 64-bit hash would count once)."""
+    if isinstance(key, str):
+        return key if len(key) <= SHORT_VALUE_CHARS else ("#", hash(key))
+    if isinstance(key, tuple) and isinstance(key[1], str) and len(key[1]) > SHORT_VALUE_CHARS:
+        return (key[0], "#", hash(key[1]))
+    return key
+
+
 def _json_key(value: Any) -> Hashable:
     # Tagged so that true, 1 and "1" stay distinct (True == 1 in Python); 1 and 1.0 are one value.
     if isinstance(value, bool):
@@ -288,19 +353,27 @@ def _detect_format(url: str, first_char: str) -> DatasetFormat:
     return "json" if path.endswith(".json") else "csv"
 
 
-def _lines(pieces: Iterable[str]) -> Iterator[str]:
+def _lines(pieces: Iterable[str], budget: AnalysisBudget) -> Iterator[str]:
     """Lines ending in "\\n" (kept) across piece boundaries; splitting only on "\\n" keeps other
-    line-break characters inside CSV fields and JSON strings."""
+    line-break characters inside CSV fields and JSON strings. A line longer than the budget allows is refused
+    as soon as it is (its text is never joined)."""
     pending: list[str] = []
+    pending_chars = 0
     for piece in pieces:
         start = 0
         while (end := piece.find("\n", start)) != -1:
+            if pending_chars + end + 1 - start > budget.max_text_chars:
+                raise budget.refuse_text("A line")
             pending.append(piece[start : end + 1])
             yield "".join(pending)
             pending.clear()
+            pending_chars = 0
             start = end + 1
         if start < len(piece):
             pending.append(piece[start:])
+            pending_chars += len(piece) - start
+            if pending_chars > budget.max_text_chars:
+                raise budget.refuse_text("A line")
     if pending:
         yield "".join(pending)
 
@@ -313,7 +386,7 @@ def _lines(pieces: Iterable[str]) -> Iterator[str]:
 def _analyze_csv(  # noqa: C901
     pieces: Iterable[str], max_rows: int | None, rows: _RowCounter
 ) -> tuple[list[_ColumnStats], bool]:
-    reader = csv.reader(_lines(pieces))
+    reader = csv.reader(_lines(pieces, rows.budget))
     try:
         header = next((record for record in reader if record), None)
     except csv.Error:
@@ -326,7 +399,7 @@ def _analyze_csv(  # noqa: C901
             raise DatasetUnparseable(f"CSV header repeats a column name (column {position})")
         seen.add(name)
 
-    columns = [_ColumnStats(name) for name in header]
+    columns = [rows.column(name, known) for known, name in enumerate(header)]
     try:
         for record in reader:
             if not record:
@@ -349,7 +422,7 @@ def _analyze_json_lines(
     pieces: Iterable[str], max_rows: int | None, rows: _RowCounter
 ) -> tuple[list[_ColumnStats], bool]:
     columns: dict[str, _ColumnStats] = {}
-    for line_number, line in enumerate(_lines(pieces), start=1):
+    for line_number, line in enumerate(_lines(pieces, rows.budget), start=1):
         if not line.strip():
             continue
         if max_rows is not None and rows.count >= max_rows:
@@ -360,7 +433,7 @@ def _analyze_json_lines(
             raise DatasetUnparseable(f"JSON Lines dataset has invalid JSON on line {line_number}") from None
         if not isinstance(record, dict):
             raise DatasetUnparseable(f"JSON Lines dataset line {line_number} is not a JSON object")
-        _observe_object(columns, record)
+        _observe_object(columns, record, rows)
         rows.row_done()
     return list(columns.values()), False
 
@@ -368,7 +441,7 @@ def _analyze_json_lines(
 def _analyze_json_array(
     pieces: Iterable[str], max_rows: int | None, rows: _RowCounter
 ) -> tuple[list[_ColumnStats], bool]:
-    text = "".join(pieces)  # bounded by the fetch policy's max_bytes; decoding errors propagate
+    text = "".join(_within(pieces, rows.budget))  # decoding errors propagate
     try:
         data = _loads(text)
     except json.JSONDecodeError as error:
@@ -384,9 +457,19 @@ def _analyze_json_array(
             return list(columns.values()), True
         if not isinstance(record, dict):
             raise DatasetUnparseable(f"JSON dataset row {rows.count + 1} is not an object")
-        _observe_object(columns, record)
+        _observe_object(columns, record, rows)
         rows.row_done()
     return list(columns.values()), False
+
+
+def _within(pieces: Iterable[str], budget: AnalysisBudget) -> Iterator[str]:
+    """The pieces of a text parsed whole, refused once their length passes what the budget allows."""
+    chars = 0
+    for piece in pieces:
+        chars += len(piece)
+        if chars > budget.max_text_chars:
+            raise budget.refuse_text("A JSON array dataset (parsed whole)")
+        yield piece
 
 
 def _loads(text: str) -> Any:
@@ -397,12 +480,12 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _observe_object(columns: dict[str, _ColumnStats], record: dict[str, Any]) -> None:
+def _observe_object(columns: dict[str, _ColumnStats], record: dict[str, Any], rows: _RowCounter) -> None:
     # Columns are ordered by first appearance; a key missing from a row counts as null there.
     for name, value in record.items():
         column = columns.get(name)
         if column is None:
-            column = columns[name] = _ColumnStats(name)
+            column = columns[name] = rows.column(name, len(columns))
         column.observe_json(value)
 
 

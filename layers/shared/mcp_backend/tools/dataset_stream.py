@@ -20,6 +20,8 @@ class FetchPolicy:
     # besides its own (mcp_backend.tools.dataset_access).
     dataset_bucket: str = ""
     shared_prefixes: tuple[str, ...] = ()
+    # The memory one analysis may use: a share of the function's memory (mcp_backend.tools.services).
+    memory_budget_bytes: int = 64 * 1024 * 1024
     # A synchronous call's end (time.monotonic()); None in the worker, whose function timeout bounds a job.
     deadline: float | None = None
     deadline_seconds: float = 0.0  # the same deadline as a duration, for the error that names it

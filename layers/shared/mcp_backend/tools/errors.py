@@ -68,6 +68,11 @@ class DatasetUnparseable(ToolError):
     """The bytes are not UTF-8 CSV, JSON Lines or a JSON array of objects."""
 
 
+class DatasetOverBudget(ToolError):
+    """Analysing the dataset would take more memory than its budget: a row longer than the budget allows, or more
+    columns than a result may hold. Refused as soon as it is seen, before the memory is spent."""
+
+
 class CallDeadlineExceeded(ToolError):
     """A synchronous call passed its deadline: it is stopped and answered, so it never holds the endpoint until
     the function's timeout. The same call as a job has the worker's time."""

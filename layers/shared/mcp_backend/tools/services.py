@@ -88,6 +88,7 @@ class ToolServices:
                 allow_loopback_hosts=settings.dataset_allow_loopback_hosts,
                 dataset_bucket=settings.dataset_bucket_name,
                 shared_prefixes=settings.dataset_shared_prefix_list(),
+                memory_budget_bytes=settings.analysis_memory_budget_bytes(),
             ),
             jobs=jobs,
             endpoint_registry=endpoints,

@@ -279,7 +279,10 @@ class JobWorker:
     def _stored_result(self, job: JobMessage, result: dict[str, Any]) -> JobOutcome:
         """The outcome the end's write stores: the result's text inline, or in the result bucket by key."""
         text = result_text(result)
-        if len(text.encode()) <= INLINE_RESULT_LIMIT_BYTES or self.results is None:
+        cap = self.settings.job_result_max_bytes
+        if len(text) > cap:  # ASCII: its length is its size
+            raise ResultTooLarge(f"the result is {len(text)} bytes, over the {cap}-byte limit for job results")
+        if len(text) <= INLINE_RESULT_LIMIT_BYTES or self.results is None:
             return JobOutcome(job_id=job.job_id, status=JobStatus.SUCCEEDED, result_text=text)
         key = result_key(job.user_id, job.job_id)
         self.results.put(key, text)
