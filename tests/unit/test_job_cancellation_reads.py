@@ -13,11 +13,14 @@ import pytest
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from devstack.runtime.in_process import LocalLambdaContext
+from mcp_backend.aws import AwsClients
 from mcp_backend.config import WorkerSettings, load_settings
 from mcp_backend.jobs.models import JobStatus
 from mcp_backend.jobs.store import JobStore
+from mcp_backend.jobs.worker import CANCELLATION_READ_INTERVAL_SECONDS, CancellationReads, JobWorker
 from mcp_backend.tools import analyze_dataset
-from mcp_backend.tools.worker import CANCELLATION_READ_INTERVAL_SECONDS, CancellationReads, JobWorker
+from mcp_backend.tools.services import ToolServices
+from mcp_backend.tools.table import TOOLS
 
 USER = "user-alice"
 DATASET = "s3://local-datasets/user-alice/sales.csv"
@@ -79,7 +82,7 @@ def recorded_operations(local) -> tuple[JobStore, list[str]]:
 
 def worker_for(local, store: JobStore, clock: Clock) -> JobWorker:
     settings = load_settings(WorkerSettings, local.stack.function("ToolWorker").environment)
-    worker = JobWorker(settings, store, clock=clock)
+    worker = JobWorker(settings, store, TOOLS, ToolServices.from_settings(settings, AwsClients()), clock=clock)
     spec = local.stack.function("ToolWorker")
     worker.start_invocation(LocalLambdaContext(spec.name, spec.arn, spec.memory_size, spec.timeout))
     return worker

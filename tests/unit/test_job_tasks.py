@@ -22,13 +22,13 @@ from mcp_backend.jobs.errors import JobAlreadyFinished, JobCancelled, JobNotFoun
 from mcp_backend.jobs.models import JobMessage, JobStatus
 from mcp_backend.jobs.service import JobQueues, JobsService
 from mcp_backend.jobs.store import JobStore
+from mcp_backend.jobs.worker import is_permanent
 from mcp_backend.mcp.tasks import JobTasks
 from mcp_backend.tools.context import ToolContext
 from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.submissions import JobSubmissions
 from mcp_backend.tools.table import TOOLS, Mode, Tool
-from mcp_backend.tools.worker import is_permanent
 
 USER, OTHER = "user-alice", "user-bob"
 

@@ -17,13 +17,13 @@ from devstack.stack.template import load_template
 from mcp_backend.aws import AwsClients
 from mcp_backend.config import McpSettings, ToolSettings, WorkerSettings, load_settings
 from mcp_backend.jobs.store import JobStore
+from mcp_backend.jobs.worker import JobWorker
 from mcp_backend.mcp.auth import ScopedPrincipal
 from mcp_backend.mcp.bindings import ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 from mcp_backend.tools.context import ServiceNotDeclared, StrictInput, ToolContext
 from mcp_backend.tools.services import MissingToolService, Service, ToolServices
 from mcp_backend.tools.table import TOOLS, Access, Mode, Tool
-from mcp_backend.tools.worker import JobWorker
 
 TEMPLATE = load_template()
 HOST = "abc.lambda-url.us-east-1.on.aws"
@@ -162,7 +162,12 @@ def test_a_job_tool_declaring_a_service_the_worker_lacks_stops_the_worker_at_sta
 
     # When the worker is built, then it refuses to start, naming the tool, the service and the variable
     with pytest.raises(MissingToolService, match=r"probe_tool.*endpoints.*MONITOR_TABLE_NAME"):
-        JobWorker(settings, JobStore(settings.job_table_name), tools={needs_endpoints.name: needs_endpoints})
+        JobWorker(
+            settings,
+            JobStore(settings.job_table_name),
+            {needs_endpoints.name: needs_endpoints},
+            ToolServices.from_settings(settings, AwsClients()),
+        )
 
 
 def test_a_tool_reaching_for_an_undeclared_service_fails_permanently():

@@ -3,6 +3,23 @@ mcp_backend.tools.errors)."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
+
+class ReportedFailure(Exception):
+    """A failure whose message is written to be shown to its caller and stored on its job (tool errors are
+    these). Permanent unless `transient`: the same input fails the same way again."""
+
+    transient: ClassVar[bool] = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    @property
+    def error_type(self) -> str:
+        return type(self).__name__
+
 
 class JobPipelineError(Exception):
     @property

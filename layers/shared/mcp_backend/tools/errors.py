@@ -12,19 +12,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from mcp_backend.jobs.errors import ReportedFailure
 
-class ToolError(Exception):
+
+class ToolError(ReportedFailure):
     """Base of every expected tool failure; anything else is a bug."""
-
-    transient: ClassVar[bool] = False
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-    @property
-    def error_type(self) -> str:
-        return type(self).__name__
 
 
 class InvalidToolInput(ToolError):

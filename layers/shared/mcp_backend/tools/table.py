@@ -1,5 +1,5 @@
 """The tool table: every tool the backend offers, declared once. The MCP endpoint's tools
-(mcp_backend.mcp.bindings) and the worker's (mcp_backend.tools.worker) are generated from it.
+(mcp_backend.mcp.bindings) and the worker's (mcp_backend.jobs.worker, given the table) run from it.
 
 Adding a tool (docs/adding-a-tool.md): a module with a strict input model and a `run(request, ctx)` function,
 plus one entry in TOOLS below. Every entry says what it may do (`access`: there is no default, so a tool that

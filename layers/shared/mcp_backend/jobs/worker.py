@@ -1,5 +1,6 @@
 """What ToolWorker does with one job-queue record: run the job-capable tool that its `jobType` attribute
-(or, on a message without one, its body) names.
+(or, on a message without one, its body) names. The tool table and the services tools are given are passed in
+(mcp_backend.tools: the worker knows a tool only as something it can call with a job's input and a context).
 
 Each job runs once however often its message is delivered: Powertools idempotency keyed on the job id, with
 the job item itself as the record (mcp_backend.jobs.run_records), so a run writes JobTable twice: the claim
@@ -12,9 +13,9 @@ Checkpoints read the status at most once per CANCELLATION_READ_INTERVAL_SECONDS 
 A result larger than a JobTable item holds goes to the job-result bucket
 (mcp_backend.jobs.results).
 
-A permanent failure (a typed `ToolError` that is not transient, a malformed message, an unknown
-jobType, a result too large to store) is known at once: the job is marked FAILED with the reason, the
-message is sent to the DLQ with the reason as message attributes, and the record is reported processed,
+A permanent failure (a `ReportedFailure`, such as a tool's typed error, that is not transient, a malformed
+message, an unknown jobType, a result too large to store) is known at once: the job is marked FAILED with the
+reason, the message is sent to the DLQ with the reason as message attributes, and the record is reported processed,
 so SQS deletes it and no retry repeats what cannot change. Every other failure raises: only
 batchItemFailures decide what
 SQS redelivers, and after maxReceiveCount receives SQS moves the message to the DLQ.
@@ -24,9 +25,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
@@ -37,7 +38,6 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.parser import parse
 from pydantic import ValidationError
 
-from mcp_backend.aws import AwsClients
 from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import WorkerSettings
@@ -47,6 +47,7 @@ from mcp_backend.jobs.errors import (
     JobOwnershipError,
     JobPayloadMismatch,
     MalformedJobMessage,
+    ReportedFailure,
     ResultTooLarge,
     UnknownTool,
 )
@@ -56,10 +57,25 @@ from mcp_backend.jobs.results import INLINE_RESULT_LIMIT_BYTES, ResultObjects, r
 from mcp_backend.jobs.run_records import RUN_KEY_JMESPATH, RUN_PAYLOAD_JMESPATH, JobRunRecords
 from mcp_backend.jobs.store import JOB_RETENTION_SECONDS, JobStore
 from mcp_backend.observability import logger, tool_runs
-from mcp_backend.tools.errors import ToolError
-from mcp_backend.tools.services import ToolServices
-from mcp_backend.tools.table import TOOLS, Tool, job_tools
 from mcp_backend.validation import describe_validation_error
+
+
+class JobTool(Protocol):
+    """A job-capable tool as the worker runs it (mcp_backend.tools.table.Tool)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def runs_as_job(self) -> bool: ...
+    def __call__(self, arguments: dict[str, Any], context: Any) -> dict[str, Any]: ...
+
+
+class ToolRuntime(Protocol):
+    """What a tool is given when it runs (mcp_backend.tools.services.ToolServices)."""
+
+    def context_for(self, tool: Any, user_id: str, *, cancelled: Callable[[], bool] | None = None) -> Any: ...
+    def require(self, tools: Iterable[Any], function: str) -> None: ...
+
 
 RECORD_LOG_KEYS = ["message_id", "attempt", "job_id", "tool", "correlation_id"]
 # How often a run's checkpoints may read its job's status. The claim that starts a run refuses a cancelled
@@ -90,7 +106,7 @@ class CancellationReads:
 
 def is_permanent(error: BaseException) -> bool:
     """A failure that the same message would hit again on every receive."""
-    if isinstance(error, ToolError):
+    if isinstance(error, ReportedFailure):
         return not error.transient
     return isinstance(error, (MalformedJobMessage, UnknownTool, ResultTooLarge, JobPayloadMismatch))
 
@@ -98,7 +114,8 @@ def is_permanent(error: BaseException) -> bool:
 def describe_failure(error: BaseException) -> JobError:
     """Error type and a message safe to store and show: tool and pipeline errors are written to be."""
     if isinstance(
-        error, (ToolError, MalformedJobMessage, JobOwnershipError, UnknownTool, ResultTooLarge, JobPayloadMismatch)
+        error,
+        (ReportedFailure, MalformedJobMessage, JobOwnershipError, UnknownTool, ResultTooLarge, JobPayloadMismatch),
     ):
         return JobError(type=type(error).__name__, message=str(error)[:1000])
     # Unexpected errors may carry anything in their text; keep the type, drop the text.
@@ -119,10 +136,10 @@ class JobWorker:
         self,
         settings: WorkerSettings,
         store: JobStore,
-        tools: dict[str, Tool] | None = None,
+        tools: Mapping[str, JobTool],
+        services: ToolRuntime,
         call_log: CallLogWriter | None = None,
         queue: JobQueueMessages | None = None,
-        services: ToolServices | None = None,
         results: ResultObjects | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -133,10 +150,10 @@ class JobWorker:
         if results is None and settings.job_result_bucket_name:
             results = ResultObjects(settings.job_result_bucket_name)
         self.results = results
-        self.tools = TOOLS if tools is None else tools
+        self.tools = tools
         # Built as the endpoint builds them; a job tool declaring a service this function lacks stops the start.
-        self.services = services or ToolServices.from_settings(settings, AwsClients())
-        self.services.require(job_tools(self.tools), "ToolWorker")
+        self.services = services
+        self.services.require([tool for tool in tools.values() if tool.runs_as_job], "ToolWorker")
         self.call_log = call_log or CallLogWriter(settings.call_log_stream_name)
         # Keyed on the job id (required), validated against the job's fingerprint (owner, tool, input): a
         # reused id with another payload is refused. The record is the job item (JobRunRecords); the TTL is
