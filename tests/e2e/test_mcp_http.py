@@ -197,6 +197,12 @@ def test_repeated_tool_lists_in_alternating_eras_each_answer_their_eras_list_and
     assert again == first
     assert first[MODERN]["result"]["resultType"] == "complete"
     assert "resultType" not in first["legacy"]["result"]
+    # And only the modern list carries the cache hints (the legacy wire has no such fields); both carry each tool's
+    # annotations and typed output schema
+    assert (first[MODERN]["result"]["ttlMs"], first[MODERN]["result"]["cacheScope"]) == (3_600_000, "public")
+    assert not {"ttlMs", "cacheScope"} & set(first["legacy"]["result"])
+    for era in ("legacy", MODERN):
+        assert all({"annotations", "outputSchema"} <= set(t) for t in first[era]["result"]["tools"])
     assert {t["name"] for t in first["legacy"]["result"]["tools"]} == {
         t["name"] for t in first[MODERN]["result"]["tools"]
     }
@@ -362,6 +368,8 @@ def test_a_slow_tool_gets_keepalives_and_a_raising_tool_still_closes_its_stream(
         run=silent_then_broken,
         access=original.access,
         services=original.services,
+        effect=original.effect,
+        output_model=original.output_model,
     )
     monkeypatch.setitem(tool_table.TOOLS, "analyze_dataset", broken)
     call = {

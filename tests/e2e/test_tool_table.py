@@ -7,8 +7,8 @@ import anyio
 import pytest
 from pydantic import Field
 
-from mcp_backend.tools.context import StrictInput, ToolContext
-from mcp_backend.tools.table import TOOLS, Access, Mode, Tool
+from mcp_backend.tools.context import StrictInput, ToolContext, ToolOutput
+from mcp_backend.tools.table import TOOLS, Access, Effect, Mode, Tool
 from tests.e2e.conftest import mcp_client
 
 pytestmark = pytest.mark.e2e
@@ -16,6 +16,11 @@ pytestmark = pytest.mark.e2e
 
 class CountWordsInput(StrictInput):
     text: str = Field(min_length=1, max_length=1000)
+
+
+class CountWordsOutput(ToolOutput):
+    words: int
+    by: str
 
 
 def count_words(request: CountWordsInput, ctx: ToolContext) -> dict:
@@ -33,6 +38,8 @@ def test_a_throwaway_tool_added_by_one_entry_is_listed_submitted_run_by_the_work
         run=count_words,
         access=Access.SUBMIT,
         services=frozenset(),
+        effect=Effect.NONE,
+        output_model=CountWordsOutput,
         mode=Mode.JOB,
     )
     monkeypatch.setitem(TOOLS, tool.name, tool)

@@ -15,14 +15,19 @@ from mcp_types import CallToolRequestParams
 from mcp_backend.api_keys import Principal
 from mcp_backend.mcp.bindings import ToolBindings
 from mcp_backend.mcp.guard import PRINCIPAL_SCOPE_KEY
-from mcp_backend.tools.context import StrictInput, ToolContext
+from mcp_backend.tools.context import StrictInput, ToolContext, ToolOutput
 from mcp_backend.tools.errors import DatasetAccessDenied
-from mcp_backend.tools.table import Access, Tool
+from mcp_backend.tools.table import TOOLS, Access, Effect, Tool
 from tests.unit.test_tool_contract import services_of
 
 
 class EchoInput(StrictInput):
     text: str
+
+
+class EchoOutput(ToolOutput):
+    echo: str
+    caller: str
 
 
 def echo(request: EchoInput, context: ToolContext) -> dict[str, Any]:
@@ -41,6 +46,8 @@ TABLE = {
         run=echo,
         access=Access.READ,
         services=frozenset(),
+        effect=Effect.NONE,
+        output_model=EchoOutput,
     )
 }
 
@@ -61,15 +68,28 @@ def bindings() -> ToolBindings:
     return ToolBindings(TABLE, services_of("McpServer"))
 
 
-def test_the_listing_publishes_each_tools_strict_model_and_an_object_answer(bindings):
+def test_the_listing_publishes_each_tools_strict_model_its_output_model_and_annotations(bindings):
     # When the SDK asks for the tools
     listed = anyio.run(bindings.list_tools, caller_context(), None)
 
-    # Then the table's tool is there with its model's schema (unknown fields refused), answering an object
+    # Then the table's tool is there with its model's schema (unknown fields refused), its output model's schema
     (tool,) = listed.tools
     assert tool.name == "echo" and tool.input_schema == EchoInput.model_json_schema()
     assert tool.input_schema["additionalProperties"] is False
-    assert tool.output_schema == {"type": "object", "additionalProperties": True}
+    assert tool.output_schema == EchoOutput.model_json_schema()
+    assert tool.output_schema["required"] == ["echo", "caller"]
+    # And annotations derived from its declaration: a READ tool that changes nothing and stays in the deployment
+    assert tool.annotations is not None
+    assert tool.annotations.model_dump(exclude_none=True) == {
+        "title": "Echo",
+        "read_only_hint": True,
+        "destructive_hint": False,
+        "idempotent_hint": True,
+        "open_world_hint": False,
+    }
+    # And the listing may be reused by any caller for an hour, and is built once
+    assert (listed.ttl_ms, listed.cache_scope) == (3_600_000, "public")
+    assert anyio.run(bindings.list_tools, caller_context(), None) is listed
     assert bindings.input_schema("echo") == tool.input_schema and bindings.input_schema("nope") is None
 
 
@@ -95,3 +115,37 @@ def test_a_reported_failure_keeps_its_message_and_a_crash_is_logged_without_its_
     assert unknown.is_error and unknown.content[0].text == "Unknown tool: nope"
     # And the crash is logged as an error, for the operator
     assert any(r.levelname == "ERROR" and getattr(r, "tool", None) == "echo" for r in caplog.records)
+
+
+def test_the_real_tables_annotations_follow_what_each_tool_declares():
+    # Given the MCP endpoint's bindings of the tool table
+    bindings = ToolBindings(TOOLS, services_of("McpServer"))
+
+    # When the SDK asks for the tools
+    listed = anyio.run(bindings.list_tools, caller_context(), None)
+
+    # Then reads are read-only; cancel, register (re-registration replaces) and unregister are destructive but
+    # safe to repeat; a submission adds a job each call (idempotent only with a callId, which the hint cannot
+    # know); whatever fetches from the network, itself or through its job, is open-world
+    hints = {
+        tool.name: tuple(
+            getattr(tool.annotations, hint)
+            for hint in ("read_only_hint", "destructive_hint", "idempotent_hint", "open_world_hint")
+        )
+        for tool in listed.tools
+    }
+    assert hints == {
+        "get_job": (True, False, True, False),
+        "list_failed_jobs": (True, False, True, False),
+        "list_endpoints": (True, False, True, False),
+        "endpoint_status": (True, False, True, False),
+        "cancel_job": (False, True, True, False),
+        "register_endpoint": (False, True, True, False),
+        "unregister_endpoint": (False, True, True, False),
+        "analyze_dataset": (False, False, True, True),
+        "submit_analysis": (False, False, False, True),
+        "submit_analyses": (False, False, False, True),
+    }
+    assert {tool.name: tool.annotations.title for tool in listed.tools if tool.annotations}["submit_analyses"] == (
+        "Submit analyses"
+    )

@@ -21,9 +21,9 @@ from mcp_backend.jobs.worker import JobWorker
 from mcp_backend.mcp.auth import ScopedPrincipal
 from mcp_backend.mcp.bindings import ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
-from mcp_backend.tools.context import ServiceNotDeclared, StrictInput, ToolContext
+from mcp_backend.tools.context import ServiceNotDeclared, StrictInput, ToolContext, ToolOutput
 from mcp_backend.tools.services import MissingToolService, Service, ToolServices
-from mcp_backend.tools.table import TOOLS, Access, Mode, Tool
+from mcp_backend.tools.table import TOOLS, Access, Effect, Mode, Tool
 
 TEMPLATE = load_template()
 HOST = "abc.lambda-url.us-east-1.on.aws"
@@ -89,14 +89,16 @@ def tool(**overrides: Any) -> Tool:
         "run": uses_the_jobs_service,
         "access": Access.SUBMIT,
         "services": frozenset(),
+        "effect": Effect.NONE,
+        "output_model": ToolOutput,
         "mode": Mode.JOB,
     }
     return Tool(**{**fields, **overrides})
 
 
-@pytest.mark.parametrize("missing", ["access", "services"])
-def test_a_tool_that_does_not_say_its_access_or_services_cannot_be_declared(missing):
-    # Given a tool entry without one of the two required fields
+@pytest.mark.parametrize("missing", ["access", "services", "effect", "output_model"])
+def test_a_tool_that_does_not_say_its_access_services_effect_or_output_cannot_be_declared(missing):
+    # Given a tool entry without one of the required fields
     fields = {
         "name": "new_tool",
         "description": "d",
@@ -104,12 +106,22 @@ def test_a_tool_that_does_not_say_its_access_or_services_cannot_be_declared(miss
         "run": uses_the_jobs_service,
         "access": Access.READ,
         "services": frozenset(),
+        "effect": Effect.NONE,
+        "output_model": ToolOutput,
     }
     del fields[missing]
 
     # When it is declared, then it is refused: there is no default to fall back on
     with pytest.raises(TypeError, match=missing):
         Tool(**fields)
+
+
+@pytest.mark.parametrize("effect", [Effect.ADDS, Effect.CHANGES])
+def test_a_read_tool_that_changes_something_cannot_be_declared(effect):
+    # When a READ tool (read-only to clients) is declared as changing what the caller has
+    # Then it is refused: a tool that writes needs SUBMIT
+    with pytest.raises(ValueError, match="SUBMIT"):
+        tool(access=Access.READ, effect=effect)
 
 
 @pytest.mark.parametrize(("name", "function"), TOOL_PLACES)

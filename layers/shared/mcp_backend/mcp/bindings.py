@@ -4,7 +4,9 @@ jobs service enqueues. Only the protocol edge lives here: arguments in, the call
 low-level server calls `list_tools` and `call_tool` (its `on_list_tools` / `on_call_tool` handlers): the table
 is the tool registry, with no function signatures for the SDK to introspect.
 
-Every tool publishes its strict input model as inputSchema (unknown fields rejected); StrictArguments
+Every tool publishes its strict input model as inputSchema (unknown fields rejected), its output model as
+outputSchema (structuredContent validates against it), and annotations derived from the table's `access`,
+`effect` and `reaches_network`; the listing carries cache hints (docs/mcp-endpoint.md, "Catalog"). StrictArguments
 validates `tools/call` arguments against it before the SDK does, naming fields, never values: a tool
 execution error (isError) from 2025-11-25 on, a -32602 before (each era's server/tools "Error Handling").
 Failures the tools report (a typed error with a safe message) reach the client as "<ErrorType>: <message>";
@@ -15,13 +17,20 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio.from_thread
 import pydantic_core
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, CallToolRequestParams, CallToolResult, ListToolsResult, TextContent
+from mcp_types import (
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    CallToolResult,
+    ListToolsResult,
+    TextContent,
+    ToolAnnotations,
+)
 from mcp_types import Tool as McpTool
 from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, Field, ValidationError, create_model
@@ -37,8 +46,8 @@ from mcp_backend.quotas import QuotaExceeded
 from mcp_backend.tools.context import ProgressCallback, StrictInput
 from mcp_backend.tools.errors import ToolError
 from mcp_backend.tools.services import ToolServices
-from mcp_backend.tools.submissions import JobSubmissions, model_name
-from mcp_backend.tools.table import Access, Tool
+from mcp_backend.tools.submissions import JobSubmissions, SubmittedBatch, SubmittedJob, model_name
+from mcp_backend.tools.table import Access, Effect, Tool
 from mcp_backend.validation import describe_validation_error
 
 # Failures whose type and message are written to be shown to the caller.
@@ -48,8 +57,10 @@ REPORTED_ERRORS = (ToolError, JobRequestError, UnsafeUrl, QuotaExceeded)
 # the same in https://modelcontextprotocol.io/specification/2026-07-28/server/tools#error-handling); before it,
 # invalid arguments were a protocol error (https://modelcontextprotocol.io/specification/2025-06-18/server/tools).
 INPUT_ERRORS_AS_RESULTS_SINCE = "2025-11-25"
-# Every tool answers a JSON object, as structuredContent and as its text.
-OUTPUT_SCHEMA = {"type": "object", "additionalProperties": True}
+# How long a client may reuse a tools/list answer, and that it is the same for every caller (2026-07-28 `ttlMs`
+# and `cacheScope`, SEP-2549). The tool set changes only with a deployment; each re-list is a billed invocation.
+LISTING_TTL_MS = 3_600_000
+LISTING_CACHE_SCOPE: Literal["public", "private"] = "public"
 T = TypeVar("T")
 ServerContext = ServerRequestContext[Any, Any]
 
@@ -77,6 +88,19 @@ def tool_failure(text: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
+def tool_annotations(name: str, access: Access, effect: Effect, reaches_network: bool) -> ToolAnnotations:
+    """What a client may assume about a tool, from what the table declares: only a READ tool is read-only;
+    one that replaces, stops or deletes is destructive, and its repeat changes nothing more; one that adds
+    is not idempotent; one that fetches from the network (itself or through its job) is open-world."""
+    return ToolAnnotations(
+        title=name.replace("_", " ").capitalize(),
+        read_only_hint=access is Access.READ,
+        destructive_hint=effect is Effect.CHANGES,
+        idempotent_hint=effect is not Effect.ADDS,
+        open_world_hint=reaches_network,
+    )
+
+
 def submit_many_model(tool: Tool, item_model: type[BaseModel]) -> type[BaseModel]:
     """The published schema of a batch: every item is a submission of the tool."""
     return create_model(
@@ -98,13 +122,16 @@ def submit_many_envelope(tool: Tool) -> type[BaseModel]:
 
 @dataclass(frozen=True)
 class Binding:
-    """One MCP tool: its name, text, strict input model, and the coroutine that runs a call of it."""
+    """One MCP tool: its name, text, strict input model, output model, annotations, and the coroutine that runs
+    a call of it."""
 
     name: str
     description: str
     input_model: type[BaseModel]  # what StrictArguments enforces on the whole call
     call: Callable[[ServerContext, dict[str, Any]], Awaitable[dict[str, Any]]]
     access: Access
+    output_model: type[BaseModel]
+    annotations: ToolAnnotations
     schema_model: type[BaseModel] | None = None  # the published inputSchema, when stricter than input_model
 
 
@@ -142,8 +169,9 @@ class ToolBindings:
     # -- the SDK's tools/list and tools/call handlers -------------------------------
     async def list_tools(self, ctx: ServerContext, params: Any) -> ListToolsResult:
         """Every tool with the strict model's schema (additionalProperties: false), the one StrictArguments
-        enforces (a batch publishes its items' schema too; they are validated one by one). Built at the first
-        listing, not with the app: the schemas are no part of a cold start."""
+        enforces (a batch publishes its items' schema too; they are validated one by one), its output model's
+        schema and its annotations. Built at the first listing, not with the app: the schemas are no part of a
+        cold start."""
         if self._listed is None:
             schemas = self.input_schemas()
             self._listed = ListToolsResult(
@@ -152,10 +180,13 @@ class ToolBindings:
                         name=binding.name,
                         description=binding.description,
                         input_schema=schemas[binding.name],
-                        output_schema=OUTPUT_SCHEMA,
+                        output_schema=binding.output_model.model_json_schema(),
+                        annotations=binding.annotations,
                     )
                     for binding in self.bindings
-                ]
+                ],
+                ttl_ms=LISTING_TTL_MS,
+                cache_scope=LISTING_CACHE_SCOPE,
             )
         return self._listed
 
@@ -213,7 +244,15 @@ class ToolBindings:
             return result
 
         suffix = " Runs now and streams progress notifications." if streams_progress else ""
-        return Binding(name, tool.description + suffix, tool.input_model, call, tool.access)
+        return Binding(
+            name,
+            tool.description + suffix,
+            tool.input_model,
+            call,
+            tool.access,
+            tool.output_model,
+            tool_annotations(name, tool.access, tool.effect, tool.reaches_network),
+        )
 
     def _submit_bindings(self, tool: Tool) -> list[Binding]:
         name, one, many = tool.name, self.submissions.models[tool.name], submit_many_envelope(tool)
@@ -228,6 +267,8 @@ class ToolBindings:
             return {"results": results}
 
         article = "an" if tool.name[:1] in "aeiou" else "a"
+        # Each call without a callId queues another job, which fetches from the network when the tool does.
+        effects = (Access.SUBMIT, Effect.ADDS, tool.reaches_network)
         return [
             Binding(
                 tool.submit_name,
@@ -235,6 +276,8 @@ class ToolBindings:
                 one,
                 submit,
                 Access.SUBMIT,
+                SubmittedJob,
+                tool_annotations(tool.submit_name, *effects),
             ),
             Binding(
                 tool.submit_many_name,
@@ -243,6 +286,8 @@ class ToolBindings:
                 many,
                 submit_many,
                 Access.SUBMIT,
+                SubmittedBatch,
+                tool_annotations(tool.submit_many_name, *effects),
                 schema_model=submit_many_model(tool, one),
             ),
         ]

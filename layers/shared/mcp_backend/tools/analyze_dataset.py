@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mcp_backend.netsafety import redact_url
-from mcp_backend.tools.context import ProgressCallback, ToolContext
+from mcp_backend.tools.context import ProgressCallback, ToolContext, ToolOutput
 from mcp_backend.tools.dataset_access import check_s3_dataset_access
 from mcp_backend.tools.dataset_stream import DatasetStream, FetchPolicy
 from mcp_backend.tools.errors import DatasetOverBudget, DatasetUnparseable
@@ -92,6 +92,29 @@ class AnalyzeInput(BaseModel):
         elif not parts.hostname:
             raise ValueError("must include a host")
         return value
+
+
+class ColumnSummary(ToolOutput):
+    name: str
+    type: Literal["empty", "number", "string"]
+    nullCount: int
+    distinctCount: int
+    distinctCountCapped: bool = Field(description="distinctCount stopped at its bound: there are at least as many")
+    min: float | None
+    max: float | None
+    mean: float | None
+
+
+class AnalyzeOutput(ToolOutput):
+    """analyze_dataset's answer (and its job's result)."""
+
+    datasetUrl: str = Field(description="The dataset's URL without credentials or query")
+    format: DatasetFormat
+    rowCount: int
+    truncated: bool = Field(description="Stopped at options.max_rows")
+    columns: list[ColumnSummary]
+    bytesRead: int
+    columnsCsv: str | None = Field(None, description="The columns as CSV, with options.output_format csv")
 
 
 def admit(request: AnalyzeInput, ctx: ToolContext) -> None:

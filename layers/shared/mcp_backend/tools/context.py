@@ -31,6 +31,22 @@ class StrictInput(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, defer_build=True)
 
 
+class ToolOutput(BaseModel):
+    """Base of tool output models: a tool's answer (its structuredContent), published as its outputSchema.
+    Open (no additionalProperties: false), so a field can be added without breaking a client that validates
+    answers against an older listing. Built at the first listing, not at import (`defer_build`)."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class ErrorDetail(ToolOutput):
+    """A refusal inside an answer (one batch item's, a failed job's): its type and a message for the caller.
+    A quota refusal adds its limit and tier."""
+
+    type: str
+    message: str
+
+
 class ServiceNotDeclared(ToolError):
     """A tool reached for a service it does not declare in the tool table: a wiring bug that every retry
     would hit again, so the job fails at once (permanent) instead of being retried into the DLQ."""

@@ -9,7 +9,7 @@ from pydantic import Field
 from mcp_backend.netsafety import check_endpoint_url
 from mcp_backend.probes.endpoint_tokens import MAX_TOKEN_BYTES
 from mcp_backend.quotas import EndpointQuota
-from mcp_backend.tools.context import StrictInput, ToolContext
+from mcp_backend.tools.context import StrictInput, ToolContext, ToolOutput
 from mcp_backend.tools.errors import EndpointNotFound, EndpointTokensUnavailable
 
 
@@ -39,6 +39,64 @@ class EndpointStatusInput(StrictInput):
 
 class UnregisterEndpointInput(StrictInput):
     server_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
+
+
+class RegisteredEndpoint(ToolOutput):
+    """register_endpoint: the endpoint as registered (the token is never shown, only whether there is one)."""
+
+    serverId: str
+    name: str
+    url: str
+    hasAuth: bool
+
+
+class UnregisteredEndpoint(ToolOutput):
+    serverId: str
+    unregistered: bool
+
+
+class ListedEndpoint(ToolOutput):
+    serverId: str
+    name: str
+    url: str
+
+
+class EndpointList(ToolOutput):
+    endpoints: list[ListedEndpoint]
+
+
+class ProbeView(ToolOutput):
+    status: str
+    probedAt: str
+    latencyMs: int | None = None
+    toolCount: int | None = None
+    schemaHash: str | None = None
+
+
+class Uptime(ToolOutput):
+    windowSeconds: int
+    probes: int
+    up: int
+    ratio: float | None = Field(description="up / probes over the window; null without probes")
+
+
+class SchemaChange(ToolOutput):
+    at: str
+    schemaHash: str | None
+    previousSchemaHash: str | None
+
+
+class EndpointStatus(ToolOutput):
+    """endpoint_status: the latest probe, uptime over the window and the last change of the tool schema."""
+
+    serverId: str
+    name: str
+    url: str
+    hasAuth: bool
+    latest: ProbeView | None
+    uptime: Uptime
+    lastSchemaChange: SchemaChange | None
+    probesStoppedAt: str | None = Field(None, description="When probes stopped (failing too long)")
 
 
 def register_endpoint(request: RegisterEndpointInput, ctx: ToolContext) -> dict[str, Any]:

@@ -13,13 +13,39 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError, create_model
 
 from mcp_backend.api_keys import Principal
+from mcp_backend.jobs.models import JobStatus
 from mcp_backend.jobs.service import JobsService, JobSubmission
 from mcp_backend.observability import count_limit_refusal
 from mcp_backend.quotas import QuotaExceeded
+from mcp_backend.tools.context import ErrorDetail, ToolOutput
 from mcp_backend.tools.errors import InvalidToolInput, ToolError
 from mcp_backend.tools.services import MissingToolService, ToolServices
 from mcp_backend.tools.table import Tool
 from mcp_backend.validation import describe_validation_error
+
+
+class SubmittedJob(ToolOutput):
+    """A submit tool's answer: the job, PENDING when new; a repeat of a callId answers the job's state."""
+
+    jobId: str
+    status: JobStatus
+    repeated: bool | None = Field(None, description="true when this callId had already submitted the job")
+
+
+class SubmittedItem(ToolOutput):
+    """One item of a batch, in the caller's position: its job, or the error that refused it."""
+
+    index: int
+    jobId: str | None = None
+    status: JobStatus | None = None
+    repeated: bool | None = None
+    error: ErrorDetail | None = None
+
+
+class SubmittedBatch(ToolOutput):
+    """A batch submit tool's answer: one entry per item, in order."""
+
+    results: list[SubmittedItem]
 
 
 def submit_model(tool: Tool) -> type[BaseModel]:

@@ -1,11 +1,13 @@
 """The tool table: every tool the backend offers, declared once. The MCP endpoint's tools
 (mcp_backend.mcp.bindings) and the worker's (mcp_backend.jobs.worker, given the table) run from it.
 
-Adding a tool (docs/adding-a-tool.md): a module with a strict input model and a `run(request, ctx)` function,
-plus one entry in TOOLS below. Every entry says what it may do (`access`: there is no default, so a tool that
-writes cannot slip in as a read) and which services it uses (`services`: it gets those and no others, on the
-endpoint and in the worker alike). A tool that runs as a job also gets two MCP tools that submit it (one, and
-up to 100 at once), and the worker runs it; its results are read back with get_job.
+Adding a tool (docs/adding-a-tool.md): a module with a strict input model, an output model and a
+`run(request, ctx)` function, plus one entry in TOOLS below. Every entry says what it may do (`access` and
+`effect`: there are no defaults, so a tool that writes cannot slip in as a read, nor one that deletes as
+harmless) and which services it uses (`services`: it gets those and no others, on the endpoint and in the
+worker alike). Its MCP annotations are derived from these fields (mcp_backend.mcp.bindings). A tool that runs
+as a job also gets two MCP tools that submit it (one, and up to 100 at once), and the worker runs it; its
+results are read back with get_job.
 """
 
 from __future__ import annotations
@@ -38,6 +40,15 @@ class Access(StrEnum):
     SUBMIT = "submit"  # queues or runs work, or writes (every submit tool is SUBMIT)
 
 
+class Effect(StrEnum):
+    """What one synchronous call does to what the caller has: clients decide from it (as the tool's
+    destructiveHint and idempotentHint) whether to ask before a call and whether a retry is safe."""
+
+    NONE = "none"  # changes nothing the caller has (a read, a computation): a repeat is harmless
+    ADDS = "adds"  # creates something new each call: a repeat adds another
+    CHANGES = "changes"  # replaces, stops or deletes what exists: a repeat changes nothing more
+
+
 @dataclass(frozen=True, kw_only=True)
 class Tool:
     name: str
@@ -48,6 +59,10 @@ class Tool:
     access: Access
     # Required, no default: what it uses besides its input (an empty set for a tool that needs none).
     services: frozenset[Service]
+    # Required, no default: what a synchronous call changes (submitting it as a job always ADDS a job).
+    effect: Effect
+    # Its answer (structuredContent, and a job's result), published as the tool's outputSchema.
+    output_model: type[BaseModel]
     mode: Mode = Mode.SYNC
     # The MCP tools that submit it as a job (one, many); default submit_<name> and submit_<name>_batch.
     submit_names: tuple[str, str] | None = None
@@ -58,6 +73,10 @@ class Tool:
     reaches_network: bool = False
     # Checks a job's input for its caller before the job is queued (raises a ToolError): a refusal writes nothing.
     admit: Callable[[Any, ToolContext], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.access is Access.READ and self.effect is not Effect.NONE:
+            raise ValueError(f"{self.name}: a READ tool changes nothing (effect NONE); one that does is SUBMIT")
 
     @property
     def runs_sync(self) -> bool:
@@ -95,8 +114,10 @@ TOOLS: dict[str, Tool] = {
             ),
             input_model=job_results.GetJobInput,
             run=job_results.get_job,
+            output_model=job_results.JobView,
             access=Access.READ,
             services=frozenset({Service.JOBS}),
+            effect=Effect.NONE,
         ),
         Tool(
             name="list_failed_jobs",
@@ -105,8 +126,10 @@ TOOLS: dict[str, Tool] = {
             ),
             input_model=job_results.ListFailedJobsInput,
             run=job_results.list_failed_jobs,
+            output_model=job_results.FailedJobs,
             access=Access.READ,
             services=frozenset({Service.JOBS}),
+            effect=Effect.NONE,
         ),
         Tool(
             name="cancel_job",
@@ -116,20 +139,24 @@ TOOLS: dict[str, Tool] = {
             ),
             input_model=job_results.CancelJobInput,
             run=job_results.cancel_job,
+            output_model=job_results.CancelledJob,
             access=Access.SUBMIT,  # changes a job's state
             services=frozenset({Service.JOBS}),
+            effect=Effect.CHANGES,  # a repeat finds it cancelled: nothing more changes
         ),
         Tool(
             name="analyze_dataset",
             description="Row count, columns and per-column statistics of a CSV or JSON dataset (s3:// or https://).",
             input_model=analyze_dataset.AnalyzeInput,
             run=analyze_dataset.run,
+            output_model=analyze_dataset.AnalyzeOutput,
             mode=Mode.BOTH,
             submit_names=("submit_analysis", "submit_analyses"),
             streams_progress=True,
             reaches_network=True,
             access=Access.SUBMIT,  # fetches and computes on the endpoint
             services=frozenset(),
+            effect=Effect.NONE,  # reads the dataset, writes nothing
             admit=analyze_dataset.admit,
         ),
         Tool(
@@ -137,8 +164,10 @@ TOOLS: dict[str, Tool] = {
             description="Register an MCP endpoint to probe every schedule tick; returns its serverId.",
             input_model=endpoints.RegisterEndpointInput,
             run=endpoints.register_endpoint,
+            output_model=endpoints.RegisteredEndpoint,
             access=Access.SUBMIT,
             services=frozenset({Service.ENDPOINTS}),
+            effect=Effect.CHANGES,  # the same owner and URL re-register (replacing name and token)
         ),
         Tool(
             name="unregister_endpoint",
@@ -146,24 +175,30 @@ TOOLS: dict[str, Tool] = {
             "against your tier's endpoint limit.",
             input_model=endpoints.UnregisterEndpointInput,
             run=endpoints.unregister_endpoint,
+            output_model=endpoints.UnregisteredEndpoint,
             access=Access.SUBMIT,  # deletes
             services=frozenset({Service.ENDPOINTS}),
+            effect=Effect.CHANGES,  # deletes
         ),
         Tool(
             name="list_endpoints",
             description="Your registered MCP endpoints (serverId, name, url).",
             input_model=endpoints.ListEndpointsInput,
             run=endpoints.list_endpoints,
+            output_model=endpoints.EndpointList,
             access=Access.READ,
             services=frozenset({Service.ENDPOINTS}),
+            effect=Effect.NONE,
         ),
         Tool(
             name="endpoint_status",
             description="One endpoint's latest probe, uptime over the window and last schema change.",
             input_model=endpoints.EndpointStatusInput,
             run=endpoints.endpoint_status,
+            output_model=endpoints.EndpointStatus,
             access=Access.READ,
             services=frozenset({Service.ENDPOINTS}),
+            effect=Effect.NONE,
         ),
     )
 }
