@@ -102,6 +102,16 @@ class ApiKeyAuthenticator:
     def insufficient_scope(self, resource: str, scope: str) -> str:
         return self.challenge()  # API keys carry every scope: never asked
 
+    def reload_after_restore(self) -> None:
+        """After a SnapStart restore: the snapshot's table is dropped and read again, so a key revoked since the
+        snapshot is refused at once. Should the read fail, nothing stale stays: the next request reads it."""
+        with self._lock:
+            self._table, self._loaded_at = {}, float("-inf")
+        try:
+            self._current_table(True)
+        except KeyTableUnavailable:
+            logger.error("API key secret not readable after a restore; the first request reads it again")
+
     def _current_table(self, force: bool) -> dict[str, Principal]:
         with self._lock:
             if force or time.monotonic() - self._loaded_at > self.cache_seconds:
