@@ -12,7 +12,7 @@ import anyio
 import boto3
 import httpx
 
-from mcp_backend.api_keys import new_api_key
+from mcp_backend.api_keys import SecretReader, new_api_key
 from mcp_backend.mcp.auth import ApiKeyAuthenticator
 from mcp_backend.mcp.server import create_app
 from tests.unit.endpoint_fakes import SETTINGS, RoomyRateTable, ServedInProcess
@@ -27,10 +27,10 @@ class KeySecret:
 
     def __init__(self, value: str) -> None:
         self.value = value
-        self.reads = 0
+        self.reads: list[bool] = []  # each read: whether it bypassed the extension's cache
 
     def read(self, fresh: bool = False) -> str:
-        self.reads += 1
+        self.reads.append(fresh)
         return self.value
 
 
@@ -80,9 +80,11 @@ def test_the_adapters_after_restore_request_reloads_the_key_table_and_refreshes_
     hook, old_answer, new_answer, draws, snapshot_draws = anyio.run(scenario)
 
     # Then the hook answers 2xx (the adapter admits traffic), the revoked key is refused and the new one served at
-    # once, boto3 resolves its session again, and random draws its own sequence
+    # once (the table read again, past the extension's restored cache), boto3 resolves its session again, and
+    # random draws its own sequence
     assert hook == 204
     assert (old_answer, new_answer) == (401, 200)
+    assert secret.reads == [False, True]
     assert boto3.DEFAULT_SESSION is None
     assert draws != snapshot_draws
 
@@ -105,12 +107,11 @@ def test_the_hook_is_unreachable_from_outside_and_refreshes_nothing():
                 await post_hook(app, method="GET"),
             ]
 
-    reads_before = secret.reads
     answers = anyio.run(scenario)
 
     # Then each is refused, and the key table was read once (by the listing), never by the hook
     assert answers == [403, 403, 403, 403]
-    assert secret.reads == reads_before + 1
+    assert secret.reads == [False]
 
 
 def test_without_the_setting_no_hook_is_served():
@@ -123,3 +124,27 @@ def test_without_the_setting_no_hook_is_served():
 
     # Then the guard answers it as any other path: nothing is refreshed, no 2xx
     assert not 200 <= answer < 300
+
+
+def test_after_a_restore_the_key_readers_secrets_client_is_built_again():
+    # Given the key table read through the SDK during init, by a client the reader keeps (the snapshot's credentials)
+    _key, table = new_api_key("user-alice", "pro")
+    built: list[str] = []
+
+    class SecretsManager:
+        def get_secret_value(self, **_: Any) -> dict[str, str]:
+            return {"SecretString": table}
+
+    def factory() -> Any:
+        built.append("secretsmanager")
+        return SecretsManager()
+
+    authenticator = ApiKeyAuthenticator(SecretReader("keys", client_factory=factory), cache_seconds=300)
+    authenticator._current_table(False)
+
+    # When the environment is restored and the table read again
+    authenticator.reload_after_restore()
+    authenticator._current_table(False)
+
+    # Then the second read was made by a new client
+    assert built == ["secretsmanager", "secretsmanager"]

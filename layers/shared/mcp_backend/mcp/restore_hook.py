@@ -5,7 +5,8 @@ started, so after a restore the adapter POSTs to `AWS_LWA_SNAPSTART_AFTER_RESTOR
 before it admits any traffic, and fails the restore on a non-2xx answer (aws/aws-lambda-web-adapter pull requests
 790 and 837). Here that request refreshes what environments resumed from one snapshot must not share: `random`'s
 state and every cached AWS client with boto3's default session (mcp_backend.snapstart.refresh_after_restore), and
-the API-key table, read again (a key revoked since the snapshot is refused at once).
+the API-key table: dropped, so the first request reads it from Secrets Manager itself, past the Parameters and
+Secrets extension's cache (restored with the snapshot); a key revoked since the snapshot is refused at once.
 
 The hook sits in front of the guard: the adapter's request carries no credentials. It is served only to the
 adapter's own request: from loopback, with neither the `x-amzn-request-context` header the adapter adds to every
