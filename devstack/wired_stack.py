@@ -9,6 +9,7 @@ Tests, `make invoke` and `make dev` all build one of these; none of them re-decl
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from functools import cache, cached_property, partial
 from pathlib import Path
@@ -81,6 +82,7 @@ class LocalEnvironment:
         self.lambda_runtime: LambdaRuntime | None = None
         self._build_dir, self._endpoints = build_dir, endpoints or {}
         self._lambda_on_demand: LambdaRuntime | None = None  # an in-process stack's `make invoke RUNTIME=lambda`
+        self._on_demand_lock = threading.Lock()  # concurrent invocations start one on-demand runtime
         if runtime == "lambda":
             self.lambda_runtime = self._new_lambda_runtime()
         elif runtime != "inprocess":
@@ -98,8 +100,9 @@ class LocalEnvironment:
         """Invoke in the stack's runtime, or in the one named (`make invoke RUNTIME=` inside a running stack)."""
         runtime = runtime or self.runtime_mode
         if runtime == "lambda":
-            if self.lambda_runtime is None and self._lambda_on_demand is None:
-                self._lambda_on_demand = self._new_lambda_runtime()
+            with self._on_demand_lock:
+                if self.lambda_runtime is None and self._lambda_on_demand is None:
+                    self._lambda_on_demand = self._new_lambda_runtime()
             lambda_runtime = self.lambda_runtime or self._lambda_on_demand
             assert lambda_runtime is not None
             return lambda_runtime.invoke(logical_id, event)
