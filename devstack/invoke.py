@@ -136,17 +136,17 @@ def function_url_request(url: str, event: dict, api_key: str | None) -> dict[str
 def invoke_running(endpoints: dict[str, Any], function: str, event: Any, state: dict, runtime: str | None) -> int:
     """In the running stack (its logs appear in `make dev`): the fixture's state seeded there first, then a
     Function URL request to the URL it serves, or a RequestResponse invocation through its Lambda API."""
-    prepared = httpx.post(f"{endpoints['lambda']}/devstack/fixture", json=state, timeout=60).raise_for_status().json()
     url = endpoints.get("urls", {}).get(function)
+    served_in = endpoints.get("runtime", "inprocess")
+    if url is not None and runtime and runtime != served_in:
+        print(
+            f"error: the running stack serves {function}'s Function URL in its {served_in} runtime; "
+            f"RUNTIME={runtime} needs `make dev RUNTIME={runtime}` or FRESH=1",
+            file=sys.stderr,
+        )
+        return 2
+    prepared = httpx.post(f"{endpoints['lambda']}/devstack/fixture", json=state, timeout=60).raise_for_status().json()
     if url is not None:
-        served_in = endpoints.get("runtime", "inprocess")
-        if runtime and runtime != served_in:
-            print(
-                f"error: the running stack serves {function}'s Function URL in its {served_in} runtime; "
-                f"RUNTIME={runtime} needs `make dev RUNTIME={runtime}` or FRESH=1",
-                file=sys.stderr,
-            )
-            return 2
         response = function_url_request(url, event, prepared.get("apiKey"))
         print(f"{function} answered on the running stack's URL {url}", file=sys.stderr)
         print(json.dumps(response, indent=2))
