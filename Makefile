@@ -205,7 +205,8 @@ verify-deployed: $(SAM) ## ENV=default|prod: fail on any access the live stack g
 	$(SAM_PYTHON) deploy/verify_deployed.py $(ENV) build/expanded-template.json
 
 invoke: env ## FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json [RUNTIME=lambda] [FRESH=1]
-	$(RUN) python -m devstack.invoke --runtime $(RUNTIME) --build-dir $(BUILD_DIR) $(if $(FRESH),--fresh) \
+	$(RUN) python -m devstack.invoke $(if $(filter file,$(origin RUNTIME)),,--runtime $(RUNTIME)) \
+		--build-dir $(BUILD_DIR) $(if $(FRESH),--fresh) \
 		$(FUNCTION) $(EVENT)
 
 # The running `make dev` stack's value of every variable the template declares, for `sam local invoke --env-vars`.

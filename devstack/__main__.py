@@ -118,9 +118,10 @@ def run_dev(args: argparse.Namespace) -> int:
     ready_seconds = time.perf_counter() - started
     # From here a Ctrl-C stops the running stack, even one that comes while the banner is being written.
     try:
-        dev_keys = issue_dev_keys(stack)
+        dev_keys = stack.dev_keys = issue_dev_keys(stack)
         login_user = seed_login_user(stack.client("cognito-idp"))
-        announce(stack.aws_url, stack.lambda_url)
+        urls = {web.spec.logical_id: web.url for web in stack.web_functions.values()}
+        announce(stack.aws_url, stack.lambda_url, stack.options.runtime, urls)
         print(banner(stack, ready_seconds, dev_keys, login_user), flush=True)
         stopping.wait()  # Ctrl-C interrupts the wait (KeyboardInterrupt); SIGTERM sets the event
     except KeyboardInterrupt:

@@ -1,15 +1,14 @@
 """`make invoke FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json`: the no-Docker twin of
 `sam local invoke`. With `make dev` running, the function runs there (against that stack's state,
-through its Lambda Invoke API); otherwise on a fresh stack created from template.yaml (the same stack
-`make dev` starts, on free loopback ports, stopped afterwards), in-process or, with `RUNTIME=lambda`, from
-the build output in the Lambda runtime.
+through its Lambda Invoke API, in the runtime `RUNTIME=` names, else the stack's own); otherwise on a fresh
+stack created from template.yaml (the same stack `make dev` starts, on free loopback ports, stopped
+afterwards), in-process or, with `RUNTIME=lambda`, from the build output in the Lambda runtime.
 
-A fixture that needs state declares it beside itself, in `<fixture>.state.json`, and `make invoke` seeds it
-first: `endpoints` are MonitorTable endpoint registrations, whose `url` and `authToken` may name the fresh
-stack's own MCP endpoint (`{McpServerUrl}`) and a key it issued (`{ApiKey}`). A Function URL request
-(payload format 2.0) to a web-adapter function is sent to the function's served URL, as the Web Adapter
-would relay it, with a key the stack issued when the request carries none; the answer is printed as the
-Function URL would return it.
+A fixture that needs state declares it beside itself, in `<fixture>.state.json` (devstack.fixture_state), and
+`make invoke` seeds it first, in whichever stack runs the function. A Function URL request (payload format
+2.0) to a web-adapter function is sent to the function's served URL, as the Web Adapter would relay it, with a
+key the stack issued when the request carries none; the answer is printed as the Function URL would return it.
+A running stack serves its URLs in its own runtime: `RUNTIME=` naming another one is refused for them.
 """
 
 from __future__ import annotations
@@ -22,10 +21,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import boto3
 import httpx
 
 from devstack.__main__ import issue_dev_keys
+from devstack.fixture_state import seed
 from devstack.ports import free_port
 from devstack.running_stack import running_stack
 from devstack.runtime.build_output import DEFAULT_BUILD_DIR
@@ -42,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make invoke", description=__doc__)
     parser.add_argument("function", help="logical id in template.yaml, e.g. ToolWorker")
     parser.add_argument("event", type=Path, help="event fixture, e.g. events/tool_worker/healthy-batch.json")
-    parser.add_argument("--runtime", choices=["inprocess", "lambda"], default="inprocess")
+    parser.add_argument(
+        "--runtime", choices=["inprocess", "lambda"], help="default: the running stack's, else inprocess"
+    )
     parser.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
     parser.add_argument("--fresh", action="store_true", help="a fresh stack even when `make dev` is running")
     args = parser.parse_args(argv)
@@ -59,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
 
     endpoints = None if args.fresh else running_stack()
     if endpoints is not None:
-        return invoke_running(endpoints, args.function, event)
-    return invoke_fresh(parser, args.function, event, state, args.runtime, args.build_dir)
+        return invoke_running(endpoints, args.function, event, state, args.runtime)
+    return invoke_fresh(parser, args.function, event, state, args.runtime or "inprocess", args.build_dir)
 
 
 def fresh_stack(runtime: str, build_dir: Path) -> DevStack:
@@ -79,7 +80,7 @@ def fresh_stack(runtime: str, build_dir: Path) -> DevStack:
 
 def invoke_on(stack: DevStack, function: str, event: Any, state: dict, keys: dict[str, str]) -> Any:
     """Seed the fixture's state, then invoke: a Function URL request goes to the function's served URL."""
-    seed(stack, state, keys)
+    seed(stack.environment, stack.web_functions, stack.client, state, next(iter(keys.values()), None))
     if state.get("endpoints"):
         # The fixture calls the stack's own endpoint: its environment starts now, not inside the call's timeout.
         stack.prewarm(web.spec.logical_id for web in stack.web_functions.values())
@@ -117,41 +118,6 @@ def invoke_fresh(
     return 0
 
 
-def seed(stack: DevStack, state: dict, keys: dict[str, str]) -> None:
-    """The state a fixture declares (module docstring), written into the fresh stack."""
-    urls = [f"{web.url}/" for web in stack.web_functions.values()]
-    values = {"{McpServerUrl}": urls[0] if urls else "", "{ApiKey}": next(iter(keys.values()), "")}
-
-    def filled(text: str) -> str:
-        for placeholder, value in values.items():
-            text = text.replace(placeholder, value)
-        return text
-
-    # The layer's own sealing (issue_dev_keys has put the layer on sys.path, as devstack does for the key format).
-    from mcp_backend.monitor.items import AUTH_CIPHERTEXT
-    from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
-
-    table = stack.environment.table_name("MonitorTable")
-    dynamodb = stack.client("dynamodb")
-    key_id = stack.environment.stack.function("ProbeWorker").environment["ENDPOINT_TOKEN_KEY_ID"]
-    cipher = EndpointTokenCipher(key_id, stack.client("kms"))
-    for endpoint in state.get("endpoints", []):
-        item = {
-            "serverId": {"S": endpoint["serverId"]},
-            "sortKey": {"S": "endpoint"},
-            "itemType": {"S": "endpoint"},
-            "ownerId": {"S": endpoint.get("ownerId", "fixture")},
-            "name": {"S": endpoint.get("name", "fixture endpoint")},
-            "url": {"S": filled(endpoint["url"])},
-            "registeredAt": {"S": "2026-01-01T00:00:00.000Z"},
-        }
-        if endpoint.get("authToken"):
-            # Sealed as register_endpoint seals it: only ProbeWorker opens it, for this endpoint and owner.
-            sealed = cipher.seal(endpoint["serverId"], item["ownerId"]["S"], filled(endpoint["authToken"]))
-            item[AUTH_CIPHERTEXT] = {"B": sealed}
-        dynamodb.put_item(TableName=table, Item=item)
-
-
 def function_url_request(url: str, event: dict, api_key: str | None) -> dict[str, Any]:
     """A Function URL event (payload format 2.0) as an HTTP request to the served app; its answer in the
     Function URL response shape."""
@@ -167,16 +133,39 @@ def function_url_request(url: str, event: dict, api_key: str | None) -> dict[str
     return {"statusCode": answer.status_code, "headers": dict(answer.headers), "body": answer.text}
 
 
-def invoke_running(endpoints: dict[str, str], function: str, event: dict) -> int:
-    """RequestResponse through the running stack's Lambda API (its logs appear in `make dev`)."""
-    client = boto3.client("lambda", endpoint_url=endpoints["lambda"], region_name="us-east-1")
-    try:
-        response = client.invoke(FunctionName=function, Payload=json.dumps(event))
-    except client.exceptions.ResourceNotFoundException:
+def invoke_running(endpoints: dict[str, Any], function: str, event: Any, state: dict, runtime: str | None) -> int:
+    """In the running stack (its logs appear in `make dev`): the fixture's state seeded there first, then a
+    Function URL request to the URL it serves, or a RequestResponse invocation through its Lambda API."""
+    url = endpoints.get("urls", {}).get(function)
+    served_in = endpoints.get("runtime", "inprocess")
+    if url is not None and runtime and runtime != served_in:
+        print(
+            f"error: the running stack serves {function}'s Function URL in its {served_in} runtime; "
+            f"RUNTIME={runtime} needs `make dev RUNTIME={runtime}` or FRESH=1",
+            file=sys.stderr,
+        )
+        return 2
+    prepared = httpx.post(f"{endpoints['lambda']}/devstack/fixture", json=state, timeout=60).raise_for_status().json()
+    if url is not None:
+        response = function_url_request(url, event, prepared.get("apiKey"))
+        print(f"{function} answered on the running stack's URL {url}", file=sys.stderr)
+        print(json.dumps(response, indent=2))
+        return 0
+    headers = {"X-Devstack-Runtime": runtime} if runtime else {}
+    answer = httpx.post(
+        f"{endpoints['lambda']}/2015-03-31/functions/{function}/invocations",
+        content=json.dumps(event),
+        headers=headers,
+        timeout=None,  # noqa: S113 - the function's own timeout bounds the call
+    )
+    if answer.status_code == 404:
         print(f"error: {function} is not a function of the running stack", file=sys.stderr)
         return 2
-    print(json.dumps(json.loads(response["Payload"].read()), indent=2))
-    return 1 if response.get("FunctionError") else 0
+    answer.raise_for_status()
+    ran_in = answer.headers.get("X-Devstack-Runtime", "")
+    print(f"{function} ran in the running stack ({endpoints['lambda']}), {ran_in} runtime", file=sys.stderr)
+    print(json.dumps(answer.json(), indent=2))
+    return 1 if answer.headers.get("X-Amz-Function-Error") else 0
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """Where a running `make dev` says it is: `make invoke`, `make fire`, `make token` and `make redrive`
-find the stack's endpoints in one small file, and believe it only if the stack answers."""
+find the stack's endpoints in one small file, and believe it only if the stack answers: its AWS endpoint and Lambda
+Invoke API, the runtime its functions run in, and each served Function URL by the function behind it."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 
@@ -13,16 +15,17 @@ RUNNING_FILE = ROOT / ".devstack" / "running.json"
 SAM_ENV_FILE = ROOT / ".devstack" / "sam-env.json"  # `make env-json`: the --env-vars file for `sam local invoke`
 
 
-def announce(aws_url: str, lambda_url: str) -> None:
+def announce(aws_url: str, lambda_url: str, runtime: str = "inprocess", urls: dict[str, str] | None = None) -> None:
     RUNNING_FILE.parent.mkdir(exist_ok=True)
-    RUNNING_FILE.write_text(json.dumps({"aws": aws_url, "lambda": lambda_url}))
+    running = {"aws": aws_url, "lambda": lambda_url, "runtime": runtime, "urls": urls or {}}
+    RUNNING_FILE.write_text(json.dumps(running))
 
 
 def withdraw() -> None:
     RUNNING_FILE.unlink(missing_ok=True)
 
 
-def running_stack() -> dict[str, str] | None:
+def running_stack() -> dict[str, Any] | None:
     """The running `make dev` stack's endpoints, if one answers."""
     if not RUNNING_FILE.exists():
         return None

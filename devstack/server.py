@@ -21,6 +21,7 @@ import boto3
 import httpx
 from botocore.config import Config
 
+from devstack.fixture_state import seed
 from devstack.front_door_wiring import FunctionUrlSettings, serve_function_urls
 from devstack.front_doors.async_invoke import AWS_RETRY_DELAYS, AsyncConfig, AsyncInvoker
 from devstack.front_doors.destinations import Destinations
@@ -102,6 +103,7 @@ class DevStack:
         self.schedules: dict[str, Schedule] = {}
         self.taps: list[Tap] = []
         self.web_functions: dict[str, WebFunction] = {}  # Function URL logical id -> served app
+        self.dev_keys: dict[str, str] = {}  # Function URL logical id -> the key `make dev` issued for it
         self.writes = WriteSignal()
 
     # ------------------------------------------------------------------ lifecycle
@@ -160,6 +162,8 @@ class DevStack:
             fire_schedule=self.fire,
             issue_token=ClientCredentialsTokens(lambda: self.client("cognito-idp"), "us-east-1").issue,
             sam_env_vars=self.sam_env_vars,
+            prepare_fixture=self.prepare_fixture,
+            runtime=self.options.runtime,
             login=LocalManagedLogin(lambda: self.client("cognito-idp"), self.lambda_url, self.aws_url),
         )
         self.lambda_api.serve(lambda_listener)
@@ -184,6 +188,13 @@ class DevStack:
             logical_id: {name: spec.environment[name] for name in spec.environment}
             for logical_id, spec in self.environment.stack.functions().items()
         }
+
+    def prepare_fixture(self, state: dict) -> dict[str, str | None]:
+        """`make invoke` inside this stack: the fixture's declared state seeded here, and the key this stack
+        issued, for a Function URL request that carries none."""
+        api_key = next(iter(self.dev_keys.values()), None)
+        seed(self.environment, self.web_functions, self.client, state, api_key)
+        return {"apiKey": api_key}
 
     @property
     def stopped(self) -> bool:

@@ -9,6 +9,7 @@ Tests, `make invoke` and `make dev` all build one of these; none of them re-decl
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from functools import cache, cached_property, partial
 from pathlib import Path
@@ -79,17 +80,11 @@ class LocalEnvironment:
         self.runtime_mode = runtime
         self._runtimes: dict[str, FunctionRuntime] = {}
         self.lambda_runtime: LambdaRuntime | None = None
+        self._build_dir, self._endpoints = build_dir, endpoints or {}
+        self._lambda_on_demand: LambdaRuntime | None = None  # an in-process stack's `make invoke RUNTIME=lambda`
+        self._on_demand_lock = threading.Lock()  # concurrent invocations start one on-demand runtime
         if runtime == "lambda":
-            # The build is checked first: a missing one stops everything before any install.
-            check_build(build_dir, host_architecture(), self.stack.template.code_paths)
-            image = runtime_image()
-            self.lambda_runtime = LambdaRuntime(
-                {
-                    logical_id: self._lambda_function(logical_id, build_dir, endpoints or {})
-                    for logical_id in self.stack.functions()
-                },
-                image,
-            )
+            self.lambda_runtime = self._new_lambda_runtime()
         elif runtime != "inprocess":
             raise ValueError(f"runtime must be inprocess or lambda, not {runtime}")
 
@@ -101,10 +96,31 @@ class LocalEnvironment:
             )
         return self._runtimes[logical_id]
 
-    def invoke(self, logical_id: str, event: Any) -> Any:
-        if self.lambda_runtime is not None:
-            return self.lambda_runtime.invoke(logical_id, event)
+    def invoke(self, logical_id: str, event: Any, runtime: str | None = None) -> Any:
+        """Invoke in the stack's runtime, or in the one named (`make invoke RUNTIME=` inside a running stack)."""
+        runtime = runtime or self.runtime_mode
+        if runtime == "lambda":
+            with self._on_demand_lock:
+                if self.lambda_runtime is None and self._lambda_on_demand is None:
+                    self._lambda_on_demand = self._new_lambda_runtime()
+            lambda_runtime = self.lambda_runtime or self._lambda_on_demand
+            assert lambda_runtime is not None
+            return lambda_runtime.invoke(logical_id, event)
+        if runtime != "inprocess":
+            raise ValueError(f"runtime must be inprocess or lambda, not {runtime}")
         return self.runtime(logical_id).invoke(event)
+
+    def _new_lambda_runtime(self) -> LambdaRuntime:
+        # The build is checked first: a missing one stops everything before any install.
+        check_build(self._build_dir, host_architecture(), self.stack.template.code_paths)
+        image = runtime_image()
+        return LambdaRuntime(
+            {
+                logical_id: self._lambda_function(logical_id, self._build_dir, self._endpoints)
+                for logical_id in self.stack.functions()
+            },
+            image,
+        )
 
     def concurrency(self, logical_id: str) -> int:
         """How many environments the function may run at once: its reserved concurrency, else its
@@ -119,8 +135,9 @@ class LocalEnvironment:
         return DEFAULT_CONCURRENCY
 
     def shutdown(self) -> None:
-        if self.lambda_runtime is not None:
-            self.lambda_runtime.shutdown()
+        for lambda_runtime in (self.lambda_runtime, self._lambda_on_demand):
+            if lambda_runtime is not None:
+                lambda_runtime.shutdown()
 
     def _lambda_function(self, logical_id: str, build_dir: Path, endpoints: dict[str, str]) -> LambdaFunction:
         spec = self.stack.function(logical_id)

@@ -5,7 +5,8 @@ https://docs.aws.amazon.com/lambda/latest/api/API_Invoke.html
 - RequestResponse: 200 with the result, or 200 with X-Amz-Function-Error: Unhandled and the error;
 - Event: 202, then the async invoker takes over (retries, destinations);
 - DryRun: 204.
-Plus two local controls: POST /devstack/schedules/<LogicalId>/fire and GET /devstack/health, the
+Plus local controls: POST /devstack/schedules/<LogicalId>/fire, GET /devstack/health, POST /devstack/fixture
+(`make invoke` seeds a fixture's state), and an invocation's X-Devstack-Runtime header (`make invoke RUNTIME=`), the
 Cognito pools' client-credentials token endpoint, POST /oauth2/token (devstack.stack.cognito), and their
 managed login: discovery, /oauth2/authorize and the authorization-code grant (devstack.stack.cognito_login).
 """
@@ -37,13 +38,17 @@ class LambdaApi:
     def __init__(
         self,
         resolve: Callable[[str], str],
-        invoke_sync: Callable[[str, Any], Any],
+        invoke_sync: Callable[..., Any],  # (function, payload[, runtime])
         invoke_async: Callable[[str, Any], str],
         fire_schedule: Callable[[str], int],
         issue_token: Callable[[dict[str, str], str | None], tuple[int, dict[str, Any]]] | None = None,
         sam_env_vars: Callable[[], dict[str, dict[str, str]]] | None = None,
         login: LocalManagedLogin | None = None,
+        prepare_fixture: Callable[[dict], dict[str, str | None]] | None = None,
+        runtime: str = "inprocess",
     ) -> None:
+        self.runtime = runtime  # the stack's: an invocation runs there unless its X-Devstack-Runtime names another
+        self.prepare_fixture = prepare_fixture
         self.issue_token = issue_token
         self.login = login
         self.sam_env_vars = sam_env_vars
@@ -83,11 +88,23 @@ class LambdaApi:
         if request.path == "/oauth2/token" and request.method == "POST" and self.issue_token is not None:
             status, body = self.issue_token(dict(request.form), request.headers.get("Authorization"))
             return Response(json.dumps(body), status=status, content_type="application/json")
+        control = self._control(request)
+        if control is not None:
+            return control
+        return _json({"Type": "User", "message": f"{request.method} {request.path} is not emulated"}, 404)
+
+    def _control(self, request: Request) -> Response | None:
+        """The stack's own /devstack/ routes beside the emulated APIs."""
         if request.path == "/devstack/sam-env-vars" and request.method == "GET" and self.sam_env_vars is not None:
             return Response(json.dumps(self.sam_env_vars()), status=200, content_type="application/json")
+        if request.path == "/devstack/fixture" and request.method == "POST" and self.prepare_fixture is not None:
+            state = request.get_json(silent=True)
+            if not isinstance(state, dict):
+                return _json({"Type": "User", "message": "the fixture state must be a JSON object"}, 400)
+            return _json(self.prepare_fixture(state), 200)
         if request.path == "/devstack/health":
             return _json({"status": "ready"}, 200)
-        return _json({"Type": "User", "message": f"{request.method} {request.path} is not emulated"}, 404)
+        return None
 
     def _login(self, request: Request) -> Response | None:
         assert self.login is not None
@@ -131,19 +148,25 @@ class LambdaApi:
         if kind == "Event":
             request_id = self.invoke_async(function, payload)
             return Response(status=202, headers={"X-Amzn-RequestId": request_id})
+        # `make invoke RUNTIME=`: this invocation in the runtime named, whatever the stack's own.
+        runtime = request.headers.get("X-Devstack-Runtime")
         try:
-            result = self.invoke_sync(function, payload)
+            result = self.invoke_sync(function, payload, runtime) if runtime else self.invoke_sync(function, payload)
         except Exception as error:  # noqa: BLE001 - reported the way Lambda reports an unhandled error
             return Response(
                 json.dumps(error_document(error)),
                 status=200,
-                headers={"X-Amz-Function-Error": "Unhandled", "X-Amz-Executed-Version": "$LATEST"},
+                headers={
+                    "X-Amz-Function-Error": "Unhandled",
+                    "X-Amz-Executed-Version": "$LATEST",
+                    "X-Devstack-Runtime": runtime or self.runtime,
+                },
                 content_type="application/json",
             )
         return Response(
             json.dumps(result),
             status=200,
-            headers={"X-Amz-Executed-Version": "$LATEST"},
+            headers={"X-Amz-Executed-Version": "$LATEST", "X-Devstack-Runtime": runtime or self.runtime},
             content_type="application/json",
         )
 

@@ -11,7 +11,9 @@ documented settings (https://github.com/awslabs/aws-lambda-web-adapter, README):
   the machine's loopback, so each environment is given its own port through these variables;
 - AWS_LWA_READINESS_CHECK_PATH (default /), _PROTOCOL (http | tcp), _HEALTHY_STATUS (default 100-499),
   polled every 10 ms;
-- AWS_LWA_INVOKE_MODE: buffered (default) or response_stream.
+- AWS_LWA_INVOKE_MODE: buffered (default) or response_stream;
+- AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH / _AFTER_RESTORE_PATH (v1.1.0): the app's SnapStart hooks, which the
+  adapter calls (devstack.runtime.adapter_readiness) and answers with 403 when a request from outside names them.
 One request holds one environment, as one invocation does on Lambda. A function with reserved
 concurrency answers 429 when every environment is busy (a throttle); otherwise the request waits.
 """
@@ -70,6 +72,10 @@ class FunctionUrl:
         await self._invoke(scope, body, send)
 
     async def _invoke(self, scope: dict[str, Any], body: bytes, send: Any) -> None:
+        if scope["path"] in self.settings.hook_paths:
+            # The SnapStart hooks are the adapter's to call: a request from outside for them is refused.
+            await _reply(send, 403, b'{"Message":"Forbidden"}')
+            return
         holder = self.pool.environment(wait=self.pool.function.spec.reserved_concurrency is None)
         try:
             env = await anyio.to_thread.run_sync(holder.__enter__)

@@ -103,6 +103,7 @@ class ExecutionEnvironment:
         self.port = _free_port() if function.exec_wrapper else None
         self.started_at = 0.0
         self.init_duration_ms: float | None = None  # set once initialized; reported on the first REPORT
+        self.restore_duration_ms: float | None = None  # SnapStart behind the Web Adapter: its restore hooks' time
         self.cold = True
         self.process: subprocess.Popen[bytes] | None = None
         self._root: Path | None = None
@@ -169,7 +170,7 @@ class ExecutionEnvironment:
             "AWS_LAMBDA_FUNCTION_NAME": spec.name,
             "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_size),
             "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
-            "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand",
+            "AWS_LAMBDA_INITIALIZATION_TYPE": "snap-start" if spec.snap_start else "on-demand",
             "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{spec.name}",
             "AWS_LAMBDA_LOG_STREAM_NAME": f"{day}/[$LATEST]{self.id}",
             "AWS_REGION": self.function.region,

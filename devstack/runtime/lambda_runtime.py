@@ -145,6 +145,9 @@ class FunctionPool:
                 AdapterSettings.from_environment(self.function.environment) if self.function.exec_wrapper else None
             )
             env.wait_initialized(limit, (lambda: adapter.ready(env)) if adapter is not None else None)
+            if adapter is not None and self.function.spec.snap_start:
+                # The environment a snapshot resumes: the Web Adapter's SnapStart hooks run before any traffic.
+                env.restore_duration_ms = adapter.snapstart_cycle(env, limit)
         except BaseException:
             env.stop()
             with self._condition:

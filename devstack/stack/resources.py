@@ -78,6 +78,7 @@ class FunctionSpec:
     layer_refs: tuple[str, ...] = ()  # as resolved: a local layer's source folder, or a published ARN
     reserved_concurrency: int | None = None
     ephemeral_storage_mb: int = 512
+    snap_start: bool = False  # SnapStart ApplyOn PublishedVersions: environments are resumed from a snapshot
 
 
 class LocalStack:
@@ -364,6 +365,7 @@ def _lambda_function(stack: LocalStack, logical_id: str, props: dict[str, Any]) 
             int(props["ReservedConcurrentExecutions"]) if "ReservedConcurrentExecutions" in props else None
         ),
         ephemeral_storage_mb=int(props.get("EphemeralStorage", {}).get("Size", 512)),
+        snap_start=(props.get("SnapStart") or {}).get("ApplyOn") == "PublishedVersions",
     )
     return Created(ref=name, attributes={"Arn": arn, "Spec": spec})
 

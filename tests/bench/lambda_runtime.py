@@ -40,6 +40,7 @@ def run() -> list[str]:
             cold = cold_starts(runtime, Path(scratch))
         warm_lambda, warm_inprocess = warm_overhead(runtime)
         extension = extension_cost(stack, runtime)
+        snapstart_init, snapstart_hooks = snapstart_restore_path(runtime)
         drained = {n: drain_seconds(stack, runtime, n) for n in (1, 4)}
     finally:
         stack.stop()
@@ -59,6 +60,19 @@ def run() -> list[str]:
     for logical_id, (plain, compiled) in sorted(cold.items()):
         lines.append(f"| {logical_id} | {plain:.0f} ms | {compiled:.0f} ms | {compiled / plain:.2f}x |")
     lines += extension_lines(extension)
+    lines += [
+        "",
+        f"McpServer with SnapStart (`McpServerSnapStart=PublishedVersions`), median of {COLD_STARTS} new "
+        "environments: the restore path the Web Adapter adds after a restore (the app's after-restore hook, then "
+        "the readiness check again) against the environment's init. Lambda's own restore of the snapshot has no "
+        "local equivalent: on Lambda, compare a restored environment's REPORT `Restore Duration` with a cold one's "
+        "`Init Duration`.",
+        "",
+        "| measure | value | baseline | ratio |",
+        "|---|---|---|---|",
+        f"| after-restore hook + readiness check | {snapstart_hooks:.0f} ms | init {snapstart_init:.0f} ms "
+        f"| {snapstart_hooks / snapstart_init:.3f}x |",
+    ]
     lines += [
         "",
         f"Warm invocation: a handler that returns at once (`tests/e2e/lambda_functions/probe.py`), "
@@ -145,6 +159,25 @@ def extension_cost(stack: DevStack, runtime: LambdaRuntime) -> ExtensionCost:
                 cpu.append(probe_cpu)
     medians = {name: (statistics.median(w), statistics.median(wo)) for name, (w, wo) in samples.items()}
     return ExtensionCost(medians["probe"], medians["worker"], medians["call"], statistics.median(cpu), before, after)
+
+
+def snapstart_restore_path(runtime: LambdaRuntime, samples: int = COLD_STARTS) -> tuple[float, float]:
+    """Medians, ms: McpServer's init, and the restore path the local runtime runs after it with SnapStart on (the
+    Web Adapter's after-restore hook and readiness check; devstack.runtime.adapter_readiness)."""
+    function = runtime.functions["McpServer"]
+    snapshotted = dataclasses.replace(
+        function,
+        spec=dataclasses.replace(function.spec, snap_start=True),
+        environment={**function.environment, "AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH": "/_lwa/after-restore"},
+    )
+    inits, restores = [], []
+    for _ in range(samples):
+        pool = FunctionPool(snapshotted, runtime.image, io.StringIO())
+        with pool.environment() as env:
+            inits.append(env.init_duration_ms or 0.0)
+            restores.append(env.restore_duration_ms or 0.0)
+        _stop(pool)
+    return statistics.median(inits), statistics.median(restores)
 
 
 def _cold_start(function: LambdaFunction, runtime: LambdaRuntime) -> tuple[float, int, float]:

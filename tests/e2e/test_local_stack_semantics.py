@@ -362,7 +362,7 @@ def test_make_invoke_runs_a_function_inside_the_running_stack(semantics, capsys)
     endpoints = {"aws": semantics.aws_url, "lambda": semantics.lambda_url}
 
     # When `make invoke` targets one of its functions with an event
-    status = invoke_running(endpoints, "AsyncWorker", {"id": "from-make-invoke"})
+    status = invoke_running(endpoints, "AsyncWorker", {"id": "from-make-invoke"}, {}, None)
 
     # Then it ran there, against that stack's state, and printed the function's result
     assert status == 0

@@ -1,7 +1,8 @@
-"""Every fixture in events/ through `make invoke`'s own path: on a fresh stack, in the runtime the suite runs in
-(in-process, or the build output in the Lambda runtime under `make test`), with the state the fixture declares
-seeded first. One `make invoke` runs as a newcomer runs it (its own process, its own fresh stack); the others
-share one fresh stack, started as `make invoke` starts it, so the file stays within the suite's time."""
+"""Every fixture in events/ through `make invoke`'s own path, twice: on a fresh stack (`--fresh`) and inside a
+running `make dev`, in the runtime the suite runs in (in-process, or the build output in the Lambda runtime under
+`make test`), with the state the fixture declares seeded first. One `make invoke` runs as a newcomer runs it (its
+own process, its own fresh stack); the fresh cases share one fresh stack, started as `make invoke` starts it, and
+the running cases one `make dev`, so the file stays within the suite's time."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from devstack import invoke
 from devstack.__main__ import issue_dev_keys
 from devstack.invoke import fresh_stack, invoke_on
+from devstack.running_stack import running_stack
 from devstack.runtime.function_errors import FunctionError
 from devstack.runtime.runtime_image import LambdaRuntimeUnavailable
 from devstack.server import DevStack
@@ -119,6 +123,81 @@ def test_the_fixture_runs_on_a_fresh_stack_as_make_invoke_runs_it(
         # a Function URL request, answered as the Function URL would: the tool list
         assert response["statusCode"] == 200, response
         assert "submit_analysis" in response["body"]
+
+
+@pytest.fixture(scope="module")
+def running_make_dev() -> Iterator[dict]:
+    """`make dev` in the suite's runtime, as the Quickstart starts it before its first `make invoke`."""
+    process, _, line = start_make_dev("--runtime", PRODUCT_RUNTIME, "--build-dir", str(BUILD_DIR))
+    # Its log is read to the end as it comes, so a full pipe never stalls the stack.
+    drain = threading.Thread(target=lambda: process.stdout and process.stdout.read(), daemon=True)
+    drain.start()
+    try:
+        if "Lambda runtime is unavailable" in line and not os.environ.get("CI"):
+            pytest.skip(line.strip())
+        assert "local stack ready" in line, line
+        endpoints = running_stack()
+        assert endpoints is not None, "make dev did not announce itself"
+        yield endpoints
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=120)
+        drain.join(timeout=10)
+
+
+@MAKE_DEV_GROUP
+@pytest.mark.parametrize(("function", "fixture"), CASES, ids=[f"{f}-{p.parent.name}/{p.stem}" for f, p in CASES])
+def test_the_fixture_runs_inside_a_running_make_dev(running_make_dev, function, fixture, capsys):
+    # Given make dev running (no --fresh: make invoke finds it)
+    # When the fixture runs through make invoke with the suite's RUNTIME=
+    argv = ["--runtime", PRODUCT_RUNTIME, "--build-dir", str(BUILD_DIR), function, str(fixture)]
+    code = invoke.main(argv)
+    captured = capsys.readouterr()
+
+    # Then it ran in the running stack, in that runtime (its declared state seeded there), without an error
+    assert code == 0, captured.out[-3000:] + captured.err[-3000:]
+    assert f"running stack ({running_make_dev['lambda']}), {PRODUCT_RUNTIME} runtime" in captured.err or (
+        f"running stack's URL {running_make_dev['urls'].get(function)}" in captured.err
+    ), captured.err
+    response = response_of(captured.out)
+    assert "errorType" not in response, response
+    if function == "McpServer":
+        # a Function URL request, sent to the URL make dev serves: the tool list
+        assert response["statusCode"] == 200, response
+        assert "submit_analysis" in response["body"]
+
+
+@MAKE_DEV_GROUP
+def test_make_invoke_runs_a_function_in_the_runtime_named_inside_a_running_make_dev(running_make_dev, capsys):
+    # Given make dev running in the suite's runtime, and RUNTIME= naming the other one
+    other = "inprocess" if PRODUCT_RUNTIME == "lambda" else "lambda"
+    if other == "lambda" and not (BUILD_DIR / "ToolWorker").is_dir() and not os.environ.get("CI"):
+        pytest.skip(f"RUNTIME=lambda runs the build output, and {BUILD_DIR} has none (make build-local)")
+    fixture = EVENTS / "tool_worker" / "healthy-batch.json"
+
+    # When a fixture runs through make invoke with that RUNTIME=
+    code = invoke.main(["--runtime", other, "--build-dir", str(BUILD_DIR), "ToolWorker", str(fixture)])
+    captured = capsys.readouterr()
+
+    # Then the running stack ran it in the runtime named, without an error
+    assert code == 0, captured.out[-3000:] + captured.err[-3000:]
+    assert f"running stack ({running_make_dev['lambda']}), {other} runtime" in captured.err, captured.err
+    assert "errorType" not in response_of(captured.out)
+
+
+@MAKE_DEV_GROUP
+def test_a_function_url_fixture_in_another_runtime_than_the_running_stack_serves_is_refused(running_make_dev, capsys):
+    # Given make dev serving McpServer's Function URL in the suite's runtime
+    other = "inprocess" if PRODUCT_RUNTIME == "lambda" else "lambda"
+    fixture = EVENTS / "mcp_server" / "function-url-tools-list.json"
+
+    # When the Function URL fixture runs through make invoke with RUNTIME= naming the other runtime
+    code = invoke.main(["--runtime", other, "McpServer", str(fixture)])
+
+    # Then it is refused with a clear way out, not answered by a runtime that was not asked for
+    assert code == 2
+    error = capsys.readouterr().err
+    assert f"RUNTIME={other} needs `make dev RUNTIME={other}` or FRESH=1" in error, error
 
 
 @MAKE_DEV_GROUP

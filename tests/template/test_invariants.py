@@ -728,8 +728,8 @@ def test_snapstart_is_off_by_default_and_only_on_plain_handlers_invoked_through_
     snapshotted = {logical_id for logical_id, setting in applied.items() if setting}
 
     # Then, turned on, it snapshots exactly the plain-handler functions that run published versions (ToolWorker),
-    # never a function behind the Web Adapter (McpServer: its Python process is not the runtime that runs the
-    # restore hooks), and off it sets nothing anywhere
+    # never a function behind the Web Adapter (McpServer has its own switch: McpServerSnapStart), and off it sets
+    # nothing anywhere
     plain = {
         logical_id for logical_id, f in of_type("AWS::Lambda::Function").items() if not runs_behind_the_web_adapter(f)
     }
@@ -737,3 +737,40 @@ def test_snapstart_is_off_by_default_and_only_on_plain_handlers_invoked_through_
     assert snapshotted == expected
     assert "McpServer" not in snapshotted and (snapstart == "None" or "ToolWorker" in snapshotted)
     assert all(setting == {"ApplyOn": "PublishedVersions"} for setting in applied.values() if setting)
+
+
+@pytest.mark.parametrize("snapstart", ["None", "PublishedVersions"])
+def test_mcp_server_snapstart_is_off_by_default_and_on_comes_with_the_adapters_after_restore_hook(snapstart):
+    # Given the McpServerSnapStart parameter (None by default)
+    assert TEMPLATE.parameter_defaults()["McpServerSnapStart"] == "None"
+
+    # When McpServer's SnapStart setting, hook variable and Web Adapter layer are resolved
+    properties = resolve(RESOURCES["McpServer"]["Properties"], McpServerSnapStart=snapstart)
+    variables = properties["Environment"]["Variables"]
+    adapter = next(layer for layer in properties["Layers"] if ":layer:LambdaAdapterLayer" in str(layer))
+    others = {
+        logical_id
+        for logical_id, function in of_type("AWS::Lambda::Function").items()
+        if resolve(function["Properties"], McpServerSnapStart=snapstart).get("SnapStart")
+    }
+
+    # Then on, McpServer's published versions are snapshotted and the adapter (a version with the SnapStart hooks,
+    # v1.1.0: layer 30 or later) is told where the app's after-restore hook is; off, neither; no other function
+    # follows this switch
+    on = snapstart == "PublishedVersions"
+    assert properties.get("SnapStart") == ({"ApplyOn": "PublishedVersions"} if on else None)
+    assert variables.get("AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH") == ("/_lwa/after-restore" if on else None)
+    assert int(str(adapter).rsplit(":", 1)[1]) >= 30
+    assert others == ({"McpServer"} if on else set())
+
+
+def test_mcp_server_snapstart_is_refused_with_provisioned_concurrency():
+    # Given McpServer SnapStart on, with and without provisioned concurrency
+    rules = EXPANDED["Rules"]
+    with_provisioned = scope(McpServerSnapStart="PublishedVersions", McpProvisionedConcurrency=2)
+    without = scope(McpServerSnapStart="PublishedVersions", McpProvisionedConcurrency=0)
+
+    # When the template's rules are evaluated
+    # Then only the combination Lambda does not support is refused
+    assert any("McpProvisionedConcurrency 0" in failure for failure in with_provisioned.rule_failures(rules))
+    assert without.rule_failures(rules) == []

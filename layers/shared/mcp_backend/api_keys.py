@@ -158,6 +158,10 @@ class SecretReader:
         # PutSecretValue made current, not the one UpdateSecretVersionStage moved AWSCURRENT to.
         return self._sdk().get_secret_value(SecretId=self.secret_id, VersionStage=CURRENT_STAGE)["SecretString"]
 
+    def forget_client(self) -> None:
+        """Drop the cached SDK client (after a SnapStart restore it holds the snapshot's credentials)."""
+        self._client = None
+
     def _read_through_extension(self) -> str:
         query = urllib.parse.quote(self.secret_id, safe="")
         request = urllib.request.Request(

@@ -230,6 +230,9 @@ class McpSettings(ToolSettings):
     api_keys_cache_seconds: float = Field(default=300.0, ge=0)
     # The Parameters and Secrets extension listens here when its layer is attached; absent locally.
     parameters_secrets_extension_http_port: int = 2773
+    # SnapStart on McpServer: the path the Lambda Web Adapter POSTs to after a restore, the variable it reads
+    # itself (mcp_backend.mcp.restore_hook); empty: no hook served.
+    aws_lwa_snapstart_after_restore_path: str = Field(default="", pattern=r"^(/[A-Za-z0-9._~-]+)*$")
 
     @staticmethod
     def _split(value: str) -> list[str]:

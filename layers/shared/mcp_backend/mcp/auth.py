@@ -79,6 +79,7 @@ class ApiKeyAuthenticator:
         self.cache_seconds = cache_seconds
         self._table: dict[str, Principal] = {}
         self._loaded_at = float("-inf")
+        self._bypass_cache = False  # after a restore: the next read skips the extension's (restored) cache
         self._lock = threading.Lock()
 
     async def authenticate(self, bearer_token: str, resource: str = "") -> Principal | None:
@@ -102,11 +103,23 @@ class ApiKeyAuthenticator:
     def insufficient_scope(self, resource: str, scope: str) -> str:
         return self.challenge()  # API keys carry every scope: never asked
 
+    def reload_after_restore(self) -> None:
+        """After a SnapStart restore: the snapshot's table and secrets client are dropped, and the first request
+        reads the table from Secrets Manager itself (the extension's cache came back with the snapshot too), so a
+        key revoked since the snapshot is refused at once."""
+        with self._lock:
+            self._table, self._loaded_at, self._bypass_cache = {}, float("-inf"), True
+            forget_client = getattr(self.reader, "forget_client", None)
+            if forget_client is not None:
+                forget_client()
+
     def _current_table(self, force: bool) -> dict[str, Principal]:
         with self._lock:
             if force or time.monotonic() - self._loaded_at > self.cache_seconds:
                 try:
-                    self._table = _namespaced(ApiKeyTable.model_validate_json(self.reader.read(fresh=force)).root)
+                    secret = self.reader.read(fresh=force or self._bypass_cache)
+                    self._table = _namespaced(ApiKeyTable.model_validate_json(secret).root)
+                    self._bypass_cache = False
                 except ValidationError:
                     # Keep serving the last good table; the message names no key material.
                     logger.error("API key secret is not a valid key table; keeping the previous one")

@@ -344,6 +344,12 @@ class EitherAuthenticator:
     def insufficient_scope(self, resource: str, scope: str) -> str:
         return self.oauth.insufficient_scope(resource, scope)
 
+    def reload_after_restore(self) -> None:
+        """The API keys' table, read again after a SnapStart restore (the JWKS are public keys: nothing to drop)."""
+        reload = getattr(self.api_keys, "reload_after_restore", None)
+        if reload is not None:
+            reload()
+
     def metadata(self, resource: str) -> dict[str, Any]:
         return self.oauth.metadata(resource)
 

@@ -5,6 +5,7 @@ Layers, outermost first: RequestTelemetry (correlation id, cold start) -> McpHtt
 but for its id answered as before, an event stream for calls that report progress) -> the SDK's stateless
 Streamable HTTP apps (both protocol eras) -> SDK middleware StrictArguments and ToolCallTelemetry -> the SDK's
 low-level server over the tool table (mcp_backend.mcp.table_server).
+With SnapStart on, AfterRestoreHook (mcp_backend.mcp.restore_hook) sits between RequestTelemetry and the guard.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard, calls_any_tool
 from mcp_backend.mcp.response_modes import ResponseModes
+from mcp_backend.mcp.restore_hook import with_after_restore_hook
 from mcp_backend.mcp.table_server import table_server
 from mcp_backend.mcp.tasks import task_extensions
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
@@ -215,7 +217,8 @@ def create_app(
     # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached
     # (https://github.com/aws-samples/graceful-shutdown-with-aws-lambda): pending call-log records go out then.
     app = RequestTelemetry(
-        guard, on_shutdown=[tool_runs.flush, lambda: call_log.close(CALL_LOG_SHUTDOWN_BUDGET_SECONDS)]
+        with_after_restore_hook(guard, settings.aws_lwa_snapstart_after_restore_path, authenticator),
+        on_shutdown=[tool_runs.flush, lambda: call_log.close(CALL_LOG_SHUTDOWN_BUDGET_SECONDS)],
     )
     resume_collection_after_startup()
     return app
