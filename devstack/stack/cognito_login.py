@@ -179,7 +179,9 @@ def seed_login_user(cognito: Any) -> tuple[str, str] | None:
     pools = {pool_id for pool_id, _ in login_clients(cognito)}
     if not pools:
         return None
-    password = "Dev-" + secrets.token_urlsafe(12)
+    # Every class a pool's password policy may require, whatever the random part holds (it lacks a digit about
+    # one time in fifteen): upper, lower, symbol and digit.
+    password = "Dev-7" + secrets.token_urlsafe(12)
     for pool_id in pools:
         try:
             cognito.admin_create_user(

@@ -59,6 +59,7 @@ def test_a_user_signs_in_and_consents_in_a_real_browser(browser, start_stack, re
             "redirect_uris": [f"{redirect_listener.origin}/callback"],
             "token_endpoint_auth_method": "none",
         },
+        timeout=60,
     ).json()
     verifier = secrets.token_urlsafe(48)
     challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
@@ -101,6 +102,7 @@ def test_a_user_signs_in_and_consents_in_a_real_browser(browser, start_stack, re
             "client_id": registered["client_id"],
             "code_verifier": verifier,
         },
+        timeout=60,
     )
     assert tokens.status_code == 200, tokens.text
     listed = tools_list(endpoint, tokens.json()["access_token"])

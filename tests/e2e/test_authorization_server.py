@@ -203,7 +203,9 @@ def test_refresh_rotates_reuse_revokes_the_family_and_revocation_ends_the_grant(
     storage.tokens = None
     asyncio.run(with_sdk_client(endpoint, oauth_provider(endpoint, UserAgent(user), storage), _list_tools))
     second = storage.tokens.refresh_token
-    revoked = httpx.post(f"{issuer}/revoke", data={"token": second, "client_id": storage.client_info.client_id})
+    revoked = httpx.post(
+        f"{issuer}/revoke", data={"token": second, "client_id": storage.client_info.client_id}, timeout=60
+    )
     assert revoked.status_code == 200
     assert refresh(second).json()["error"] == "invalid_grant"
 

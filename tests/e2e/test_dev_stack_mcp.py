@@ -66,6 +66,7 @@ def test_dev_stack_mcp_endpoint_rejects_a_missing_key(start_stack):
         f"{web.url}/mcp",
         json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
         headers={"accept": "application/json, text/event-stream"},
+        timeout=60,
     )
 
     # Then it is refused as the deployed endpoint would refuse it
@@ -109,7 +110,7 @@ def test_dev_stack_allows_its_own_loopback_origins_and_no_other(start_stack):
     def status(origin: str) -> int:
         headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {key}", "origin": origin}
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-        return httpx.post(f"{web.url}/mcp", json=body, headers=headers).status_code
+        return httpx.post(f"{web.url}/mcp", json=body, headers=headers, timeout=60).status_code
 
     # When a browser page on the stack's own origin, and one on another loopback port, call it
     own = [status(f"http://127.0.0.1:{port}"), status(f"http://localhost:{port}")]
@@ -140,7 +141,7 @@ def test_in_process_each_functions_lines_name_that_function_and_its_request(star
         for _ in range(2):
             body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
             headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {key}"}
-            assert httpx.post(f"{web.url}/mcp", json=body, headers=headers).status_code == 200
+            assert httpx.post(f"{web.url}/mcp", json=body, headers=headers, timeout=60).status_code == 200
         deadline = time.monotonic() + 5
         while buffer.getvalue().count('"mcp request"') < 2 and time.monotonic() < deadline:
             time.sleep(0.05)

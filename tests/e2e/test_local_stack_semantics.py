@@ -250,7 +250,7 @@ def test_schedule_fires_at_its_rate_and_on_demand(semantics, clock):
     semantics.settle()
     import httpx
 
-    httpx.post(f"{semantics.lambda_url}/devstack/schedules/AsyncWorkerTick/fire").raise_for_status()
+    httpx.post(f"{semantics.lambda_url}/devstack/schedules/AsyncWorkerTick/fire", timeout=60).raise_for_status()
     semantics.settle()
 
     # Then the target ran twice with the schedule's Input, each landing an OnSuccess envelope
