@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from devstack.wired_stack import local_dataset_url
-from tests.e2e.test_mcp_tasks import job_item
+from tests.e2e.test_mcp_tasks import MODERN, job_item
 from tests.e2e.test_mcp_tasks import rpc as modern_rpc
 
 pytestmark = pytest.mark.e2e
@@ -182,9 +182,17 @@ def test_one_task_is_read_in_both_eras(endpoint):
     assert (modern["taskId"], modern["status"]) == (task_id, "working")
 
 
-def test_the_extensions_methods_are_not_served_in_2025_11_25(endpoint):
-    # When a 2025-11-25 client sends the extension's tasks/update
-    answer = rpc(endpoint, "tasks/update", {"taskId": "0" * 32, "inputResponses": {}})
+def test_each_era_is_served_only_its_own_task_methods(endpoint):
+    # Given a task
+    task_id = call_as_task(endpoint)["result"]["task"]["taskId"]
 
-    # Then it is method not found: the 2026-07-28 behaviour is unchanged and does not leak into this era
-    assert answer["error"]["code"] == -32601
+    # When a 2025-11-25 client sends the extension's tasks/update, and a 2026-07-28 client sends tasks/result
+    update = rpc(endpoint, "tasks/update", {"taskId": task_id, "inputResponses": {}})
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/result", "params": {"taskId": task_id, "_meta": meta}}
+    routing = {"mcp-protocol-version": MODERN, "mcp-method": "tasks/result", "mcp-name": task_id}
+    result = httpx.post(endpoint.url, json=body, headers=endpoint.headers(endpoint.alice_key, **routing), timeout=60)
+
+    # Then both are method not found (the 2026-07-28 transport answers it with 404): neither era's methods leak
+    # into the other
+    assert update["error"]["code"] == result.json()["error"]["code"] == -32601
