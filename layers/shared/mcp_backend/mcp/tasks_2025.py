@@ -35,6 +35,7 @@ from mcp_types import (
     TasksCancelCapability,
     TasksToolsCapability,
 )
+from mcp_types.jsonrpc import REQUEST_TIMEOUT
 
 from mcp_backend.jobs.errors import JobAlreadyFinished
 from mcp_backend.mcp.bindings import REPORTED_ERRORS
@@ -45,8 +46,9 @@ from mcp_backend.tools.table import Tool
 
 LEGACY_TASK_ERA = frozenset({"2025-11-25"})
 RELATED_TASK = "io.modelcontextprotocol/related-task"
-# A tasks/result that ends before its task does: the client polls tasks/get and asks again (error data: the task).
-TASK_STILL_WORKING = -32001
+# A tasks/result that ends before its task does is the SDKs' "request timed out" (-32001), its data the working
+# task: the client polls tasks/get and asks again.
+TASK_STILL_WORKING = REQUEST_TIMEOUT
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
