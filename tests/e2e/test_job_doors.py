@@ -1,7 +1,8 @@
 """Every door into the job queue applies one policy. The doors are enumerated from the endpoint itself: the submit
 tools it lists for each job-capable tool of the table, and the Tasks extension's task-augmented call of that tool.
 Through each, a free-tier tenant is refused a dataset outside its prefix (the tool's admission check) and a job past
-its concurrent-job quota, and nothing is written for either."""
+its concurrent-job quota, and nothing is written for either. The Tasks extension's call (2026-07-28) and the
+2025-11-25 task-augmented call (`params.task`) are doors of their own."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from devstack.wired_stack import local_dataset_url
 from mcp_backend.quotas import QuotaExceeded
 from mcp_backend.tools.table import TOOLS
 from tests.e2e.test_mcp_tasks import rpc
+from tests.e2e.test_tasks_2025 import call_as_task
 
 pytestmark = pytest.mark.e2e
 
@@ -58,11 +60,23 @@ def task_call(tool_name: str) -> Door:
     return call
 
 
+def legacy_task_call(tool_name: str) -> Door:
+    def call(endpoint, dataset: str, call_id: str) -> dict[str, Any]:
+        # A 2025-11-25 task has no callId either: each call is a new job.
+        content = call_as_task(endpoint, dataset, endpoint.bob_key, tool_name)["result"]
+        return (
+            {"error": content["content"][0]["text"]} if content.get("isError") else {"jobId": content["task"]["taskId"]}
+        )
+
+    return call
+
+
 DOORS: dict[str, Door] = {}
 for _tool in JOB_TOOLS:
     DOORS[f"tools/call {_tool.submit_name}"] = submit_one(_tool.submit_name)
     DOORS[f"tools/call {_tool.submit_many_name}"] = submit_batch(_tool.submit_many_name)
     DOORS[f"tasks: tools/call {_tool.name}"] = task_call(_tool.name)
+    DOORS[f"tasks 2025-11-25: tools/call {_tool.name}"] = legacy_task_call(_tool.name)
 
 
 def jobs_of(endpoint, user_id: str) -> list[dict]:

@@ -189,7 +189,7 @@ def test_a_task_with_a_large_result_answers_its_first_page_and_the_cursor_for_th
     job, text = large_result(jobs, local)
 
     # When its owner polls it
-    task = job_tasks(jobs)._task(USER, job.job_id)
+    task = job_tasks(jobs).task(USER, job.job_id)
 
     # Then it is completed with the first page and a cursor, not the whole result
     assert task["status"] == "completed"
@@ -238,7 +238,7 @@ def test_a_job_reads_as_the_task_the_specification_describes(jobs, status, extra
     )
 
     # When it is read as a task
-    task = job_tasks(jobs)._task(USER, job.job_id)
+    task = job_tasks(jobs).task(USER, job.job_id)
 
     # Then its status is the spec's; a tool's own failure is a completed call with an error result, a pipeline
     # failure a failed task with a JSON-RPC error
@@ -255,7 +255,7 @@ def test_a_task_is_not_found_for_another_user_and_expired_past_its_ttl(jobs):
     tasks = job_tasks(jobs)
 
     with pytest.raises(MCPError) as foreign:
-        tasks._task(OTHER, job.job_id)
+        tasks.task(OTHER, job.job_id)
     boto3.client("dynamodb").update_item(
         TableName=jobs.queues.job_table_name,
         Key={"jobId": {"S": job.job_id}},
@@ -263,7 +263,7 @@ def test_a_task_is_not_found_for_another_user_and_expired_past_its_ttl(jobs):
         ExpressionAttributeValues={":t": {"N": str(int(time.time()) - 1)}},
     )
     with pytest.raises(MCPError) as expired:
-        tasks._task(USER, job.job_id)
+        tasks.task(USER, job.job_id)
 
     not_found = (-32602, "Failed to retrieve task: Task not found")
     assert (foreign.value.error.code, foreign.value.error.message) == not_found

@@ -5,19 +5,23 @@ its message, anything else is logged and answered without its text."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
 import anyio
 import pytest
-from mcp_types import CallToolRequestParams
+from mcp.server.extension import MethodBinding
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolRequestParams, RequestParams
 
 from mcp_backend.api_keys import Principal
-from mcp_backend.mcp.bindings import ToolBindings
+from mcp_backend.mcp.bindings import ToolBindings, task_execution
 from mcp_backend.mcp.guard import PRINCIPAL_SCOPE_KEY
+from mcp_backend.mcp.table_server import table_server
 from mcp_backend.tools.context import StrictInput, ToolContext, ToolOutput
 from mcp_backend.tools.errors import DatasetAccessDenied
-from mcp_backend.tools.table import TOOLS, Access, Effect, Tool
+from mcp_backend.tools.table import TOOLS, Access, Effect, Mode, Tool
 from tests.unit.test_tool_contract import services_of
 
 
@@ -149,3 +153,53 @@ def test_the_real_tables_annotations_follow_what_each_tool_declares():
     assert {tool.name: tool.annotations.title for tool in listed.tools if tool.annotations}["submit_analyses"] == (
         "Submit analyses"
     )
+
+
+@pytest.mark.parametrize(("mode", "task_support"), [(Mode.SYNC, None), (Mode.BOTH, "optional"), (Mode.JOB, "required")])
+def test_a_tools_task_support_follows_how_it_runs(mode, task_support):
+    # Given a tool that runs now, both now and as a job, or only as a job
+    tool = replace(TABLE["echo"], mode=mode)
+
+    # When its 2025-11-25 execution is derived
+    execution = task_execution(tool)
+
+    # Then a job-capable tool takes a task ("required" when it only runs as a job), and the others none
+    assert (execution.task_support if execution else None) == task_support
+
+
+def era_binding(versions: frozenset[str] | None, answer: str, params_type: type = RequestParams) -> MethodBinding:
+    async def handler(ctx: Any, params: Any) -> dict[str, Any]:
+        return {"era": answer}
+
+    return MethodBinding("tasks/get", params_type, handler, protocol_versions=versions)
+
+
+def test_a_method_bound_in_two_eras_answers_each_era_with_its_own_binding(bindings):
+    # Given tasks/get bound once for 2026-07-28 and once for 2025-11-25
+    modern, legacy = era_binding(frozenset({"2026-07-28"}), "modern"), era_binding(frozenset({"2025-11-25"}), "legacy")
+    server = table_server("t", "", bindings, methods=[modern, legacy])
+    handler = server.get_request_handler("tasks/get")
+    assert handler is not None
+
+    async def ask(version: str) -> Any:
+        return await handler.handler(SimpleNamespace(protocol_version=version), RequestParams())
+
+    # When each era asks, and an era bound by neither asks
+    answers = [anyio.run(ask, version) for version in ("2026-07-28", "2025-11-25")]
+    with pytest.raises(MCPError) as unbound:
+        anyio.run(ask, "2025-06-18")
+
+    # Then each era gets its own binding's answer, and the other is method not found
+    assert answers == [{"era": "modern"}, {"era": "legacy"}]
+    assert unbound.value.error.code == -32601
+
+
+def test_bindings_of_one_method_that_disagree_on_params_or_overlap_are_refused(bindings):
+    # Given bindings of tasks/get with different params models, and one bound in every era beside another
+    other_params = era_binding(frozenset({"2025-11-25"}), "legacy", CallToolRequestParams)
+
+    # When a server is built with them, then it is refused
+    with pytest.raises(ValueError, match="same params model"):
+        table_server("t", "", bindings, methods=[era_binding(frozenset({"2026-07-28"}), "modern"), other_params])
+    with pytest.raises(ValueError, match="every era"):
+        table_server("t", "", bindings, methods=[era_binding(None, "all"), era_binding(frozenset({"x"}), "x")])

@@ -30,6 +30,7 @@ from mcp_types import (
     ListToolsResult,
     TextContent,
     ToolAnnotations,
+    ToolExecution,
 )
 from mcp_types import Tool as McpTool
 from mcp_types.version import is_version_at_least
@@ -101,6 +102,15 @@ def tool_annotations(name: str, access: Access, effect: Effect, reaches_network:
     )
 
 
+def task_execution(tool: Tool) -> ToolExecution | None:
+    """A tool's 2025-11-25 `execution.taskSupport`: "optional" when it runs both now and as a job, "required"
+    when only as a job, absent (forbidden) when it never runs as a job. The 2026-07-28 listing has no such
+    field (the SDK's sieve drops it there): the Tasks extension is declared per request instead."""
+    if not tool.runs_as_job:
+        return None
+    return ToolExecution(task_support="optional" if tool.runs_sync else "required")
+
+
 def submit_many_model(tool: Tool, item_model: type[BaseModel]) -> type[BaseModel]:
     """The published schema of a batch: every item is a submission of the tool."""
     return create_model(
@@ -133,6 +143,7 @@ class Binding:
     output_model: type[BaseModel]
     annotations: ToolAnnotations
     schema_model: type[BaseModel] | None = None  # the published inputSchema, when stricter than input_model
+    execution: ToolExecution | None = None  # whether a 2025-11-25 client may call it as a task
 
 
 class ToolBindings:
@@ -182,6 +193,7 @@ class ToolBindings:
                         input_schema=schemas[binding.name],
                         output_schema=binding.output_model.model_json_schema(),
                         annotations=binding.annotations,
+                        execution=binding.execution,
                     )
                     for binding in self.bindings
                 ],
@@ -252,6 +264,7 @@ class ToolBindings:
             tool.access,
             tool.output_model,
             tool_annotations(name, tool.access, tool.effect, tool.reaches_network),
+            execution=task_execution(tool),
         )
 
     def _submit_bindings(self, tool: Tool) -> list[Binding]:

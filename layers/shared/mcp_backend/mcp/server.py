@@ -45,7 +45,8 @@ from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard, calls_any_tool
 from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.restore_hook import with_after_restore_hook
 from mcp_backend.mcp.table_server import table_server
-from mcp_backend.mcp.tasks import task_extensions
+from mcp_backend.mcp.tasks import JobTasks, task_extensions
+from mcp_backend.mcp.tasks_2025 import LegacyJobTasks
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.observability import CurrentStdoutHandler, logger, tool_runs
 from mcp_backend.ratelimit import InFlightSlots, LeaseAhead, RateDecision, RequestRateLimiter, SlotLease, in_background
@@ -179,15 +180,25 @@ def create_app(
         name="mcp-call-log",
     )
     log_library_records_as_json()
+    extensions = task_extensions(bindings.submissions)
+    # The 2025-11-25 task-augmented calls, on the extension's JobTable tasks; tasks/result waits at most as long
+    # as a synchronous call may run.
+    legacy_tasks = [
+        LegacyJobTasks(extension, settings.sync_call_deadline)
+        for extension in extensions
+        if isinstance(extension, JobTasks)
+    ]
     server = table_server(
         SERVER_NAME,
         "Analyse CSV/JSON datasets: synchronously (analyze_dataset) or as queued jobs.",
         bindings,
-        extensions=task_extensions(bindings.submissions),
+        extensions=extensions,
         middleware=[
             StrictArguments(bindings.input_models),
             ToolCallTelemetry(call_log, bindings.input_models),
+            *legacy_tasks,
         ],
+        methods=[method for legacy in legacy_tasks for method in legacy.methods()],
     )
     # Host and Origin are checked by McpHttpGuard, which also knows the Function URL's wildcard host.
     transport_security = TransportSecuritySettings(enable_dns_rebinding_protection=False)

@@ -41,9 +41,11 @@ def table_server(
     bindings: ToolBindings,
     extensions: Sequence[Extension] = (),
     middleware: Sequence[ServerMiddleware[Any]] = (),
+    methods: Sequence[MethodBinding] = (),
 ) -> Server[Any]:
-    """A stateless-ready low-level server over `bindings`, with `extensions` applied and `middleware` (outermost
-    first) inside the SDK's own (OpenTelemetry, then the request-state boundary, as MCPServer orders them)."""
+    """A stateless-ready low-level server over `bindings`, with `extensions` applied, `methods` served beside
+    theirs (a method may be bound once per protocol era) and `middleware` (outermost first) inside the SDK's own
+    (OpenTelemetry, then the request-state boundary, as MCPServer orders them)."""
     server: Server[Any] = Server(
         name,
         instructions=instructions,
@@ -59,8 +61,18 @@ def table_server(
     # The SDK's documented step for low-level servers: `requestState` sealed under a key held by this process.
     server.middleware.append(RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=name))
     server.middleware.extend(middleware)
+    bound: dict[str, list[MethodBinding]] = {}
     for extension in extensions:
-        _apply(server, extension)
+        _check(extension)
+        for method in extension.methods():
+            bound.setdefault(method.method, []).append(method)
+        server.extensions[extension.identifier] = extension.settings()
+    for method in methods:
+        bound.setdefault(method.method, []).append(method)
+    for name, alternatives in bound.items():
+        if server.get_request_handler(name) is not None:
+            raise ValueError(f"{name} is already served")
+        server.add_request_handler(name, _params_type(name, alternatives), _by_version(alternatives))
     if any(type(extension).intercept_tool_call is not Extension.intercept_tool_call for extension in extensions):
         server.add_request_handler(
             "tools/call", CallToolRequestParams, compose_tool_call_handler(extensions, bindings.call_tool)
@@ -68,26 +80,32 @@ def table_server(
     return server
 
 
-def _apply(server: Server[Any], extension: Extension) -> None:
-    """An extension's methods (each only in its protocol versions) and its capability advertisement."""
+def _check(extension: Extension) -> None:
     if extension.tools() or extension.resources():
         raise ValueError(f"{extension.identifier}: extension tools and resources belong in the tool table")
-    for method in extension.methods():
-        if server.get_request_handler(method.method) is not None:
-            raise ValueError(f"{extension.identifier}: {method.method} is already served")
-        server.add_request_handler(method.method, method.params_type, _in_versions(method))
-    server.extensions[extension.identifier] = extension.settings()
 
 
-def _in_versions(method: MethodBinding) -> Any:
-    if method.protocol_versions is None:
-        return method.handler
-    versions = method.protocol_versions
+def _params_type(name: str, alternatives: list[MethodBinding]) -> Any:
+    """The one params model the SDK validates a method's params with: every era's binding must share it."""
+    types = {method.params_type for method in alternatives}
+    if len(types) != 1:
+        raise ValueError(f"{name}: every protocol era's binding must take the same params model")
+    return types.pop()
+
+
+def _by_version(alternatives: list[MethodBinding]) -> Any:
+    """One handler for a method bound in several eras: the binding of the request's protocol version, each only
+    in its versions (else method not found, as for a method not served at all)."""
+    if len(alternatives) > 1 and any(method.protocol_versions is None for method in alternatives):
+        raise ValueError(f"{alternatives[0].method}: a method bound in every era cannot be bound again")
+    if len(alternatives) == 1 and alternatives[0].protocol_versions is None:
+        return alternatives[0].handler
 
     async def gated(ctx: ServerContext, params: Any) -> HandlerResult:
-        if ctx.protocol_version not in versions:
-            raise MCPError(code=METHOD_NOT_FOUND, message="Method not found", data=method.method)
-        return await method.handler(ctx, params)
+        for method in alternatives:
+            if method.protocol_versions is not None and ctx.protocol_version in method.protocol_versions:
+                return await method.handler(ctx, params)
+        raise MCPError(code=METHOD_NOT_FOUND, message="Method not found", data=alternatives[0].method)
 
     return gated
 

@@ -9,7 +9,7 @@ created it, so any Lambda environment answers for any task.
 
 A task belongs to the principal that created it: another principal's task id is "not found". A client that
 does not declare the extension gets today's behaviour (the result of the synchronous tool, or -32021 for a
-tool that only runs as a job). The 2025-11-25 experimental tasks are not served (docs/tasks.md says why).
+tool that only runs as a job). The 2025-11-25 task-augmented calls are served beside it (mcp_backend.mcp.tasks_2025).
 Specification: https://modelcontextprotocol.github.io/ext-tasks/specification/2026-07-28/tasks.html
 """
 
@@ -42,7 +42,7 @@ from mcp_backend.tools.errors import InvalidToolInput, ToolError
 from mcp_backend.tools.submissions import JobSubmissions
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
-# The extension's methods exist in the 2026-07-28 era only; 2025-11-25 has its own (unserved) tasks.
+# The extension's methods exist in the 2026-07-28 era only; 2025-11-25 has its own (mcp_backend.mcp.tasks_2025).
 TASK_ERA = frozenset(MODERN_PROTOCOL_VERSIONS)
 # How often a client should poll tasks/get: a job takes seconds at least (queue batching window, cold start).
 POLL_INTERVAL_MS = 2000
@@ -144,7 +144,7 @@ class JobTasks(Extension):
             if tool.runs_sync:
                 return await call_next(ctx)
             raise missing_tasks_capability()  # the spec's answer when a request can only be served as a task
-        caller = _principal(ctx)
+        caller = task_caller(ctx)
         user_id = caller.user_id
         try:
             # The one submission policy every door applies: validation, the tool's admission, the tier's quota.
@@ -157,19 +157,19 @@ class JobTasks(Extension):
             # Not enqueued: the tool call's own error result, as submit_<tool> reports it.
             return tool_error_result(f"{type(error).__name__}: {error}")
         # submit returns once the job's record holds its message id: a consistent read finds it now.
-        task = await run_in_worker_thread(self._task, user_id, submitted["jobId"])
+        task = await run_in_worker_thread(self.task, user_id, submitted["jobId"])
         logger.info("task created", extra={"job_id": submitted["jobId"], "tool": tool.name})
         return {"resultType": "task", **task}
 
     # -- tasks/* ----------------------------------------------------------------
     async def get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
         _require_tasks(ctx)
-        return await run_in_worker_thread(self._task, _principal(ctx).user_id, params.task_id)
+        return await run_in_worker_thread(self.task, task_caller(ctx).user_id, params.task_id)
 
     async def cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
         _require_tasks(ctx)
-        user_id = _principal(ctx).user_id
-        await run_in_worker_thread(self._owned, user_id, params.task_id)  # not found / expired first
+        user_id = task_caller(ctx).user_id
+        await run_in_worker_thread(self.owned, user_id, params.task_id)  # not found / expired first
         try:
             await run_in_worker_thread(self.jobs.cancel, user_id, params.task_id)
         except JobAlreadyFinished:
@@ -178,13 +178,13 @@ class JobTasks(Extension):
 
     async def update(self, ctx: ServerRequestContext[Any, Any], params: TaskUpdateParams) -> dict[str, Any]:
         _require_tasks(ctx)
-        await run_in_worker_thread(self._owned, _principal(ctx).user_id, params.task_id)
+        await run_in_worker_thread(self.owned, task_caller(ctx).user_id, params.task_id)
         # These tasks never ask for input: no key is outstanding, and the spec has the server ignore responses
         # for keys that are not, and acknowledge.
         return {}
 
     # -- the task as JobTable holds it ------------------------------------------
-    def _owned(self, user_id: str, task_id: str) -> dict[str, Any]:
+    def owned(self, user_id: str, task_id: str) -> dict[str, Any]:
         if not _is_job_id(task_id):
             raise MCPError(INVALID_PARAMS, NOT_FOUND)
         try:
@@ -196,8 +196,8 @@ class JobTasks(Extension):
             raise MCPError(INVALID_PARAMS, EXPIRED)
         return item
 
-    def _task(self, user_id: str, task_id: str) -> dict[str, Any]:
-        item = self._owned(user_id, task_id)
+    def task(self, user_id: str, task_id: str) -> dict[str, Any]:
+        item = self.owned(user_id, task_id)
         status = JobStatus(item["status"])
         created = str(item["createdAt"])
         task: dict[str, Any] = {
@@ -251,7 +251,7 @@ def missing_tasks_capability() -> MCPError:
     )
 
 
-def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
+def task_caller(ctx: ServerRequestContext[Any, Any]) -> Principal:
     principal = principal_of(ctx.request.scope) if ctx.request is not None else None
     if principal is None:  # the HTTP guard authenticates every request; reaching here is a wiring bug
         raise MCPError(INVALID_PARAMS, NOT_FOUND)
