@@ -232,7 +232,8 @@ def test_the_sdk_client_signs_in_with_a_client_id_metadata_document_instead_of_r
     # page named the document's client, and the token is for that client
     assert "submit_analysis" in tools
     assert storage.client_info.client_id == document_url
-    assert server.paths == ["/oauth/client.json"]
+    # (each environment caches the document: /authorize and /token may be answered by two environments)
+    assert set(server.paths) == {"/oauth/client.json"} and len(server.paths) <= 2
     assert any("SDK document client" in page for page in agent.pages)
     claims = jwt.decode(storage.tokens.access_token, options={"verify_signature": False})
     assert (claims["client_id"], claims["iss"]) == (document_url, issuer)

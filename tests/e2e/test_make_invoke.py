@@ -126,9 +126,16 @@ def test_the_fixture_runs_on_a_fresh_stack_as_make_invoke_runs_it(
 
 
 @pytest.fixture(scope="module")
-def running_make_dev() -> Iterator[dict]:
-    """`make dev` in the suite's runtime, as the Quickstart starts it before its first `make invoke`."""
-    process, _, line = start_make_dev("--runtime", PRODUCT_RUNTIME, "--build-dir", str(BUILD_DIR))
+def running_make_dev(tmp_path_factory) -> Iterator[dict]:
+    """`make dev` in the suite's runtime, as the Quickstart starts it before its first `make invoke`. It announces
+    itself in a file of its own (DEVSTACK_RUNNING_FILE), which each test's `make invoke` reads: another test's
+    `make dev` on the same worker announces itself in the shared file, and is never the one these tests find."""
+    announced = tmp_path_factory.mktemp("make-dev") / "running.json"
+    os.environ["DEVSTACK_RUNNING_FILE"] = str(announced)
+    try:
+        process, _, line = start_make_dev("--runtime", PRODUCT_RUNTIME, "--build-dir", str(BUILD_DIR))
+    finally:
+        del os.environ["DEVSTACK_RUNNING_FILE"]
     # Its log is read to the end as it comes, so a full pipe never stalls the stack.
     drain = threading.Thread(target=lambda: process.stdout and process.stdout.read(), daemon=True)
     drain.start()
@@ -136,9 +143,11 @@ def running_make_dev() -> Iterator[dict]:
         if "Lambda runtime is unavailable" in line and not os.environ.get("CI"):
             pytest.skip(line.strip())
         assert "local stack ready" in line, line
+        os.environ["DEVSTACK_RUNNING_FILE"] = str(announced)
         endpoints = running_stack()
+        del os.environ["DEVSTACK_RUNNING_FILE"]
         assert endpoints is not None, "make dev did not announce itself"
-        yield endpoints
+        yield {**endpoints, "file": str(announced)}
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=120)
@@ -147,8 +156,9 @@ def running_make_dev() -> Iterator[dict]:
 
 @MAKE_DEV_GROUP
 @pytest.mark.parametrize(("function", "fixture"), CASES, ids=[f"{f}-{p.parent.name}/{p.stem}" for f, p in CASES])
-def test_the_fixture_runs_inside_a_running_make_dev(running_make_dev, function, fixture, capsys):
+def test_the_fixture_runs_inside_a_running_make_dev(running_make_dev, function, fixture, capsys, monkeypatch):
     # Given make dev running (no --fresh: make invoke finds it)
+    monkeypatch.setenv("DEVSTACK_RUNNING_FILE", running_make_dev["file"])
     # When the fixture runs through make invoke with the suite's RUNTIME=
     argv = ["--runtime", PRODUCT_RUNTIME, "--build-dir", str(BUILD_DIR), function, str(fixture)]
     code = invoke.main(argv)
@@ -168,7 +178,10 @@ def test_the_fixture_runs_inside_a_running_make_dev(running_make_dev, function, 
 
 
 @MAKE_DEV_GROUP
-def test_make_invoke_runs_a_function_in_the_runtime_named_inside_a_running_make_dev(running_make_dev, capsys):
+def test_make_invoke_runs_a_function_in_the_runtime_named_inside_a_running_make_dev(
+    running_make_dev, capsys, monkeypatch
+):
+    monkeypatch.setenv("DEVSTACK_RUNNING_FILE", running_make_dev["file"])
     # Given make dev running in the suite's runtime, and RUNTIME= naming the other one
     other = "inprocess" if PRODUCT_RUNTIME == "lambda" else "lambda"
     if other == "lambda" and not (BUILD_DIR / "ToolWorker").is_dir() and not os.environ.get("CI"):
@@ -186,7 +199,10 @@ def test_make_invoke_runs_a_function_in_the_runtime_named_inside_a_running_make_
 
 
 @MAKE_DEV_GROUP
-def test_a_function_url_fixture_in_another_runtime_than_the_running_stack_serves_is_refused(running_make_dev, capsys):
+def test_a_function_url_fixture_in_another_runtime_than_the_running_stack_serves_is_refused(
+    running_make_dev, capsys, monkeypatch
+):
+    monkeypatch.setenv("DEVSTACK_RUNNING_FILE", running_make_dev["file"])
     # Given make dev serving McpServer's Function URL in the suite's runtime
     other = "inprocess" if PRODUCT_RUNTIME == "lambda" else "lambda"
     fixture = EVENTS / "mcp_server" / "function-url-tools-list.json"
