@@ -232,7 +232,8 @@ else
 	$(RUN) python -m devstack redrive $(if $(DRY_RUN),--dry-run)
 endif
 
-bench: env build-local ## benchmarks into docs/benchmarks.md (BENCH='section ...')
+# build too: the functions section reports ToolWorker's layer size in the arm64 deploy build (what deploys).
+bench: env build build-local ## benchmarks into docs/benchmarks.md (BENCH='section ...')
 	DEVSTACK_BUILD_DIR=$(LOCAL_BUILD_DIR) $(RUN) python -m tests.bench $(BENCH)
 
 # Counts each unit of work's AWS requests on the local stack and prices them from tests/cost/prices.toml; rewrites

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from devstack.stack.template import load_template
+from tests.bench.functions import layers_unzipped_bytes
 from tests.template.test_invariants import resolve
 
 FIGURES = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.json"
@@ -84,3 +85,20 @@ def test_the_endpoint_is_measured_against_the_stock_app_in_both_phases(figures):
             phases = endpoint[request][server]
             assert [phase["connections"] for phase in phases] == [1, 8]
             assert all({"rps", "p50_ms", "p99_ms", "requests"} <= set(phase) for phase in phases)
+
+
+def test_layer_size_is_the_sum_of_the_listed_layers_files(tmp_path):
+    # Given a build folder with two layers of known file sizes (one nested) and a third layer not listed
+    (tmp_path / "CoreLayer" / "python" / "pkg").mkdir(parents=True)
+    (tmp_path / "CoreLayer" / "python" / "pkg" / "module.py").write_bytes(b"x" * 1000)
+    (tmp_path / "CoreLayer" / "python" / "top.py").write_bytes(b"y" * 24)
+    (tmp_path / "ExtensionLayer" / "extensions").mkdir(parents=True)
+    (tmp_path / "ExtensionLayer" / "extensions" / "launcher").write_bytes(b"z" * 300)
+    (tmp_path / "OtherLayer").mkdir()
+    (tmp_path / "OtherLayer" / "big").write_bytes(b"w" * 5000)
+
+    # When the listed layers are measured
+    measured = layers_unzipped_bytes(tmp_path, ["CoreLayer", "ExtensionLayer"])
+
+    # Then every file of theirs counts, at its size, and nothing of the unlisted layer or the folders themselves
+    assert measured == 1000 + 24 + 300

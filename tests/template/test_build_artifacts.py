@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from devstack.stack.template import load_template
+from tests.bench.functions import TOOL_WORKER_LAYERS_TARGET_BYTES, layers_unzipped_bytes
 
 BUILD = Path(__file__).resolve().parents[2] / ".aws-sam" / "build"
 
@@ -151,3 +152,21 @@ def test_no_module_in_either_layer_is_a_v1_style_pydantic_type():
         and source.relative_to(layer_dir(layer)).parts[0] != "pydantic"
     ]
     assert offenders == []
+
+
+def test_tool_workers_layers_are_at_most_15_mb_unzipped():
+    """Given ToolWorker's layers in the arm64 build (the core layer and, with call-log telemetry on, its
+    extension's), when their files are summed as the bench sums them, then they hold at most 15 MB unzipped."""
+    # SAM names each layer version after its layer with a 10-character hash; the build folder is the layer's.
+    layer_ids = [version[: -len("0123456789")] for version in tool_worker_layer_versions()]
+    assert {"SharedLayer", "TelemetryExtensionLayer"} <= set(layer_ids)
+    assert all((BUILD / layer_id).is_dir() for layer_id in layer_ids), layer_ids
+
+    assert layers_unzipped_bytes(BUILD, layer_ids) <= TOOL_WORKER_LAYERS_TARGET_BYTES
+
+
+def tool_worker_layer_versions() -> list[str]:
+    """The layer versions ToolWorker lists, both branches of a condition taken (its largest set)."""
+    layers = load_template().resource("ToolWorker")["Properties"]["Layers"]
+    branches = [branch for layer in layers for branch in (layer["Fn::If"][1:] if "Fn::If" in layer else [layer])]
+    return [branch["Ref"] for branch in branches if branch != {"Ref": "AWS::NoValue"}]
