@@ -150,7 +150,14 @@ def running_make_dev(tmp_path_factory) -> Iterator[dict]:
         yield {**endpoints, "file": str(announced)}
     finally:
         process.send_signal(signal.SIGINT)
-        process.wait(timeout=120)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            # Its stop waits for batches still in delivery; after every fixture in the Lambda runtime that once
+            # took longer than this in CI. The tests above are done: end it (its environments are leased to it,
+            # so the next runtime reaps them) rather than fail them at teardown.
+            process.kill()
+            process.wait(timeout=30)
         drain.join(timeout=10)
 
 
