@@ -111,7 +111,9 @@ class ToolSettings(TierLimitSettings):
     # endpoint_status reports uptime over this many seconds of probe results.
     probe_uptime_window_seconds: int = Field(default=86400, gt=0)
     dataset_max_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
-    # Lambda sets it from the function's MemorySize; half of it is shared by the analyses that run at once.
+    # Lambda sets it from the function's MemorySize (a reserved variable, in MB:
+    # https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html#configuration-envvars-runtime);
+    # half of it is shared by the analyses that run at once.
     aws_lambda_function_memory_size: int = Field(default=512, gt=0)
     # A job's result is refused past this (ResultTooLarge, permanent): far below what a page-by-page read costs.
     job_result_max_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
