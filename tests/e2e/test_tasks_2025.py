@@ -115,6 +115,33 @@ def test_tasks_result_waits_for_a_task_that_completes_meanwhile(endpoint):
     assert answer["result"]["structuredContent"]["rowCount"] == 6
 
 
+def test_a_waiting_tasks_result_streams_the_task_status_changes(endpoint):
+    # Given a working task, and a client waiting on its result over an event stream
+    task_id = call_as_task(endpoint)["result"]["task"]["taskId"]
+    answers: list[httpx.Response] = []
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tasks/result", "params": {"taskId": task_id}}
+    headers = endpoint.headers(endpoint.alice_key, **{"mcp-protocol-version": LEGACY})
+    waiting = threading.Thread(
+        target=lambda: answers.append(httpx.post(endpoint.url, json=body, headers=headers, timeout=60))
+    )
+    waiting.start()
+
+    # When the worker runs the job
+    endpoint.local.sqs_source_for("ToolWorker").drain()
+    waiting.join(timeout=60)
+
+    # Then the stream carries notifications/tasks/status for the task's completion before the result
+    (response,) = answers
+    assert response.headers["content-type"].startswith("text/event-stream")
+    messages = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+    methods = [message.get("method", "result" if "result" in message else "error") for message in messages]
+    assert methods == ["notifications/tasks/status", "result"], messages
+    status = messages[0]["params"]
+    assert (status["taskId"], status["status"]) == (task_id, "completed")
+    assert {"createdAt", "lastUpdatedAt", "ttl"} <= status.keys()
+    assert messages[1]["result"]["structuredContent"]["rowCount"] == 6
+
+
 def test_tasks_result_past_its_wait_tells_the_client_to_poll_again(endpoint_factory):
     # Given an endpoint whose synchronous calls (and so a tasks/result wait) end after half a second
     endpoint = endpoint_factory(SYNC_CALL_DEADLINE_SECONDS="0.5")

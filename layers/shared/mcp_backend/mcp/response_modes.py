@@ -4,8 +4,9 @@ once, as an event stream when progress will flow before it.
 The specification lets a server answer any POST with either (Streamable HTTP, "Sending Messages to the
 Server"), and the SDK offers both as transports of one server (`streamable_http_app(json_response=...)`).
 Both are built on the same server and this app picks one per request: a `tools/call` that carries a progress
-token, or that names a tool which streams progress, goes to the event-stream transport (its first byte leaves
-before the work starts); every other request (initialize, ping, tools/list, server/discover, listings, quiet
+token or names a tool which streams progress, and a 2025-11-25 `tasks/result` (task status notifications flow
+while it waits), go to the event-stream transport (its first byte leaves before the work starts); every other
+request (initialize, ping, tools/list, server/discover, listings, quiet
 tool calls) goes to the JSON transport, which answers in the request's own task without a stream; a tools/list
 the SDK has answered before, alike but for its id, is answered with that answer (mcp/listing_answers.py). The
 protocol handling, both eras included, stays the SDK's.
@@ -39,6 +40,14 @@ def streams_its_answer(message: Any, streaming_tools: Collection[str]) -> bool:
     return isinstance(name, str) and name in streaming_tools
 
 
+def waits_on_a_task(message: Any, scope: Scope) -> bool:
+    """A 2025-11-25 `tasks/result`: it may wait for its task, and status notifications flow before the result."""
+    if not isinstance(message, dict) or message.get("method") != "tasks/result":
+        return False
+    versions = [value for name, value in scope["headers"] if name.lower() == b"mcp-protocol-version"]
+    return versions == [b"2025-11-25"]
+
+
 def accepts_both(scope: Scope) -> bool:
     """Clients must accept both forms (Streamable HTTP, "Sending Messages to the Server"): a POST that does not
     is refused with 406 by the event-stream transport, whichever form its answer would take."""
@@ -70,7 +79,8 @@ class ResponseModes:
             message = json.loads(body)
         except (ValueError, RecursionError):
             message = None  # the SDK answers it with its parse error
-        if streams_its_answer(message, self.streaming_tools) or not accepts_both(scope):
+        streamed = streams_its_answer(message, self.streaming_tools) or waits_on_a_task(message, scope)
+        if streamed or not accepts_both(scope):
             await self.stream_app(scope, replay, send)
         else:
             await self.listings.answer(scope, replay, send, message)

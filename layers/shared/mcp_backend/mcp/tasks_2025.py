@@ -8,7 +8,9 @@ submit_<tool> and the extension's calls are) and answered at once with a CreateT
 any task. A task belongs to its principal: another principal's id is "not found".
 `tasks/list` is not served: JobTable has no index of a principal's jobs, and a scan is neither bounded nor cheap.
 `tasks/result` waits at most the synchronous-call deadline (under the function's timeout); a task still working
-then is answered with an error that carries the task, so the client polls `tasks/get` and asks again.
+then is answered with an error that carries the task, so the client polls `tasks/get` and asks again. While it
+waits, its answer is an event stream (mcp/response_modes.py) and each status change it sees is sent on it as
+`notifications/tasks/status` before the result.
 The SDK's 2025-11-25 surface leaves `tasks/*` out and sieves a `tools/call` result to a CallToolResult, so the
 task's answers are made here (the SDK's middleware contract: a middleware that answers owns its result).
 Specification: https://modelcontextprotocol.io/specification/2025-11-25/basic/utilities/tasks
@@ -33,6 +35,8 @@ from mcp_types import (
     Task,
     TasksCallCapability,
     TasksCancelCapability,
+    TaskStatusNotification,
+    TaskStatusNotificationParams,
     TasksToolsCapability,
 )
 from mcp_types.jsonrpc import REQUEST_TIMEOUT
@@ -126,7 +130,9 @@ class LegacyJobTasks:
         with anyio.move_on_after(self.result_wait_seconds):
             while task["status"] not in TERMINAL:
                 await anyio.sleep(task["pollIntervalMs"] / 1000)
-                task = await run_in_worker_thread(self.tasks.task, user_id, params.task_id)
+                seen, task = task["status"], await run_in_worker_thread(self.tasks.task, user_id, params.task_id)
+                if task["status"] != seen:
+                    await _send_status(ctx, task)
         related = {RELATED_TASK: {"taskId": params.task_id}}
         if task["status"] == "completed":
             outcome = {key: value for key, value in task["result"].items() if key != "resultType"}
@@ -140,6 +146,13 @@ class LegacyJobTasks:
             "Task still working: poll tasks/get, then ask for its result again",
             data={"task": legacy_task(task)},
         )
+
+
+async def _send_status(ctx: ServerRequestContext[Any, Any], task: dict[str, Any]) -> None:
+    """`notifications/tasks/status` on the waiting request's own stream."""
+    notification = TaskStatusNotification(params=TaskStatusNotificationParams(**dict(legacy_task(task))))
+    # The SDK types leave this 2025-11-25 notification out of ServerNotification; the session sends any.
+    await ctx.session.send_notification(notification, related_request_id=ctx.request_id)  # type: ignore[arg-type]
 
 
 def legacy_task(task: dict[str, Any]) -> Task:
