@@ -104,19 +104,29 @@ class ToolRunMetrics:
             pending, self._pending = self._pending, {}
             oldest, self._oldest = self._oldest, None
             for tool_name, runs in pending.items():
-                self._emf.set_timestamp(int((oldest or time.time()) * 1000))
-                self._emf.add_dimension(name="ToolName", value=tool_name)
-                counts = (("ToolInvocation", len(runs.durations_ms)), ("ToolSuccess", runs.succeeded))
-                for name, count in (*counts, ("ToolError", runs.failed)):
-                    if count:
-                        self._emf.add_metric(name=name, unit=MetricUnit.Count, value=count)
-                for duration in runs.durations_ms:
-                    self._emf.add_metric(name="ToolDuration", unit=MetricUnit.Milliseconds, value=duration)
-                self._emf.flush_metrics()
+                try:
+                    self._write(tool_name, runs, oldest)
+                except Exception as error:  # noqa: BLE001 - a metric never fails the run it measures
+                    self._emf.clear_metrics()
+                    logger.warning(
+                        "tool-run metrics dropped",
+                        extra={"tool": tool_name, "runs": len(runs.durations_ms), "error_type": type(error).__name__},
+                    )
             if pending:
                 # Powertools prints; stdout is a block-buffered pipe on Lambda, and the process may be killed
                 # right after its shutdown hooks: the blobs leave the process now.
                 sys.stdout.flush()
+
+    def _write(self, tool_name: str, runs: _ToolRuns, oldest: float | None) -> None:
+        self._emf.set_timestamp(int((oldest or time.time()) * 1000))
+        self._emf.add_dimension(name="ToolName", value=tool_name)
+        counts = (("ToolInvocation", len(runs.durations_ms)), ("ToolSuccess", runs.succeeded))
+        for name, count in (*counts, ("ToolError", runs.failed)):
+            if count:
+                self._emf.add_metric(name=name, unit=MetricUnit.Count, value=count)
+        for duration in runs.durations_ms:
+            self._emf.add_metric(name="ToolDuration", unit=MetricUnit.Milliseconds, value=duration)
+        self._emf.flush_metrics()
 
     def _add(self, tool_name: str, succeeded: bool, duration_ms: float) -> None:
         with self._lock:

@@ -42,6 +42,7 @@ from mcp_backend.config import McpSettings, Tier, load_settings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard, calls_any_tool
+from mcp_backend.mcp.internal_errors import InternalErrorsWithoutText
 from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.restore_hook import with_after_restore_hook
 from mcp_backend.mcp.table_server import table_server
@@ -194,6 +195,7 @@ def create_app(
         bindings,
         extensions=extensions,
         middleware=[
+            InternalErrorsWithoutText(),
             StrictArguments(bindings.input_models),
             ToolCallTelemetry(call_log, bindings.input_models),
             *legacy_tasks,
