@@ -13,6 +13,7 @@ import pytest
 from moto import mock_aws
 
 from devstack.stack.atomic_items import make_item_operations_atomic
+from devstack.stack.template import globals_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / "events"
@@ -24,12 +25,8 @@ def _shared_module_environment() -> None:
     Shared modules build Logger/Metrics at import; one imported by a unit test outside a function's
     environment would otherwise keep an empty metrics namespace for every later handler test.
     """
-    from devstack.stack.template import load_template
-
-    variables = load_template().source["Globals"]["Function"]["Environment"]["Variables"]
-    for name, value in variables.items():
-        if isinstance(value, str):
-            os.environ.setdefault(name, value)
+    for name, value in globals_environment().items():
+        os.environ.setdefault(name, value)
 
 
 _shared_module_environment()

@@ -83,6 +83,14 @@ def load_template(path: Path = TEMPLATE_PATH) -> Template:
     return Template(source=source, expanded=expanded, code_paths=code_paths)
 
 
+def globals_environment(template: Template | None = None) -> dict[str, str]:
+    """The literal environment every function gets (the template's Globals): Powertools reads it when a shared
+    module builds its Logger or Metrics at import, so a process importing them outside a function's environment
+    (the tests, the benchmarks) sets it first."""
+    variables = (template or load_template()).source["Globals"]["Function"]["Environment"]["Variables"]
+    return {name: value for name, value in variables.items() if isinstance(value, str)}
+
+
 def main(argv: list[str]) -> int:
     """`python -m devstack.stack.template [OUT]`: write the expanded template for cfn-lint."""
     text = json.dumps(load_template().expanded, indent=2, default=str)

@@ -26,6 +26,11 @@ def main() -> int:
         AWS_SECRET_ACCESS_KEY="bench",
         AWS_DEFAULT_REGION="us-east-1",
     )
+    from devstack.stack.template import globals_environment
+
+    # Before any shared module builds its Logger and Metrics (the in-process benches import them).
+    for name, value in globals_environment().items():
+        os.environ.setdefault(name, value)
     from tests.bench import endpoint, functions, lambda_runtime, local_stack, mcp, streams, worker
     from tests.bench.measure import RESULTS
 
