@@ -24,6 +24,15 @@ from tests.node_packages import installed_node
 DEV, PROD = Stack("mcp"), Stack("mcp-prod")
 # A stack that reads tenants' s3:// datasets (the local stack has such a bucket): its functions' calls include it.
 DATASETS = {"DatasetBucketName": "mcp-tenant-datasets"}
+# The stack's own authorization server, signing users in at the stack's pool, or at another provider whose
+# client secret is the stack's <stack>/upstream-... secret.
+BUILTIN = {"AuthMode": "oauth", "AuthorizationServerMode": "builtin"}
+BUILTIN_UPSTREAM = {
+    **BUILTIN,
+    "UpstreamIssuer": "https://idp.example",
+    "UpstreamClientId": "as-client",
+    "UpstreamClientSecretArn": f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:mcp/upstream-client-AbCdEf",
+}
 ADMIN = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
 ADMINISTRATOR_ACCESS = "arn:aws:iam::aws:policy/AdministratorAccess"
 ALLOWED = "Allowed"
@@ -53,7 +62,7 @@ def as_bounded_admin(stack: Stack, action: str, resource: str, **context: Any) -
 
 
 def resource_policy_of(stack: Stack, resource: str) -> dict[str, Any] | None:
-    for other in (DEV, PROD):
+    for other in (stack, DEV, PROD):
         for logical_id, found in other.resources.items():
             if found["Type"] in ("AWS::KMS::Key", "AWS::SQS::Queue", "AWS::S3::Bucket") and resource.startswith(
                 other.arn(logical_id)
@@ -270,6 +279,31 @@ def test_neither_stacks_roles_can_act_on_the_others_resources(node, actor, targe
     assert [a for (a, _), d in zip(runtime_actions(actor), ours_runtime, strict=True) if d != ALLOWED] == []
 
 
+def test_a_bounded_role_signs_only_with_the_key_behind_its_stacks_alias(node):
+    # Given an all-powerful role bounded by the stack's boundary, the stack's signing key, and a key someone
+    # else tagged as the stack's (any principal allowed to tag a key can), both with KMS's default key policy
+    # (the account's IAM policies decide)
+    stack = Stack("mcp", BUILTIN)
+    own = stack.arn("AuthorizationSigningKey")
+    root = {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}
+    policy = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": root, "Action": "kms:*", "Resource": "*"}],
+    }
+    aliases = {"kms:ResourceAliases": stack.key_aliases("AuthorizationSigningKey")}
+    tagged = {"aws:ResourceTag/mcp-backend-stack": "mcp", "aws:ResourceTag/aws:cloudformation:stack-name": "mcp"}
+    other = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/00000000-1111-4222-8333-444444444444"
+    requests = [
+        Request(r.principal, r.action, resource, {**r.context, **context}, r.identity, r.boundary, policy)
+        for resource, context in ((own, aliases), (other, tagged), (other, {"kms:ResourceAliases": ["alias/mcp-x"]}))
+        for r in [as_bounded_admin(stack, "kms:Sign", resource)]
+    ]
+    # When IAM evaluates a Sign with each
+    found = decisions(node, requests)
+    # Then only the stack's key signs: a tag, or an alias of another name, meets no condition of the boundary
+    assert found == [ALLOWED, "ImplicitlyDenied", "ImplicitlyDenied"]
+
+
 # ---------------------------------------------------------------- the endpoint-token key
 def test_no_principal_but_probe_worker_can_decrypt_or_grant_with_the_endpoint_token_key(node):
     # Given an administrator of the account (identity "*" on "*", no boundary) and the stack's own roles
@@ -423,6 +457,8 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             *[(a, arn(queue), {}) for queue in ("ProbeAlertQueue", "ProbeFailureQueue") for a in poll],
         ],
     }
+    if "AuthorizationServer" in stack.resources:
+        calls["AuthorizationServer"] = authorization_server_calls(stack)
     for function, found in calls.items():  # the Lambda runtime, for every function
         log_group = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/lambda/{stack.physical_name(function)}"
         found += [
@@ -430,6 +466,28 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             ("logs:PutLogEvents", f"{log_group}:log-stream:x", {}),
         ]
         found += [("xray:PutTraceSegments", "*", {}), ("xray:PutTelemetryRecords", "*", {})]
+    return calls
+
+
+def authorization_server_calls(stack: Stack) -> list[Call]:
+    """AuthorizationServer's calls (mcp_backend/authorization): its records, its signing key, and the upstream
+    login's client id (the stack's pool) or client secret (another provider's), whichever the stack has."""
+    arn = stack.arn
+    signing_key = arn("AuthorizationSigningKey")
+    on_the_key = {"kms:ResourceAliases": stack.key_aliases("AuthorizationSigningKey")}
+    calls: list[Call] = [
+        *[
+            (action, arn("AuthorizationTable"), {})  # store.py: one item per record, conditional updates
+            for action in ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+        ],
+        ("kms:Sign", signing_key, on_the_key),  # signing.py: each access token
+        ("kms:GetPublicKey", signing_key, on_the_key),  # signing.py: the JWKS
+    ]
+    if "AuthorizationLoginClient" in stack.resources:  # upstream.py: the pool's login client, by name
+        calls.append(("cognito-idp:ListUserPoolClients", arn("McpUserPool"), stack.resource_tags("McpUserPool")))
+    secret = stack.parameters.get("UpstreamClientSecretArn")
+    if secret:  # upstream.py: the upstream client's secret, read once
+        calls.append(("secretsmanager:GetSecretValue", secret, {}))
     return calls
 
 
@@ -442,7 +500,11 @@ UNUSED_AND_WHY = {
 }
 
 
-@pytest.mark.parametrize("parameters", [{}, DATASETS], ids=["no dataset bucket", "a dataset bucket"])
+@pytest.mark.parametrize(
+    "parameters",
+    [{}, DATASETS, BUILTIN, BUILTIN_UPSTREAM],
+    ids=["no dataset bucket", "a dataset bucket", "the authorization server", "it with another provider"],
+)
 def test_every_call_each_function_makes_is_allowed_by_its_role_the_boundary_and_the_resource_policy(node, parameters):
     # Given each function's calls, as its role makes them, with the stack's boundary and the resource's policy
     stack = Stack("mcp", parameters)
@@ -469,21 +531,21 @@ def test_every_call_each_function_makes_is_allowed_by_its_role_the_boundary_and_
     found = decisions(node, requests)
     # Then every one is allowed: an AccessDenied shows up here, before the first deploy
     denied = [f"{f} {a} {r}: {d}" for (f, a, r), d in zip(cases, found, strict=True) if d != ALLOWED]
-    assert denied == []
+    assert denied == [], "\n".join(denied)
 
 
 def test_every_grant_of_a_function_role_is_used_by_a_listed_call_or_justified(capsys):
-    # Given each function role's granted actions and the calls its function makes
-    stack = Stack("mcp", DATASETS)
+    # Given each function role's granted actions and the calls its function makes, in each kind of stack
     unused: dict[str, set[str]] = {}
-    for function, calls in function_calls(stack).items():
-        called = {action.lower() for action, _, _ in calls}
-        for document in stack.role_policies(stack.function_roles[function]):
-            for statement in document["Statement"]:
-                actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-                for action in actions:
-                    if action.lower() not in called:
-                        unused.setdefault(action, set()).add(function)
+    for stack in (Stack("mcp", DATASETS), Stack("mcp", BUILTIN), Stack("mcp", BUILTIN_UPSTREAM)):
+        for function, calls in function_calls(stack).items():
+            called = {action.lower() for action, _, _ in calls}
+            for document in stack.role_policies(stack.function_roles[function]):
+                for statement in document["Statement"]:
+                    actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                    for action in actions:
+                        if action.lower() not in called:
+                            unused.setdefault(action, set()).add(function)
     # Then the unused ones are listed (pytest -s shows them) and each is justified in UNUSED_AND_WHY
     with capsys.disabled():
         for action, functions in sorted(unused.items()):
