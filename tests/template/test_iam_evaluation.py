@@ -7,8 +7,17 @@ by an IAM policy evaluator (tests/iam/simulator.py: @cloud-copilot/iam-simulate)
 - every AWS call each function makes is allowed by its role with the boundary and the resource's policy, and the
   grants no listed call uses are printed and each is justified here.
 
-The calls are a list these tests maintain (FUNCTION_CALLS), each beside the code that makes it: recording them on
-the local stack would attribute the calls of worker threads and pollers to no function."""
+The calls are a list these tests maintain (`function_calls`), each beside the code that makes it;
+tests/functions/test_recorded_calls_are_listed.py records what the functions call on the local stack and fails on
+any action the list lacks.
+
+Encryption context: iam-simulate's request validation does not recognise KMS's `kms:EncryptionContext:<key>`
+(its matcher knows variable keys only as prefix/name) and drops them, so a condition on them would see the key
+missing. tests/iam/simulator/simulate.mjs evaluates such a request again with the context as given (the engine's
+unvalidated entry point), and `decisions` fails on any context key dropped all the same: every condition of the
+key policy and the boundary, encryption context included, is evaluated here
+(`test_each_use_of_the_endpoint_token_key_needs_its_encryption_context`). The context the calls carry is the
+one the code binds (EndpointTokenCipher.context)."""
 
 from __future__ import annotations
 
@@ -17,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
+from mcp_backend.probes.registry import SELF_OWNER_ID, SELF_SERVER_ID
 from tests.iam.simulator import SIMULATOR_DIR, Request, decide
 from tests.iam.stacks import ACCOUNT, REGION, Stack
 from tests.node_packages import installed_node
@@ -72,7 +83,14 @@ def resource_policy_of(stack: Stack, resource: str) -> dict[str, Any] | None:
 
 
 def decisions(node, requests: list[Request]) -> list[str]:
-    return [found["decision"] for found in decide(node, requests)]
+    """Each request's decision, every context key of it evaluated (a key the evaluator dropped would make a
+    condition on it see the key missing: the test would prove nothing about that condition)."""
+    found = decide(node, requests)
+    dropped = {
+        f"{r.action} {key}" for r, d in zip(requests, found, strict=True) for key in d.get("ignoredContextKeys", [])
+    }
+    assert dropped == set()
+    return [decision["decision"] for decision in found]
 
 
 # ---------------------------------------------------------------- (a) escalation paths from the deploy role
@@ -327,10 +345,50 @@ def test_no_principal_but_probe_worker_can_decrypt_or_grant_with_the_endpoint_to
     found = decisions(node, requests)
     # Then the key policy's Deny refuses each: no IAM policy can grant decryption or a grant
     assert found == ["ExplicitlyDenied"] * len(requests)
-    # And ProbeWorker's decryption is not what the Deny refuses (the evaluator drops kms:EncryptionContext:<key>
-    # conditions, so whether its Allow matches is held by test_the_key_policy_names_each_use_with_its_context)
-    [probe_worker] = decisions(node, [call(DEV.arn("ProbeWorkerRole"), "kms:Decrypt", (), DEV.boundary)])
-    assert probe_worker != "ExplicitlyDenied"
+    # And ProbeWorker's decryption, with the context the code binds, is allowed
+    probe_worker = DEV.arn("ProbeWorkerRole")
+    opened = Request(
+        probe_worker,
+        "kms:Decrypt",
+        key,
+        {"aws:PrincipalArn": probe_worker, **sealed_with(DEV, "srv-1", "apikey:alice")},
+        (),
+        DEV.boundary,
+        policy,
+    )
+    assert decisions(node, [opened]) == [ALLOWED]
+
+
+def test_each_use_of_the_endpoint_token_key_needs_its_encryption_context(node):
+    # Given the calls the key policy allows, each with a context the code does not bind for that caller
+    def use(role: str, action: str, context: dict[str, Any]) -> Request:
+        principal = DEV.arn(role)
+        return Request(
+            principal,
+            "kms:" + action,
+            DEV.arn("EndpointTokenKey"),
+            {"aws:PrincipalArn": principal, "kms:ResourceAliases": DEV.key_aliases("EndpointTokenKey"), **context},
+            tuple(DEV.role_policies(role)),
+            DEV.boundary,
+            DEV.resource_policy("EndpointTokenKey"),
+        )
+
+    server_only = {"kms:EncryptionContext:serverId": "srv-1"}
+    refused = {
+        "McpServer sealing the stack's own endpoint": use(
+            "McpServerRole", "Encrypt", sealed_with(DEV, "srv-1", "stack")
+        ),
+        "McpServer sealing without a context": use("McpServerRole", "Encrypt", {}),
+        "SelfProbeKeyIssuer sealing a user's endpoint": use(
+            "SelfProbeKeyIssuerRole", "Encrypt", sealed_with(DEV, "srv-1", "apikey:alice")
+        ),
+        "ProbeWorker opening without a context": use("ProbeWorkerRole", "Decrypt", {}),
+        "ProbeWorker opening without an owner": use("ProbeWorkerRole", "Decrypt", server_only),
+    }
+    # When IAM evaluates them with the key policy and the boundary, the encryption context conditions included
+    found = dict(zip(refused, decisions(node, list(refused.values())), strict=True))
+    # Then none is allowed: the context is part of each grant, not a label
+    assert {use: decision for use, decision in found.items() if decision == ALLOWED} == {}
 
 
 def test_the_key_policy_names_each_use_with_its_context():
@@ -364,6 +422,10 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
         ("dynamodb:ListStreams", "*", {}),  # no resource type
     ]
     call_log: Call = ("kinesis:PutRecords", arn("CallLogStream"), {})  # mcp_backend/calllog/writer.py
+
+    def endpoint_token(action: str, server_id: str, owner_id: str) -> Call:  # probes/endpoint_tokens.py
+        return ("kms:" + action, arn("EndpointTokenKey"), sealed_with(stack, server_id, owner_id))
+
     bucket = stack.parameters.get("DatasetBucketName")
     datasets: list[Call] = (  # tools/fetch.py: an s3:// dataset under the caller's prefix
         [("s3:GetObject", f"arn:aws:s3:::{bucket}/apikey%3Aalice/sales.csv", {})] if bucket else []
@@ -381,6 +443,7 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             ("dynamodb:Query", f"{arn('MonitorTable')}/index/EndpointsByOwner", {}),
             ("dynamodb:UpdateItem", arn("RateLimitTable"), {}),  # ratelimit.py
             ("s3:GetObject", f"{arn('JobResultBucket')}/results/job-1.json", {}),  # jobs/results.py
+            endpoint_token("Encrypt", "srv-1", "apikey:alice"),  # register_endpoint: a user's endpoint
             *datasets,
         ],
         "ToolWorker": [
@@ -440,12 +503,15 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             ],
             ("dynamodb:UpdateItem", arn("MonitorTable"), {"dynamodb:LeadingKeys": ["self"]}),
             ("dynamodb:DeleteItem", arn("MonitorTable"), {"dynamodb:LeadingKeys": ["owner#stack"]}),
+            endpoint_token("Encrypt", SELF_SERVER_ID, SELF_OWNER_ID),  # probes/self_probe.py
         ],
         "ProbeWorker": [
             ("sns:Publish", arn("ProbeResultTopic"), {}),  # the OnSuccess destination
             ("sqs:SendMessage", arn("ProbeFailureQueue"), {}),  # the OnFailure destination
             ("dynamodb:GetItem", arn("MonitorTable"), {}),
             ("dynamodb:UpdateItem", arn("MonitorTable"), {}),
+            endpoint_token("Decrypt", "srv-1", "apikey:alice"),  # probes/worker.py: the endpoint's token
+            endpoint_token("Decrypt", SELF_SERVER_ID, SELF_OWNER_ID),
         ],
         "ProbeRecorder": [
             ("dynamodb:BatchWriteItem", arn("MonitorTable"), {}),
@@ -467,6 +533,18 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
         ]
         found += [("xray:PutTraceSegments", "*", {}), ("xray:PutTelemetryRecords", "*", {})]
     return calls
+
+
+def sealed_with(stack: Stack, server_id: str, owner_id: str) -> dict[str, Any]:
+    """A request on the endpoint-token key as KMS sees it: the key's aliases and the encryption context the code
+    binds (EndpointTokenCipher.context), one kms:EncryptionContext:<key> per pair
+    (https://docs.aws.amazon.com/kms/latest/developerguide/conditions-kms.html#conditions-kms-encryption-context)."""
+    context = EndpointTokenCipher.context(server_id, owner_id)
+    return {
+        "kms:ResourceAliases": stack.key_aliases("EndpointTokenKey"),
+        "kms:EncryptionContextKeys": sorted(context),
+        **{f"kms:EncryptionContext:{key}": value for key, value in context.items()},
+    }
 
 
 def authorization_server_calls(stack: Stack) -> list[Call]:
