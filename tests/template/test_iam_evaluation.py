@@ -157,6 +157,18 @@ def escalations(stack: Stack) -> dict[str, Request]:
         "a layer of the other stack in a function": as_deployer(
             stack, "lambda:GetLayerVersion", other.arn("SharedLayer61034d32ca")
         ),
+        "retagging its pool as the other stack's (whose boundary trusts the tag)": as_deployer(
+            stack,
+            "cognito-idp:TagResource",
+            Stack(stack.name, BUILTIN).arn("McpUserPool"),
+            **{"aws:ResourceTag/mcp-backend-stack": stack.name, "aws:RequestTag/mcp-backend-stack": other.name},
+        ),
+        "tagging the other stack's pool": as_deployer(
+            stack,
+            "cognito-idp:TagResource",
+            Stack(other.name, BUILTIN).arn("McpUserPool"),
+            **{"aws:ResourceTag/mcp-backend-stack": other.name, "aws:RequestTag/mcp-backend-stack": stack.name},
+        ),
         "an import change set (adopting any resource)": as_deployer(
             stack,
             "cloudformation:CreateChangeSet",
@@ -193,6 +205,12 @@ def deploys(stack: Stack) -> dict[str, Request]:
         "make verify-deployed's reads": as_deployer(stack, "iam:ListRoles", "*"),
         "make verify-deployed's key policy read": as_deployer(stack, "kms:GetKeyPolicy", stack.arn("EndpointTokenKey")),
         "make verify-deployed's URL read": as_deployer(stack, "lambda:GetFunctionUrlConfig", stack.arn("McpServer")),
+        "tagging its pool": as_deployer(
+            stack,
+            "cognito-idp:TagResource",
+            Stack(stack.name, BUILTIN).arn("McpUserPool"),
+            **{"aws:ResourceTag/mcp-backend-stack": stack.name, "aws:RequestTag/mcp-backend-stack": stack.name},
+        ),
         "the endpoint-token key's policy, through CloudFormation": as_deployer(
             stack,
             "kms:PutKeyPolicy",
