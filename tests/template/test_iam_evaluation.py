@@ -46,6 +46,13 @@ BUILTIN_UPSTREAM = {
 }
 ADMIN = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
 ADMINISTRATOR_ACCESS = "arn:aws:iam::aws:policy/AdministratorAccess"
+# KMS's default key policy: the account's IAM policies decide who uses the key.
+KEY_POLICY_OF_THE_ACCOUNT = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, "Action": "kms:*", "Resource": "*"}
+    ],
+}
 ALLOWED = "Allowed"
 
 
@@ -67,9 +74,13 @@ def as_deployer(stack: Stack, action: str, resource: str, **context: Any) -> Req
 
 
 def as_bounded_admin(stack: Stack, action: str, resource: str, **context: Any) -> Request:
-    """A call by a role the deploy role wrote with `"Action": "*"`, bounded as it must be by the stack's boundary."""
+    """A call by a role the deploy role wrote with `"Action": "*"`, bounded as it must be by the stack's boundary
+    (on a KMS key, one whose policy leaves every decision to IAM: the boundary alone must keep it out)."""
     principal = f"arn:aws:iam::{ACCOUNT}:role/{stack.name}/{stack.name}-Escalated-ABCDEF"
-    return Request(principal, action, resource, {"aws:PrincipalArn": principal, **context}, (ADMIN,), stack.boundary)
+    key_policy = KEY_POLICY_OF_THE_ACCOUNT if resource.startswith("arn:aws:kms:") else None
+    return Request(
+        principal, action, resource, {"aws:PrincipalArn": principal, **context}, (ADMIN,), stack.boundary, key_policy
+    )
 
 
 def resource_policy_of(stack: Stack, resource: str) -> dict[str, Any] | None:
@@ -266,6 +277,9 @@ def deployer_actions(stack: Stack) -> list[tuple[str, str, dict[str, Any]]]:
     found.append(("lambda:AddPermission", f"{stack.arn('McpServer')}:live", {"lambda:Principal": "*"}))
     found.append(("codedeploy:CreateDeployment", codedeploy_group(stack), {}))
     found.append(("kms:CreateAlias", stack.arn("EndpointTokenKeyAlias"), {}))
+    if "AuthorizationServer" in stack.resources:  # its signing key's alias, the stack's pool (by its tag)
+        found.append(("kms:CreateAlias", stack.arn("AuthorizationSigningKeyAlias"), {}))
+        found.append(("cognito-idp:DeleteUserPool", stack.arn("McpUserPool"), stack.resource_tags("McpUserPool")))
     return found
 
 
@@ -276,30 +290,47 @@ def codedeploy_group(stack: Stack) -> str:
     )
 
 
-def runtime_actions(stack: Stack) -> list[tuple[str, str]]:
-    """(action, ARN) a role bounded by another stack's boundary would need to reach this stack's data."""
+def runtime_actions(stack: Stack) -> list[tuple[str, str, dict[str, Any]]]:
+    """(action, ARN, context) a role bounded by another stack's boundary would need to reach this stack's data."""
     arn = stack.arn
-    return [
-        ("dynamodb:GetItem", arn("JobTable")),
-        ("dynamodb:PutItem", arn("MonitorTable")),
-        ("sqs:SendMessage", arn("JobQueue")),
-        ("kinesis:PutRecords", arn("CallLogStream")),
-        ("sns:Publish", arn("AlertTopic")),
-        ("secretsmanager:GetSecretValue", arn("ApiKeysSecret")),
-        ("lambda:InvokeFunction", arn("ProbeWorker")),
-        ("s3:GetObject", f"{arn('JobResultBucket')}/results/job-1.json"),
-        ("logs:PutLogEvents", f"{arn('McpServerLogGroup')}:log-stream:x"),
+    found: list[tuple[str, str, dict[str, Any]]] = [
+        ("dynamodb:GetItem", arn("JobTable"), {}),
+        ("dynamodb:PutItem", arn("MonitorTable"), {}),
+        ("sqs:SendMessage", arn("JobQueue"), {}),
+        ("kinesis:PutRecords", arn("CallLogStream"), {}),
+        ("sns:Publish", arn("AlertTopic"), {}),
+        ("secretsmanager:GetSecretValue", arn("ApiKeysSecret"), {}),
+        ("lambda:InvokeFunction", arn("ProbeWorker"), {}),
+        ("s3:GetObject", f"{arn('JobResultBucket')}/results/job-1.json", {}),
+        ("logs:PutLogEvents", f"{arn('McpServerLogGroup')}:log-stream:x", {}),
     ]
+    if "AuthorizationServer" in stack.resources:
+        found += [
+            ("dynamodb:GetItem", arn("AuthorizationTable"), {}),
+            (
+                "kms:Sign",
+                arn("AuthorizationSigningKey"),
+                {"kms:ResourceAliases": stack.key_aliases("AuthorizationSigningKey")},
+            ),
+            ("cognito-idp:ListUserPoolClients", arn("McpUserPool"), stack.resource_tags("McpUserPool")),
+            ("logs:PutLogEvents", f"{arn('AuthorizationServerLogGroup')}:log-stream:x", {}),
+        ]
+    return found
 
 
-@pytest.mark.parametrize(("actor", "target"), [(DEV, PROD), (PROD, DEV)], ids=["mcp->mcp-prod", "mcp-prod->mcp"])
+@pytest.mark.parametrize(
+    ("actor", "target"),
+    [(DEV, PROD), (PROD, DEV), (Stack("mcp", BUILTIN), Stack("mcp-prod", BUILTIN))],
+    ids=["mcp->mcp-prod", "mcp-prod->mcp", "with the authorization server: mcp->mcp-prod"],
+)
 def test_neither_stacks_roles_can_act_on_the_others_resources(node, actor, target):
     # Given two stacks in one account, one named with the other's name and a hyphen as its prefix
     theirs = deployer_actions(target)
     ours = deployer_actions(actor)
     requests = [as_deployer(actor, action, arn, **context) for action, arn, context in theirs + ours]
     requests += [
-        as_bounded_admin(actor, action, arn) for action, arn in runtime_actions(target) + runtime_actions(actor)
+        as_bounded_admin(actor, action, arn, **context)
+        for action, arn, context in runtime_actions(target) + runtime_actions(actor)
     ]
     # When IAM evaluates the actor's deploy role, and an all-powerful role bounded by the actor's boundary
     found = decisions(node, requests)
@@ -311,8 +342,8 @@ def test_neither_stacks_roles_can_act_on_the_others_resources(node, actor, targe
     own = {f"{a} {arn}": d for (a, arn, _), d in zip(ours, deployer[len(theirs) :], strict=True) if d != ALLOWED}
     assert own == {}
     theirs_runtime, ours_runtime = bounded[: len(runtime_actions(target))], bounded[len(runtime_actions(target)) :]
-    assert [a for (a, _), d in zip(runtime_actions(target), theirs_runtime, strict=True) if d == ALLOWED] == []
-    assert [a for (a, _), d in zip(runtime_actions(actor), ours_runtime, strict=True) if d != ALLOWED] == []
+    assert [a for (a, _, _), d in zip(runtime_actions(target), theirs_runtime, strict=True) if d == ALLOWED] == []
+    assert [a for (a, _, _), d in zip(runtime_actions(actor), ours_runtime, strict=True) if d != ALLOWED] == []
 
 
 def test_a_bounded_role_signs_only_with_the_key_behind_its_stacks_alias(node):
@@ -321,18 +352,12 @@ def test_a_bounded_role_signs_only_with_the_key_behind_its_stacks_alias(node):
     # (the account's IAM policies decide)
     stack = Stack("mcp", BUILTIN)
     own = stack.arn("AuthorizationSigningKey")
-    root = {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}
-    policy = {
-        "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Principal": root, "Action": "kms:*", "Resource": "*"}],
-    }
     aliases = {"kms:ResourceAliases": stack.key_aliases("AuthorizationSigningKey")}
     tagged = {"aws:ResourceTag/mcp-backend-stack": "mcp", "aws:ResourceTag/aws:cloudformation:stack-name": "mcp"}
     other = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/00000000-1111-4222-8333-444444444444"
     requests = [
-        Request(r.principal, r.action, resource, {**r.context, **context}, r.identity, r.boundary, policy)
+        as_bounded_admin(stack, "kms:Sign", resource, **context)
         for resource, context in ((own, aliases), (other, tagged), (other, {"kms:ResourceAliases": ["alias/mcp-x"]}))
-        for r in [as_bounded_admin(stack, "kms:Sign", resource)]
     ]
     # When IAM evaluates a Sign with each
     found = decisions(node, requests)
