@@ -93,7 +93,9 @@ def test_every_call_a_function_makes_on_the_local_stack_is_in_the_evaluated_list
 class RecordedNonces(Upstream):
     """The real upstream login, against a stand-in provider that answers with the nonce the login sent."""
 
-    nonces: list[str]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.nonces: list[str] = []
 
     async def login_url(self, redirect_uri: str, state: str, nonce: str, challenge: str) -> str:
         self.nonces.append(nonce)
@@ -115,7 +117,6 @@ def authorization_server(environment: LocalEnvironment) -> TestClient:
         return httpx.Response(200, json={"id_token": token})
 
     upstream = RecordedNonces(settings, fetch=documents, transport=httpx.MockTransport(token_endpoint))
-    upstream.nonces = []
     app = AuthorizationServer(
         settings,
         AuthorizationStore(settings.authorization_table_name),
