@@ -152,5 +152,5 @@ def test_every_call_the_authorization_server_makes_on_the_local_stack_is_in_the_
     listed = {action for action, _, _ in function_calls(Stack("mcp", parameters))["AuthorizationServer"]}
     assert recorded - listed == set()
     expected = {"kms:Sign", "kms:GetPublicKey", "dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:UpdateItem"}
-    expected |= {"secretsmanager:GetSecretValue"} if secret_arn else {"cognito-idp:ListUserPoolClients"}
+    expected |= {"secretsmanager:GetSecretValue"} if secret_arn else {"ssm:GetParameter"}
     assert recorded >= expected

@@ -231,6 +231,7 @@ ARN_FORMATS = {
     "AWS::Events::Rule": "arn:aws:events:{region}:{account}:rule/{name}",
     "AWS::Logs::LogGroup": "arn:aws:logs:{region}:{account}:log-group:{name}",
     "AWS::Cognito::UserPool": "arn:aws:cognito-idp:{region}:{account}:userpool/{name}",
+    "AWS::SSM::Parameter": "arn:aws:ssm:{region}:{account}:parameter{name}",  # the name begins with /
 }
 
 # What the AWS-managed policies SAM attaches to function roles grant (their published documents).

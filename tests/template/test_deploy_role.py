@@ -60,6 +60,7 @@ CREATE_ACTION = {
     "AWS::SQS::Queue": "sqs:CreateQueue",
     "AWS::SQS::QueuePolicy": "sqs:SetQueueAttributes",
     "AWS::SecretsManager::Secret": "secretsmanager:CreateSecret",
+    "AWS::SSM::Parameter": "ssm:PutParameter",
     # CloudFormation invokes a custom resource's function with the deployer's credentials
     "Custom::SelfProbeKey": "lambda:InvokeFunction",
 }
@@ -195,8 +196,6 @@ BOUNDARY_EXCEPTIONS = {
     # decides who may encrypt or decrypt, always with a context.
     "EndpointTokens": "kms:Encrypt/Decrypt only on the key behind alias/<stack>-endpoint-tokens, with a context",
     "AccessTokenSigning": "kms:Sign/GetPublicKey only on the key behind alias/<stack>-token-signing",
-    # A pool's id is random too, and CloudFormation does not put its aws:cloudformation tags on user pools.
-    "LoginClientLookup": "cognito-idp:ListUserPoolClients on pools tagged with the stack",
 }
 
 

@@ -262,6 +262,7 @@ def deployer_actions(stack: Stack) -> list[tuple[str, str, dict[str, Any]]]:
         "AWS::CloudWatch::Alarm": ["cloudwatch:DeleteAlarms"],
         "AWS::Events::Rule": ["events:PutTargets"],
         "AWS::Logs::LogGroup": ["logs:DeleteLogGroup"],
+        "AWS::SSM::Parameter": ["ssm:PutParameter", "ssm:DeleteParameter"],
     }
     for logical_id, resource in stack.resources.items():
         for action in per_type.get(resource["Type"], []):
@@ -312,7 +313,7 @@ def runtime_actions(stack: Stack) -> list[tuple[str, str, dict[str, Any]]]:
                 arn("AuthorizationSigningKey"),
                 {"kms:ResourceAliases": stack.key_aliases("AuthorizationSigningKey")},
             ),
-            ("cognito-idp:ListUserPoolClients", arn("McpUserPool"), stack.resource_tags("McpUserPool")),
+            ("ssm:GetParameter", arn("AuthorizationLoginClientId"), {}),
             ("logs:PutLogEvents", f"{arn('AuthorizationServerLogGroup')}:log-stream:x", {}),
         ]
     return found
@@ -604,8 +605,8 @@ def authorization_server_calls(stack: Stack) -> list[Call]:
         ("kms:Sign", signing_key, on_the_key),  # signing.py: each access token
         ("kms:GetPublicKey", signing_key, on_the_key),  # signing.py: the JWKS
     ]
-    if "AuthorizationLoginClient" in stack.resources:  # upstream.py: the pool's login client, by name
-        calls.append(("cognito-idp:ListUserPoolClients", arn("McpUserPool"), stack.resource_tags("McpUserPool")))
+    if "AuthorizationLoginClientId" in stack.resources:  # upstream.py: the pool's login client's id
+        calls.append(("ssm:GetParameter", arn("AuthorizationLoginClientId"), {}))
     secret = stack.parameters.get("UpstreamClientSecretArn")
     if secret:  # upstream.py: the upstream client's secret, read once
         calls.append(("secretsmanager:GetSecretValue", secret, {}))
