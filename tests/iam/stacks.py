@@ -84,9 +84,26 @@ class Stack:
             name = f"{suffix(self.name, logical_id).lower()}-0000-4000-8000-000000000000"
         elif kind == "AWS::Logs::LogGroup":
             name = self.physical_log_group(logical_id)
+        elif kind == "AWS::Cognito::UserPool":  # named by its id, <region>_<random>
+            name = f"{REGION}_{suffix(self.name, logical_id)[:9]}"
         return ARN_FORMATS.get(kind, "arn:aws:cloudformation:{region}:{account}:{logical_id}/{name}").format(
             region=REGION, account=ACCOUNT, stack=self.name, name=name, logical_id=logical_id
         )
+
+    def key_aliases(self, key_id: str) -> list[str]:
+        """The aliases the stack points at a key: kms:ResourceAliases in every request on it."""
+        return [
+            self.physical_name(logical_id)
+            for logical_id, resource in self.resources.items()
+            if resource["Type"] == "AWS::KMS::Alias" and resource["Properties"]["TargetKeyId"] == {"Ref": key_id}
+        ]
+
+    def resource_tags(self, logical_id: str) -> dict[str, str]:
+        """aws:ResourceTag/<key> of a resource, as the template tags it (CloudFormation's own aws: tags aside)."""
+        props = self.resources[logical_id]["Properties"]
+        tags = self.resolved(props.get("Tags", props.get("UserPoolTags", {})))
+        pairs = {tag["Key"]: tag["Value"] for tag in tags} if isinstance(tags, list) else tags
+        return {f"aws:ResourceTag/{key}": str(value) for key, value in pairs.items()}
 
     def physical_log_group(self, logical_id: str) -> str:
         props = TEMPLATE.expanded["Resources"][logical_id]["Properties"]
@@ -99,7 +116,7 @@ class Stack:
         if kind in ("AWS::SNS::Topic", "AWS::SecretsManager::Secret", "AWS::Lambda::Alias", "AWS::Lambda::Version",
                     "AWS::Lambda::LayerVersion"):  # fmt: skip
             return self.arn(logical_id)
-        if kind == "AWS::KMS::Key":
+        if kind in ("AWS::KMS::Key", "AWS::Cognito::UserPool"):
             return self.arn(logical_id).split("/")[-1]
         return self.physical_name(logical_id)
 
@@ -213,6 +230,8 @@ ARN_FORMATS = {
     "AWS::CloudWatch::Alarm": "arn:aws:cloudwatch:{region}:{account}:alarm:{name}",
     "AWS::Events::Rule": "arn:aws:events:{region}:{account}:rule/{name}",
     "AWS::Logs::LogGroup": "arn:aws:logs:{region}:{account}:log-group:{name}",
+    "AWS::Cognito::UserPool": "arn:aws:cognito-idp:{region}:{account}:userpool/{name}",
+    "AWS::SSM::Parameter": "arn:aws:ssm:{region}:{account}:parameter{name}",  # the name begins with /
 }
 
 # What the AWS-managed policies SAM attaches to function roles grant (their published documents).

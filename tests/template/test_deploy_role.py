@@ -60,6 +60,7 @@ CREATE_ACTION = {
     "AWS::SQS::Queue": "sqs:CreateQueue",
     "AWS::SQS::QueuePolicy": "sqs:SetQueueAttributes",
     "AWS::SecretsManager::Secret": "secretsmanager:CreateSecret",
+    "AWS::SSM::Parameter": "ssm:PutParameter",
     # CloudFormation invokes a custom resource's function with the deployer's credentials
     "Custom::SelfProbeKey": "lambda:InvokeFunction",
 }
@@ -194,9 +195,7 @@ BOUNDARY_EXCEPTIONS = {
     # A key's id is random, so the boundary names the key by its alias (kms:ResourceAliases); the key policy
     # decides who may encrypt or decrypt, always with a context.
     "EndpointTokens": "kms:Encrypt/Decrypt only on the key behind alias/<stack>-endpoint-tokens, with a context",
-    # Key and pool ids are random too: these require the stack's tag on the key or pool instead.
-    "AccessTokenSigning": "kms:Sign/GetPublicKey on keys tagged with the stack; the key policy names the one role",
-    "LoginClientLookup": "cognito-idp:ListUserPoolClients on pools tagged with the stack",
+    "AccessTokenSigning": "kms:Sign/GetPublicKey only on the key behind alias/<stack>-token-signing",
 }
 
 
@@ -380,11 +379,20 @@ def test_every_generated_name_of_the_stack_matches_a_stem_of_the_deploy_role():
         assert any(f"{logical_id}-".startswith(stem) and stem[:1].isupper() for stem in stems), (logical_id, stems)
 
 
-def test_the_boundary_limits_endpoint_token_use_to_the_stacks_key_alias():
-    [statement] = [s for s in boundary_allows() if s["Sid"] == "EndpointTokens"]
+@pytest.mark.parametrize(
+    ("sid", "alias", "name"),
+    [
+        ("EndpointTokens", "EndpointTokenKeyAlias", "endpoint-tokens"),
+        ("AccessTokenSigning", "AuthorizationSigningKeyAlias", "token-signing"),
+    ],
+)
+def test_the_boundary_limits_each_direct_key_use_to_the_stacks_key_alias(sid, alias, name):
+    # Given a boundary statement for a key the functions call directly (its id is random)
+    [statement] = [s for s in boundary_allows() if s["Sid"] == sid]
+    # Then it names the key by the stack's alias (unique in the account and Region), the alias the template
+    # creates, and no tag (anyone allowed to tag a key could meet a tag condition)
     assert statement["Condition"]["ForAnyValue:StringEquals"]["kms:ResourceAliases"] == {
-        "Fn::Sub": "alias/${StackName}-endpoint-tokens"
+        "Fn::Sub": f"alias/${{StackName}}-{name}"
     }
-    assert RESOURCES["EndpointTokenKeyAlias"]["Properties"]["AliasName"] == {
-        "Fn::Sub": "alias/${AWS::StackName}-endpoint-tokens"
-    }
+    assert RESOURCES[alias]["Properties"]["AliasName"] == {"Fn::Sub": f"alias/${{AWS::StackName}}-{name}"}
+    assert "aws:ResourceTag" not in json.dumps(statement)

@@ -152,3 +152,25 @@ def test_good_values_pass(parameter, value):
 def test_the_parameters_are_in_the_console_groups():
     groups = json.dumps(EXPANDED.get("Metadata", {}))
     assert "PermissionsBoundaryArn" in groups and "DeploymentType" in groups
+
+
+def test_codedeploy_moves_only_the_two_aliases_and_reads_only_their_deployment_alarms():
+    # Given the role CodeDeploy acts with
+    [policy] = RESOURCES["GradualDeploymentRole"]["Properties"]["Policies"]
+    statements = {s["Sid"]: s for s in policy["PolicyDocument"]["Statement"]}
+    # Then it may get and update the aliases of McpServer and ToolWorker, and describe their four alarms: nothing else
+    assert set(statements) == {"ShiftAliasLive", "ReadDeploymentAlarms"}
+    aliases = statements["ShiftAliasLive"]
+    assert set(aliases["Action"]) == {"lambda:GetAlias", "lambda:UpdateAlias", "lambda:GetProvisionedConcurrencyConfig"}
+    named = {
+        r["Fn::Sub"].split("${")[1].split(".")[0] if "Fn::Sub" in r else referenced_resource(r)
+        for r in aliases["Resource"]
+    }
+    assert named == {"McpServer", "ToolWorker"}
+    alarms = statements["ReadDeploymentAlarms"]
+    assert alarms["Action"] == "cloudwatch:DescribeAlarms"
+    assert {referenced_resource(r) for r in alarms["Resource"]} == {
+        f"{function}Deployment{kind}Alarm"
+        for function in ("McpServer", "ToolWorker")
+        for kind in ("Errors", "Duration")
+    }

@@ -7,8 +7,17 @@ by an IAM policy evaluator (tests/iam/simulator.py: @cloud-copilot/iam-simulate)
 - every AWS call each function makes is allowed by its role with the boundary and the resource's policy, and the
   grants no listed call uses are printed and each is justified here.
 
-The calls are a list these tests maintain (FUNCTION_CALLS), each beside the code that makes it: recording them on
-the local stack would attribute the calls of worker threads and pollers to no function."""
+The calls are a list these tests maintain (`function_calls`), each beside the code that makes it;
+tests/functions/test_recorded_calls_are_listed.py records what the functions call on the local stack and fails on
+any action the list lacks.
+
+Encryption context: iam-simulate's request validation does not recognise KMS's `kms:EncryptionContext:<key>`
+(its matcher knows variable keys only as prefix/name) and drops them, so a condition on them would see the key
+missing. tests/iam/simulator/simulate.mjs evaluates such a request again with the context as given (the engine's
+unvalidated entry point), and `decisions` fails on any context key dropped all the same: every condition of the
+key policy and the boundary, encryption context included, is evaluated here
+(`test_each_use_of_the_endpoint_token_key_needs_its_encryption_context`). The context the calls carry is the
+one the code binds (EndpointTokenCipher.context)."""
 
 from __future__ import annotations
 
@@ -17,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
+from mcp_backend.probes.registry import SELF_OWNER_ID, SELF_SERVER_ID
 from tests.iam.simulator import SIMULATOR_DIR, Request, decide
 from tests.iam.stacks import ACCOUNT, REGION, Stack
 from tests.node_packages import installed_node
@@ -24,8 +35,24 @@ from tests.node_packages import installed_node
 DEV, PROD = Stack("mcp"), Stack("mcp-prod")
 # A stack that reads tenants' s3:// datasets (the local stack has such a bucket): its functions' calls include it.
 DATASETS = {"DatasetBucketName": "mcp-tenant-datasets"}
+# The stack's own authorization server, signing users in at the stack's pool, or at another provider whose
+# client secret is the stack's <stack>/upstream-... secret.
+BUILTIN = {"AuthMode": "oauth", "AuthorizationServerMode": "builtin"}
+BUILTIN_UPSTREAM = {
+    **BUILTIN,
+    "UpstreamIssuer": "https://idp.example",
+    "UpstreamClientId": "as-client",
+    "UpstreamClientSecretArn": f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:mcp/upstream-client-AbCdEf",
+}
 ADMIN = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
 ADMINISTRATOR_ACCESS = "arn:aws:iam::aws:policy/AdministratorAccess"
+# KMS's default key policy: the account's IAM policies decide who uses the key.
+KEY_POLICY_OF_THE_ACCOUNT = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, "Action": "kms:*", "Resource": "*"}
+    ],
+}
 ALLOWED = "Allowed"
 
 
@@ -47,13 +74,17 @@ def as_deployer(stack: Stack, action: str, resource: str, **context: Any) -> Req
 
 
 def as_bounded_admin(stack: Stack, action: str, resource: str, **context: Any) -> Request:
-    """A call by a role the deploy role wrote with `"Action": "*"`, bounded as it must be by the stack's boundary."""
+    """A call by a role the deploy role wrote with `"Action": "*"`, bounded as it must be by the stack's boundary
+    (on a KMS key, one whose policy leaves every decision to IAM: the boundary alone must keep it out)."""
     principal = f"arn:aws:iam::{ACCOUNT}:role/{stack.name}/{stack.name}-Escalated-ABCDEF"
-    return Request(principal, action, resource, {"aws:PrincipalArn": principal, **context}, (ADMIN,), stack.boundary)
+    key_policy = KEY_POLICY_OF_THE_ACCOUNT if resource.startswith("arn:aws:kms:") else None
+    return Request(
+        principal, action, resource, {"aws:PrincipalArn": principal, **context}, (ADMIN,), stack.boundary, key_policy
+    )
 
 
 def resource_policy_of(stack: Stack, resource: str) -> dict[str, Any] | None:
-    for other in (DEV, PROD):
+    for other in (stack, DEV, PROD):
         for logical_id, found in other.resources.items():
             if found["Type"] in ("AWS::KMS::Key", "AWS::SQS::Queue", "AWS::S3::Bucket") and resource.startswith(
                 other.arn(logical_id)
@@ -63,7 +94,14 @@ def resource_policy_of(stack: Stack, resource: str) -> dict[str, Any] | None:
 
 
 def decisions(node, requests: list[Request]) -> list[str]:
-    return [found["decision"] for found in decide(node, requests)]
+    """Each request's decision, every context key of it evaluated (a key the evaluator dropped would make a
+    condition on it see the key missing: the test would prove nothing about that condition)."""
+    found = decide(node, requests)
+    dropped = {
+        f"{r.action} {key}" for r, d in zip(requests, found, strict=True) for key in d.get("ignoredContextKeys", [])
+    }
+    assert dropped == set()
+    return [decision["decision"] for decision in found]
 
 
 # ---------------------------------------------------------------- (a) escalation paths from the deploy role
@@ -130,6 +168,18 @@ def escalations(stack: Stack) -> dict[str, Request]:
         "a layer of the other stack in a function": as_deployer(
             stack, "lambda:GetLayerVersion", other.arn("SharedLayer61034d32ca")
         ),
+        "retagging its pool as the other stack's (whose boundary trusts the tag)": as_deployer(
+            stack,
+            "cognito-idp:TagResource",
+            Stack(stack.name, BUILTIN).arn("McpUserPool"),
+            **{"aws:ResourceTag/mcp-backend-stack": stack.name, "aws:RequestTag/mcp-backend-stack": other.name},
+        ),
+        "tagging the other stack's pool": as_deployer(
+            stack,
+            "cognito-idp:TagResource",
+            Stack(other.name, BUILTIN).arn("McpUserPool"),
+            **{"aws:ResourceTag/mcp-backend-stack": other.name, "aws:RequestTag/mcp-backend-stack": stack.name},
+        ),
         "an import change set (adopting any resource)": as_deployer(
             stack,
             "cloudformation:CreateChangeSet",
@@ -166,6 +216,12 @@ def deploys(stack: Stack) -> dict[str, Request]:
         "make verify-deployed's reads": as_deployer(stack, "iam:ListRoles", "*"),
         "make verify-deployed's key policy read": as_deployer(stack, "kms:GetKeyPolicy", stack.arn("EndpointTokenKey")),
         "make verify-deployed's URL read": as_deployer(stack, "lambda:GetFunctionUrlConfig", stack.arn("McpServer")),
+        "tagging its pool": as_deployer(
+            stack,
+            "cognito-idp:TagResource",
+            Stack(stack.name, BUILTIN).arn("McpUserPool"),
+            **{"aws:ResourceTag/mcp-backend-stack": stack.name, "aws:RequestTag/mcp-backend-stack": stack.name},
+        ),
         "the endpoint-token key's policy, through CloudFormation": as_deployer(
             stack,
             "kms:PutKeyPolicy",
@@ -206,6 +262,7 @@ def deployer_actions(stack: Stack) -> list[tuple[str, str, dict[str, Any]]]:
         "AWS::CloudWatch::Alarm": ["cloudwatch:DeleteAlarms"],
         "AWS::Events::Rule": ["events:PutTargets"],
         "AWS::Logs::LogGroup": ["logs:DeleteLogGroup"],
+        "AWS::SSM::Parameter": ["ssm:PutParameter", "ssm:DeleteParameter"],
     }
     for logical_id, resource in stack.resources.items():
         for action in per_type.get(resource["Type"], []):
@@ -221,6 +278,9 @@ def deployer_actions(stack: Stack) -> list[tuple[str, str, dict[str, Any]]]:
     found.append(("lambda:AddPermission", f"{stack.arn('McpServer')}:live", {"lambda:Principal": "*"}))
     found.append(("codedeploy:CreateDeployment", codedeploy_group(stack), {}))
     found.append(("kms:CreateAlias", stack.arn("EndpointTokenKeyAlias"), {}))
+    if "AuthorizationServer" in stack.resources:  # its signing key's alias, the stack's pool (by its tag)
+        found.append(("kms:CreateAlias", stack.arn("AuthorizationSigningKeyAlias"), {}))
+        found.append(("cognito-idp:DeleteUserPool", stack.arn("McpUserPool"), stack.resource_tags("McpUserPool")))
     return found
 
 
@@ -231,30 +291,47 @@ def codedeploy_group(stack: Stack) -> str:
     )
 
 
-def runtime_actions(stack: Stack) -> list[tuple[str, str]]:
-    """(action, ARN) a role bounded by another stack's boundary would need to reach this stack's data."""
+def runtime_actions(stack: Stack) -> list[tuple[str, str, dict[str, Any]]]:
+    """(action, ARN, context) a role bounded by another stack's boundary would need to reach this stack's data."""
     arn = stack.arn
-    return [
-        ("dynamodb:GetItem", arn("JobTable")),
-        ("dynamodb:PutItem", arn("MonitorTable")),
-        ("sqs:SendMessage", arn("JobQueue")),
-        ("kinesis:PutRecords", arn("CallLogStream")),
-        ("sns:Publish", arn("AlertTopic")),
-        ("secretsmanager:GetSecretValue", arn("ApiKeysSecret")),
-        ("lambda:InvokeFunction", arn("ProbeWorker")),
-        ("s3:GetObject", f"{arn('JobResultBucket')}/results/job-1.json"),
-        ("logs:PutLogEvents", f"{arn('McpServerLogGroup')}:log-stream:x"),
+    found: list[tuple[str, str, dict[str, Any]]] = [
+        ("dynamodb:GetItem", arn("JobTable"), {}),
+        ("dynamodb:PutItem", arn("MonitorTable"), {}),
+        ("sqs:SendMessage", arn("JobQueue"), {}),
+        ("kinesis:PutRecords", arn("CallLogStream"), {}),
+        ("sns:Publish", arn("AlertTopic"), {}),
+        ("secretsmanager:GetSecretValue", arn("ApiKeysSecret"), {}),
+        ("lambda:InvokeFunction", arn("ProbeWorker"), {}),
+        ("s3:GetObject", f"{arn('JobResultBucket')}/results/job-1.json", {}),
+        ("logs:PutLogEvents", f"{arn('McpServerLogGroup')}:log-stream:x", {}),
     ]
+    if "AuthorizationServer" in stack.resources:
+        found += [
+            ("dynamodb:GetItem", arn("AuthorizationTable"), {}),
+            (
+                "kms:Sign",
+                arn("AuthorizationSigningKey"),
+                {"kms:ResourceAliases": stack.key_aliases("AuthorizationSigningKey")},
+            ),
+            ("ssm:GetParameter", arn("AuthorizationLoginClientId"), {}),
+            ("logs:PutLogEvents", f"{arn('AuthorizationServerLogGroup')}:log-stream:x", {}),
+        ]
+    return found
 
 
-@pytest.mark.parametrize(("actor", "target"), [(DEV, PROD), (PROD, DEV)], ids=["mcp->mcp-prod", "mcp-prod->mcp"])
+@pytest.mark.parametrize(
+    ("actor", "target"),
+    [(DEV, PROD), (PROD, DEV), (Stack("mcp", BUILTIN), Stack("mcp-prod", BUILTIN))],
+    ids=["mcp->mcp-prod", "mcp-prod->mcp", "with the authorization server: mcp->mcp-prod"],
+)
 def test_neither_stacks_roles_can_act_on_the_others_resources(node, actor, target):
     # Given two stacks in one account, one named with the other's name and a hyphen as its prefix
     theirs = deployer_actions(target)
     ours = deployer_actions(actor)
     requests = [as_deployer(actor, action, arn, **context) for action, arn, context in theirs + ours]
     requests += [
-        as_bounded_admin(actor, action, arn) for action, arn in runtime_actions(target) + runtime_actions(actor)
+        as_bounded_admin(actor, action, arn, **context)
+        for action, arn, context in runtime_actions(target) + runtime_actions(actor)
     ]
     # When IAM evaluates the actor's deploy role, and an all-powerful role bounded by the actor's boundary
     found = decisions(node, requests)
@@ -266,8 +343,27 @@ def test_neither_stacks_roles_can_act_on_the_others_resources(node, actor, targe
     own = {f"{a} {arn}": d for (a, arn, _), d in zip(ours, deployer[len(theirs) :], strict=True) if d != ALLOWED}
     assert own == {}
     theirs_runtime, ours_runtime = bounded[: len(runtime_actions(target))], bounded[len(runtime_actions(target)) :]
-    assert [a for (a, _), d in zip(runtime_actions(target), theirs_runtime, strict=True) if d == ALLOWED] == []
-    assert [a for (a, _), d in zip(runtime_actions(actor), ours_runtime, strict=True) if d != ALLOWED] == []
+    assert [a for (a, _, _), d in zip(runtime_actions(target), theirs_runtime, strict=True) if d == ALLOWED] == []
+    assert [a for (a, _, _), d in zip(runtime_actions(actor), ours_runtime, strict=True) if d != ALLOWED] == []
+
+
+def test_a_bounded_role_signs_only_with_the_key_behind_its_stacks_alias(node):
+    # Given an all-powerful role bounded by the stack's boundary, the stack's signing key, and a key someone
+    # else tagged as the stack's (any principal allowed to tag a key can), both with KMS's default key policy
+    # (the account's IAM policies decide)
+    stack = Stack("mcp", BUILTIN)
+    own = stack.arn("AuthorizationSigningKey")
+    aliases = {"kms:ResourceAliases": stack.key_aliases("AuthorizationSigningKey")}
+    tagged = {"aws:ResourceTag/mcp-backend-stack": "mcp", "aws:ResourceTag/aws:cloudformation:stack-name": "mcp"}
+    other = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/00000000-1111-4222-8333-444444444444"
+    requests = [
+        as_bounded_admin(stack, "kms:Sign", resource, **context)
+        for resource, context in ((own, aliases), (other, tagged), (other, {"kms:ResourceAliases": ["alias/mcp-x"]}))
+    ]
+    # When IAM evaluates a Sign with each
+    found = decisions(node, requests)
+    # Then only the stack's key signs: a tag, or an alias of another name, meets no condition of the boundary
+    assert found == [ALLOWED, "ImplicitlyDenied", "ImplicitlyDenied"]
 
 
 # ---------------------------------------------------------------- the endpoint-token key
@@ -293,10 +389,50 @@ def test_no_principal_but_probe_worker_can_decrypt_or_grant_with_the_endpoint_to
     found = decisions(node, requests)
     # Then the key policy's Deny refuses each: no IAM policy can grant decryption or a grant
     assert found == ["ExplicitlyDenied"] * len(requests)
-    # And ProbeWorker's decryption is not what the Deny refuses (the evaluator drops kms:EncryptionContext:<key>
-    # conditions, so whether its Allow matches is held by test_the_key_policy_names_each_use_with_its_context)
-    [probe_worker] = decisions(node, [call(DEV.arn("ProbeWorkerRole"), "kms:Decrypt", (), DEV.boundary)])
-    assert probe_worker != "ExplicitlyDenied"
+    # And ProbeWorker's decryption, with the context the code binds, is allowed
+    probe_worker = DEV.arn("ProbeWorkerRole")
+    opened = Request(
+        probe_worker,
+        "kms:Decrypt",
+        key,
+        {"aws:PrincipalArn": probe_worker, **sealed_with(DEV, "srv-1", "apikey:alice")},
+        (),
+        DEV.boundary,
+        policy,
+    )
+    assert decisions(node, [opened]) == [ALLOWED]
+
+
+def test_each_use_of_the_endpoint_token_key_needs_its_encryption_context(node):
+    # Given the calls the key policy allows, each with a context the code does not bind for that caller
+    def use(role: str, action: str, context: dict[str, Any]) -> Request:
+        principal = DEV.arn(role)
+        return Request(
+            principal,
+            "kms:" + action,
+            DEV.arn("EndpointTokenKey"),
+            {"aws:PrincipalArn": principal, "kms:ResourceAliases": DEV.key_aliases("EndpointTokenKey"), **context},
+            tuple(DEV.role_policies(role)),
+            DEV.boundary,
+            DEV.resource_policy("EndpointTokenKey"),
+        )
+
+    server_only = {"kms:EncryptionContext:serverId": "srv-1"}
+    refused = {
+        "McpServer sealing the stack's own endpoint": use(
+            "McpServerRole", "Encrypt", sealed_with(DEV, "srv-1", "stack")
+        ),
+        "McpServer sealing without a context": use("McpServerRole", "Encrypt", {}),
+        "SelfProbeKeyIssuer sealing a user's endpoint": use(
+            "SelfProbeKeyIssuerRole", "Encrypt", sealed_with(DEV, "srv-1", "apikey:alice")
+        ),
+        "ProbeWorker opening without a context": use("ProbeWorkerRole", "Decrypt", {}),
+        "ProbeWorker opening without an owner": use("ProbeWorkerRole", "Decrypt", server_only),
+    }
+    # When IAM evaluates them with the key policy and the boundary, the encryption context conditions included
+    found = dict(zip(refused, decisions(node, list(refused.values())), strict=True))
+    # Then none is allowed: the context is part of each grant, not a label
+    assert {use: decision for use, decision in found.items() if decision == ALLOWED} == {}
 
 
 def test_the_key_policy_names_each_use_with_its_context():
@@ -330,6 +466,10 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
         ("dynamodb:ListStreams", "*", {}),  # no resource type
     ]
     call_log: Call = ("kinesis:PutRecords", arn("CallLogStream"), {})  # mcp_backend/calllog/writer.py
+
+    def endpoint_token(action: str, server_id: str, owner_id: str) -> Call:  # probes/endpoint_tokens.py
+        return ("kms:" + action, arn("EndpointTokenKey"), sealed_with(stack, server_id, owner_id))
+
     bucket = stack.parameters.get("DatasetBucketName")
     datasets: list[Call] = (  # tools/fetch.py: an s3:// dataset under the caller's prefix
         [("s3:GetObject", f"arn:aws:s3:::{bucket}/apikey%3Aalice/sales.csv", {})] if bucket else []
@@ -347,6 +487,7 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             ("dynamodb:Query", f"{arn('MonitorTable')}/index/EndpointsByOwner", {}),
             ("dynamodb:UpdateItem", arn("RateLimitTable"), {}),  # ratelimit.py
             ("s3:GetObject", f"{arn('JobResultBucket')}/results/job-1.json", {}),  # jobs/results.py
+            endpoint_token("Encrypt", "srv-1", "apikey:alice"),  # register_endpoint: a user's endpoint
             *datasets,
         ],
         "ToolWorker": [
@@ -406,12 +547,15 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             ],
             ("dynamodb:UpdateItem", arn("MonitorTable"), {"dynamodb:LeadingKeys": ["self"]}),
             ("dynamodb:DeleteItem", arn("MonitorTable"), {"dynamodb:LeadingKeys": ["owner#stack"]}),
+            endpoint_token("Encrypt", SELF_SERVER_ID, SELF_OWNER_ID),  # probes/self_probe.py
         ],
         "ProbeWorker": [
             ("sns:Publish", arn("ProbeResultTopic"), {}),  # the OnSuccess destination
             ("sqs:SendMessage", arn("ProbeFailureQueue"), {}),  # the OnFailure destination
             ("dynamodb:GetItem", arn("MonitorTable"), {}),
             ("dynamodb:UpdateItem", arn("MonitorTable"), {}),
+            endpoint_token("Decrypt", "srv-1", "apikey:alice"),  # probes/worker.py: the endpoint's token
+            endpoint_token("Decrypt", SELF_SERVER_ID, SELF_OWNER_ID),
         ],
         "ProbeRecorder": [
             ("dynamodb:BatchWriteItem", arn("MonitorTable"), {}),
@@ -423,6 +567,8 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             *[(a, arn(queue), {}) for queue in ("ProbeAlertQueue", "ProbeFailureQueue") for a in poll],
         ],
     }
+    if "AuthorizationServer" in stack.resources:
+        calls["AuthorizationServer"] = authorization_server_calls(stack)
     for function, found in calls.items():  # the Lambda runtime, for every function
         log_group = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/lambda/{stack.physical_name(function)}"
         found += [
@@ -430,6 +576,40 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             ("logs:PutLogEvents", f"{log_group}:log-stream:x", {}),
         ]
         found += [("xray:PutTraceSegments", "*", {}), ("xray:PutTelemetryRecords", "*", {})]
+    return calls
+
+
+def sealed_with(stack: Stack, server_id: str, owner_id: str) -> dict[str, Any]:
+    """A request on the endpoint-token key as KMS sees it: the key's aliases and the encryption context the code
+    binds (EndpointTokenCipher.context), one kms:EncryptionContext:<key> per pair
+    (https://docs.aws.amazon.com/kms/latest/developerguide/conditions-kms.html#conditions-kms-encryption-context)."""
+    context = EndpointTokenCipher.context(server_id, owner_id)
+    return {
+        "kms:ResourceAliases": stack.key_aliases("EndpointTokenKey"),
+        "kms:EncryptionContextKeys": sorted(context),
+        **{f"kms:EncryptionContext:{key}": value for key, value in context.items()},
+    }
+
+
+def authorization_server_calls(stack: Stack) -> list[Call]:
+    """AuthorizationServer's calls (mcp_backend/authorization): its records, its signing key, and the upstream
+    login's client id (the stack's pool) or client secret (another provider's), whichever the stack has."""
+    arn = stack.arn
+    signing_key = arn("AuthorizationSigningKey")
+    on_the_key = {"kms:ResourceAliases": stack.key_aliases("AuthorizationSigningKey")}
+    calls: list[Call] = [
+        *[
+            (action, arn("AuthorizationTable"), {})  # store.py: one item per record, conditional updates
+            for action in ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+        ],
+        ("kms:Sign", signing_key, on_the_key),  # signing.py: each access token
+        ("kms:GetPublicKey", signing_key, on_the_key),  # signing.py: the JWKS
+    ]
+    if "AuthorizationLoginClientId" in stack.resources:  # upstream.py: the pool's login client's id
+        calls.append(("ssm:GetParameter", arn("AuthorizationLoginClientId"), {}))
+    secret = stack.parameters.get("UpstreamClientSecretArn")
+    if secret:  # upstream.py: the upstream client's secret, read once
+        calls.append(("secretsmanager:GetSecretValue", secret, {}))
     return calls
 
 
@@ -442,7 +622,11 @@ UNUSED_AND_WHY = {
 }
 
 
-@pytest.mark.parametrize("parameters", [{}, DATASETS], ids=["no dataset bucket", "a dataset bucket"])
+@pytest.mark.parametrize(
+    "parameters",
+    [{}, DATASETS, BUILTIN, BUILTIN_UPSTREAM],
+    ids=["no dataset bucket", "a dataset bucket", "the authorization server", "it with another provider"],
+)
 def test_every_call_each_function_makes_is_allowed_by_its_role_the_boundary_and_the_resource_policy(node, parameters):
     # Given each function's calls, as its role makes them, with the stack's boundary and the resource's policy
     stack = Stack("mcp", parameters)
@@ -469,21 +653,21 @@ def test_every_call_each_function_makes_is_allowed_by_its_role_the_boundary_and_
     found = decisions(node, requests)
     # Then every one is allowed: an AccessDenied shows up here, before the first deploy
     denied = [f"{f} {a} {r}: {d}" for (f, a, r), d in zip(cases, found, strict=True) if d != ALLOWED]
-    assert denied == []
+    assert denied == [], "\n".join(denied)
 
 
 def test_every_grant_of_a_function_role_is_used_by_a_listed_call_or_justified(capsys):
-    # Given each function role's granted actions and the calls its function makes
-    stack = Stack("mcp", DATASETS)
+    # Given each function role's granted actions and the calls its function makes, in each kind of stack
     unused: dict[str, set[str]] = {}
-    for function, calls in function_calls(stack).items():
-        called = {action.lower() for action, _, _ in calls}
-        for document in stack.role_policies(stack.function_roles[function]):
-            for statement in document["Statement"]:
-                actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-                for action in actions:
-                    if action.lower() not in called:
-                        unused.setdefault(action, set()).add(function)
+    for stack in (Stack("mcp", DATASETS), Stack("mcp", BUILTIN), Stack("mcp", BUILTIN_UPSTREAM)):
+        for function, calls in function_calls(stack).items():
+            called = {action.lower() for action, _, _ in calls}
+            for document in stack.role_policies(stack.function_roles[function]):
+                for statement in document["Statement"]:
+                    actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                    for action in actions:
+                        if action.lower() not in called:
+                            unused.setdefault(action, set()).add(function)
     # Then the unused ones are listed (pytest -s shows them) and each is justified in UNUSED_AND_WHY
     with capsys.disabled():
         for action, functions in sorted(unused.items()):

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devstack.stack.template import ROOT
+from devstack.runtime.interpreter import DEPLOY_VERSION, RUNTIME_VERSION
+from devstack.stack.template import ROOT, load_template
 
 WORKFLOWS = {path.name: yaml.safe_load(path.read_text()) for path in (ROOT / ".github" / "workflows").glob("*.yml")}
 
@@ -109,6 +110,21 @@ def test_the_deploy_job_builds_from_its_own_checkout_runs_no_tests_and_installs_
     recipe = makefile.split("\nsmoke-deployed:")[1].split("\n\n")[0]
     assert "$(SMOKE_PYTHON) -m tests.deployed.key_session" in recipe and "$(RUN)" not in recipe
     assert "$(PIP_HASHED) -r $(SMOKE_REQUIREMENTS)" in makefile
+
+
+def test_the_deploy_job_runs_and_builds_with_exact_interpreter_versions():
+    # Given the deploy job and the interpreter the layers are compiled with
+    deploy = WORKFLOWS["deploy.yml"]["jobs"]["deploy"]
+    versions = [step["with"]["python-version"] for step in steps(deploy) if "python-version" in step.get("with", {})]
+    # Then the tools' interpreter is one exact release, not the newest of a minor line
+    assert versions and all(re.fullmatch(r"\d+\.\d+\.\d+", version) for version in versions), versions
+    # And the build requires the exact Lambda-runtime interpreter (it fails rather than compile with another)
+    assert "EXACT_PYTHON=1" in runs(deploy).split("make build ")[1].splitlines()[0]
+    recipe = (ROOT / "Makefile").read_text().split("\nbuild:")[1].split("\n\n")[0]
+    assert "$(if $(EXACT_PYTHON),--exact --install," in recipe and '|| [ -z "$(EXACT_PYTHON)" ] || exit 2' in recipe
+    # And that interpreter is a release of the template's runtime
+    assert DEPLOY_VERSION.startswith(f"{RUNTIME_VERSION}.")
+    assert load_template().expanded["Resources"]["McpServer"]["Properties"]["Runtime"] == f"python{RUNTIME_VERSION}"
 
 
 def test_the_smoke_environment_is_what_a_function_has_and_holds_no_test_runner():

@@ -167,3 +167,27 @@ def test_a_client_secret_comes_from_secrets_manager_and_goes_in_the_token_reques
 
     # Then the request carried the secret (client_secret_post)
     assert seen[0]["client_secret"] == "s3cr3t"
+
+
+@pytest.mark.parametrize("stored", [True, False], ids=["stored", "missing"])
+def test_the_stack_pools_client_id_comes_from_its_parameter_or_nobody_signs_in(aws, stored):
+    # Given the stack's pool as the provider: its login client's id in the parameter the template writes (or not)
+    name = "/stack/authorization/login-client-id"
+    if stored:
+        boto3.client("ssm").put_parameter(Name=name, Value="pool-client-1", Type="String")
+    provider = Upstream(
+        settings(UPSTREAM_CLIENT_ID="", UPSTREAM_CLIENT_ID_PARAMETER=name),
+        fetch=provider_documents,
+        ssm=boto3.client("ssm"),
+    )
+
+    # When the login starts
+    def login() -> str:
+        return anyio.run(provider.login_url, "https://as.example/callback", "s", "n", "c")
+
+    # Then it names that client; without the parameter it is refused (the user goes back with access_denied)
+    if stored:
+        assert urllib.parse.parse_qs(urllib.parse.urlsplit(login()).query)["client_id"] == ["pool-client-1"]
+    else:
+        with pytest.raises(UpstreamLoginFailed, match="login client"):
+            login()

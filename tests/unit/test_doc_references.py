@@ -1,7 +1,8 @@
 """Every reference from template.yaml and the code to a section of README.md or docs/ names one that exists: a
 `docs/<page>.md#<anchor>` must be the GitHub anchor of one of the page's headings, a `docs/<page>.md "Section"` (or
 `README "Section"`) the title of a heading or of a paragraph's bold lead (`**Section.**`). A section renamed or moved
-to another page fails here instead of leaving a comment that points nowhere."""
+to another page fails here instead of leaving a comment that points nowhere. And every test the docs cite as the
+proof of a claim (`test_...`) exists, as a test function or a test module."""
 
 from __future__ import annotations
 
@@ -110,3 +111,22 @@ def test_every_referenced_page_and_section_exists(source, page, anchor, section)
         assert anchor in anchors, f"{source} references {page}#{anchor}: no such heading"
     if section is not None:
         assert github_anchor(section) in titles, f'{source} references {page} "{section}": no such section'
+
+
+TEST_NAME = re.compile(r"\btest_[a-z0-9_]+")
+
+
+def test_every_test_the_docs_cite_exists():
+    # Given every test module and test function of the suite
+    modules = list((ROOT / "tests").rglob("test_*.py"))
+    defined = {path.stem for path in modules}
+    defined |= {name for path in modules for name in re.findall(r"def (test_\w+)", path.read_text())}
+    # When the docs and the README name a test as the proof of a claim
+    cited = {
+        (page.relative_to(ROOT).as_posix(), name)
+        for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for name in TEST_NAME.findall(page.read_text())
+    }
+    assert len(cited) > 50
+    # Then each is one (a renamed or removed test fails here, not in a reader's search)
+    assert sorted((page, name) for page, name in cited if name not in defined) == []

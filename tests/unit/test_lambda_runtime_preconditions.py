@@ -88,6 +88,31 @@ def test_no_python313_anywhere_says_how_to_get_one(monkeypatch, tmp_path):
     assert "uv python install 3.13" in str(missing.value) and "\n" not in str(missing.value)
 
 
+def fake_uv_finding(tmp_path: Path, version: str) -> Path:
+    """A uv whose `python find` answers an interpreter reporting `version` (and whose install does nothing)."""
+    python, uv = tmp_path / "python", tmp_path / "uv"
+    python.write_text(f"#!/bin/sh\necho {version}\n")
+    uv.write_text(f'#!/bin/sh\n[ "$2" = find ] && echo {python}\nexit 0\n')
+    for script in (python, uv):
+        script.chmod(0o755)
+    return uv
+
+
+def test_the_deploy_build_takes_only_the_pinned_interpreter_and_says_how_to_install_it(monkeypatch, tmp_path):
+    # Given uv finding a python3.13 of another patch release than the deploy build's
+    monkeypatch.setattr(interpreter, "UV", fake_uv_finding(tmp_path, "3.13.0"))
+
+    # When the deploy build asks for its interpreter (allowed to install it), Then that one is refused, and the
+    # line names the exact version to install
+    with pytest.raises(InterpreterNotFound) as missing:
+        find_runtime_python(install=True, exact=True)
+    assert f"uv python install {interpreter.DEPLOY_VERSION}`" in str(missing.value)
+
+    # And the pinned release itself is taken
+    monkeypatch.setattr(interpreter, "UV", fake_uv_finding(tmp_path, interpreter.DEPLOY_VERSION))
+    assert find_runtime_python(exact=True) == tmp_path / "python"
+
+
 @pytest.mark.e2e
 def test_make_dev_with_the_lambda_runtime_and_no_build_stops_with_one_line_and_status_2(tmp_path):
     # Given no build where the Lambda runtime is told to look

@@ -368,10 +368,10 @@ class AuthorizationServerSettings(Settings):
     # The upstream OIDC provider users sign in with.
     upstream_issuer: str = Field(min_length=1)
     upstream_discovery_url: str = ""  # empty: <issuer>/.well-known/openid-configuration
-    upstream_client_id: str = ""  # empty: the client named upstream_client_name in upstream_user_pool_id
+    upstream_client_id: str = ""  # empty: the value of the SSM parameter upstream_client_id_parameter
+    upstream_client_id_parameter: str = ""  # the stack's pool: /<stack>/authorization/login-client-id
     upstream_client_secret_id: str = ""  # a Secrets Manager secret holding the upstream client's secret, if any
-    upstream_user_pool_id: str = ""
-    upstream_client_name: str = "mcp-authorization-server"
+    upstream_user_pool_id: str = ""  # the stack's pool, when it is the provider (the local stack serves its login)
     upstream_scopes: str = "openid email profile"
     upstream_groups_claim: str = "cognito:groups"
     # group=tier pairs, comma-separated (e.g. "paying=pro,staff=internal"); a user in no listed group is free.

@@ -23,7 +23,7 @@ import anyio.to_thread
 import httpx
 import jwt
 
-from mcp_backend.aws import client_or_lazy
+from mcp_backend.aws import botocore_errors, client_or_lazy
 from mcp_backend.config import AuthorizationServerSettings, Tier
 from mcp_backend.mcp.oauth import Fetch, JwksCache, fetch_url
 
@@ -61,14 +61,14 @@ class Upstream:
         self,
         settings: AuthorizationServerSettings,
         fetch: Fetch = fetch_url,
-        cognito: Any = None,
+        ssm: Any = None,
         secretsmanager: Any = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.settings = settings
         self.fetch = fetch
         self.transport = transport  # tests answer the token endpoint; None is the network
-        self.cognito = client_or_lazy(cognito, "cognito-idp") if settings.upstream_user_pool_id else None
+        self.ssm = client_or_lazy(ssm, "ssm") if settings.upstream_client_id_parameter else None
         self.secretsmanager = client_or_lazy(secretsmanager, "secretsmanager")
         self._client_secret: str | None = None
         self._discovery: dict[str, Any] | None = None
@@ -89,20 +89,20 @@ class Upstream:
                     raise UpstreamLoginFailed("the provider's discovery document is not usable")
                 self._discovery = document
                 self._jwks = JwksCache(issuer, document["jwks_uri"], self.fetch)
-            if not self._client_id and self.cognito is not None:
-                self._client_id = self._pool_client_id()
+            if not self._client_id and self.ssm is not None:
+                self._client_id = self._login_client_id()
             return self._discovery
 
-    def _pool_client_id(self) -> str:
-        """The stack's pool client, found by name: its id cannot be set on this function (the client names this
-        function's URL as its callback, so the template cannot also pass the client's id here)."""
-        assert self.cognito is not None
-        pages = self.cognito.get_paginator("list_user_pool_clients")
-        for page in pages.paginate(UserPoolId=self.settings.upstream_user_pool_id):
-            for client in page["UserPoolClients"]:
-                if client["ClientName"] == self.settings.upstream_client_name:
-                    return str(client["ClientId"])
-        raise UpstreamLoginFailed("the user pool has no login client")
+    def _login_client_id(self) -> str:
+        """The stack's pool login client's id, from the parameter the template writes: it cannot be set on this
+        function (the client names this function's URL as its callback, so the template cannot also pass the
+        client's id here)."""
+        assert self.ssm is not None
+        try:
+            answer = self.ssm.get_parameter(Name=self.settings.upstream_client_id_parameter)
+        except botocore_errors.ClientError:
+            raise UpstreamLoginFailed("the login client's id cannot be read") from None
+        return str(answer["Parameter"]["Value"])
 
     async def login_url(self, redirect_uri: str, state: str, nonce: str, challenge: str) -> str:
         endpoint = (await anyio.to_thread.run_sync(self._discovered))["authorization_endpoint"]
