@@ -50,8 +50,9 @@ def render(measurement: Measurement, prices: dict[str, Price], log_bytes_at: dic
         "",
         "## Per unit of work",
         "",
-        "| unit | what | AWS requests | Lambda invocations | $ per unit | $ per million | not priced |",
-        "|---|---|---|---|---|---|---|",
+        "| unit | what | AWS requests | DynamoDB items written | DynamoDB write units | Lambda invocations "
+        "| $ per unit | $ per million | not priced |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, unit in units.items():
         if name == "idle schedule":
@@ -60,7 +61,8 @@ def render(measurement: Measurement, prices: dict[str, Price], log_bytes_at: dic
         requests = sum(unit.requests.values())
         invocations = sum(unit.invocations.values())
         lines.append(
-            f"| {name} | {unit.description} | {requests:g} | {invocations:g} | {money(priced, 7)} "
+            f"| {name} | {unit.description} | {requests:g} | {unit.dynamodb_items_written:g} "
+            f"| {unit.dynamodb_write_units:g} | {invocations:g} | {money(priced, 7)} "
             f"| {money(priced * MILLION)} | {unpriced_names(missing)} |"
         )
     lines += ["", "### Each unit's requests", ""]
