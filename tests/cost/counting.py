@@ -45,6 +45,7 @@ class RequestLog:
     dynamodb_transaction_items: int = 0  # items of TransactWriteItems calls: each one is two write request units
     dynamodb_items_written: int = 0  # table items written by successful requests (a ConditionCheck writes none)
     dynamodb_write_units: int = 0  # their write request units (items under 1 KB): two per transaction item
+    dynamodb_items_by_table: Counter[str] = field(default_factory=Counter)  # items written, by table name
     kinesis_bytes_read: int = 0  # what event source mappings read from Kinesis: on-demand bills data out per GB
     kinesis_records: int = 0
     kinesis_bytes: int = 0
@@ -59,11 +60,18 @@ class RequestLog:
 # The endpoint's rate-limit leases (mcp_backend.ratelimit): one UpdateItem per block of a principal's requests,
 # counted apart from other UpdateItems because how many a unit makes depends on where it falls in a block.
 RATE_LIMIT_LEASE = "dynamodb:UpdateItem (rate-limit lease)"
+# The endpoint's daily-job leases (mcp_backend.jobs.quota_leases): one UpdateItem of JobTable per block of a
+# caller's jobs, counted apart for the same reason.
+DAILY_JOB_LEASE = "dynamodb:UpdateItem (daily-job lease)"
 
 
 def request_key(service: str, operation: str, params: dict[str, Any]) -> str:
     if (service, operation) == ("dynamodb", "UpdateItem") and "RateLimitTable" in str(params.get("TableName")):
         return RATE_LIMIT_LEASE
+    if (service, operation) == ("dynamodb", "UpdateItem") and str(
+        params.get("Key", {}).get("jobId", {}).get("S", "")
+    ).startswith("daily#"):
+        return DAILY_JOB_LEASE
     return f"{service}:{operation}"
 
 
@@ -73,6 +81,7 @@ def count_dynamodb_writes(log: RequestLog, operation: str, params: dict[str, Any
     if operation in _SINGLE_ITEM_WRITES:
         log.dynamodb_items_written += 1
         log.dynamodb_write_units += 1
+        log.dynamodb_items_by_table[str(params.get("TableName"))] += 1
     elif operation == "BatchWriteItem":
         items = sum(len(items) for items in params.get("RequestItems", {}).values())
         log.dynamodb_batch_items += items
