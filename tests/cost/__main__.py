@@ -34,6 +34,9 @@ def log_volume_at(level: str) -> dict[str, float]:
 
 
 def main() -> int:
+    # The template's Globals: the in-process endpoint's shared package builds its metrics at import, outside any
+    # function's environment (without a namespace its first request is a 500).
+    os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "MCPServer")
     arguments = argparse.ArgumentParser(prog="python -m tests.cost")
     arguments.add_argument("--log-volume-at", metavar="LEVEL")
     level = arguments.parse_args().log_volume_at

@@ -30,6 +30,8 @@ _BILLED_PLATFORM_OPERATIONS = {
     "sns": {"Publish"},
     "events": {"PutEvents"},
 }
+# DynamoDB's writes of one item each (a refused conditional write writes nothing: it raises, and is not counted).
+_SINGLE_ITEM_WRITES = {"PutItem", "UpdateItem", "DeleteItem"}
 # Operations whose request carries several records, each billed on its own (Kinesis rounds each record up to 1 KB).
 _RECORD_LISTS = {("kinesis", "PutRecords"): "Records"}
 
@@ -41,6 +43,9 @@ class RequestLog:
     requests: Counter[str] = field(default_factory=Counter)
     dynamodb_batch_items: int = 0  # items written by BatchWriteItem: each one is a write request unit
     dynamodb_transaction_items: int = 0  # items of TransactWriteItems calls: each one is two write request units
+    dynamodb_items_written: int = 0  # table items written by successful requests (a ConditionCheck writes none)
+    dynamodb_write_units: int = 0  # their write request units (items under 1 KB): two per transaction item
+    dynamodb_items_by_table: Counter[str] = field(default_factory=Counter)  # items written, by table name
     kinesis_bytes_read: int = 0  # what event source mappings read from Kinesis: on-demand bills data out per GB
     kinesis_records: int = 0
     kinesis_bytes: int = 0
@@ -55,12 +60,38 @@ class RequestLog:
 # The endpoint's rate-limit leases (mcp_backend.ratelimit): one UpdateItem per block of a principal's requests,
 # counted apart from other UpdateItems because how many a unit makes depends on where it falls in a block.
 RATE_LIMIT_LEASE = "dynamodb:UpdateItem (rate-limit lease)"
+# The endpoint's daily-job leases (mcp_backend.jobs.quota_leases): one UpdateItem of JobTable per block of a
+# caller's jobs, counted apart for the same reason.
+DAILY_JOB_LEASE = "dynamodb:UpdateItem (daily-job lease)"
 
 
 def request_key(service: str, operation: str, params: dict[str, Any]) -> str:
     if (service, operation) == ("dynamodb", "UpdateItem") and "RateLimitTable" in str(params.get("TableName")):
         return RATE_LIMIT_LEASE
+    if (service, operation) == ("dynamodb", "UpdateItem") and str(
+        params.get("Key", {}).get("jobId", {}).get("S", "")
+    ).startswith("daily#"):
+        return DAILY_JOB_LEASE
     return f"{service}:{operation}"
+
+
+def count_dynamodb_writes(log: RequestLog, operation: str, params: dict[str, Any]) -> None:
+    """Items a successful DynamoDB request wrote, and their write units (table writes only: an index's own
+    writes are not visible here; docs/cost.md states them)."""
+    if operation in _SINGLE_ITEM_WRITES:
+        log.dynamodb_items_written += 1
+        log.dynamodb_write_units += 1
+        log.dynamodb_items_by_table[str(params.get("TableName"))] += 1
+    elif operation == "BatchWriteItem":
+        items = sum(len(items) for items in params.get("RequestItems", {}).values())
+        log.dynamodb_batch_items += items
+        log.dynamodb_items_written += items
+        log.dynamodb_write_units += items
+    elif operation == "TransactWriteItems":
+        actions = params.get("TransactItems", [])
+        log.dynamodb_transaction_items += len(actions)
+        log.dynamodb_items_written += sum(1 for action in actions if "ConditionCheck" not in action)
+        log.dynamodb_write_units += 2 * len(actions)
 
 
 def billed_platform_request(service: str, operation: str, params: dict[str, Any], response: Any) -> bool:
@@ -106,10 +137,8 @@ class RequestCounter:
                 records = params.get(_RECORD_LISTS[service, operation], [])
                 counter.log.kinesis_records += len(records)
                 counter.log.kinesis_bytes += sum(len(r.get("Data", b"")) + len(r["PartitionKey"]) for r in records)
-            if (service, operation) == ("dynamodb", "BatchWriteItem"):
-                counter.log.dynamodb_batch_items += sum(len(items) for items in params.get("RequestItems", {}).values())
-            if (service, operation) == ("dynamodb", "TransactWriteItems"):
-                counter.log.dynamodb_transaction_items += len(params.get("TransactItems", []))
+            if service == "dynamodb":
+                count_dynamodb_writes(counter.log, operation, params)
             return response
 
         def counted_invoke(runtime: FunctionRuntime, event: Any) -> Any:

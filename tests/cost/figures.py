@@ -20,6 +20,8 @@ class UnitFigures:
     log_bytes: float
     dynamodb_batch_items: float = 0.0
     dynamodb_transaction_items: float = 0.0
+    dynamodb_items_written: float = 0.0
+    dynamodb_write_units: float = 0.0
     kinesis_bytes_read: float = 0.0
     per_hour: float = 0.0  # idle units: how many happen in an hour with the default parameters
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.cost.counting import RATE_LIMIT_LEASE
+from tests.cost.counting import DAILY_JOB_LEASE, RATE_LIMIT_LEASE
 from tests.cost.figures import Measurement, UnitFigures
 
 HERE = Path(__file__).parent
@@ -30,6 +30,7 @@ REQUEST_PRICES: dict[str, str | None] = {
     "dynamodb:PutItem": "dynamodb_write_request_unit",
     "dynamodb:UpdateItem": "dynamodb_write_request_unit",
     RATE_LIMIT_LEASE: "dynamodb_write_request_unit",
+    DAILY_JOB_LEASE: "dynamodb_write_request_unit",
     "dynamodb:DeleteItem": "dynamodb_write_request_unit",
     "dynamodb:BatchWriteItem": None,  # priced per item written (dynamodb_batch_items)
     # Priced per item (dynamodb_transaction_items): DynamoDB prepares and commits each item, two write request
@@ -224,8 +225,8 @@ def write_expected(measurement: Measurement, path: Path = EXPECTED_FILE) -> None
 # Requests a shipper batches by time (the call-log RecordShipper: once a second or every 200 records): how many
 # calls a unit makes depends on the traffic around it, not on the unit, and they are priced per record carried.
 TIME_BATCHED = frozenset({"kinesis:PutRecords"})
-# Requests made once per block of requests (the rate-limit leases): likewise set by the traffic around a unit.
-AMORTIZED = frozenset({RATE_LIMIT_LEASE})
+# Requests made once per block (the rate-limit and daily-job leases): likewise set by the traffic around a unit.
+AMORTIZED = frozenset({RATE_LIMIT_LEASE, DAILY_JOB_LEASE})
 
 
 def count_changes(expected: dict[str, dict[str, Any]], counted: dict[str, dict[str, Any]]) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcp_backend.jobs.quota_leases import daily_block
 from mcp_backend.ratelimit import block_size
 from tests.cost.figures import Measurement
 from tests.cost.model import GB, HOURS_PER_MONTH, LineItem, Price, idle_line_items, total, unit_line_items
@@ -50,8 +51,9 @@ def render(measurement: Measurement, prices: dict[str, Price], log_bytes_at: dic
         "",
         "## Per unit of work",
         "",
-        "| unit | what | AWS requests | Lambda invocations | $ per unit | $ per million | not priced |",
-        "|---|---|---|---|---|---|---|",
+        "| unit | what | AWS requests | DynamoDB items written | DynamoDB write units | Lambda invocations "
+        "| $ per unit | $ per million | not priced |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, unit in units.items():
         if name == "idle schedule":
@@ -60,7 +62,8 @@ def render(measurement: Measurement, prices: dict[str, Price], log_bytes_at: dic
         requests = sum(unit.requests.values())
         invocations = sum(unit.invocations.values())
         lines.append(
-            f"| {name} | {unit.description} | {requests:g} | {invocations:g} | {money(priced, 7)} "
+            f"| {name} | {unit.description} | {requests:g} | {unit.dynamodb_items_written:g} "
+            f"| {unit.dynamodb_write_units:g} | {invocations:g} | {money(priced, 7)} "
             f"| {money(priced * MILLION)} | {unpriced_names(missing)} |"
         )
     lines += ["", "### Each unit's requests", ""]
@@ -175,6 +178,7 @@ def what_changes(
         f"{secret_calls_month:,.0f} calls, {money(secret_month)} a month for each environment kept busy all "
         "month (unverified price). A shorter cache costs more calls; 0 reads the secret on every request.",
         rate_limit_leases(params, prices["dynamodb_write_request_unit"]),
+        daily_job_leases(params, prices["dynamodb_write_request_unit"]),
         "- **Alarm e-mail** (`AlarmEmail`, default empty). Setting it creates the alarm topic's KMS key: "
         f"{money(prices['kms_key_month'].of(1))} a month, and as much again for each yearly rotation's new "
         "backing key (`EnableKeyRotation`; <https://aws.amazon.com/kms/pricing/>).",
@@ -206,6 +210,27 @@ def rate_limit_leases(params: dict[str, Any], write: Price) -> str:
     )
 
 
+def daily_job_leases(params: dict[str, Any], write: Price) -> str:
+    tiers = []
+    for tier in ("Free", "Pro"):
+        limit = int(params.get(f"{tier}DailyJobs", 0))
+        if limit:
+            block = daily_block(limit, 0)
+            tiers.append(
+                f"{tier.lower()} {limit:,} a day, a first block of {block}: 1/{block} UpdateItem per job, "
+                f"{money(write.of(MILLION / block))} per million jobs"
+            )
+    return (
+        "- **Daily job quota** (`FreeDailyJobs`, `ProDailyJobs`). An endpoint instance leases a block of a "
+        "caller's jobs for the day (a tenth of what is left of the day's limit, 1 to 50) with one UpdateItem of "
+        "JobTable and admits them without a write, so a warm job above counts none or one, by where it falls "
+        "in a block: "
+        + "; ".join(tiers)
+        + ". Blocks shrink as the day fills, and each further instance serving the caller that day adds its "
+        "own leases. A job's own items are three whatever the tier (the job, its claim, its end)."
+    )
+
+
 def method() -> list[str]:
     return [
         "## How the figures are counted",
@@ -227,7 +252,12 @@ def method() -> list[str]:
         "consistent: an upper bound for eventually consistent ones); a Scan or Query reading more items costs more. "
         "A TransactWriteItems is one request but two write units per item it writes (prepare and commit: "
         "<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/read-write-operations.html>), priced "
-        "on a line of its own; a BatchWriteItem, one write unit per item.",
+        "on a line of its own; a BatchWriteItem, one write unit per item. Items written and write units are "
+        "the tables' own (a refused conditional write writes nothing, but is billed a write unit: not counted). "
+        "A global secondary index bills its own writes, which a request does not show "
+        "(<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/GSI.html#GSI.Writes>): JobTable's "
+        "`ActiveJobsByUser` adds two write units per job (the job put into it, and its end taking it out), "
+        "`FailedJobsByUser` one per failed job; not in the figures above.",
         "- Logs: the bytes the functions write to stdout while the unit runs (what CloudWatch Logs ingests), "
         "without the START/END/REPORT lines Lambda adds.",
         "",

@@ -242,5 +242,7 @@ def _measure(name: str, step: Callable[[], None], repetitions: int, stack: CostS
         log_bytes=stack.log_volume.take() / repetitions,
         dynamodb_batch_items=log.dynamodb_batch_items / repetitions,
         dynamodb_transaction_items=log.dynamodb_transaction_items / repetitions,
+        dynamodb_items_written=log.dynamodb_items_written / repetitions,
+        dynamodb_write_units=log.dynamodb_write_units / repetitions,
         kinesis_bytes_read=log.kinesis_bytes_read / repetitions,
     )

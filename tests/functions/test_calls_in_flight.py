@@ -1,5 +1,6 @@
 """Calls in flight per principal, held across instances in the template's RateLimitTable (on moto): a principal
-takes at most its cap of slots, a slot given back is free at once, a slot whose holder died frees itself when its
+takes at most its cap of slots, a slot given back is reused by its instance's next call without a request on the
+request path and is free for other instances once it has lingered, a slot whose holder died frees itself when its
 hold expires, and a late give-back never frees a slot another call holds."""
 
 from __future__ import annotations
@@ -8,7 +9,14 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from mcp_backend.ratelimit import SLOT_HOLD_MARGIN_SECONDS, InFlightSlots, RateLimitUnavailable, SlotLease
+from mcp_backend.ratelimit import (
+    SLOT_HOLD_MARGIN_SECONDS,
+    SLOT_LINGER_SECONDS,
+    SLOT_REUSE_MARGIN_SECONDS,
+    InFlightSlots,
+    RateLimitUnavailable,
+    SlotLease,
+)
 
 HOLD = 60
 
@@ -43,7 +51,7 @@ def test_a_principal_holds_at_most_its_cap_across_instances(local, clock):
     assert second.take("apikey:alice", 2, HOLD) is not None
 
 
-def test_a_slot_given_back_is_free_at_once(local, clock):
+def test_a_slot_given_back_is_free_at_once_on_its_instance(local, clock):
     # Given a principal at its cap of 1
     slots = instance(local, clock)
     held = slots.take("apikey:bob", 1, HOLD)
@@ -54,6 +62,96 @@ def test_a_slot_given_back_is_free_at_once(local, clock):
 
     # Then the next call takes it
     assert slots.take("apikey:bob", 1, HOLD) is not None
+
+
+class Recorded:
+    """A DynamoDB client that records each request it passes on."""
+
+    def __init__(self) -> None:
+        self.client = boto3.client("dynamodb")
+        self.requests: list[str] = []
+
+    def update_item(self, **request):
+        self.requests.append(request["UpdateExpression"])
+        return self.client.update_item(**request)
+
+
+class OffThePath:
+    """The extension executor, run when the test says (the endpoint runs it on a thread after the call starts)."""
+
+    def __init__(self) -> None:
+        self.pending: list = []
+
+    def __call__(self, extend) -> None:
+        self.pending.append(extend)
+
+    def run(self) -> None:
+        while self.pending:
+            self.pending.pop(0)()
+
+
+def test_a_principals_next_call_on_the_same_instance_makes_no_request_before_it_runs(local, clock):
+    # Given an instance whose first call of bob took a slot (one write) and ended
+    dynamodb, later = Recorded(), OffThePath()
+    slots = InFlightSlots(local.table_name("RateLimitTable"), dynamodb, clock, lambda cap: 0, extend_off_path=later)
+    first = slots.take("apikey:bob", 2, HOLD)
+    assert first is not None and len(dynamodb.requests) == 1
+    slots.give_back(first)
+
+    # When ten more calls run one after another, a second apart
+    on_the_path = []
+    for _ in range(10):
+        clock.now += 1
+        before = len(dynamodb.requests)
+        lease = slots.take("apikey:bob", 2, HOLD)
+        on_the_path.append(len(dynamodb.requests) - before)
+        later.run()  # the hold's extension, while the call runs
+        assert lease is not None
+        slots.give_back(lease)
+
+    # Then none made a DynamoDB request before it ran: each extended its slot's hold off the path and shortened it
+    # after its answer (two writes, neither in front of the call)
+    assert on_the_path == [0] * 10
+    assert len(dynamodb.requests) == 2 + 2 * 10
+
+
+def test_a_slot_kept_by_an_idle_instance_is_free_for_another_once_it_has_lingered(local, clock):
+    # Given a principal with a cap of 1 whose call ended on one instance
+    first, second = instance(local, clock), instance(local, clock)
+    held = first.take("apikey:bob", 1, HOLD)
+    assert held is not None
+    first.give_back(held)
+
+    # When its next calls reach another instance, before and after the slot's linger
+    clock.now += SLOT_LINGER_SECONDS - 1
+    before = second.take("apikey:bob", 1, HOLD)
+    clock.now += 1
+    after = second.take("apikey:bob", 1, HOLD)
+
+    # Then the other instance waits at most the linger (the bounded error), and then holds the slot, which the
+    # first instance no longer starts calls on
+    assert before is None and after is not None
+    assert first.take("apikey:bob", 1, HOLD) is None
+
+
+def test_a_kept_slot_stops_admitting_calls_soon_after_the_table_becomes_unreachable(local, clock):
+    # Given an instance keeping bob's slot after a call, and then DynamoDB failing
+    dynamodb = Recorded()
+    slots = InFlightSlots(local.table_name("RateLimitTable"), dynamodb, clock, lambda cap: 0)
+    held = slots.take("apikey:bob", 1, HOLD)
+    assert held is not None
+    slots.give_back(held)
+    dynamodb.client = DownDynamoDB()
+
+    # When the next call comes at once, and another after the kept hold's reuse window
+    soon = slots.take("apikey:bob", 1, HOLD)
+    clock.now += SLOT_LINGER_SECONDS - SLOT_REUSE_MARGIN_SECONDS + 1
+
+    # Then the first starts on the kept slot, its extension fails and drops it, and the next is refused as
+    # unavailable (fail closed): the table's loss admits calls for at most the linger
+    assert soon is not None
+    with pytest.raises(RateLimitUnavailable):
+        slots.take("apikey:bob", 1, HOLD)
 
 
 def test_a_slot_whose_holder_died_frees_itself_when_its_hold_expires(local, clock):

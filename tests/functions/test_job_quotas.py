@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import boto3
 import pytest
@@ -138,3 +139,79 @@ def test_a_batch_over_the_concurrent_limit_refuses_only_the_items_past_it(local,
     assert [r["error"]["type"] for r in results[3:]] == ["QuotaExceeded"] * 2
     assert {r["error"]["limit"] for r in results[3:]} == {"concurrent_jobs"}
     assert len(job_items(local, "user-a")) == 3
+
+
+def pending_jobs(local, user_id: str) -> int:
+    return sum(1 for item in job_items(local, user_id) if item["status"]["S"] == "PENDING")
+
+
+def two_instances(local) -> list[JobsService]:
+    """Two instances of the endpoint's jobs service: each with its own leases and its own record of what it sent."""
+    settings = load_settings(McpSettings, local.stack.function("McpServer").environment)
+    return [tool_bindings(settings, AwsClients(boto3.client)).jobs for _ in range(2)]
+
+
+def submit_from_both(instances: list[JobsService], quota: JobQuota, per_instance: int) -> list[str]:
+    """Every submission of both instances at once (threads); the refusals' limits, one per refused submission."""
+
+    def submit(args: tuple[int, int]) -> str:
+        instance, n = args
+        try:
+            instances[instance].submit("user-a", analysis(f"call-{instance}-{n}"), quota)
+        except QuotaExceeded as refused:
+            return refused.limit
+        return "admitted"
+
+    work = [(instance, n) for n in range(per_instance) for instance in range(len(instances))]
+    with ThreadPoolExecutor(max_workers=len(work)) as pool:
+        return list(pool.map(submit, work))
+
+
+def test_concurrent_submits_from_two_instances_pass_the_concurrent_limit_by_at_most_one(local):
+    # Given a caller allowed 3 jobs at once, and two endpoint instances
+    quota = JobQuota("free", concurrent_jobs=3, daily_jobs=1000)
+    instances = two_instances(local)
+
+    # When each instance receives 8 of its submissions at the same moment
+    outcomes = submit_from_both(instances, quota, per_instance=8)
+
+    # Then at most one job more than the limit is in flight (both may count the same jobs before either writes),
+    # every other submission is refused for concurrency, and the limit still refuses the next one on either
+    admitted = outcomes.count("admitted")
+    assert 3 <= admitted <= 4
+    assert pending_jobs(local, "user-a") == admitted
+    assert set(outcomes) - {"admitted"} == {"concurrent_jobs"}
+    for instance in instances:
+        with pytest.raises(QuotaExceeded, match="concurrent_jobs"):
+            instance.submit("user-a", analysis("call-after"), quota)
+
+
+def test_two_instances_leasing_the_day_never_admit_more_than_the_daily_limit(local):
+    # Given a caller allowed 20 jobs a day (leases of a tenth of what is left: 2 at first), and two instances
+    quota = JobQuota("free", concurrent_jobs=100, daily_jobs=20)
+    instances = two_instances(local)
+
+    # When each instance receives 15 submissions at the same moment
+    with time_machine.travel(NOW, tick=False):
+        outcomes = submit_from_both(instances, quota, per_instance=15)
+
+    # Then never more than the limit is admitted, and at most the unused part of each instance's last lease
+    # (a block of 2) is lost to the caller; every refusal is the daily limit's
+    admitted = outcomes.count("admitted")
+    assert 20 - 2 * 2 <= admitted <= 20
+    assert len(job_items(local, "user-a")) == admitted
+    assert set(outcomes) - {"admitted"} == {"daily_jobs"}
+
+
+def test_a_repeat_on_a_spent_day_is_answered_and_a_new_job_refused(jobs):
+    # Given a caller whose day is spent, with one of the day's jobs repeated
+    quota = JobQuota("free", concurrent_jobs=10, daily_jobs=1)
+    first = jobs.submit("user-a", analysis("call-1"), quota)
+
+    # When it repeats that callId, and then submits another
+    again = jobs.submit("user-a", analysis("call-1"), quota)
+    with pytest.raises(QuotaExceeded, match="daily_jobs"):
+        jobs.submit("user-a", analysis("call-2"), quota)
+
+    # Then the repeat is answered as the job, and the new one refused
+    assert again["jobId"] == first["jobId"] and again["repeated"]

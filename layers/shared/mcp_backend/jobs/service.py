@@ -28,6 +28,7 @@ from mcp_backend.jobs.errors import (
     JobRequestError,
 )
 from mcp_backend.jobs.models import JOB_ID_PATTERN, TERMINAL_STATUSES, JobMessage, JobStatus
+from mcp_backend.jobs.quota_leases import QuotaLeases
 from mcp_backend.jobs.results import ResultObjects, result_text
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.observability import count_limit_refusal, logger
@@ -117,6 +118,8 @@ class JobsService:
     def __init__(self, queues: JobQueues, clients: AwsClients | None = None) -> None:
         self.queues = queues
         self._clients = clients or AwsClients()
+        # This instance's daily-job leases and recent submissions: the service lives as long as its function.
+        self.quota_leases = QuotaLeases()
 
     @property
     def store(self) -> JobStore:
@@ -227,7 +230,7 @@ class JobsService:
         receive, never a second run. A repeat with another tool or input, or for another user's job id, is
         an error entry."""
         store = self.store
-        if store.create_pending(job, quota):
+        if store.create_pending(job, quota, self.quota_leases):
             return {"jobId": job.job_id, "status": JobStatus.PENDING.value}
         existing = store.get(job.job_id)
         if existing is None or existing.get("userId") != job.user_id:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 from mcp_backend.aws import botocore_errors, client_or_lazy
 from mcp_backend.jobs.errors import JobCancelled, JobOwnershipError, ResultTooLarge
 from mcp_backend.jobs.models import JobError, JobMessage, JobStatus
-from mcp_backend.observability import logger
+from mcp_backend.jobs.quota_leases import CallerQuota, QuotaLeases, daily_block
 from mcp_backend.quotas import JobQuota
 
 if TYPE_CHECKING:
@@ -49,19 +49,13 @@ _RUN_CLAIMABLE = (
 )
 
 
-# The caller's quota items live in the table's own key space; job ids cannot contain "#" (JOB_ID_PATTERN),
-# and the items carry no userId, so no job write (_OWNER_CONDITION) can touch them.
-_ACTIVE_PREFIX = "active#"  # activeJobs: the string set of the user's PENDING or RUNNING job ids
-_DAILY_PREFIX = "daily#"  # submitted: jobs the user submitted that UTC day (TTL: the day after)
+# The sparse index of the jobs holding their owner's concurrent-job slots: a job submitted under a quota carries
+# `activeUserId` until the write that ends it (template.yaml, JobTable; KEYS_ONLY).
+ACTIVE_JOBS_INDEX = "ActiveJobsByUser"
+# The caller's daily count lives in the table's own key space; job ids cannot contain "#" (JOB_ID_PATTERN), and
+# the item carries no userId, so no job write (_OWNER_CONDITION) can touch it.
+_DAILY_PREFIX = "daily#"  # submitted: the day's jobs leased by every instance (TTL: the day after)
 _IN_FLIGHT = (JobStatus.PENDING, JobStatus.RUNNING)
-
-
-class QuotaRefused(Exception):
-    """The transaction's quota condition failed (internal: create_pending turns it into QuotaExceeded)."""
-
-    def __init__(self, which: str) -> None:
-        super().__init__(which)
-        self.which = which
 
 
 def _now() -> str:
@@ -89,84 +83,65 @@ class JobStore:
         self._client = client
 
     # -- writes ---------------------------------------------------------------
-    def create_pending(self, job: JobMessage, quota: JobQuota | None = None) -> bool:
+    def create_pending(self, job: JobMessage, quota: JobQuota | None = None, leases: QuotaLeases | None = None) -> bool:
         """Record a submitted job with its payload's fingerprint. Returns False when the id exists already (a
         repeated submission, which takes no quota).
 
-        With a quota, the job, one of its owner's concurrent-job slots and one of the day's jobs are written in
-        one transaction: over either limit, QuotaExceeded and nothing is written. A refusal for concurrency
-        first frees the slots of jobs that ended without giving theirs back (see `_free_stale_slots`)."""
+        With a quota, the job is admitted first, with no write in the common case: the caller's PENDING and
+        RUNNING jobs are counted (`_count_in_flight`), and one of the day's jobs is taken from this instance's
+        lease (a lease is one conditional write per block: `_lease_daily`). Over either limit, QuotaExceeded
+        and nothing is written. The job item itself holds the concurrent-job slot (`activeUserId`, removed by
+        the write that ends the job). `leases`: this instance's quota state (the jobs service keeps one)."""
         if quota is None:
             return self._put_pending(job)
-        for attempt in range(2):
-            try:
-                return self._put_pending_within(job, quota)
-            except QuotaRefused as refused:
-                now = datetime.now(UTC)
-                if refused.which == "daily":
-                    raise quota.daily_refused(now) from None
-                if attempt or not self._free_stale_slots(job.user_id, quota.slot_max_seconds):
-                    raise quota.concurrent_refused() from None
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _put_pending_within(self, job: JobMessage, quota: JobQuota) -> bool:
-        day = datetime.now(UTC).date()
-        day_ends = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()) + 86400
-        items = [
-            {"Put": {**self._pending_put(job), "TableName": self.table_name}},
-            {
-                "Update": {
-                    "TableName": self.table_name,
-                    "Key": {"jobId": {"S": _ACTIVE_PREFIX + job.user_id}},
-                    "UpdateExpression": "ADD activeJobs :job",
-                    "ConditionExpression": "attribute_not_exists(activeJobs) OR size(activeJobs) < :limit",
-                    "ExpressionAttributeValues": {
-                        ":job": {"SS": [job.job_id]},
-                        ":limit": {"N": str(quota.concurrent_jobs)},
-                    },
-                }
-            },
-            {
-                "Update": {
-                    "TableName": self.table_name,
-                    "Key": {"jobId": {"S": f"{_DAILY_PREFIX}{job.user_id}#{day.isoformat()}"}},
-                    "UpdateExpression": "ADD submitted :one SET expiresAt = :expires",
-                    "ConditionExpression": "attribute_not_exists(submitted) OR submitted < :limit",
-                    "ExpressionAttributeValues": {
-                        ":one": {"N": "1"},
-                        ":limit": {"N": str(quota.daily_jobs)},
-                        ":expires": {"N": str(day_ends + 86400)},
-                    },
-                }
-            },
-        ]
-        try:
-            self._client.transact_write_items(TransactItems=cast(Any, items))
-        except self._client.exceptions.TransactionCanceledException as error:
-            reasons = [reason.get("Code") for reason in error.response.get("CancellationReasons", [])]
-            failed = [index for index, code in enumerate(reasons) if code == "ConditionalCheckFailed"]
-            if 0 in failed:
-                return False  # the job exists: a repeat, answered from the job's state
-            if 2 in failed:
-                raise QuotaRefused("daily") from None
-            if 1 in failed:
-                raise QuotaRefused("concurrent") from None
-            raise
+        leases = leases if leases is not None else QuotaLeases()
+        now = datetime.now(UTC)
+        day = now.date().isoformat()
+        caller = leases.caller(job.user_id, day)
+        with caller.lock:
+            if self._count_in_flight(job.user_id, caller, leases.clock(), quota) >= quota.concurrent_jobs:
+                if self.get(job.job_id) is not None:
+                    return False  # a repeat: answered from the job's state, takes no quota
+                raise quota.concurrent_refused()
+            if not caller.take_daily(day):
+                self._lease_daily(job.user_id, caller, day, quota.daily_jobs)
+                if not caller.take_daily(day):
+                    if self.get(job.job_id) is not None:
+                        return False
+                    raise quota.daily_refused(now)
+            if not self._put_pending(job, active=True):
+                caller.give_back()
+                return False
+            caller.recent[job.job_id] = leases.clock()
         return True
 
-    def _free_stale_slots(self, user_id: str, max_seconds: int) -> bool:
-        """Remove from the user's slots the jobs that are no longer in flight: ended (a terminal write that
-        did not reach the slot), gone, or not updated for `max_seconds` (a worker killed before recording the
-        end, a job whose message was never sent). True when any slot was freed."""
-        item = self._client.get_item(
-            TableName=self.table_name, Key={"jobId": {"S": _ACTIVE_PREFIX + user_id}}, ConsistentRead=True
-        ).get("Item", {})
-        held = item.get("activeJobs", {}).get("SS", [])
-        if not held:
-            return False
+    def _count_in_flight(self, user_id: str, caller: CallerQuota, now: float, quota: JobQuota) -> int:
+        """The caller's jobs holding a concurrent-job slot: the index's, and this instance's recent ones. Only
+        when that reaches the limit are the jobs read (consistently) to leave out those that ended meanwhile or
+        stopped being updated `slot_max_seconds` ago (a worker killed before it recorded the end)."""
+        held = caller.in_flight_here(now)
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "IndexName": ACTIVE_JOBS_INDEX,
+            "KeyConditionExpression": "activeUserId = :user",
+            "ExpressionAttributeValues": {":user": {"S": user_id}},
+        }
+        while True:
+            response = self._client.query(**request)
+            held.update(item["jobId"]["S"] for item in response.get("Items", []))
+            if len(held) >= quota.concurrent_jobs or "LastEvaluatedKey" not in response:
+                break
+            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        if len(held) < quota.concurrent_jobs:
+            return len(held)
+        oldest = datetime.fromtimestamp(time.time() - quota.slot_max_seconds, UTC).isoformat(timespec="milliseconds")
+        jobs = self._slot_holders(sorted(held))
+        return sum(1 for job_id in held if _in_flight(jobs.get(job_id), user_id, oldest))
+
+    def _slot_holders(self, job_ids: list[str]) -> dict[str, dict[str, Any]]:
         jobs: dict[str, dict[str, Any]] = {}
-        for start in range(0, len(held), 100):  # BatchGetItem reads at most 100 keys
-            keys = [{"jobId": {"S": job_id}} for job_id in held[start : start + 100]]
+        for start in range(0, len(job_ids), 100):  # BatchGetItem reads at most 100 keys
+            keys = [{"jobId": {"S": job_id}} for job_id in job_ids[start : start + 100]]
             request: dict[str, Any] = {
                 self.table_name: {
                     "Keys": keys,
@@ -181,35 +156,50 @@ class JobStore:
                 for found in response.get("Responses", {}).get(self.table_name, []):
                     jobs[found["jobId"]["S"]] = _plain(found)
                 request = response.get("UnprocessedKeys") or {}
-        oldest = datetime.fromtimestamp(time.time() - max_seconds, UTC).isoformat(timespec="milliseconds")
-        stale = [job_id for job_id in held if not _in_flight(jobs.get(job_id), user_id, oldest)]
-        if stale:
-            self._release_slots(user_id, stale)
-        return bool(stale)
+        return jobs
 
-    def _release_slots(self, user_id: str, job_ids: list[str]) -> None:
-        try:
-            self._client.update_item(
-                TableName=self.table_name,
-                Key={"jobId": {"S": _ACTIVE_PREFIX + user_id}},
-                UpdateExpression="DELETE activeJobs :jobs",
-                ConditionExpression="attribute_exists(activeJobs)",  # never creates an empty slot item
-                ExpressionAttributeValues={":jobs": {"SS": job_ids}},
-            )
-        except self._client.exceptions.ConditionalCheckFailedException:
-            pass  # the user holds no slots (submitted without a quota)
+    def _lease_daily(self, user_id: str, caller: CallerQuota, day: str, limit: int) -> None:
+        """Lease a block of the day's jobs into `caller` (nothing when the day is spent). A lease that would
+        pass the limit is refused by DynamoDB, which answers with the count: what is left is leased instead.
+        Concurrent leases by other instances can move the count each time: after three tries the lease is
+        given up and the submission refused (the next one tries again)."""
+        if caller.spent:
+            return
+        day_start = datetime.fromisoformat(day).replace(tzinfo=UTC)
+        expires = int(day_start.timestamp()) + 2 * 86400  # kept a day past its own
+        block = daily_block(limit, caller.counted)
+        for _ in range(3):
+            try:
+                response = self._client.update_item(
+                    TableName=self.table_name,
+                    Key={"jobId": {"S": f"{_DAILY_PREFIX}{user_id}#{day}"}},
+                    UpdateExpression="ADD submitted :block SET expiresAt = :expires",
+                    ConditionExpression="attribute_not_exists(submitted) OR submitted <= :room",
+                    ExpressionAttributeValues={
+                        ":block": {"N": str(block)},
+                        ":room": {"N": str(limit - block)},
+                        ":expires": {"N": str(expires)},
+                    },
+                    ReturnValues="UPDATED_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+            except self._client.exceptions.ConditionalCheckFailedException as refused:
+                old = cast(dict[str, Any], refused.response).get("Item") or {}
+                counted = int(old.get("submitted", {}).get("N", limit))
+                block = min(limit - counted, daily_block(limit, counted))
+                if block <= 0:
+                    caller.granted(0, counted)
+                    return
+                continue
+            caller.granted(block, int(response["Attributes"]["submitted"]["N"]))
+            return
 
-    def release_slot(self, job_id: str, user_id: str) -> None:
-        """The job ended: its owner's concurrent-job slot is free. Never raises: a slot that is not released
-        here is freed by the next refused submission (`_free_stale_slots`)."""
+    def _put_pending(self, job: JobMessage, active: bool = False) -> bool:
+        request = self._pending_put(job)
+        if active:  # holds one of its owner's concurrent-job slots until the write that ends it
+            request["Item"]["activeUserId"] = {"S": job.user_id}
         try:
-            self._release_slots(user_id, [job_id])
-        except Exception as error:  # noqa: BLE001 - the job's own state is written; the slot heals later
-            logger.warning("concurrent-job slot not released", extra={"error_type": type(error).__name__})
-
-    def _put_pending(self, job: JobMessage) -> bool:
-        try:
-            self._client.put_item(TableName=self.table_name, **self._pending_put(job))
+            self._client.put_item(TableName=self.table_name, **request)
         except self._client.exceptions.ConditionalCheckFailedException:
             return False
         return True
@@ -288,10 +278,8 @@ class JobStore:
         JobCancelled when the owner cancelled the job meanwhile (the result is dropped), ResultTooLarge when
         the item would exceed DynamoDB's item size (permanent: the same result is refused on every retry).
 
-        One write of the job item alone: the owner's concurrent-job slot is given back when they next reach
-        their limit (`_free_stale_slots` frees the slots of ended jobs). Releasing it here would make every
-        ending job a transaction on the owner's one slot item, contending with their other jobs' submits and
-        ends (TransactionConflict) and costing four write units instead of one."""
+        One write of the job item alone, which also gives its owner's concurrent-job slot back (the slot is the
+        job item's `activeUserId`)."""
         stored = (
             ("#result = :result", {":result": {"S": result_text}})
             if result_key is None
@@ -301,7 +289,7 @@ class JobStore:
             job.job_id,
             job.user_id,
             f"SET #status = :status, {stored[0]}, updatedAt = :now, completedAt = :now "
-            "REMOVE #error, failedUserId, failedAt, runExpiresAt",
+            "REMOVE #error, failedUserId, failedAt, runExpiresAt, activeUserId",
             {":status": {"S": JobStatus.SUCCEEDED}, ":now": {"S": _now()}, **stored[1]},
             unless_cancelled=True,
         )
@@ -312,7 +300,7 @@ class JobStore:
         cancelled = self._set_status_if(
             job_id,
             user_id,
-            "SET #status = :cancelled, updatedAt = :now, completedAt = :now, cancelledAt = :now",
+            "SET #status = :cancelled, updatedAt = :now, completedAt = :now, cancelledAt = :now REMOVE activeUserId",
             "#status IN (:pending, :running)",
             {
                 ":pending": {"S": JobStatus.PENDING},
@@ -320,10 +308,7 @@ class JobStore:
                 ":cancelled": {"S": JobStatus.CANCELLED},
             },
         )
-        if not cancelled:
-            return False
-        self.release_slot(job_id, user_id)  # a cancelled job never runs on: its concurrent-job slot is free
-        return True
+        return cancelled  # a cancelled job never runs on: the same write freed its concurrent-job slot
 
     def _set_status_if(self, job_id: str, user_id: str, update: str, condition: str, values: dict[str, Any]) -> bool:
         """An update of the owner's job in the state `condition` names; False (nothing written) otherwise."""
@@ -361,7 +346,8 @@ class JobStore:
             "SET #status = :status, #error = :error, failedMessageId = :message, updatedAt = :now, "
             "failedUserId = :user, failedAt = :now, "
             "completedAt = :now, userId = :user, tool = if_not_exists(tool, :tool), "
-            "createdAt = if_not_exists(createdAt, :now), expiresAt = if_not_exists(expiresAt, :expires)",
+            "createdAt = if_not_exists(createdAt, :now), expiresAt = if_not_exists(expiresAt, :expires) "
+            "REMOVE activeUserId",
             {
                 ":status": {"S": JobStatus.FAILED},
                 ":error": {"M": {"type": {"S": error.type}, "message": {"S": error.message}}},
@@ -371,7 +357,6 @@ class JobStore:
                 ":expires": {"N": str(int(time.time()) + JOB_RETENTION_SECONDS)},
             },
         )
-        self.release_slot(job_id, user_id)
 
     def mark_redriven(self, failed: dict[str, Any]) -> bool:
         """A FAILED job (as `get` read it) whose message goes back to JobQueue is PENDING again.

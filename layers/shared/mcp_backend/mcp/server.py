@@ -100,9 +100,18 @@ class TierCallSlots:
     """Calls of tools that reach the network, per principal, at once across every instance (RateLimitTable's
     slots, mcp_backend.ratelimit.InFlightSlots), within the tier's `calls_in_flight`."""
 
-    def __init__(self, settings: McpSettings, clients: AwsClients, network_tools: frozenset[str]) -> None:
+    def __init__(
+        self,
+        settings: McpSettings,
+        clients: AwsClients,
+        network_tools: frozenset[str],
+        extend_off_path: LeaseAhead = in_background,
+    ) -> None:
         self.settings = settings
-        self.slots = InFlightSlots(settings.rate_limit_table_name, LazyClient("dynamodb", clients))
+        # A kept slot's extension runs off the request path, as the rate limit's lease ahead does.
+        self.slots = InFlightSlots(
+            settings.rate_limit_table_name, LazyClient("dynamodb", clients), extend_off_path=extend_off_path
+        )
         self.network_tools = network_tools
         # A slot is held at most as long as the call may run.
         self.hold_seconds = settings.sync_call_deadline
@@ -224,7 +233,7 @@ def create_app(
         resource_from_host=settings.oauth_resource_from_host,
         tool_access=bindings.access,
         rate_limit=TierRateLimit(settings, clients, rate_limit_clock, lease_ahead),
-        call_slots=TierCallSlots(settings, clients, bindings.network_tools),
+        call_slots=TierCallSlots(settings, clients, bindings.network_tools, lease_ahead),
         max_body_bytes=settings.mcp_max_body_bytes,
     )
     # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached
