@@ -204,3 +204,23 @@ def test_what_a_flush_writes_has_left_the_process_when_it_returns():
     assert out.returncode == 0, out.stderr[-2000:]
     blobs = [json.loads(line) for line in out.stdout.splitlines() if line.startswith('{"_aws"')]
     assert [blob["ToolInvocation"] for blob in blobs] == [[1.0]]
+
+
+def test_a_stream_set_and_restored_leaves_the_handler_following_sys_stdout(capsys):
+    # Given the shared Logger's handler, pinned to a stream and restored with what setStream returned
+    handler = logger.registered_handler
+    previous = handler.setStream(io.StringIO())
+    handler.setStream(previous)
+
+    # When sys.stdout is swapped afterwards (pytest's capture, the local stack's in-process runtime) and a line
+    # is logged
+    swapped = io.StringIO()
+    real = sys.stdout
+    sys.stdout = swapped
+    try:
+        logger.warning("after the restore")
+    finally:
+        sys.stdout = real
+
+    # Then the line went to the stdout of the moment, not to the one current when the stream was set
+    assert "after the restore" in swapped.getvalue()

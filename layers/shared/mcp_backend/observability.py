@@ -39,6 +39,14 @@ class CurrentStdoutHandler(logging.StreamHandler):
     def stream(self, value: Any) -> None:
         self._pinned = value
 
+    def setStream(self, stream: Any) -> Any:
+        """Pin `stream` (None: follow sys.stdout again); returns what was pinned, so restoring it with the
+        returned value unpins a handler that followed sys.stdout, instead of pinning the stdout of that moment."""
+        previous = self._pinned
+        self.flush()
+        self._pinned = stream
+        return previous
+
 
 logger = Logger(logger_handler=CurrentStdoutHandler())
 metrics = Metrics(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "mcp-backend"))
