@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from mcp_backend.lazy_imports import loaded_on_first_use
+from mcp_backend.tracing import instrument_client
 
 # botocore's exception classes, for except clauses. They load with the first one such a clause evaluates (a clause
 # is evaluated only when an exception reaches it, and a botocore error has loaded them already), not with the
@@ -67,7 +68,8 @@ class AwsClients:
     def __call__(self, service: str) -> Any:
         with self._lock:
             if service not in self._clients:
-                self._clients[service] = self._factory(service)
+                # A span per call when tracing is on (mcp_backend.tracing); the client itself otherwise.
+                self._clients[service] = instrument_client(self._factory(service))
             return self._clients[service]
 
 
