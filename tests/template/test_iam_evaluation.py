@@ -430,7 +430,17 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             ("logs:PutLogEvents", f"{log_group}:log-stream:x", {}),
         ]
         found += [("xray:PutTraceSegments", "*", {}), ("xray:PutTelemetryRecords", "*", {})]
+    if stack.parameters.get("Tracing") == "xray":  # mcp_backend/tracing.py: spans to X-Ray's OTLP endpoint
+        for function in TRACED_FUNCTIONS:
+            calls[function].append(("xray:PutSpans", "*", {}))
     return calls
+
+
+TRACED_FUNCTIONS = ("McpServer", "ToolWorker", "ProbeDispatcher", "ProbeWorker", "ProbeRecorder")
+TRACING_TO_XRAY = {
+    "Tracing": "xray",
+    "TracingSdkLayerArn": "arn:aws:lambda:us-east-1:123456789012:layer:opentelemetry-sdk:1",
+}
 
 
 # Grants no listed call uses, and why each stays (c).
@@ -442,7 +452,11 @@ UNUSED_AND_WHY = {
 }
 
 
-@pytest.mark.parametrize("parameters", [{}, DATASETS], ids=["no dataset bucket", "a dataset bucket"])
+@pytest.mark.parametrize(
+    "parameters",
+    [{}, DATASETS, {**DATASETS, **TRACING_TO_XRAY}],
+    ids=["no dataset bucket", "a dataset bucket", "tracing to X-Ray"],
+)
 def test_every_call_each_function_makes_is_allowed_by_its_role_the_boundary_and_the_resource_policy(node, parameters):
     # Given each function's calls, as its role makes them, with the stack's boundary and the resource's policy
     stack = Stack("mcp", parameters)
