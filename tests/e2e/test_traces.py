@@ -18,8 +18,10 @@ from devstack.__main__ import issue_dev_keys
 from devstack.__main__ import main as devstack_main
 from devstack.traces import read_trace
 from tests.e2e.conftest import Endpoint, wait_until
+from tests.e2e.test_probe_pipeline import SCHEDULE, product_endpoint, register_with_alices_key, servers
 
 pytestmark = pytest.mark.e2e
+__all__ = ["servers"]  # the fixture, shared with the probe pipeline's tests
 
 MODERN = "2026-07-28"
 CLIENT_TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -193,3 +195,33 @@ def test_no_span_attribute_holds_a_key_a_query_string_or_the_dataset(traced):
     assert endpoint.alice_key not in text
     assert secret_query not in text and "X-Amz-Signature" not in text
     assert dataset_rows and not any(row in text for row in dataset_rows)
+
+
+def test_a_probe_is_one_trace_from_the_dispatch_through_the_probe_to_its_record(start_stack, servers, tmp_path):
+    # Given the stack with tracing on, and its MCP app on loopback registered as an endpoint to probe
+    trace_file = tmp_path / "traces.jsonl"
+    stack = start_stack(runtime="inprocess", parameters={"Tracing": "otlp"}, trace_file=trace_file)
+    registered = register_with_alices_key(product_endpoint(stack, servers))
+
+    # When the probe schedule fires and everything settles
+    assert stack.fire(SCHEDULE) == 1
+    stack.settle()
+    assert wait_until(lambda: any(s["name"] == "record probe results" for s in all_spans(trace_file)))
+
+    # Then the dispatch, the invocation, the probe and the record of its result are one trace, each the parent of
+    # the next (the context rides in the probe's payload and back in the destination's envelope), and the record
+    # is also linked to the probe it stores
+    spans = all_spans(trace_file)
+    dispatch = named(spans, "dispatch probes")
+    invoke = named(spans, "invoke ProbeWorker")
+    probed = named(spans, "probe endpoint")
+    record = named(spans, "record probe results")
+    assert len({span["traceId"] for span in (dispatch, invoke, probed, record)}) == 1
+    assert (invoke["parentSpanId"], probed["parentSpanId"], record["parentSpanId"]) == (
+        dispatch["spanId"],
+        invoke["spanId"],
+        probed["spanId"],
+    )
+    assert record["links"] == [{"traceId": probed["traceId"], "spanId": probed["spanId"]}]
+    assert probed["attributes"]["probe.server_id"] == registered["serverId"]
+    assert (invoke["kind"], probed["kind"], record["kind"]) == ("producer", "consumer", "consumer")
