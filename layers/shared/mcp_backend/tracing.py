@@ -62,6 +62,10 @@ class _NoSpan:
     def record_error(self, error_type: str) -> None:
         return None
 
+    @property
+    def recording(self) -> bool:
+        return False
+
 
 NO_SPAN = _NoSpan()
 
@@ -135,6 +139,8 @@ class OtlpJsonExporter:
         self.sign = sign
         self.timeout_seconds = timeout_seconds
         self._credentials: Any = None
+        # One keep-alive connection for every export (an environment exports after each invocation).
+        self._client = httpx.Client(timeout=timeout_seconds)
 
     @classmethod
     def for_settings(cls, settings: TracingSettings) -> OtlpJsonExporter:
@@ -151,7 +157,7 @@ class OtlpJsonExporter:
         try:
             if self.sign:
                 headers = self._signed_headers(body, headers)
-            response = httpx.post(self.endpoint, content=body, headers=headers, timeout=self.timeout_seconds)
+            response = self._client.post(self.endpoint, content=body, headers=headers)
         except Exception as error:  # noqa: BLE001 - spans are best effort: never an invocation's failure
             _log.warning("spans not exported: %s", type(error).__name__)
             return SpanExportResult.FAILURE
@@ -173,7 +179,7 @@ class OtlpJsonExporter:
         return dict(request.headers.items())
 
     def shutdown(self) -> None:
-        return None
+        self._client.close()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
@@ -317,6 +323,11 @@ class _SpanHandle:
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
         self._span.set_attributes(safe_attributes(attributes))
+
+    @property
+    def recording(self) -> bool:
+        """False for a span the sampler dropped: nothing of it is exported."""
+        return bool(self._span.is_recording())
 
     def record_error(self, error_type: str) -> None:
         from opentelemetry.trace import StatusCode

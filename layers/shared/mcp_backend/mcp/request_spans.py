@@ -18,8 +18,8 @@ from mcp_backend.mcp.guard import HEALTH_PATH
 
 
 class TracedRequests:
-    """ASGI middleware: a server span around each HTTP request but the Web Adapter's readiness checks; the spans
-    ended are exported once the response is out (before Lambda may freeze the environment)."""
+    """ASGI middleware: a server span around each HTTP request but the Web Adapter's readiness checks; a sampled
+    request's spans are exported once its response is out (before Lambda may freeze the environment)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -50,4 +50,6 @@ class TracedRequests:
                 await send(message)
 
             await self.app(scope, receive, send_with_status)
-        await anyio.to_thread.run_sync(tracing.flush)
+            sampled = span.recording
+        if sampled:  # a request the sampler dropped has nothing to export
+            await anyio.to_thread.run_sync(tracing.flush)
