@@ -48,17 +48,18 @@ def recorded() -> Iterator[InMemorySpanExporter]:
 
 
 def test_with_tracing_off_the_worker_loads_no_opentelemetry_and_spans_are_one_shared_no_op():
-    # Given a fresh interpreter with ToolWorker's environment and tracing off (the default)
+    # Given a fresh interpreter and tracing off (the default)
     script = """
 import sys
 from mcp_backend import tracing
+from mcp_backend.calllog import analyzer
 from mcp_backend.jobs import worker
 from mcp_backend.observability import instrumented_handler
 
 instrumented_handler()(lambda event, context: None)
 client = object()
 print(__import__("json").dumps({
-    "loaded": sorted(name for name in sys.modules if name.startswith("opentelemetry")),
+    "loaded": sorted(name for name in sys.modules if name.split(".")[0] in ("opentelemetry", "httpx")),
     "no_span": tracing.span("x") is tracing.NO_SPAN,
     "attributes": tracing.sqs_message_attributes(),
     "client": tracing.instrument_client(client) is client,
@@ -76,7 +77,8 @@ print(__import__("json").dumps({
         check=True,
     ).stdout
 
-    # Then no OpenTelemetry module is imported, spans are the shared no-op, and no carrier is read or written
+    # Then no OpenTelemetry module (nor the exporter's httpx) is imported, spans are the shared no-op, and no carrier
+    # is read or written
     assert json.loads(out.splitlines()[-1]) == {
         "loaded": [],
         "no_span": True,

@@ -21,8 +21,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
-import httpx
-
 from mcp_backend.config import TracingSettings, load_settings
 
 if TYPE_CHECKING:
@@ -139,6 +137,9 @@ class OtlpJsonExporter:
         self.sign = sign
         self.timeout_seconds = timeout_seconds
         self._credentials: Any = None
+        # Loaded with tracing on only: every function imports this module, not every one uses httpx.
+        import httpx
+
         # One keep-alive connection for every export (an environment exports after each invocation).
         self._client = httpx.Client(timeout=timeout_seconds)
 
