@@ -426,7 +426,10 @@ def xray_header_to_traceparent(header: str) -> str | None:
 def instrument_client(client: Any) -> Any:
     """A client span around each call `client` makes (botocore's before-call and after-call events), when a span
     is current: a call outside any traced work (a lease taken ahead in the background) starts no trace of its own.
-    With tracing off the client is returned untouched."""
+    With tracing off the client is returned untouched. Configures tracing first if nothing has: a handler module
+    may build a client before its decorator configures it."""
+    if not _STATE.configured:
+        configure()
     if _STATE.tracer is None:
         return client
     events = getattr(getattr(client, "meta", None), "events", None)
