@@ -126,8 +126,12 @@ def run_dev(args: argparse.Namespace) -> int:
         lambda_port=args.port + 1,
         web_port=args.port + 2,
         state_dir=args.state,
-        # make dev records spans (devstack.traces) unless told --parameter Tracing=off.
-        parameters={"Tracing": "otlp", **dict(item.split("=", 1) for item in args.parameter)},
+        # make dev records spans (devstack.traces) unless told --parameter Tracing=off; the Lambda runtime's
+        # sandboxes would export to a collector that is not there, so it keeps the template's default (off).
+        parameters={
+            **({"Tracing": "otlp"} if args.runtime == "inprocess" else {}),
+            **dict(item.split("=", 1) for item in args.parameter),
+        },
         trace_file=DEFAULT_TRACE_FILE,
         runtime=args.runtime,
         build_dir=args.build_dir,

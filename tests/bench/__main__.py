@@ -26,10 +26,10 @@ def main() -> int:
         AWS_SECRET_ACCESS_KEY="bench",
         AWS_DEFAULT_REGION="us-east-1",
     )
-    from tests.bench import endpoint, functions, lambda_runtime, local_stack, mcp, streams, worker
+    from tests.bench import endpoint, functions, lambda_runtime, local_stack, mcp, streams, tracing, worker
     from tests.bench.measure import RESULTS
 
-    modules = [worker, streams, mcp, endpoint, functions, local_stack, lambda_runtime]
+    modules = [worker, streams, mcp, endpoint, tracing, functions, local_stack, lambda_runtime]
     # `python -m tests.bench endpoint mcp`: re-measure only those sections, keep the others' last figures.
     chosen = sys.argv[1:]
     unknown = set(chosen) - {m.__name__.rsplit(".", 1)[1] for m in modules}
