@@ -118,6 +118,14 @@ def write_sam_env_vars(output: Path) -> int:
     return 0
 
 
+def dev_parameters(runtime: str, given: list[str]) -> dict[str, str]:
+    """The template parameters `make dev` runs with: the `--parameter Name=Value` given, and Tracing=otlp unless one
+    says otherwise, so the stack records spans (devstack.traces); the Lambda runtime keeps the template's default
+    (off): its sandboxes would export to a collector that is not there."""
+    defaults = {"Tracing": "otlp"} if runtime == "inprocess" else {}
+    return {**defaults, **dict(item.split("=", 1) for item in given)}
+
+
 def run_dev(args: argparse.Namespace) -> int:
     if args.state and args.fresh:
         (args.state / "state.json").unlink(missing_ok=True)
@@ -126,12 +134,7 @@ def run_dev(args: argparse.Namespace) -> int:
         lambda_port=args.port + 1,
         web_port=args.port + 2,
         state_dir=args.state,
-        # make dev records spans (devstack.traces) unless told --parameter Tracing=off; the Lambda runtime's
-        # sandboxes would export to a collector that is not there, so it keeps the template's default (off).
-        parameters={
-            **({"Tracing": "otlp"} if args.runtime == "inprocess" else {}),
-            **dict(item.split("=", 1) for item in args.parameter),
-        },
+        parameters=dev_parameters(args.runtime, args.parameter),
         trace_file=DEFAULT_TRACE_FILE,
         runtime=args.runtime,
         build_dir=args.build_dir,

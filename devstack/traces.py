@@ -85,6 +85,7 @@ def start_recording(path: Path, mode: str) -> None:
             provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
             _attached = True
         path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")  # each stack starts the file afresh: it never grows across runs
         _EXPORTER.path = path
     tracing.reset()
     tracing.configure(TracingSettings(tracing_mode=mode))  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from devstack.__main__ import dev_parameters
 from mcp_backend import tracing
 from mcp_backend.config import TracingSettings
 from tests.loopback_http import serving
@@ -277,3 +278,11 @@ def test_xray_mode_exports_to_the_regions_otlp_endpoint():
         TracingSettings(tracing_mode="otlp", otel_exporter_otlp_traces_endpoint="http://localhost:4318/v1/traces")
     )
     assert (otlp.endpoint, otlp.sign) == ("http://localhost:4318/v1/traces", False)
+
+
+def test_make_dev_records_spans_unless_told_otherwise_and_never_in_the_lambda_runtime():
+    # Given make dev's parameters for each runtime, with and without a Tracing parameter
+    # Then the in-process stack traces by default, a given value wins, and the Lambda runtime keeps off
+    assert dev_parameters("inprocess", [])["Tracing"] == "otlp"
+    assert dev_parameters("inprocess", ["Tracing=off", "AuthMode=oauth"]) == {"Tracing": "off", "AuthMode": "oauth"}
+    assert "Tracing" not in dev_parameters("lambda", [])
