@@ -251,6 +251,8 @@ def test_the_exporter_posts_otlp_json_signed_for_xray(recorded, collector, monke
     assert encoded["POST /mcp"]["traceId"] == TRACE_ID and encoded["POST /mcp"]["parentSpanId"] == PARENT_ID
     assert (encoded["POST /mcp"]["kind"], encoded["send JobQueue"]["kind"]) == (2, 4)  # SERVER, PRODUCER
     assert encoded["send JobQueue"]["parentSpanId"] == encoded["POST /mcp"]["spanId"]
+    # ... and no span events or status messages, where a library's span would put an exception's text
+    assert all("events" not in span and set(span["status"]) == {"code"} for span in encoded.values())
     assert {a["key"]: a["value"] for a in encoded["send JobQueue"]["attributes"]} == {
         "job.attempt": {"intValue": "1"},
         "ok": {"boolValue": True},
