@@ -137,6 +137,8 @@ def test_a_job_submitted_with_a_traceparent_is_one_trace_from_the_request_to_the
     aws_calls = [span for span in spans if span["attributes"].get("rpc.system") == "aws-api"]
     assert {"SQS.SendMessage", "DynamoDB.UpdateItem"} <= {span["name"] for span in aws_calls}
     assert any(process["spanId"] in ancestors(span, spans_by_id) for span in aws_calls)
+    # ... the tool's own read of the dataset included (a client the tool builds itself)
+    assert any(s["name"] == "S3.GetObject" and tool_run["spanId"] in ancestors(s, spans_by_id) for s in aws_calls)
 
     # And `make trace ID=...` prints it as a tree with durations; `JOB=...` finds the same one by the job's id
     for argv in (["trace", CLIENT_TRACE_ID], ["trace", "--job", job_id]):

@@ -426,10 +426,8 @@ def xray_header_to_traceparent(header: str) -> str | None:
 def instrument_client(client: Any) -> Any:
     """A client span around each call `client` makes (botocore's before-call and after-call events), when a span
     is current: a call outside any traced work (a lease taken ahead in the background) starts no trace of its own.
-    With tracing off the client is returned untouched. Configures tracing first if nothing has: a handler module
-    may build a client before its decorator configures it."""
-    if not _STATE.configured:
-        configure()
+    With tracing off (or not configured in this process: the telemetry extension) the client is returned untouched.
+    Registering twice is harmless (the handlers' unique ids)."""
     if _STATE.tracer is None:
         return client
     events = getattr(getattr(client, "meta", None), "events", None)
