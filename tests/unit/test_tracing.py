@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from devstack.__main__ import dev_parameters
 from mcp_backend import tracing
 from mcp_backend.config import TracingSettings
+from mcp_backend.snapstart import refresh_after_restore
 from tests.loopback_http import serving
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -288,3 +289,18 @@ def test_make_dev_records_spans_unless_told_otherwise_and_never_in_the_lambda_ru
     assert dev_parameters("inprocess", [])["Tracing"] == "otlp"
     assert dev_parameters("inprocess", ["Tracing=off", "AuthMode=oauth"]) == {"Tracing": "off", "AuthMode": "oauth"}
     assert "Tracing" not in dev_parameters("lambda", [])
+
+
+def test_a_snapstart_restore_drops_the_exporters_connection_and_credentials(monkeypatch):
+    # Given tracing on with an exporter that has signed before the snapshot (its credentials and connection cached)
+    exporter = tracing.OtlpJsonExporter("https://xray.us-east-1.amazonaws.com/v1/traces", "us-east-1", sign=True)
+    exporter._credentials = object()
+    connection = exporter._client
+    monkeypatch.setattr(tracing._STATE, "exporter", exporter)
+
+    # When the environment is restored from the snapshot
+    refresh_after_restore()
+
+    # Then the next export resolves the restored environment's credentials over a connection of its own
+    assert exporter._credentials is None
+    assert exporter._client is not connection and connection.is_closed

@@ -74,6 +74,7 @@ class _Tracing:
     def __init__(self) -> None:
         self.tracer: Tracer | None = None
         self.provider: Any = None
+        self.exporter: OtlpJsonExporter | None = None
         self.configured = False
         self.lock = threading.Lock()
 
@@ -118,8 +119,9 @@ def _start(settings: TracingSettings) -> tuple[Any, Any]:
         }
     )
     provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(settings.tracing_sample_rate)))
+    _STATE.exporter = OtlpJsonExporter.for_settings(settings)
     # Duck-typed (not a SpanExporter subclass), so that defining it imports no SDK.
-    provider.add_span_processor(BatchSpanProcessor(OtlpJsonExporter.for_settings(settings)))  # type: ignore[arg-type]
+    provider.add_span_processor(BatchSpanProcessor(_STATE.exporter))  # type: ignore[arg-type]
     trace.set_tracer_provider(provider)
     return provider.get_tracer(INSTRUMENTATION_NAME), provider
 
@@ -178,6 +180,14 @@ class OtlpJsonExporter:
         request = AWSRequest(method="POST", url=self.endpoint, data=body, headers=headers)
         SigV4Auth(self._credentials, "xray", self.region).add_auth(request)
         return dict(request.headers.items())
+
+    def reset(self) -> None:
+        """Drop the connection and the credentials: the next export opens and resolves new ones."""
+        import httpx
+
+        self._client.close()
+        self._client = httpx.Client(timeout=self.timeout_seconds)
+        self._credentials = None
 
     def shutdown(self) -> None:
         self._client.close()
@@ -260,7 +270,14 @@ def annotate(attributes: Mapping[str, Any]) -> None:
 def reset() -> None:
     """Forget the configuration (tests configure again with their own settings)."""
     with _STATE.lock:
-        _STATE.tracer, _STATE.provider, _STATE.configured = None, None, False
+        _STATE.tracer, _STATE.provider, _STATE.exporter, _STATE.configured = None, None, None, False
+
+
+def forget_connections() -> None:
+    """After a SnapStart restore (mcp_backend.snapstart): the exporter's connection and credentials are the
+    snapshot's; the next export opens its own and resolves the restored environment's credentials."""
+    if _STATE.exporter is not None:
+        _STATE.exporter.reset()
 
 
 def flush(timeout_millis: int = 2000) -> None:
