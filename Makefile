@@ -40,7 +40,7 @@ RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
 .PHONY: help env hooks lint test test-contended unit integration e2e coverage build build-local deploy deploy-built sam-cli smoke \
 	smoke-env smoke-deployed verify-deployed \
-	delete invoke env-json browser dev fire token redrive bench cost layer-requirements tool-requirements expanded clean
+	delete invoke env-json browser dev trace fire token redrive bench cost layer-requirements tool-requirements expanded clean
 
 # `make help`: every target with the text after its `##`.
 help: ## this list
@@ -217,10 +217,15 @@ invoke: env ## FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json [RUNTIME
 env-json: env ## the running make dev stack's --env-vars file for sam local invoke
 	$(RUN) python -m devstack env-json $(if $(OUT),--output $(OUT))
 
-dev: env ## the whole template on 127.0.0.1 (PORT, STATE, FRESH=1, RUNTIME=lambda, AUTH=oauth|both|builtin)
+dev: env ## the whole template on 127.0.0.1 (PORT, STATE, FRESH=1, RUNTIME=lambda, AUTH=oauth|both|builtin, TRACING=off)
 	$(RUN) python -m devstack dev --port $(PORT) $(if $(STATE),--state $(STATE)) $(if $(FRESH),--fresh) \
 		--runtime $(RUNTIME) --build-dir $(BUILD_DIR) \
-		$(if $(filter builtin,$(AUTH)),--parameter AuthMode=oauth --parameter AuthorizationServerMode=builtin,$(if $(AUTH),--parameter AuthMode=$(AUTH)))
+		$(if $(filter builtin,$(AUTH)),--parameter AuthMode=oauth --parameter AuthorizationServerMode=builtin,$(if $(AUTH),--parameter AuthMode=$(AUTH))) \
+		$(if $(TRACING),--parameter Tracing=$(TRACING))
+
+# make dev writes its spans to .devstack/traces.jsonl (in-process runtime; TRACING=off: none).
+trace: env ## ID=<trace id> or JOB=<job id>: a trace of make dev as a tree with durations
+	@$(RUN) python -m devstack trace $(ID) $(if $(JOB),--job $(JOB))
 
 fire: env ## SCHEDULE=<LogicalId>: fire a schedule of the running stack now
 	$(RUN) python -m devstack fire $(SCHEDULE)

@@ -28,6 +28,7 @@ from devstack.runtime.runtime_image import LambdaRuntimeUnavailable
 from devstack.server import DevStack, DevStackOptions, install_log_prefixes
 from devstack.stack.cognito import machine_clients
 from devstack.stack.cognito_login import seed_login_user
+from devstack.traces import DEFAULT_TRACE_FILE, find_traces, read_trace, tree_lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         help="inprocess: import each function here; lambda: run the build output in Lambda-shaped sandboxes",
     )
     dev.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR, help="sam build output (lambda runtime)")
+    trace = commands.add_parser("trace", help="a trace of the local stack as a tree with durations")
+    trace.add_argument("trace_id", nargs="?", help="the trace id (W3C, or X-Ray's 1-xxxxxxxx-...)")
+    trace.add_argument("--job", help="the trace of this job id instead")
+    trace.add_argument("--file", type=Path, default=DEFAULT_TRACE_FILE, help="the span file make dev writes")
     fire = commands.add_parser("fire", help="fire a schedule of the running stack now")
     fire.add_argument("schedule", help="logical id of the schedule (AWS::Events::Rule or AWS::Scheduler::Schedule)")
     token = commands.add_parser("token", help="an OAuth access token from the running stack (make dev AUTH=oauth)")
@@ -67,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         return print_token(args.scope)
     if args.command == "env-json":
         return write_sam_env_vars(args.output)
+    if args.command == "trace":
+        return print_trace(args.file, args.trace_id, args.job)
     if args.command == "redrive":
         endpoints = running_stack()
         if endpoints is None:
@@ -74,6 +81,27 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return redrive_running_stack(endpoints["aws"], args.dry_run)
     return run_dev(args)
+
+
+def print_trace(path: Path, trace_id: str | None, job_id: str | None) -> int:
+    """`make trace ID=<trace id>` (or `JOB=<job id>`): the trace's spans as a tree, each with its duration and
+    its start after the trace's first span."""
+    if job_id:
+        found = find_traces(path, "job.id", job_id)
+        if not found:
+            print(f"error: no span in {path} names job {job_id}", file=sys.stderr)
+            return 1
+        trace_id = found[-1]
+    if not trace_id:
+        print("error: give a trace id (ID=...) or a job id (JOB=...)", file=sys.stderr)
+        return 2
+    spans = read_trace(path, trace_id)
+    if not spans:
+        print(f"error: no span of trace {trace_id} in {path}", file=sys.stderr)
+        return 1
+    print(f"trace {spans[0]['traceId']}: {len(spans)} spans\n  duration          start  span")
+    print("\n".join(tree_lines(spans)))
+    return 0
 
 
 def write_sam_env_vars(output: Path) -> int:
@@ -90,6 +118,14 @@ def write_sam_env_vars(output: Path) -> int:
     return 0
 
 
+def dev_parameters(runtime: str, given: list[str]) -> dict[str, str]:
+    """The template parameters `make dev` runs with: the `--parameter Name=Value` given, and Tracing=otlp unless one
+    says otherwise, so the stack records spans (devstack.traces); the Lambda runtime keeps the template's default
+    (off): its sandboxes would export to a collector that is not there."""
+    defaults = {"Tracing": "otlp"} if runtime == "inprocess" else {}
+    return {**defaults, **dict(item.split("=", 1) for item in given)}
+
+
 def run_dev(args: argparse.Namespace) -> int:
     if args.state and args.fresh:
         (args.state / "state.json").unlink(missing_ok=True)
@@ -98,7 +134,8 @@ def run_dev(args: argparse.Namespace) -> int:
         lambda_port=args.port + 1,
         web_port=args.port + 2,
         state_dir=args.state,
-        parameters=dict(item.split("=", 1) for item in args.parameter),
+        parameters=dev_parameters(args.runtime, args.parameter),
+        trace_file=DEFAULT_TRACE_FILE,
         runtime=args.runtime,
         build_dir=args.build_dir,
     )

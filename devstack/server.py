@@ -49,6 +49,7 @@ from devstack.stack.cognito import ClientCredentialsTokens
 from devstack.stack.cognito_login import LocalManagedLogin
 from devstack.stack.template import Template, load_template
 from devstack.stack.ttl_sweeper import TtlSweeper
+from devstack.traces import start_recording, stop_recording
 from devstack.wired_stack import LocalEnvironment
 
 log = logging.getLogger("devstack")
@@ -80,6 +81,8 @@ class DevStackOptions:
     runtime: str = "inprocess"
     build_dir: Path = DEFAULT_BUILD_DIR
     prewarm: bool = True  # lambda runtime: start one environment per function at start (init errors show)
+    # Where spans go when the Tracing parameter is not off (in-process runtime: devstack.traces); None: not kept.
+    trace_file: Path | None = None
 
 
 class DevStack:
@@ -91,6 +94,7 @@ class DevStack:
         self.notices: list[str] = []
         self.broken_functions: dict[str, str] = {}
         self._threads: list[threading.Thread] = []  # joined at the stop
+        self._recording_spans = False  # devstack.traces: this stack's spans go to options.trace_file
         self._poller_gates: list[PollerGate] = []  # per SQS mapping: one long poll while its queue is idle
         self._deliveries = Deliveries()  # SQS pollers' batches: waited for at the stop, not their long polls
         self._stopping = threading.Event()
@@ -137,6 +141,8 @@ class DevStack:
             self._process_environment.restore()
             raise
         self.notices.extend(self.environment.stack.notices)
+        # Before any function is built (the Function URLs' apps included): they decide on tracing when built.
+        self._recording_spans = self._start_recording_spans()
         self.environment.seed_datasets()
         self.ttl = TtlSweeper(self.environment.stack, self.client, self.options.clock)
         if self.options.state_dir:
@@ -226,6 +232,20 @@ class DevStack:
                 self._moto.stop()
             self._close_listeners()
             self._process_environment.restore()
+            if self._recording_spans:
+                stop_recording()
+
+    def _start_recording_spans(self) -> bool:
+        """Spans to the trace file when the template's Tracing parameter is not off: the in-process runtime's
+        functions share this process's tracer provider; the Lambda runtime's sandboxes have no SDK."""
+        mode = str(self.options.parameters.get("Tracing", "off"))
+        if mode == "off" or self.options.trace_file is None:
+            return False
+        if self.options.runtime != "inprocess":
+            self._notice("Tracing", f"{mode}: spans are recorded by the in-process runtime only")
+            return False
+        start_recording(self.options.trace_file, mode)
+        return True
 
     def _close_listeners(self) -> None:
         for listener in self._listeners:

@@ -31,10 +31,10 @@ def main() -> int:
     # Before any shared module builds its Logger and Metrics (the in-process benches import them).
     for name, value in globals_environment().items():
         os.environ.setdefault(name, value)
-    from tests.bench import controls, endpoint, functions, lambda_runtime, local_stack, mcp, streams, worker
+    from tests.bench import controls, endpoint, functions, lambda_runtime, local_stack, mcp, streams, tracing, worker
     from tests.bench.measure import RESULTS
 
-    modules = [worker, streams, mcp, endpoint, controls, functions, local_stack, lambda_runtime]
+    modules = [worker, streams, mcp, endpoint, controls, tracing, functions, local_stack, lambda_runtime]
     # `python -m tests.bench endpoint mcp`: re-measure only those sections, keep the others' last figures.
     chosen = sys.argv[1:]
     unknown = set(chosen) - {m.__name__.rsplit(".", 1)[1] for m in modules}

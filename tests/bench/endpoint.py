@@ -8,6 +8,7 @@ the server is pinned to one core and the client and moto to another, so neither 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -18,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -263,24 +265,31 @@ def run() -> list[str]:
     return [*_load_run(), *_cold_section(cold)]
 
 
-def _load_run() -> list[str]:
-    server_cpus, client_cpus = cores()
-    moto_port = free_port()
-    moto_url = f"http://127.0.0.1:{moto_port}"
+@contextlib.contextmanager
+def moto_server(cpus: set[int]) -> Iterator[tuple[str, list[subprocess.Popen]]]:
+    """A moto server in its own process on `cpus`: its URL, and the list of processes a bench starts, every one of
+    them ended when the block ends."""
+    port = free_port()
     moto = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(moto_port)],
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        preexec_fn=pinned(client_cpus),
+        preexec_fn=pinned(cpus),
     )
     processes = [moto]
     try:
-        wait_for(moto_port, moto, "/moto-api/")
-        results = _measure(moto_url, server_cpus, client_cpus, processes)
+        wait_for(port, moto, "/moto-api/")
+        yield f"http://127.0.0.1:{port}", processes
     finally:
         for process in processes:
             process.terminate()
             process.wait(timeout=10)
+
+
+def _load_run() -> list[str]:
+    server_cpus, client_cpus = cores()
+    with moto_server(client_cpus) as (moto_url, processes):
+        results = _measure(moto_url, server_cpus, client_cpus, processes)
     return _section(results, server_cpus, client_cpus)
 
 

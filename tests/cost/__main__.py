@@ -9,21 +9,22 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 from devstack.stack.template import ROOT
 from tests.cost.model import EXPECTED_FILE, count_changes, counts, load_expected, load_prices, write_expected
 from tests.cost.report import render
-from tests.cost.units import measure
+from tests.cost.units import measure, span_volume
 
 REPETITIONS = 5
 DOC = ROOT / "docs" / "cost.md"
 OTHER_LOG_LEVELS = ("DEBUG", "WARNING")  # LogLevel values besides the default whose log volume is measured
 
 
-def log_volume_at(level: str) -> dict[str, float]:
-    """Each unit's log bytes with LogLevel=level, measured in a process of its own."""
+def _in_own_process(*arguments: str) -> Any:
+    """What `python -m tests.cost <arguments>` prints as JSON on its last line."""
     answer = subprocess.run(
-        [sys.executable, "-m", "tests.cost", "--log-volume-at", level],
+        [sys.executable, "-m", "tests.cost", *arguments],
         cwd=ROOT,
         env=os.environ,
         capture_output=True,
@@ -33,13 +34,28 @@ def log_volume_at(level: str) -> dict[str, float]:
     return json.loads(answer.stdout.strip().splitlines()[-1])
 
 
+def log_volume_at(level: str) -> dict[str, float]:
+    """Each unit's log bytes with LogLevel=level, measured in a process of its own."""
+    return dict(_in_own_process("--log-volume-at", level))
+
+
+def spans_per_unit() -> dict[str, dict[str, float]]:
+    """Each unit's spans with tracing on, measured in a process of its own (tracing is configured per process)."""
+    return dict(_in_own_process("--spans"))
+
+
 def main() -> int:
     # The template's Globals: the in-process endpoint's shared package builds its metrics at import, outside any
     # function's environment (without a namespace its first request is a 500).
     os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "MCPServer")
     arguments = argparse.ArgumentParser(prog="python -m tests.cost")
     arguments.add_argument("--log-volume-at", metavar="LEVEL")
-    level = arguments.parse_args().log_volume_at
+    arguments.add_argument("--spans", action="store_true", help="print each unit's spans with tracing on, as JSON")
+    parsed = arguments.parse_args()
+    if parsed.spans:
+        print(json.dumps(span_volume(REPETITIONS)))
+        return 0
+    level = parsed.log_volume_at
     if level:
         at_level = measure(REPETITIONS, {"LogLevel": level})
         print(json.dumps({name: unit.log_bytes for name, unit in at_level.units.items()}))
@@ -47,7 +63,9 @@ def main() -> int:
     prices = load_prices()
     measurement = measure(REPETITIONS)
     other_levels = {level: log_volume_at(level) for level in OTHER_LOG_LEVELS}
-    document = render(measurement, prices, other_levels)  # raises on a request with no price: nothing is written then
+    spans = spans_per_unit()
+    # raises on a request with no price: nothing is written then
+    document = render(measurement, prices, other_levels, spans)
     previous = load_expected() if EXPECTED_FILE.exists() else {}
     changes = count_changes(previous, counts(measurement))
     write_expected(measurement)

@@ -30,8 +30,14 @@ def unpriced_names(items: list[LineItem]) -> str:
     return ", ".join(sorted({item.price.item for item in items if item.price is not None})) or "-"
 
 
-def render(measurement: Measurement, prices: dict[str, Price], log_bytes_at: dict[str, dict[str, float]]) -> str:
-    """The page; log_bytes_at: each unit's log bytes at other LogLevels than the default."""
+def render(
+    measurement: Measurement,
+    prices: dict[str, Price],
+    log_bytes_at: dict[str, dict[str, float]],
+    spans: dict[str, dict[str, float]],
+) -> str:
+    """The page; log_bytes_at: each unit's log bytes at other LogLevels than the default; spans: each unit's spans
+    with tracing on (tests.cost.units.span_volume)."""
     units = measurement.units
     params = measurement.parameters
     lines = [
@@ -107,6 +113,7 @@ def render(measurement: Measurement, prices: dict[str, Price], log_bytes_at: dic
         "",
     ]
     lines += what_changes(measurement, prices, log_bytes_at)
+    lines += tracing(prices, spans)
     lines += [
         "## Prices",
         "",
@@ -184,6 +191,54 @@ def what_changes(
         "backing key (`EnableKeyRotation`; <https://aws.amazon.com/kms/pricing/>).",
         "",
     ]
+
+
+# The template's TracingSampleRate default: the share of traces recorded when a request brings no sampled parent.
+DEFAULT_SAMPLE_RATE = 0.05
+
+
+def tracing(prices: dict[str, Price], spans: dict[str, dict[str, float]]) -> list[str]:
+    """What Tracing=xray adds per million units: the spans each unit writes (counted on the local stack, every
+    trace sampled), priced as X-Ray prices them, with every unit traced and at the default sample rate."""
+    recorded, ingestion = prices["xray_trace_recorded"], prices["xray_span_ingestion_gb"]
+    logs = prices["cloudwatch_logs_ingestion_gb"]
+    traces = recorded.of(MILLION) or 0.0
+    rows = []
+    for name in UNIT_ORDER:
+        if name not in spans:
+            continue
+        count, size = spans[name]["spans"], spans[name]["bytes"]
+        gb = size * MILLION / GB
+        stand_in = logs.of(gb) or 0.0
+        rows.append(
+            f"| {name} | {count:.1f} | {size / 1024:.1f} KB | {gb:.2f} GB: {money(ingestion.of(gb))} "
+            f"({money(stand_in)} at the Logs ingestion price) | {money(traces)} | "
+            f"{money(traces + stand_in)} | {money((traces + stand_in) * DEFAULT_SAMPLE_RATE)} |"
+        )
+    return [
+        "## Tracing",
+        "",
+        "`Tracing=xray` (off by default) sends each sampled trace's spans to X-Ray's OTLP endpoint "
+        "([operations](operations.md#traces)). What it adds per million units, on top of the per-unit table "
+        "above. Spans per unit and their size are counted on the local stack with `Tracing=otlp`, every trace "
+        "sampled (`python -m tests.cost --spans`). X-Ray's OTLP endpoint needs CloudWatch Transaction Search, "
+        "which bills spans as span ingestion per GB (no page with the figure was found: the column gives the "
+        "volume, and the CloudWatch Logs ingestion price as a stand-in); without Transaction Search, X-Ray bills "
+        f"each trace recorded ({money(recorded.of(MILLION))} per million, <https://aws.amazon.com/xray/pricing/>). "
+        "The last two columns add both, an upper bound. `TracingSampleRate` (default "
+        f"{DEFAULT_SAMPLE_RATE}) scales every tracing figure for requests without a sampled parent. What tracing "
+        "adds to Lambda's duration (exporting after each response): [benchmarks](benchmarks.md), "
+        '"Tracing on and off".',
+        "",
+        "| unit | spans | span bytes | span ingestion per million units | traces recorded per million, every unit "
+        "sampled | both, every unit traced | both, default sample rate |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
+UNIT_ORDER = ("tools/list", "tools/call", "job", "probe")
 
 
 def rate_limit_leases(params: dict[str, Any], write: Price) -> str:

@@ -12,9 +12,11 @@ import contextlib
 import io
 import json
 import re
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -150,7 +152,9 @@ def idle_long_polls_per_hour(stack: DevStack) -> float:
 
 
 @contextmanager
-def cost_stack(log_volume: LogVolume, parameters: dict[str, Any]) -> Iterator[CostStack]:
+def cost_stack(
+    log_volume: LogVolume, parameters: dict[str, Any], trace_file: Path | None = None
+) -> Iterator[CostStack]:
     counter = RequestCounter()
     options = DevStackOptions(
         aws_port=free_port(),
@@ -159,6 +163,7 @@ def cost_stack(log_volume: LogVolume, parameters: dict[str, Any]) -> Iterator[Co
         parameters=parameters,
         run_threads=False,
         retry_delays=(0.0,),
+        trace_file=trace_file,
     )
     stack = CountedDevStack(options, counter)
     with counter.counting():
@@ -203,13 +208,8 @@ def measure(repetitions: int, parameters: dict[str, Any] | None = None) -> Measu
         for name, step in steps.items():
             figures[name] = _measure(name, step, repetitions, stack)
         figures["idle schedule"].per_hour = schedule_firings_per_hour(stack.stack)
-        target, thread, port = serve(create_probe_target())
-        try:
-            stack.register_probe_target(f"http://127.0.0.1:{port}/mcp")
+        with probe_target(stack):
             figures["probe"] = _measure("probe", stack.probe_cycle, repetitions, stack)
-        finally:
-            target.should_exit = True
-            thread.join(timeout=10)
         local = stack.stack.environment.stack
         return Measurement(
             units={name: figures[name] for name in UNITS},
@@ -222,6 +222,50 @@ def measure(repetitions: int, parameters: dict[str, Any] | None = None) -> Measu
             ),
             repetitions=repetitions,
         )
+
+
+@contextmanager
+def probe_target(stack: CostStack) -> Iterator[None]:
+    """An MCP server on loopback (the stock SDK app), registered as the endpoint the probe unit probes."""
+    target, thread, port = serve(create_probe_target())
+    try:
+        stack.register_probe_target(f"http://127.0.0.1:{port}/mcp")
+        yield
+    finally:
+        target.should_exit = True
+        thread.join(timeout=10)
+
+
+def span_volume(repetitions: int) -> dict[str, dict[str, float]]:
+    """Each unit's spans with Tracing=otlp and every trace sampled (the local stack records them all): how many,
+    and their bytes as the stack writes them (JSON, about their OTLP/JSON size), per unit."""
+    with tempfile.TemporaryDirectory() as folder:
+        trace_file = Path(folder) / "traces.jsonl"
+        volume = LogVolume()
+        with contextlib.redirect_stdout(volume), cost_stack(volume, {"Tracing": "otlp"}, trace_file) as stack:
+            steps = {
+                "idle schedule": stack.idle_schedules,
+                "job": stack.job,
+                "tools/list": stack.tools_list,
+                "tools/call": stack.tools_call,
+            }
+            found = {name: _spans(step, repetitions, trace_file) for name, step in steps.items()}
+            with probe_target(stack):
+                found["probe"] = _spans(stack.probe_cycle, repetitions, trace_file)
+    return found
+
+
+def _spans(step: Callable[[], None], repetitions: int, trace_file: Path) -> dict[str, float]:
+    step()  # cold, as the units are counted
+    before = _lines(trace_file)
+    for _ in range(repetitions):
+        step()
+    written = _lines(trace_file)[len(before) :]
+    return {"spans": len(written) / repetitions, "bytes": sum(len(line) for line in written) / repetitions}
+
+
+def _lines(trace_file: Path) -> list[str]:
+    return trace_file.read_text().splitlines() if trace_file.exists() else []
 
 
 def _measure(name: str, step: Callable[[], None], repetitions: int, stack: CostStack) -> UnitFigures:

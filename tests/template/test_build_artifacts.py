@@ -166,7 +166,10 @@ def test_tool_workers_layers_are_at_most_15_mb_unzipped():
 
 
 def tool_worker_layer_versions() -> list[str]:
-    """The layer versions ToolWorker lists, both branches of a condition taken (its largest set)."""
-    layers = load_template().resource("ToolWorker")["Properties"]["Layers"]
+    """The layer versions ToolWorker lists, both branches of a condition taken (its largest set); the stack's own
+    only (the OpenTelemetry SDK's layer, with tracing on, is published by AWS: TracingSdkLayerArn)."""
+    template = load_template()
+    layers = template.resource("ToolWorker")["Properties"]["Layers"]
     branches = [branch for layer in layers for branch in (layer["Fn::If"][1:] if "Fn::If" in layer else [layer])]
-    return [branch["Ref"] for branch in branches if branch != {"Ref": "AWS::NoValue"}]
+    resources = template.expanded["Resources"]
+    return [branch["Ref"] for branch in branches if branch.get("Ref") in resources]

@@ -576,6 +576,9 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             ("logs:PutLogEvents", f"{log_group}:log-stream:x", {}),
         ]
         found += [("xray:PutTraceSegments", "*", {}), ("xray:PutTelemetryRecords", "*", {})]
+    if stack.parameters.get("Tracing") == "xray":  # mcp_backend/tracing.py: spans to X-Ray's OTLP endpoint
+        for function in TRACED_FUNCTIONS:
+            calls[function].append(("xray:PutSpans", "*", {}))
     return calls
 
 
@@ -613,6 +616,13 @@ def authorization_server_calls(stack: Stack) -> list[Call]:
     return calls
 
 
+TRACED_FUNCTIONS = ("McpServer", "ToolWorker", "ProbeDispatcher", "ProbeWorker", "ProbeRecorder")
+TRACING_TO_XRAY = {
+    "Tracing": "xray",
+    "TracingSdkLayerArn": "arn:aws:lambda:us-east-1:123456789012:layer:opentelemetry-sdk:1",
+}
+
+
 # Grants no listed call uses, and why each stays (c).
 UNUSED_AND_WHY = {
     "logs:CreateLogGroup": "AWSLambdaBasicExecutionRole (SAM attaches it); the template creates every log group",
@@ -624,8 +634,14 @@ UNUSED_AND_WHY = {
 
 @pytest.mark.parametrize(
     "parameters",
-    [{}, DATASETS, BUILTIN, BUILTIN_UPSTREAM],
-    ids=["no dataset bucket", "a dataset bucket", "the authorization server", "it with another provider"],
+    [{}, DATASETS, BUILTIN, BUILTIN_UPSTREAM, {**DATASETS, **TRACING_TO_XRAY}],
+    ids=[
+        "no dataset bucket",
+        "a dataset bucket",
+        "the authorization server",
+        "it with another provider",
+        "tracing to X-Ray",
+    ],
 )
 def test_every_call_each_function_makes_is_allowed_by_its_role_the_boundary_and_the_resource_policy(node, parameters):
     # Given each function's calls, as its role makes them, with the stack's boundary and the resource's policy

@@ -37,7 +37,9 @@ BROAD_MANAGED_POLICIES = {
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 # Actions without a resource type, which IAM authorizes on "*" only: a grant naming a resource never matches them
 # (https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazondynamodb.html).
-NO_RESOURCE_TYPE = XRAY_ACTIONS | {"dynamodb:ListStreams"}
+# xray:PutSpans (Tracing=xray: spans to X-Ray's OTLP endpoint) has none either
+# (https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsx-ray.html).
+NO_RESOURCE_TYPE = XRAY_ACTIONS | {"dynamodb:ListStreams", "xray:PutSpans"}
 
 
 def of_type(type_name: str) -> dict[str, dict[str, Any]]:

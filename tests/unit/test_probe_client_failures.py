@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import threading
 import time
 import tracemalloc
 import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import anyio
 import mcp.client.streamable_http
@@ -25,6 +24,7 @@ from mcp_backend.probes.errors import (
     ProbeTimeout,
     ProbeUnreachable,
 )
+from tests.loopback_http import serving
 
 # What a probe imports on its first run, loaded before a test traces the memory one probe takes.
 PROBE_IMPORTS = (mcp.client.streamable_http, mcp.shared.exceptions, mcp_backend.probes.pinning)
@@ -38,15 +38,8 @@ def serve(behaviour) -> Iterator[str]:
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/mcp"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield f"{url}/mcp"
 
 
 def answer(status: int, body: bytes = b"", content_type: str = "text/plain"):

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from mcp_backend.lazy_imports import loaded_on_first_use
+from mcp_backend.tracing import configure as configure_tracing
+from mcp_backend.tracing import instrument_client
 
 # botocore's exception classes, for except clauses. They load with the first one such a clause evaluates (a clause
 # is evaluated only when an exception reaches it, and a botocore error has loaded them already), not with the
@@ -47,7 +49,10 @@ def new_client(
     # boto3's default session is not thread-safe while it builds a client; record threads may build some.
     with _CLIENT_CREATION:
         # The service is a runtime string; the stubs type clients per literal service name.
-        return boto3.client(service, config=config)  # type: ignore[call-overload]
+        client = boto3.client(service, config=config)  # type: ignore[call-overload]
+    # A span per call once tracing is on (a tool's own client too); nothing is configured from here, so a process
+    # that never configures tracing (the telemetry extension) gets its client untouched.
+    return instrument_client(client)
 
 
 class AwsClients:
@@ -67,7 +72,10 @@ class AwsClients:
     def __call__(self, service: str) -> Any:
         with self._lock:
             if service not in self._clients:
-                self._clients[service] = self._factory(service)
+                # Tracing is decided before the first client (a handler module may build one before its decorator
+                # configures it); then a span per call when it is on, the client itself otherwise.
+                configure_tracing()
+                self._clients[service] = instrument_client(self._factory(service))
             return self._clients[service]
 
 

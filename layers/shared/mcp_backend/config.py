@@ -30,6 +30,19 @@ class Settings(BaseModel):
     environment: str = "dev"
 
 
+class TracingSettings(Settings):
+    """OpenTelemetry spans (mcp_backend.tracing): TRACING_MODE off (nothing loads), xray or otlp (spans go to the
+    collector extension at the OTLP endpoint, which sends them on), a head-sampling ratio for traces that arrive
+    without a sampled parent, and where spans are sent."""
+
+    tracing_mode: Literal["off", "xray", "otlp"] = "off"
+    tracing_sample_rate: float = Field(default=0.05, ge=0, le=1)
+    # Tracing=otlp: an OTLP/HTTP endpoint taking JSON (a collector extension's receiver listens on localhost:4318).
+    otel_exporter_otlp_traces_endpoint: str = "http://localhost:4318/v1/traces"
+    aws_region: str = "us-east-1"
+    aws_lambda_function_name: str = ""
+
+
 class TierLimits(BaseModel):
     """What one tier may do (docs/security.md, "Limits by tier")."""
 

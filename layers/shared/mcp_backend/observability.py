@@ -16,6 +16,7 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit, single_metric
 
+from mcp_backend import tracing
 from mcp_backend.snapstart import register_hooks as register_snapstart_hooks
 
 Handler = Callable[[Any, Any], Any]
@@ -179,12 +180,15 @@ def instrumented_handler(correlation_id_path: str | None = None) -> Callable[[Ha
     - inject_lambda_context(clear_state=True, log_event=False): context keys on every line, no state
       leaking between warm invocations, and no event (payloads) in the logs;
     - log_metrics(capture_cold_start_metric=True): flushes even when the handler raises;
-    - the invocation's tool runs (ToolRunMetrics) flushed at its end, raised or not.
-    Decorating also registers the SnapStart restore hook (mcp_backend.snapstart), during init as Lambda requires.
+    - the invocation's tool runs (ToolRunMetrics) flushed at its end, raised or not, and with tracing on its
+      spans exported (before Lambda may freeze the environment).
+    Decorating also registers the SnapStart restore hook (mcp_backend.snapstart), during init as Lambda requires,
+    and configures tracing (mcp_backend.tracing: off unless TRACING_MODE says otherwise).
     """
 
     def decorate(handler: Handler) -> Handler:
         register_snapstart_hooks()
+        tracing.configure()
 
         @functools.wraps(handler)
         def flushing_tool_runs(event: Any, context: Any) -> Any:
@@ -192,6 +196,7 @@ def instrumented_handler(correlation_id_path: str | None = None) -> Callable[[Ha
                 return handler(event, context)
             finally:
                 tool_runs.flush()
+                tracing.flush()
 
         with_metrics = metrics.log_metrics(capture_cold_start_metric=True)(flushing_tool_runs)
         return logger.inject_lambda_context(clear_state=True, correlation_id_path=correlation_id_path, log_event=False)(

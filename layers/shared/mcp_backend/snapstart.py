@@ -6,7 +6,8 @@ not be shared:
 - `random`'s state, which the writers' retry jitter draws from (environments that drew the same jitter would retry
   in step); `secrets`, `uuid.uuid4` and `os.urandom` read the kernel's entropy on each call and need nothing;
 - the cached boto3 clients and boto3's default session (mcp_backend.aws.forget_clients): they carry the
-  credentials resolved and the connections opened before the snapshot.
+  credentials resolved and the connections opened before the snapshot; and, with tracing on, the span exporter's
+  connection and credentials (mcp_backend.tracing.forget_connections).
 
 Lambda's Python runtime runs the hooks registered with its `snapshot_restore_py` library
 (https://docs.aws.amazon.com/lambda/latest/dg/snapstart-runtime-hooks-python.html); the library comes with the
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp_backend.aws import forget_clients
+from mcp_backend.tracing import forget_connections
 
 HookRegistration = Callable[[Callable[[], None]], Any]
 _registered = False
@@ -30,6 +32,7 @@ def refresh_after_restore() -> None:
     """What runs after Lambda resumes an environment from the snapshot (and never otherwise)."""
     random.seed()  # from os.urandom: the restored environment's own entropy
     forget_clients()
+    forget_connections()
 
 
 def register_hooks(register: HookRegistration | None = None) -> bool:

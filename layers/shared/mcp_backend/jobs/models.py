@@ -11,6 +11,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from mcp_backend.tracing import sqs_message_attributes
+
 JOB_ID_PATTERN = r"^[A-Za-z0-9_-]{8,64}$"
 
 
@@ -43,8 +45,9 @@ class JobMessage(BaseModel):
         return self.model_dump_json(by_alias=True, exclude_none=True)
 
     def attributes(self) -> dict[str, dict[str, str]]:
-        """SQS message attributes: `jobType` (the tool) lets consumers route without parsing the body."""
-        return {"jobType": {"DataType": "String", "StringValue": self.tool}}
+        """SQS message attributes: `jobType` (the tool) lets consumers route without parsing the body; with
+        tracing on, `traceparent` (and `tracestate`) carry the sender's span to the worker's."""
+        return {"jobType": {"DataType": "String", "StringValue": self.tool}, **sqs_message_attributes()}
 
     def fingerprint(self) -> str:
         """What makes two messages the same job: owner, tool and input (not when it was submitted). Stored on

@@ -33,6 +33,7 @@ from mcp_backend.jobs.results import ResultObjects, result_text
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.observability import count_limit_refusal, logger
 from mcp_backend.quotas import JobQuota, QuotaExceeded
+from mcp_backend.tracing import annotate, span
 
 SEND_BATCH_LIMIT = 10  # SendMessageBatch entries per call
 SEND_RETRY_BASE_SECONDS = 0.05
@@ -40,6 +41,13 @@ SEND_BATCH_ATTEMPTS = 3
 MAX_BATCH_ITEMS = 100
 # uuid5 namespace for client call ids: the same (user, callId) always names the same job.
 CALL_ID_NAMESPACE = uuid.UUID("6f1c9f1e-5d0e-4c59-9a55-6a3d2c1b0e41")
+# The producer span of a job message (OpenTelemetry messaging conventions); its context rides in the message.
+SEND_SPAN = "send JobQueue"
+SEND_SPAN_ATTRIBUTES = {
+    "messaging.system": "aws_sqs",
+    "messaging.operation.type": "send",
+    "messaging.destination.name": "JobQueue",
+}
 
 
 @dataclass(frozen=True)
@@ -130,6 +138,7 @@ class JobsService:
         """Submit one job; over the caller's quota, QuotaExceeded and nothing is written. The quota is required:
         no door queues a job outside its caller's tier (mcp_backend.tools.submissions applies it)."""
         job = _job_for(user_id, submission)
+        annotate({"job.id": job.job_id})  # the request's trace is found from the job id (docs/operations.md)
         try:
             answer = self._record(job, quota)
         except QuotaExceeded as refused:
@@ -140,9 +149,10 @@ class JobsService:
         if answer["status"] != JobStatus.PENDING:
             return answer
         try:
-            self._clients("sqs").send_message(
-                QueueUrl=self.queues.job_queue_url, MessageBody=job.body(), MessageAttributes=job.attributes()
-            )
+            with span(SEND_SPAN, kind="producer", attributes={**SEND_SPAN_ATTRIBUTES, "job.id": job.job_id}):
+                self._clients("sqs").send_message(
+                    QueueUrl=self.queues.job_queue_url, MessageBody=job.body(), MessageAttributes=job.attributes()
+                )
         except (botocore_errors.BotoCoreError, botocore_errors.ClientError) as error:
             # The SDK's text names the queue; the caller gets a retryable error, the log the type.
             logger.error("job not enqueued", extra={"error_type": type(error).__name__})
@@ -192,17 +202,19 @@ class JobsService:
         for start in range(0, len(pending_ids), SEND_BATCH_LIMIT):
             chunk = pending_ids[start : start + SEND_BATCH_LIMIT]
             for _attempt in range(SEND_BATCH_ATTEMPTS):
-                response = sqs.send_message_batch(
-                    QueueUrl=self.queues.job_queue_url,
-                    Entries=[
-                        {
-                            "Id": entry_id,
-                            "MessageBody": to_send[entry_id][1].body(),
-                            "MessageAttributes": to_send[entry_id][1].attributes(),
-                        }
-                        for entry_id in chunk
-                    ],
-                )
+                batch_attributes = {**SEND_SPAN_ATTRIBUTES, "messaging.batch.message_count": len(chunk)}
+                with span(SEND_SPAN, kind="producer", attributes=batch_attributes):
+                    response = sqs.send_message_batch(
+                        QueueUrl=self.queues.job_queue_url,
+                        Entries=[
+                            {
+                                "Id": entry_id,
+                                "MessageBody": to_send[entry_id][1].body(),
+                                "MessageAttributes": to_send[entry_id][1].attributes(),
+                            }
+                            for entry_id in chunk
+                        ],
+                    )
                 for sent in response.get("Successful", []):
                     index, _job, answer = to_send[sent["Id"]]
                     results[index] = {"index": index, **answer}

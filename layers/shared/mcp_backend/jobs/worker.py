@@ -57,6 +57,8 @@ from mcp_backend.jobs.results import INLINE_RESULT_LIMIT_BYTES, ResultObjects, r
 from mcp_backend.jobs.run_records import RUN_KEY_JMESPATH, RUN_PAYLOAD_JMESPATH, JobRunRecords
 from mcp_backend.jobs.store import JOB_RETENTION_SECONDS, JobStore
 from mcp_backend.observability import logger, tool_runs
+from mcp_backend.tracing import annotate, span, sqs_record_context
+from mcp_backend.tracing import enabled as tracing_enabled
 from mcp_backend.validation import describe_validation_error
 
 
@@ -131,6 +133,9 @@ def parse_job(record: SQSRecord) -> JobMessage:
         raise MalformedJobMessage(f"message body is not a job: {describe_validation_error(error)}") from None
 
 
+PROCESS_SPAN = "process JobQueue"
+
+
 class JobWorker:
     def __init__(
         self,
@@ -182,7 +187,14 @@ class JobWorker:
         attempt = int(record.attributes.approximate_receive_count)
         logger.thread_safe_append_keys(message_id=record.message_id, attempt=attempt)
         try:
-            return self._process(record, attempt)
+            # The consumer span: a child of the sender's (the message's trace context), so one trace holds both.
+            with span(
+                PROCESS_SPAN,
+                kind="consumer",
+                parent=sqs_record_context(record.raw_event),
+                attributes=_process_attributes(record, attempt),
+            ):
+                return self._process(record, attempt)
         finally:
             logger.thread_safe_remove_keys(RECORD_LOG_KEYS)
 
@@ -193,6 +205,7 @@ class JobWorker:
         try:
             job = self._route(record)
             logger.thread_safe_append_keys(job_id=job.job_id, tool=job.tool, correlation_id=job.job_id)
+            annotate({"job.id": job.job_id, "gen_ai.tool.name": job.tool})
             outcome = JobOutcome.model_validate(self._run_with_causes(JobRun(job=job, attempt=attempt)))
             return outcome.summary()
         except IdempotencyAlreadyInProgressError:
@@ -282,7 +295,7 @@ class JobWorker:
         )
         context = self.services.context_for(tool, job.user_id, cancelled=cancelled)
         try:
-            with tool_runs.run(job.tool):
+            with tool_runs.run(job.tool), span(f"execute_tool {job.tool}", attributes=_tool_attributes(job)):
                 result = tool(job.input, context)
         except JobCancelled:
             logger.info("job cancelled by its owner; not completed")
@@ -331,6 +344,28 @@ class JobWorker:
         except JobOwnershipError:
             # Another user's job id: its record stays untouched; the message still goes to the DLQ.
             logger.warning("failure not recorded: job belongs to another user")
+
+
+def _process_attributes(record: SQSRecord, attempt: int) -> dict[str, Any]:
+    """The consumer span's attributes (messaging conventions), with the time the message waited in the queue; none
+    with tracing off (nothing is computed for a span that is not recorded)."""
+    if not tracing_enabled():
+        return {}
+    attributes: dict[str, Any] = {
+        "messaging.system": "aws_sqs",
+        "messaging.operation.type": "process",
+        "messaging.destination.name": "JobQueue",
+        "messaging.message.id": record.message_id,
+        "job.attempt": attempt,
+    }
+    sent = (record.raw_event.get("attributes") or {}).get("SentTimestamp")
+    if isinstance(sent, str) and sent.isdigit():
+        attributes["job.queue_wait_ms"] = max(0, int(time.time() * 1000) - int(sent))
+    return attributes
+
+
+def _tool_attributes(job: JobMessage) -> dict[str, Any]:
+    return {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": job.tool, "job.id": job.job_id}
 
 
 def _job_or_none(record: SQSRecord) -> JobMessage | None:

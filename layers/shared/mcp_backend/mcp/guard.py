@@ -30,6 +30,7 @@ from mcp_backend.mcp.scopes import METADATA_PATH, required_access
 from mcp_backend.observability import count_limit_refusal, count_refusal, logger
 from mcp_backend.ratelimit import SLOT_RETRY_AFTER_SECONDS, RateDecision, RateLimitUnavailable
 from mcp_backend.tools.table import Access
+from mcp_backend.tracing import annotate, span
 
 PRINCIPAL_SCOPE_KEY = "mcp_backend.principal"
 HEALTH_PATH = "/healthz"
@@ -271,7 +272,9 @@ class McpHttpGuard:
         try:
             # Only the Authorization header counts: a token in the query string or body is never read.
             audience = self.resource or (self._resource(headers) if self.resource_from_host else "")
-            principal = await self.authenticator.authenticate(token, audience) if token else None
+            # A span per step that may wait (tracing on: mcp_backend.tracing), children of the request's.
+            with span("guard authenticate"):
+                principal = await self.authenticator.authenticate(token, audience) if token else None
         except Exception as error:  # noqa: BLE001 - keys or JWKS unavailable: say so, never a 500 with a trace
             retry_after = error.retry_after_seconds if isinstance(error, AuthenticationUnavailable) else 5
             if not getattr(error, "logged", False):
@@ -283,7 +286,9 @@ class McpHttpGuard:
                 [(b"retry-after", str(retry_after).encode())],
             )
             return None
-        if principal is None:
+        if principal is not None:
+            annotate({"app.principal.tier": principal.tier})
+        else:
             count_refusal("InvalidToken" if token else "NoToken")
             challenge = self.authenticator.challenge(self._resource(headers), bool(token)).encode()
             await _json(send, 401, _rpc_error(-32001, "Unauthorized"), [(b"www-authenticate", challenge)])
@@ -297,7 +302,8 @@ class McpHttpGuard:
             # Most requests are admitted from this instance's lease, without I/O and without a thread hop.
             decision = rate_limit.admit_locally(principal)
             if decision is None:
-                decision = await anyio.to_thread.run_sync(rate_limit.take, principal)
+                with span("guard rate_limit"):
+                    decision = await anyio.to_thread.run_sync(rate_limit.take, principal)
         except RateLimitUnavailable as error:
             # Fail closed: a caller is never served unlimited because the counter cannot be reached.
             logger.error("request rate limit unavailable", extra={"error_type": str(error)})
@@ -366,7 +372,8 @@ class McpHttpGuard:
             await self._serve(scope, receive, send)
             return
         try:
-            lease = await anyio.to_thread.run_sync(slots.take, principal)
+            with span("guard call_slot"):
+                lease = await anyio.to_thread.run_sync(slots.take, principal)
         except RateLimitUnavailable as error:
             logger.error("calls-in-flight slots unavailable", extra={"error_type": str(error)})
             await _json(

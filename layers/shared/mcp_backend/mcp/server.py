@@ -43,6 +43,7 @@ from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard, calls_any_tool
 from mcp_backend.mcp.internal_errors import InternalErrorsWithoutText
+from mcp_backend.mcp.request_spans import TracedRequests
 from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.restore_hook import with_after_restore_hook
 from mcp_backend.mcp.table_server import table_server
@@ -53,6 +54,7 @@ from mcp_backend.observability import CurrentStdoutHandler, logger, tool_runs
 from mcp_backend.ratelimit import InFlightSlots, LeaseAhead, RateDecision, RequestRateLimiter, SlotLease, in_background
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.table import TOOLS, Tool
+from mcp_backend.tracing import configure as configure_tracing
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -238,8 +240,10 @@ def create_app(
     )
     # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached
     # (https://github.com/aws-samples/graceful-shutdown-with-aws-lambda): pending call-log records go out then.
+    guarded = with_after_restore_hook(guard, settings.aws_lwa_snapstart_after_restore_path, authenticator)
     app = RequestTelemetry(
-        with_after_restore_hook(guard, settings.aws_lwa_snapstart_after_restore_path, authenticator),
+        # With tracing off (the default) no span middleware is in the request's path at all.
+        TracedRequests(guarded) if configure_tracing() else guarded,
         on_shutdown=[tool_runs.flush, lambda: call_log.close(CALL_LOG_SHUTDOWN_BUDGET_SECONDS)],
     )
     resume_collection_after_startup()

@@ -26,6 +26,7 @@ from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.observability import logger, metrics
 from mcp_backend.probes.registry import SELF_SERVER_ID, EndpointRegistry
 from mcp_backend.probes.worker import ProbeTarget
+from mcp_backend.tracing import TRACEPARENT, current_carrier, span
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -102,16 +103,26 @@ class ProbeDispatcher:
         )
 
     def dispatch(self) -> dict[str, int]:
+        with span("dispatch probes"):
+            return self._dispatch()
+
+    def _dispatch(self) -> dict[str, int]:
         dispatched = failed = 0
         endpoints, skipped = self._within_budget(self._probed(list(self.registry.all_endpoints())), datetime.now(UTC))
         for endpoint in endpoints:
-            target = ProbeTarget(server_id=endpoint.server_id, endpoint=endpoint.url)
             try:
-                self._lambda.invoke(
-                    FunctionName=self.settings.probe_worker_function_name,
-                    InvocationType="Event",
-                    Payload=json.dumps(target.payload()).encode(),
-                )
+                # One producer span per probe; the probe's payload carries it (the worker continues the trace).
+                with span("invoke ProbeWorker", kind="producer", attributes={"probe.server_id": endpoint.server_id}):
+                    target = ProbeTarget(
+                        server_id=endpoint.server_id,
+                        endpoint=endpoint.url,
+                        traceparent=current_carrier().get(TRACEPARENT),
+                    )
+                    self._lambda.invoke(
+                        FunctionName=self.settings.probe_worker_function_name,
+                        InvocationType="Event",
+                        Payload=json.dumps(target.payload()).encode(),
+                    )
             except Exception as error:  # noqa: BLE001 - one endpoint's failed dispatch must not stop the rest
                 failed += 1
                 logger.error(

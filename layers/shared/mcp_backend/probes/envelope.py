@@ -35,6 +35,7 @@ class RequestContext(_Model):
 class ProbeTargetPayload(_Model):
     server_id: str = Field(alias="serverId", min_length=1, max_length=128)
     endpoint: str
+    traceparent: str | None = None  # the dispatcher's span, with tracing on
 
 
 class DestinationEnvelope(_Model):

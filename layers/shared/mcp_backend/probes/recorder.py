@@ -8,6 +8,7 @@ rewrites the same item: the table's stream sees a MODIFY, not a second INSERT, a
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -21,9 +22,12 @@ from mcp_backend.monitor.items import probe_result_item
 from mcp_backend.monitor.table import MonitorTable, item_identity
 from mcp_backend.observability import logger, metrics
 from mcp_backend.probes.envelope import DestinationEnvelope, MalformedEnvelope
+from mcp_backend.tracing import enabled as tracing_enabled
+from mcp_backend.tracing import extract, span
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from opentelemetry.context import Context
 
 
 class ProbeRecorder:
@@ -38,6 +42,19 @@ class ProbeRecorder:
 
     def handle(self, event: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
         require_batch_from(event, "aws:sqs")
+        # One consumer span for the batch, linked to each probe's span (its trace context rides in the envelope's
+        # requestPayload); with one probe in the batch, that probe's span is also its parent.
+        probes = [context for record in event["Records"] if (context := _probe_context(record)) is not None]
+        with span(
+            "record probe results",
+            kind="consumer",
+            parent=probes[0] if len(probes) == 1 else None,
+            links=probes,
+            attributes={"messaging.batch.message_count": len(event["Records"])},
+        ):
+            return self._record(event)
+
+    def _record(self, event: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
         failed: list[str] = []
         pending: dict[str, list[str]] = {}  # item identity -> message ids that produced it
         items: dict[str, dict[str, Any]] = {}
@@ -70,3 +87,21 @@ class ProbeRecorder:
         return probe_result_item(
             result, probe_id=envelope.request_context.request_id, probed_at=probed_at, expires_at=expires_at
         )
+
+
+def _probe_context(record: dict[str, Any]) -> Context | None:
+    """The probe's trace context from a record's envelope, or None (tracing off, none, or not an envelope)."""
+    if not tracing_enabled():
+        return None
+    try:
+        envelope = json.loads(record.get("body") or "")
+    except ValueError:
+        return None
+    if not isinstance(envelope, dict):
+        return None
+    # The probe's own span (its result carries it), else the dispatcher's (the payload it was invoked with).
+    for part in ("responsePayload", "requestPayload"):
+        context = extract(envelope[part]) if isinstance(envelope.get(part), dict) else None
+        if context is not None:
+            return context
+    return None

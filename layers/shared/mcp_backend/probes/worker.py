@@ -23,6 +23,7 @@ from mcp_backend.observability import logger
 from mcp_backend.probes.client import ProbeRequest, probe
 from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
 from mcp_backend.probes.errors import EndpointUnregistered, ProbeFailed, ProbeRefused
+from mcp_backend.tracing import TRACEPARENT, current_carrier, extract, span
 from mcp_backend.validation import describe_validation_error
 
 if TYPE_CHECKING:
@@ -36,9 +37,11 @@ class ProbeTarget(BaseModel):
 
     server_id: str = Field(alias="serverId", min_length=1, max_length=128)
     endpoint: str = Field(min_length=1, max_length=2048)
+    # The dispatcher's span (W3C), with tracing on: the probe's span continues its trace (mcp_backend.tracing).
+    traceparent: str | None = Field(default=None, max_length=128)
 
     def payload(self) -> dict[str, str]:
-        return self.model_dump(by_alias=True)
+        return self.model_dump(by_alias=True, exclude_none=True)
 
 
 class MalformedProbeTarget(ValueError):
@@ -54,13 +57,23 @@ class ProbeWorker:
         self.cipher = EndpointTokenCipher(settings.endpoint_token_key_id, kms_client)
 
     def handle(self, event: Any) -> dict[str, Any]:
-        import anyio
-
         try:
             target = ProbeTarget.model_validate(event)
         except ValidationError as error:
             raise MalformedProbeTarget(f"not a probe target: {describe_validation_error(error)}") from None
         logger.append_keys(server_id=target.server_id)
+        with span(
+            "probe endpoint",
+            kind="consumer",
+            parent=extract({TRACEPARENT: target.traceparent}),
+            attributes={"probe.server_id": target.server_id},
+        ):
+            # With tracing on, the result (the envelope's responsePayload) carries this span on to the recorder.
+            return {**self._probe(target), **current_carrier()}
+
+    def _probe(self, target: ProbeTarget) -> dict[str, Any]:
+        import anyio
+
         # The registered URL, not the payload's: an endpoint's token is only ever sent where it was registered.
         url, auth_token = self._registered(target.server_id)
         try:

@@ -1,0 +1,22 @@
+"""A loopback HTTP server for tests that need something to answer on 127.0.0.1."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` served on a free loopback port by a thread per request; yields `http://127.0.0.1:<port>`."""
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        server.daemon_threads = True  # a request still being answered does not hold the shutdown
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+            thread.join(timeout=10)
