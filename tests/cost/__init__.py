@@ -4,4 +4,9 @@
 template's Globals environment (the metrics namespace among it) is applied first, as the tests' conftest applies
 it, or the endpoint's first request fails on a metric without a namespace."""
 
-import tests.conftest  # noqa: F401 - applies the Globals environment on import
+import os
+
+from devstack.stack.template import globals_environment
+
+for _name, _value in globals_environment().items():
+    os.environ.setdefault(_name, _value)

@@ -45,9 +45,6 @@ def spans_per_unit() -> dict[str, dict[str, float]]:
 
 
 def main() -> int:
-    # The template's Globals: the in-process endpoint's shared package builds its metrics at import, outside any
-    # function's environment (without a namespace its first request is a 500).
-    os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "MCPServer")
     arguments = argparse.ArgumentParser(prog="python -m tests.cost")
     arguments.add_argument("--log-volume-at", metavar="LEVEL")
     arguments.add_argument("--spans", action="store_true", help="print each unit's spans with tracing on, as JSON")
