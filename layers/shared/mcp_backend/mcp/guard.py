@@ -33,6 +33,7 @@ from mcp_backend.tools.table import Access
 from mcp_backend.tracing import annotate, span
 
 PRINCIPAL_SCOPE_KEY = "mcp_backend.principal"
+HEADERS_SCOPE_KEY = "mcp_backend.headers"
 HEALTH_PATH = "/healthz"
 # The largest request body served: a batch of 100 submissions is a few tens of KiB, and the Function URL itself
 # takes 6 MB. Configurable (MCP_MAX_BODY_BYTES); a longer body is a 413 before anything parses it.
@@ -178,7 +179,7 @@ class McpHttpGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)  # lifespan: the SDK's session manager starts here
             return
-        headers = _headers(scope)
+        headers = request_headers(scope)
         if await self.answer_health_check(scope, send):
             return
         checked_send = await self.check_host_and_origin(scope, headers, send)
@@ -563,8 +564,15 @@ def calls_any_tool(body: bytes, names: frozenset[str]) -> bool:
     return False
 
 
-def _headers(scope: Scope) -> dict[str, str]:
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+def request_headers(scope: Scope) -> dict[str, str]:
+    """The request's headers by lower-cased name (the last of a repeated one), decoded once per request: the
+    telemetry around the guard and the guard read the same dict (kept in the scope, never changed)."""
+    headers = scope.get(HEADERS_SCOPE_KEY)
+    if headers is None:
+        headers = scope[HEADERS_SCOPE_KEY] = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
+        }
+    return headers
 
 
 def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:

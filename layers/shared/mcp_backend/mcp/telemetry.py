@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
 from mcp_backend.calllog.shipper import RecordShipper
-from mcp_backend.mcp.guard import principal_of
+from mcp_backend.mcp.guard import principal_of, request_headers
 from mcp_backend.observability import logger, metrics, tool_runs
 
 _CORRELATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -101,7 +101,7 @@ class RequestTelemetry:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        headers = request_headers(scope)
         cold_start = _record_cold_start()
         request_id = lambda_request_id(headers)
         correlation_id = correlation_id_for(headers, request_id)
