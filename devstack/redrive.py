@@ -5,19 +5,15 @@ itself is answered by the stack (devstack.sqs_extras.move_tasks), as SQS answers
 from __future__ import annotations
 
 import os
-import sys
 
+from devstack import shared_layer
 from devstack.process_environment import LOCAL_CREDENTIALS
 from devstack.stack.resources import LOCAL_STACK_NAME
-from devstack.stack.template import ROOT
-
-SHARED_LAYER = ROOT / "layers" / "shared"
 
 
 def redrive_running_stack(aws_url: str, dry_run: bool) -> int:
     os.environ.update({**LOCAL_CREDENTIALS, "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": aws_url})
-    if str(SHARED_LAYER) not in sys.path:  # the operator's tool ships in the layer
-        sys.path.insert(0, str(SHARED_LAYER))
+    shared_layer.put_on_path()  # the operator's tool ships in the layer
     from mcp_backend.aws import new_client
     from mcp_backend.jobs import redrive
 

@@ -19,6 +19,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
+from devstack import shared_layer
+
 DEFAULT_TRACE_FILE = Path(".devstack") / "traces.jsonl"
 
 
@@ -72,6 +74,7 @@ def span_record(span: ReadableSpan) -> dict[str, Any]:
 def start_recording(path: Path, mode: str) -> None:
     """Spans of this process go to `path` from now on, and the functions' tracing (mcp_backend.tracing) is on with
     `mode`: the provider is set once per process (OpenTelemetry allows one), the file per stack."""
+    shared_layer.put_on_path()  # the functions' tracing lives in the layer, not on make dev's own path
     from mcp_backend import tracing
     from mcp_backend.config import TracingSettings
 

@@ -304,3 +304,26 @@ def test_a_snapstart_restore_drops_the_exporters_connection_and_credentials(monk
     # Then the next export resolves the restored environment's credentials over a connection of its own
     assert exporter._credentials is None
     assert exporter._client is not connection and connection.is_closed
+
+
+def test_the_local_stack_starts_recording_spans_as_make_dev_runs_it(tmp_path):
+    # Given a fresh interpreter as `make dev` starts one: the repository on its path, no layer on it
+    script = f"""
+import sys
+from pathlib import Path
+from devstack.traces import start_recording, stop_recording
+start_recording(Path({str(tmp_path / "traces.jsonl")!r}), "otlp")
+stop_recording()
+print("recorded")
+"""
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    root = Path(__file__).resolve().parents[2]
+
+    # When it starts recording spans (tracing on, as make dev's default)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=environment, cwd=root, check=False
+    )
+
+    # Then it records, the layer's tracing put on the path by the stack itself
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "recorded"
