@@ -1,4 +1,4 @@
-"""Where a request's time goes: `python -m tests.bench.profile_endpoint [ours|stock] [list|call] [N]`.
+"""Where a request's time goes: `python -m tests.bench.profile_endpoint [ours|stock|stock_getitem] [list|call] [N]`.
 
 Drives the ASGI app directly (no sockets, no client) with moto in-process, N requests under cProfile,
 and prints the functions with the most own time and the cumulative time of the endpoint's own layers.
@@ -101,6 +101,10 @@ def main(server: str = "ours", request: str = "list", requests: str = "300") -> 
             from tests.bench.stock_app import create_app
 
             body = call("echo", {"text": "bench"})
+        elif server == "stock_getitem":
+            from tests.bench.stock_app import create_getitem_app as create_app
+
+            body = call("get_job", {"job_id": UNKNOWN_JOB})
         else:
             from mcp_backend.mcp.server import create_app
 

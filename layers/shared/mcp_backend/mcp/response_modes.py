@@ -7,9 +7,10 @@ Both are built on the same server and this app picks one per request: a `tools/c
 token or names a tool which streams progress, and a 2025-11-25 `tasks/result` (task status notifications flow
 while it waits), go to the event-stream transport (its first byte leaves before the work starts); every other
 request (initialize, ping, tools/list, server/discover, listings, quiet
-tool calls) goes to the JSON transport, which answers in the request's own task without a stream; a tools/list
-the SDK has answered before, alike but for its id, is answered with that answer (mcp/listing_answers.py). The
-protocol handling, both eras included, stays the SDK's.
+tool calls) is answered as JSON without a stream: a quiet 2025-era tools/call by the SDK's single-exchange kernel
+in the request's own task (mcp/single_exchange.py), a tools/list the SDK has answered before, alike but for its
+id, with that answer (mcp/listing_answers.py), the rest by the JSON transport. The protocol handling, both eras
+included, stays the SDK's.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from mcp_backend.mcp.listing_answers import ListingAnswers
 from mcp_backend.mcp.request_body import ClientDisconnected, request_body
+from mcp_backend.mcp.single_exchange import SingleExchange
 
 
 def streams_its_answer(message: Any, streaming_tools: Collection[str]) -> bool:
@@ -58,11 +60,18 @@ def accepts_both(scope: Scope) -> bool:
 class ResponseModes:
     """ASGI app over the SDK's JSON and event-stream apps of one server; runs both transports' lifespans."""
 
-    def __init__(self, json_app: Starlette, stream_app: Starlette, streaming_tools: Collection[str]) -> None:
+    def __init__(
+        self,
+        json_app: Starlette,
+        stream_app: Starlette,
+        streaming_tools: Collection[str],
+        single_exchange: SingleExchange | None = None,
+    ) -> None:
         self.json_app = json_app
         self.stream_app = stream_app
         self.streaming_tools = frozenset(streaming_tools)
         self.listings = ListingAnswers(json_app)
+        self.single_exchange = single_exchange
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -82,6 +91,11 @@ class ResponseModes:
         streamed = streams_its_answer(message, self.streaming_tools) or waits_on_a_task(message, scope)
         if streamed or not accepts_both(scope):
             await self.stream_app(scope, replay, send)
+            return
+        exchange = self.single_exchange
+        taken = exchange.request_for(scope, body, message) if exchange is not None else None
+        if exchange is not None and taken is not None:
+            await exchange.answer(scope, replay, send, *taken)
         else:
             await self.listings.answer(scope, replay, send, message)
 
@@ -91,6 +105,8 @@ class ResponseModes:
         async with AsyncExitStack() as stack:
             for app in (self.json_app, self.stream_app):
                 await stack.enter_async_context(app.router.lifespan_context(app))
+            if self.single_exchange is not None:
+                await stack.enter_async_context(self.single_exchange.running())
             yield
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:

@@ -46,6 +46,7 @@ from mcp_backend.mcp.internal_errors import InternalErrorsWithoutText
 from mcp_backend.mcp.request_spans import TracedRequests
 from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.restore_hook import with_after_restore_hook
+from mcp_backend.mcp.single_exchange import SingleExchange
 from mcp_backend.mcp.table_server import table_server
 from mcp_backend.mcp.tasks import JobTasks, task_extensions
 from mcp_backend.mcp.tasks_2025 import LegacyJobTasks
@@ -224,7 +225,7 @@ def create_app(
         )
         for json_response in (True, False)
     )
-    sdk_app = ResponseModes(json_app, stream_app, bindings.streaming_tools)
+    sdk_app = ResponseModes(json_app, stream_app, bindings.streaming_tools, SingleExchange(server))
     guard = McpHttpGuard(
         sdk_app,
         path=settings.mcp_path,
