@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import anyio
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -21,8 +22,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from devstack.__main__ import dev_parameters
 from mcp_backend import tracing
 from mcp_backend.config import TracingSettings
+from mcp_backend.mcp.server import create_app
 from mcp_backend.snapstart import refresh_after_restore
 from tests.loopback_http import serving
+from tests.unit.endpoint_fakes import SETTINGS, EveryoneIsAlice, RoomyRateTable, ServedInProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -327,3 +330,27 @@ print("recorded")
     # Then it records, the layer's tracing put on the path by the stack itself
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "recorded"
+
+
+def test_a_meta_only_traceparent_links_the_request_span_and_the_mcp_span_both_ways(recorded):
+    # Given the endpoint with tracing on
+    app = create_app(SETTINGS, authenticator=EveryoneIsAlice(), client_factory=lambda service: RoomyRateTable())
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    meta = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "list_endpoints", "_meta": meta}}
+
+    # When a tools/call carries a traceparent only in params._meta (none in its headers)
+    async def scenario() -> None:
+        async with ServedInProcess(app) as client:
+            response = await client.post("/mcp", json=body, headers={**headers, "authorization": "Bearer k"})
+            assert response.status_code == 200, response.text
+
+    anyio.run(scenario)
+
+    # Then the MCP span is in the client's trace, the HTTP span in its own, and each links to the other
+    spans = recorded.get_finished_spans()
+    [http] = [span for span in spans if span.name == "POST /mcp"]
+    [mcp] = [span for span in spans if span.name == "tools/call list_endpoints"]
+    assert f"{mcp.context.trace_id:032x}" == TRACE_ID and mcp.context.trace_id != http.context.trace_id
+    assert [link.context.span_id for link in mcp.links] == [http.context.span_id]
+    assert [link.context.span_id for link in http.links] == [mcp.context.span_id]

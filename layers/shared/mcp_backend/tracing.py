@@ -267,6 +267,21 @@ def annotate(attributes: Mapping[str, Any]) -> None:
         current.set_attributes(safe_attributes(attributes))
 
 
+def link_with_current(other: Any) -> None:
+    """Link the current span and `other` (a span handle) both ways when they are in different traces: the SDK's
+    MCP span follows a `traceparent` in `params._meta`, while the HTTP request's span, opened before the body is
+    read, follows the header's (or starts a trace). Each trace then names the other."""
+    if _STATE.tracer is None or not isinstance(other, _SpanHandle):
+        return
+    from opentelemetry.trace import get_current_span
+
+    current = get_current_span()
+    theirs, ours = current.get_span_context(), other.context
+    if current.is_recording() and theirs.is_valid and theirs.trace_id != ours.trace_id:
+        current.add_link(ours)
+        other.link(theirs)
+
+
 def reset() -> None:
     """Forget the configuration (tests configure again with their own settings)."""
     with _STATE.lock:
@@ -346,6 +361,14 @@ class _SpanHandle:
     def recording(self) -> bool:
         """False for a span the sampler dropped: nothing of it is exported."""
         return bool(self._span.is_recording())
+
+    @property
+    def context(self) -> Any:
+        return self._span.get_span_context()
+
+    def link(self, context: Any) -> None:
+        if self._span.is_recording():
+            self._span.add_link(context)
 
     def record_error(self, error_type: str) -> None:
         from opentelemetry.trace import StatusCode

@@ -3,7 +3,8 @@
 One span per request to the endpoint, its parent the client's `traceparent` header when well-formed (else a new
 trace). The guard's steps and the AWS calls they make are its children; the SDK's MCP span (`tools/call <tool>`,
 the MCP semantic conventions) is its child too, or, when the request's `params._meta` carries a `traceparent`,
-a child of that one (the SDK reads it). The URL's query string is never recorded.
+a child of that one (the SDK reads it), and then the two spans are linked both ways (`link_to_request_span`), so
+each trace leads to the other. The URL's query string is never recorded.
 """
 
 from __future__ import annotations
@@ -15,6 +16,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_backend import tracing
 from mcp_backend.mcp.guard import HEALTH_PATH
+
+# The scope key under which the request's HTTP span is kept for the SDK middleware inside it.
+REQUEST_SPAN_KEY = "mcp_backend.request_span"
+
+
+def link_to_request_span(scope: Scope) -> None:
+    """Called inside the SDK's MCP span: link it with the request's HTTP span when they are in different traces."""
+    request_span = scope.get(REQUEST_SPAN_KEY)
+    if request_span is not None:
+        tracing.link_with_current(request_span)
 
 
 class TracedRequests:
@@ -41,6 +52,7 @@ class TracedRequests:
         with tracing.span(
             f"{scope['method']} {scope['path']}", kind="server", parent=tracing.extract(carrier), attributes=attributes
         ) as span:
+            scope[REQUEST_SPAN_KEY] = span
 
             async def send_with_status(message: Message) -> None:
                 if message["type"] == "http.response.start":
