@@ -20,6 +20,9 @@ from tests.unit.endpoint_fakes import SETTINGS, ServedInProcess
 from tests.unit.test_oauth import EC_KEY, ISSUER, RESOURCE, StubIssuer, jwk, policy, token
 
 CALLS = 10
+# Within one rate window whenever the test runs: with the wall clock, a minute turning mid-test made the next call
+# lease the new window's block on its path (a new window always does).
+IN_ONE_WINDOW = 1_800_000_000.0 + 1.0  # a second into an epoch minute
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
@@ -91,6 +94,7 @@ def served_calls(tool: str, arguments: dict[str, Any]) -> tuple[list[list[str]],
         settings,
         authenticator=authenticator,
         client_factory=lambda service: dynamodb,
+        rate_limit_clock=lambda: IN_ONE_WINDOW,
         lease_ahead=later,
     )
     bearer = {"authorization": f"Bearer {token(EC_KEY, alg='ES256', tier='free')}", **HEADERS}
