@@ -101,25 +101,48 @@ def wait_for(port: int, process: subprocess.Popen, path: str = "/") -> None:
     raise TimeoutError(f"nothing answered on 127.0.0.1:{port}")
 
 
-def load(url: str, headers: dict[str, str], body: dict[str, Any], cpus: set[int], server_pid: int) -> dict[str, Any]:
+def load(
+    url: str,
+    headers: dict[str, str],
+    body: dict[str, Any],
+    cpus: set[int],
+    server_pid: int,
+    emulator_pid: int | None = None,
+) -> dict[str, Any]:
     """One round: 50 warm-up requests, then each phase in a load process of its own, with the server process's CPU
     time (user + system) per request over each phase: unlike req/s, it hardly moves when other work shares the
-    machine. The sequential phase is how Lambda runs the endpoint: one request at a time per environment."""
+    machine. The sequential phase is how Lambda runs the endpoint: one request at a time per environment.
+    With `emulator_pid` (moto, on the client's core), also how busy that core was over each phase: the client's
+    and moto's CPU over the phase's wall time. Near 100%, the phase's req/s measures that core, not the server."""
     job = {"url": url, "headers": headers, "body": body}
     _run_load({**job, "phases": []}, cpus)
-    phases, server_cpu_ms, client_seconds = [], {}, 0.0
+    phases, server_cpu_ms, client_core_busy, client_seconds = [], {}, {}, 0.0
     for phase in PHASES:
-        cpu_before = cpu_seconds(server_pid)
+        cpu_before, emulator_before = cpu_seconds(server_pid), _cpu_or_none(emulator_pid)
         client_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        phases.extend(_run_load({**job, "phases": [phase], "warm_up": 0}, cpus))
-        cpu_after = cpu_seconds(server_pid)
+        measured = _run_load({**job, "phases": [phase], "warm_up": 0}, cpus)
+        phases.extend(measured)
+        cpu_after, emulator_after = cpu_seconds(server_pid), _cpu_or_none(emulator_pid)
         client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if cpu_before is not None and cpu_after is not None:
             server_cpu_ms[phase_name(phase)] = (cpu_after - cpu_before) / phase["requests"] * 1000
-        client_seconds += sum(getattr(client_after, f) - getattr(client_before, f) for f in ("ru_utime", "ru_stime"))
+        spent = sum(getattr(client_after, f) - getattr(client_before, f) for f in ("ru_utime", "ru_stime"))
+        client_seconds += spent
+        if emulator_before is not None and emulator_after is not None and measured and measured[0]["rps"] > 0:
+            wall = phase["requests"] / measured[0]["rps"]
+            client_core_busy[phase_name(phase)] = (spent + emulator_after - emulator_before) / wall
     # The client's whole processes (their interpreters' start included) per request: an upper bound on what it spends.
     requests = sum(phase["requests"] for phase in PHASES)
-    return {"phases": phases, "server_cpu_ms": server_cpu_ms, "client_cpu_ms": client_seconds / requests * 1000}
+    return {
+        "phases": phases,
+        "server_cpu_ms": server_cpu_ms,
+        "client_cpu_ms": client_seconds / requests * 1000,
+        "client_core_busy": client_core_busy,
+    }
+
+
+def _cpu_or_none(pid: int | None) -> float | None:
+    return cpu_seconds(pid) if pid is not None else None
 
 
 def _run_load(job: dict[str, Any], cpus: set[int]) -> list[dict[str, Any]]:
@@ -304,6 +327,7 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
     def client(service: str) -> Any:
         return boto3.client(service, endpoint_url=moto_url, region_name="us-east-1")
 
+    [emulator] = processes  # moto, started by moto_server on the client's core
     local = LocalEnvironment(client)
     environment = mcp_environment(local, SSE_KEEPALIVE_SECONDS="15", LIMIT_PRO_REQUESTS_PER_MINUTE=UNTHROTTLED)
     key = add_api_key(client("secretsmanager"), environment["API_KEYS_SECRET_ID"], "bench-user", "pro")
@@ -383,8 +407,8 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
         for _ in range(ROUNDS):  # alternate, so drift on a shared machine hits every server
             for name, (process, port) in stock_servers.items():
                 url = f"http://127.0.0.1:{port}/mcp"
-                runs[name].append(load(url, HEADERS, bodies[name], client_cpus, process.pid))
-            runs["ours"].append(load(ours_url, ours_headers, bodies["ours"], client_cpus, ours.pid))
+                runs[name].append(load(url, HEADERS, bodies[name], client_cpus, process.pid, emulator.pid))
+            runs["ours"].append(load(ours_url, ours_headers, bodies["ours"], client_cpus, ours.pid, emulator.pid))
         results[case] = {name: _best([r["phases"] for r in rounds]) for name, rounds in runs.items()}
         results[case]["server_cpu_ms"] = {name: _least_cpu(rounds) for name, rounds in runs.items()}
         results[case]["server_cpu_ratio"] = {
@@ -394,6 +418,7 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
             name: _paired_cpu_quartiles(runs["ours"], rounds) for name, rounds in runs.items() if name != "ours"
         }
         results[case]["client_cpu_ms"] = max(r["client_cpu_ms"] for rounds in runs.values() for r in rounds)
+        results[case]["client_core_busy"] = {name: _median_busy(rounds) for name, rounds in runs.items()}
     RESULTS["endpoint"] = {"server_cpus": sorted(server_cpus), "client_cpus": sorted(client_cpus), **results}
     return results
 
@@ -432,6 +457,15 @@ def _cpu_pairs(ours: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> di
         phase: [(o["server_cpu_ms"][phase], b["server_cpu_ms"][phase]) for o, b in zip(ours, baseline, strict=True)]
         for phase in phases
         if all(phase in r["server_cpu_ms"] for r in (*ours, *baseline))
+    }
+
+
+def _median_busy(rounds: list[dict[str, Any]]) -> dict[str, float]:
+    """Per phase, the median over the rounds of the client core's busy share."""
+    names = {name for r in rounds for name in r.get("client_core_busy", {})}
+    return {
+        name: statistics.median(r["client_core_busy"][name] for r in rounds if name in r["client_core_busy"])
+        for name in names
     }
 
 
@@ -506,10 +540,29 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
     lines += [
         "",
         f"The load client's CPU per request, its whole processes (their interpreters' start included), most of any "
-        f"round: {client}. Below every server's, so the server, not the client, fills its core over "
-        f"{CONNECTIONS} connections (httpx's client, used before, spent about 2 ms per request: it was the "
-        "bottleneck, and those req/s measured it).",
+        f"round: {client}. Below every server's (httpx's client, used before, spent about 2 ms per request: it "
+        "was the bottleneck, and those req/s measured it); but the client's core also runs moto (below).",
     ]
+    busy_rows = [
+        f"| {label} | {name} | "
+        + " | ".join(f"{runs['client_core_busy'][name][phase_name(p)]:.0%}" for p in PHASES)
+        + " |"
+        for label, runs in ((f"`{case}`", runs) for case, runs in results.items())
+        for name in ("ours", "stock_getitem")
+        if all(phase_name(p) in runs.get("client_core_busy", {}).get(name, {}) for p in PHASES)
+    ]
+    if busy_rows:
+        lines += [
+            "",
+            "How busy the load client's core was over each phase (the client's and moto's CPU over the phase's wall "
+            "time, median of the rounds): moto answers every AWS call on that core, ours' call-log PutRecords and "
+            "rate-limit leases too, which on AWS cost the server only its botocore work (measured above). Near "
+            "100%, a phase's req/s measures that core, not the server; the server CPU per request does not.",
+            "",
+            "| request | server | " + " | ".join(phase_name(p) for p in PHASES) + " |",
+            "|---|---|" + "---|" * len(PHASES),
+            *busy_rows,
+        ]
     lines += [
         "",
         "Targets, from the same rounds: `tools/list` over "
