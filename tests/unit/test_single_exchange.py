@@ -71,6 +71,8 @@ REQUESTS: list[tuple[str, Any, dict[str, str]]] = [
     ("id null", call("get_job", {"job_id": UNKNOWN_JOB}, request_id=None), {}),
     ("not JSON-RPC 2.0", {**call("get_job", {"job_id": UNKNOWN_JOB}), "jsonrpc": "1.0"}, {}),
     ("notification", {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "get_job"}}, {}),
+    ("method a list", {"jsonrpc": "2.0", "id": 1, "method": []}, {}),
+    ("method an object", {"method": {"a": 1}}, {}),
     ("unknown era", call("get_job", {"job_id": UNKNOWN_JOB}), {"mcp-protocol-version": "2024-01-01"}),
     ("charset", call("get_job", {"job_id": UNKNOWN_JOB}), {"content-type": "application/json; charset=utf-8"}),
     ("accept any", call("get_job", {"job_id": UNKNOWN_JOB}), {"accept": "*/*"}),
@@ -116,7 +118,8 @@ def test_each_tools_call_gets_the_answer_the_sdks_transport_gives(era, monkeypat
     ours = answers(requests, through_sdk=False, monkeypatch=monkeypatch)
     sdk = answers(requests, through_sdk=True, monkeypatch=monkeypatch)
 
-    # Then every answer is the same: status, content type and body
+    # Then every answer is the same (status, content type and body), and none is a server error
+    assert all(status < 500 for status, _, _ in ours), ours
     for (name, _, _), mine, theirs in zip(REQUESTS, ours, sdk, strict=True):
         assert mine == theirs, name
 

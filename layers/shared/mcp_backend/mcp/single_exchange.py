@@ -120,7 +120,8 @@ class SingleExchange:
 
     def request_for(self, scope: Scope, body: bytes, message: Any) -> tuple[JSONRPCRequest, str] | None:
         """The request and its protocol version when this answers it, else None (the SDK's transport does)."""
-        if not isinstance(message, dict) or message.get("method") not in TAKEN_METHODS:
+        method = message.get("method") if isinstance(message, dict) else None
+        if not isinstance(method, str) or method not in TAKEN_METHODS:  # untrusted JSON: a list is unhashable
             return None
         if scope["method"] != "POST" or len(body) > self.max_body_bytes:
             return None
