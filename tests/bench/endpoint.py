@@ -2,8 +2,9 @@
 
 Each server runs in its own process, started as McpServer's run.sh starts uvicorn (ours through run.sh
 itself, the stock app with the same uvicorn command line); the load client (tests.bench.load) runs in
-another process; the moto server the endpoint's AWS calls reach runs in a third. With two cores or more,
-the server is pinned to one core and the client and moto to another, so neither steals the server's CPU.
+another process; the AWS calls reach a stand-in (tests.bench.aws_stand_in) that answers the per-request ones
+from memory and hands the rest to a moto server. With two cores or more, the server is pinned to one core and
+the client, the stand-in and moto to another, so none of them steals the server's CPU.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import httpx
 from devstack.runtime.procfs import cpu_seconds
 from mcp_backend.jobs.models import JobMessage
 from mcp_backend.jobs.store import JobStore
+from tests.bench.aws_stand_in import ANSWERED
+from tests.bench.load import WARM_UP_REQUESTS
 from tests.bench.measure import (
     RESULTS,
     ROOT,
@@ -107,22 +110,23 @@ def load(
     body: dict[str, Any],
     cpus: set[int],
     server_pid: int,
-    emulator_pid: int | None = None,
+    emulator_pids: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     """One round: 50 warm-up requests, then each phase in a load process of its own, with the server process's CPU
     time (user + system) per request over each phase: unlike req/s, it hardly moves when other work shares the
     machine. The sequential phase is how Lambda runs the endpoint: one request at a time per environment.
-    With `emulator_pid` (moto, on the client's core), also how busy that core was over each phase: the client's
-    and moto's CPU over the phase's wall time. Near 100%, the phase's req/s measures that core, not the server."""
+    With `emulator_pids` (moto and the AWS stand-in, on the client's core), also how busy that core was over each
+    phase: the client's and theirs CPU over the phase's wall time. Near 100%, the phase's req/s measures that core,
+    not the server."""
     job = {"url": url, "headers": headers, "body": body}
     _run_load({**job, "phases": []}, cpus)
     phases, server_cpu_ms, client_core_busy, client_seconds = [], {}, {}, 0.0
     for phase in PHASES:
-        cpu_before, emulator_before = cpu_seconds(server_pid), _cpu_or_none(emulator_pid)
+        cpu_before, emulator_before = cpu_seconds(server_pid), _cpu_or_none(emulator_pids)
         client_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         measured = _run_load({**job, "phases": [phase], "warm_up": 0}, cpus)
         phases.extend(measured)
-        cpu_after, emulator_after = cpu_seconds(server_pid), _cpu_or_none(emulator_pid)
+        cpu_after, emulator_after = cpu_seconds(server_pid), _cpu_or_none(emulator_pids)
         client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if cpu_before is not None and cpu_after is not None:
             server_cpu_ms[phase_name(phase)] = (cpu_after - cpu_before) / phase["requests"] * 1000
@@ -141,8 +145,9 @@ def load(
     }
 
 
-def _cpu_or_none(pid: int | None) -> float | None:
-    return cpu_seconds(pid) if pid is not None else None
+def _cpu_or_none(pids: tuple[int, ...]) -> float | None:
+    seconds = [cpu_seconds(pid) for pid in pids]
+    return sum(s for s in seconds if s is not None) if pids and None not in seconds else None
 
 
 def _run_load(job: dict[str, Any], cpus: set[int]) -> list[dict[str, Any]]:
@@ -313,6 +318,23 @@ def moto_server(cpus: set[int]) -> Iterator[tuple[str, list[subprocess.Popen]]]:
             process.wait(timeout=10)
 
 
+def start_aws_stand_in(moto_url: str, cpus: set[int], static_tables: list[str], processes: list) -> str:
+    """The AWS stand-in (tests/bench/aws_stand_in.py) in its own process on `cpus`, in front of moto: its URL. It is
+    added to `processes`, so the block that started moto ends it too."""
+    port = free_port()
+    tables = [word for table in static_tables for word in ("--static-table", table)]
+    stand_in = subprocess.Popen(
+        [sys.executable, "-m", "tests.bench.aws_stand_in", "--port", str(port), "--moto", moto_url, *tables],
+        cwd=ROOT,
+        stdout=logs("aws-stand-in"),
+        stderr=subprocess.STDOUT,
+        preexec_fn=pinned(cpus),
+    )
+    processes.append(stand_in)
+    wait_for(port, stand_in, "/moto-api/")
+    return f"http://127.0.0.1:{port}"
+
+
 def _load_run() -> list[str]:
     server_cpus, client_cpus = cores()
     with moto_server(client_cpus) as (moto_url, processes):
@@ -327,11 +349,14 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
     def client(service: str) -> Any:
         return boto3.client(service, endpoint_url=moto_url, region_name="us-east-1")
 
-    [emulator] = processes  # moto, started by moto_server on the client's core
     local = LocalEnvironment(client)
     environment = mcp_environment(local, SSE_KEEPALIVE_SECONDS="15", LIMIT_PRO_REQUESTS_PER_MINUTE=UNTHROTTLED)
     key = add_api_key(client("secretsmanager"), environment["API_KEYS_SECRET_ID"], "bench-user", "pro")
     finished_job(JobStore(environment["JOB_TABLE_NAME"], client("dynamodb")), "apikey:bench-user")
+    # The servers call AWS through the stand-in: the job table's GetItem and the call log's PutRecords answered in
+    # constant time, as other machines answer them on AWS; the rest (the rate limiter's leases) by moto.
+    aws_url = start_aws_stand_in(moto_url, client_cpus, [environment["JOB_TABLE_NAME"]], processes)
+    emulators = tuple(process.pid for process in processes)  # moto and the stand-in, on the client's core
 
     # Every server runs what deploys, the way Lambda runs it: the deploy's runtime (python3.13), the built code
     # and layers with their precompiled .pyc, boto3 from the runtime's own packages (DeployedPython).
@@ -348,7 +373,7 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
         "AWS_ACCESS_KEY_ID": "bench",
         "AWS_SECRET_ACCESS_KEY": "bench",
         "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": moto_url,
+        "AWS_ENDPOINT_URL": aws_url,
     }
     ours_env = deployed.environment(None, layer_ids, **base_env, **environment)
     ours_env["PATH"] = f"{bin_dir}:{ours_env['PATH']}"
@@ -407,8 +432,8 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
         for _ in range(ROUNDS):  # alternate, so drift on a shared machine hits every server
             for name, (process, port) in stock_servers.items():
                 url = f"http://127.0.0.1:{port}/mcp"
-                runs[name].append(load(url, HEADERS, bodies[name], client_cpus, process.pid, emulator.pid))
-            runs["ours"].append(load(ours_url, ours_headers, bodies["ours"], client_cpus, ours.pid, emulator.pid))
+                runs[name].append(load(url, HEADERS, bodies[name], client_cpus, process.pid, emulators))
+            runs["ours"].append(load(ours_url, ours_headers, bodies["ours"], client_cpus, ours.pid, emulators))
         results[case] = {name: _best([r["phases"] for r in rounds]) for name, rounds in runs.items()}
         results[case]["server_cpu_ms"] = {name: _least_cpu(rounds) for name, rounds in runs.items()}
         results[case]["server_cpu_ratio"] = {
@@ -417,10 +442,25 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
         results[case]["server_cpu_ratio_quartiles"] = {
             name: _paired_cpu_quartiles(runs["ours"], rounds) for name, rounds in runs.items() if name != "ours"
         }
+        results[case]["rps_ratio"] = {name: _paired_rps_ratio(runs["ours"], rounds) for name, rounds in runs.items()}
+        results[case]["rps_ratio_quartiles"] = {
+            name: _paired_rps_quartiles(runs["ours"], rounds) for name, rounds in runs.items() if name != "ours"
+        }
         results[case]["client_cpu_ms"] = max(r["client_cpu_ms"] for rounds in runs.values() for r in rounds)
         results[case]["client_core_busy"] = {name: _median_busy(rounds) for name, rounds in runs.items()}
+    _check_stand_in_answered(aws_url, sum(name.startswith("tools/call") for name in cases))
     RESULTS["endpoint"] = {"server_cpus": sorted(server_cpus), "client_cpus": sorted(client_cpus), **results}
     return results
+
+
+def _check_stand_in_answered(aws_url: str, call_cases: int) -> None:
+    """Every measured `get_job` (ours' and the stock app's) read its job through the stand-in, and ours' call log
+    reached it: else a server calling elsewhere, or failing its GetItem into a tool error, was measured."""
+    answered = httpx.get(f"{aws_url}{ANSWERED}", timeout=10).json()
+    requests_per_round = WARM_UP_REQUESTS + sum(phase["requests"] for phase in PHASES)
+    expected = call_cases * 2 * ROUNDS * requests_per_round  # ours and stock_getitem
+    if answered["kept"] < expected or not answered["put_records"]:
+        raise RuntimeError(f"the AWS stand-in answered {answered}, expected {expected} job reads and a call log")
 
 
 def finished_job(store: JobStore, user_id: str) -> None:
@@ -460,6 +500,23 @@ def _cpu_pairs(ours: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> di
     }
 
 
+def _paired_rps_ratio(ours: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dict[str, float]:
+    """Per phase, the median over the rounds of ours' req/s / the baseline's in the same round: the target's
+    statistic. A ratio of two bests picks each server's luckiest round, which here strays by a tenth or more."""
+    return {phase: paired_ratio(pairs) for phase, pairs in _rps_pairs(ours, baseline).items()}
+
+
+def _paired_rps_quartiles(ours: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dict[str, list[float]]:
+    return {phase: list(paired_ratio_quartiles(pairs)) for phase, pairs in _rps_pairs(ours, baseline).items()}
+
+
+def _rps_pairs(ours: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    return {
+        phase_name(phase): [(o["phases"][i]["rps"], b["phases"][i]["rps"]) for o, b in zip(ours, baseline, strict=True)]
+        for i, phase in enumerate(PHASES)
+    }
+
+
 def _median_busy(rounds: list[dict[str, Any]]) -> dict[str, float]:
     """Per phase, the median over the rounds of the client core's busy share."""
     names = {name for r in rounds for name in r.get("client_core_busy", {})}
@@ -477,9 +534,9 @@ def _least_cpu(rounds: list[dict[str, Any]]) -> dict[str, float]:
 
 def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[int]) -> list[str]:
     pinning = (
-        f"server on CPU {sorted(server_cpus)}, load client and moto on CPU {sorted(client_cpus)}"
+        f"server on CPU {sorted(server_cpus)}, load client, AWS stand-in and moto on CPU {sorted(client_cpus)}"
         if server_cpus != client_cpus
-        else "one core: server, client and moto share it"
+        else "one core: server, client, AWS stand-in and moto share it"
     )
     lines = [
         "## MCP endpoint against the stock SDK app",
@@ -494,9 +551,14 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
         f"Per server and request: {SEQUENTIAL} sequential requests on one keep-alive connection, then {CONCURRENT} "
         f"over {CONNECTIONS} connections; best of {ROUNDS} alternating rounds after 50 warm-up requests. Ours with "
         "bearer auth, the Host/Origin guard and telemetry on (correlation id, the request log line, the call-log "
-        "record of each `tools/call` to Kinesis in moto); its `tools/call` is `get_job` of an unknown job id "
-        "(a DynamoDB GetItem in moto, answered with a tool error), and of the caller's finished job (the same "
-        "GetItem, answered with the job and its result), the stock app's is `echo`. Where the time goes: "
+        "record of each `tools/call` to Kinesis); its `tools/call` is `get_job` of an unknown job id "
+        "(a DynamoDB GetItem, answered with a tool error), and of the caller's finished job (the same "
+        "GetItem, answered with the job and its result), the stock app's is `echo`. Every server's AWS calls go to "
+        "`tests/bench/aws_stand_in.py`: the job table's GetItem (moto's own answer, kept) and the call log's "
+        "PutRecords answered from memory, in the same constant time for every server, as other machines answer "
+        "them on AWS; the rest (the rate limiter's leases, Secrets Manager) forwarded to a moto server. With moto "
+        "answering every call on the client's core, its queue (a few hundred records of call log take it tens of "
+        "milliseconds) set the req/s of the server that makes more calls. Where the time goes: "
         'docs/mcp-endpoint.md, "Where a request\'s time goes" (`python -m tests.bench.profile_endpoint`).',
         "",
         "| request | phase | ours req/s | stock req/s | ratio | ours p50 / p99 | stock p50 / p99 |",
@@ -541,7 +603,8 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
         "",
         f"The load client's CPU per request, its whole processes (their interpreters' start included), most of any "
         f"round: {client}. Below every server's (httpx's client, used before, spent about 2 ms per request: it "
-        "was the bottleneck, and those req/s measured it); but the client's core also runs moto (below).",
+        "was the bottleneck, and those req/s measured it); the client's core also runs the AWS stand-in and moto "
+        "(below).",
     ]
     busy_rows = [
         f"| {label} | {name} | "
@@ -554,10 +617,9 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
     if busy_rows:
         lines += [
             "",
-            "How busy the load client's core was over each phase (the client's and moto's CPU over the phase's wall "
-            "time, median of the rounds): moto answers every AWS call on that core, ours' call-log PutRecords and "
-            "rate-limit leases too, which on AWS cost the server only its botocore work (measured above). Near "
-            "100%, a phase's req/s measures that core, not the server; the server CPU per request does not.",
+            "How busy the load client's core was over each phase (the client's, the stand-in's and moto's CPU over "
+            "the phase's wall time, median of the rounds). Near 100%, a phase's req/s would measure that core, not "
+            "the server; the server CPU per request does not depend on it.",
             "",
             "| request | server | " + " | ".join(phase_name(p) for p in PHASES) + " |",
             "|---|---|" + "---|" * len(PHASES),
@@ -570,18 +632,23 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
         "at least 1.0x the req/s of the stock app whose `get_job` makes the same single GetItem "
         f"(`create_getitem_app`, JSON), sequential and over {CONNECTIONS} connections. "
         "Ours answers JSON for requests ready at once and an event "
-        "stream only for calls that report progress (docs/mcp-endpoint.md).",
+        "stream only for calls that report progress (docs/mcp-endpoint.md). A ratio is the median over the "
+        f"{ROUNDS} rounds of ours' req/s over the other server's in the same round (in brackets, the quartiles); "
+        "the target reads it. After it, the ratio of the two servers' best rounds (the first table's figures).",
         "",
-        "| request | phase | ours / stock (SSE) | ours / stock (JSON) | ours / stock get_job (JSON) |",
-        "|---|---|---|---|---|",
+        "| request | phase | ours / stock (SSE) | ours / stock (JSON) | ours / stock get_job (JSON) "
+        "| best / best, get_job (JSON) |",
+        "|---|---|---|---|---|---|",
     ]
     for case, runs in results.items():
         for index, ours in enumerate(runs["ours"]):
             phase = phase_name(ours)
             ratios = " | ".join(
-                f"{ours['rps'] / runs[name][index]['rps']:.2f}x" for name in ("stock", "stock_json", "stock_getitem")
+                f"{runs['rps_ratio'][name][phase]:.2f}x{_spread(runs['rps_ratio_quartiles'][name][phase])}"
+                for name in ("stock", "stock_json", "stock_getitem")
             )
-            lines.append(f"| `{case}` | {phase} | {ratios} |")
+            best = ours["rps"] / runs["stock_getitem"][index]["rps"]
+            lines.append(f"| `{case}` | {phase} | {ratios} | {best:.2f}x |")
     return [*lines, ""]
 
 

@@ -2,9 +2,10 @@
 stock SDK app (`python -m tests.bench tracing`).
 
 Each server is the app as run.sh starts it (uvicorn, one process), in the bench's own interpreter with the sources
-(no build needed), its AWS calls going to a moto server; with tracing on it samples every request (the worst case:
-every span recorded and exported) and exports to an OTLP/HTTP receiver on loopback in the bench process, which
-counts what arrives. Servers are pinned to one core, the load client and moto to the other.
+(no build needed), its AWS calls going to the endpoint section's AWS stand-in in front of a moto server; with
+tracing on it samples every request (the worst case: every span recorded and exported) and exports to an OTLP/HTTP
+receiver on loopback in the bench process, which counts what arrives. Servers are pinned to one core, the load
+client, the stand-in and moto to the other.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tests.bench.endpoint import (
     logs,
     moto_server,
     pinned,
+    start_aws_stand_in,
     stock_app_dir,
     uvicorn_command,
     wait_for,
@@ -73,7 +75,9 @@ def run() -> list[str]:
     return _section(figures)
 
 
-def _environments(moto_url: str, receiver: str) -> tuple[dict[str, str], dict[str, str], str]:
+def _environments(
+    moto_url: str, receiver: str, client_cpus: set[int], processes: list[subprocess.Popen]
+) -> tuple[dict[str, str], dict[str, str], str]:
     from devstack.wired_stack import LocalEnvironment
     from mcp_backend.api_keys import add_api_key
 
@@ -83,6 +87,8 @@ def _environments(moto_url: str, receiver: str) -> tuple[dict[str, str], dict[st
     local = LocalEnvironment(client)
     environment = mcp_environment(local, SSE_KEEPALIVE_SECONDS="15", LIMIT_PRO_REQUESTS_PER_MINUTE=UNTHROTTLED)
     key = add_api_key(client("secretsmanager"), environment["API_KEYS_SECRET_ID"], "bench-user", "pro")
+    # As in the endpoint section: the per-request AWS calls answered in constant time, the rest by moto.
+    aws_url = start_aws_stand_in(moto_url, client_cpus, [environment["JOB_TABLE_NAME"]], processes)
     base = {
         "PATH": os.environ["PATH"],
         "HOME": os.environ.get("HOME", "/tmp"),
@@ -90,7 +96,7 @@ def _environments(moto_url: str, receiver: str) -> tuple[dict[str, str], dict[st
         "AWS_SECRET_ACCESS_KEY": "bench",
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": moto_url,
+        "AWS_ENDPOINT_URL": aws_url,
         "AWS_LAMBDA_FUNCTION_NAME": "bench-McpServer",
         "PYTHONPATH": f"{ROOT / 'layers' / 'shared'}:{ROOT}",
         **environment,
@@ -108,7 +114,7 @@ def _at_default_rate(on: dict[str, str]) -> dict[str, str]:
 def _measure(
     moto_url: str, receiver: str, server_cpus: set[int], client_cpus: set[int], processes: list[subprocess.Popen]
 ) -> dict[str, Any]:
-    off_env, on_env, key = _environments(moto_url, receiver)
+    off_env, on_env, key = _environments(moto_url, receiver, client_cpus, processes)
     stock_env = {**off_env, "PYTHONPATH": f"{stock_app_dir()}:{off_env['PYTHONPATH']}"}
 
     # Cold start: import + create_app in a fresh interpreter, tracing on against off, in pairs.
@@ -220,8 +226,9 @@ def _section(figures: dict[str, Any]) -> list[str]:
         "## Tracing on and off (McpServer)",
         "",
         "The endpoint as run.sh starts it, in the bench's interpreter with the sources (not the deploy's runtime: "
-        "the ratios are the figures to read), its AWS calls to a moto server; five servers, each pinned to one core, "
-        "the load client and moto on the other: Tracing=off (the default); Tracing=otlp sampling every request "
+        "the ratios are the figures to read), its AWS calls to the AWS stand-in in front of a moto server (as in the "
+        "endpoint section); five servers, each pinned to one core, the load client, the stand-in and moto on the "
+        "other: Tracing=off (the default); Tracing=otlp sampling every request "
         "(every span recorded, exported after each response to an OTLP/HTTP receiver on loopback); Tracing=otlp at "
         "the default sample rate (requests without a parent); and the stock SDK app (`tests/bench/stock_app.py`). "
         f"{REQUESTS} sequential requests per round on one keep-alive "
