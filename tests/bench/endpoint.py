@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -335,6 +336,69 @@ def start_aws_stand_in(moto_url: str, cpus: set[int], static_tables: list[str], 
     return f"http://127.0.0.1:{port}"
 
 
+@dataclass
+class DeployedServers:
+    """Servers started as Lambda runs McpServer: the deploy's runtime (python3.13), the built code and layers with
+    their precompiled .pyc, boto3 from the runtime's own packages (DeployedPython); ours through run.sh, the stock
+    app (tests/bench/stock_app.py, which imports none of ours) with the same uvicorn command line on McpServer's
+    layers (the SDK, uvicorn, pydantic). Each pinned to `cpus`, its AWS calls to `aws_url`, added to `processes`."""
+
+    deployed: DeployedPython
+    code_dir: Path
+    layer_ids: list[str]
+    base_env: dict[str, str]
+    cpus: set[int]
+    processes: list[subprocess.Popen]
+
+    @classmethod
+    def prepare(cls, local: Any, aws_url: str, cpus: set[int], processes: list[subprocess.Popen]) -> DeployedServers:
+        deployed = DeployedPython.prepare(local.stack.template)
+        spec = local.stack.function("McpServer")
+        base_env = {
+            "HOME": os.environ.get("HOME", "/tmp"),
+            "AWS_ACCESS_KEY_ID": "bench",
+            "AWS_SECRET_ACCESS_KEY": "bench",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": aws_url,
+        }
+        code_dir = deployed.build_dir / spec.logical_id
+        return cls(deployed, code_dir, deployed.layer_ids(spec.layer_refs), base_env, cpus, processes)
+
+    def ours_environment(self, environment: dict[str, str]) -> dict[str, str]:
+        """A new interpreter's environment for ours: its code, its layers, the runtime's packages."""
+        return self.deployed.environment(self.code_dir, self.layer_ids, **self.base_env, **environment)
+
+    def stock_environment(self, **variables: str) -> dict[str, str]:
+        return self.deployed.environment(stock_app_dir(), self.layer_ids, **self.base_env, **variables)
+
+    def ours(self, name: str, environment: dict[str, str]) -> tuple[subprocess.Popen, int]:
+        """Ours through its run.sh, ready: the process and its port."""
+        bin_dir = ROOT / "build" / "bench-bin"  # run.sh starts `python3`: the runtime's, as on Lambda
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        (bin_dir / "python3").unlink(missing_ok=True)
+        (bin_dir / "python3").symlink_to(self.deployed.python)
+        env = self.deployed.environment(None, self.layer_ids, **self.base_env, **environment)
+        port = free_port()
+        env |= {"PATH": f"{bin_dir}:{env['PATH']}", "PORT": str(port), "LAMBDA_TASK_ROOT": str(self.code_dir)}
+        return self._started(["bash", str(self.code_dir / RUN_SH.name)], env, name, port, "/healthz")
+
+    def stock(self, name: str, factory: str, **variables: str) -> tuple[subprocess.Popen, int]:
+        """The stock app's `factory` (a function of tests/bench/stock_app.py), ready: the process and its port."""
+        port = free_port()
+        command = uvicorn_command(f"stock_app:{factory}", port, self.deployed.python)
+        return self._started(command, self.stock_environment(**variables), name, port, "/")
+
+    def _started(
+        self, command: list[str], env: dict[str, str], name: str, port: int, ready_path: str
+    ) -> tuple[subprocess.Popen, int]:
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=logs(name), stderr=subprocess.STDOUT, preexec_fn=pinned(self.cpus)
+        )
+        self.processes.append(process)
+        wait_for(port, process, ready_path)
+        return process, port
+
+
 def _load_run() -> list[str]:
     server_cpus, client_cpus = cores()
     with moto_server(client_cpus) as (moto_url, processes):
@@ -358,58 +422,15 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
     aws_url = start_aws_stand_in(moto_url, client_cpus, [environment["JOB_TABLE_NAME"]], processes)
     emulators = tuple(process.pid for process in processes)  # moto and the stand-in, on the client's core
 
-    # Every server runs what deploys, the way Lambda runs it: the deploy's runtime (python3.13), the built code
-    # and layers with their precompiled .pyc, boto3 from the runtime's own packages (DeployedPython).
-    deployed = DeployedPython.prepare(local.stack.template)
-    spec = local.stack.function("McpServer")
-    layer_ids = deployed.layer_ids(spec.layer_refs)
-    code_dir = deployed.build_dir / spec.logical_id
-    bin_dir = ROOT / "build" / "bench-bin"  # run.sh starts `python3`: the runtime's, as on Lambda
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    (bin_dir / "python3").unlink(missing_ok=True)
-    (bin_dir / "python3").symlink_to(deployed.python)
-    base_env = {
-        "HOME": os.environ.get("HOME", "/tmp"),
-        "AWS_ACCESS_KEY_ID": "bench",
-        "AWS_SECRET_ACCESS_KEY": "bench",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": aws_url,
-    }
-    ours_env = deployed.environment(None, layer_ids, **base_env, **environment)
-    ours_env["PATH"] = f"{bin_dir}:{ours_env['PATH']}"
-
-    ours_port = free_port()
-    ours = subprocess.Popen(
-        ["bash", str(code_dir / RUN_SH.name)],
-        cwd=ROOT,
-        env={**ours_env, "PORT": str(ours_port), "LAMBDA_TASK_ROOT": str(code_dir)},
-        stdout=logs("ours"),
-        stderr=subprocess.STDOUT,
-        preexec_fn=pinned(server_cpus),
-    )
-    processes.append(ours)
+    # Every server runs what deploys, the way Lambda runs it (DeployedServers).
+    servers = DeployedServers.prepare(local, aws_url, server_cpus, processes)
+    ours, ours_port = servers.ours("ours", environment)
     # The stock app three times: with its defaults (the baseline), answering JSON (what the event stream costs),
     # and answering JSON with a get_job tool that makes the same single GetItem as ours (the tools/call baseline).
-    # The stock app on the same runtime and McpServer's layers (the SDK, uvicorn, pydantic); it imports none of ours.
-    stock_servers: dict[str, tuple[subprocess.Popen, int]] = {}
-    stock_env = deployed.environment(
-        stock_app_dir(), layer_ids, **base_env, JOB_TABLE_NAME=environment["JOB_TABLE_NAME"]
-    )
-    for name, factory in STOCK_FACTORIES.items():
-        port = free_port()
-        process = subprocess.Popen(
-            uvicorn_command(f"stock_app:{factory}", port, deployed.python),
-            cwd=ROOT,
-            env=stock_env,
-            stdout=logs(name),
-            stderr=subprocess.STDOUT,
-            preexec_fn=pinned(server_cpus),
-        )
-        processes.append(process)
-        stock_servers[name] = (process, port)
-    wait_for(ours_port, ours, "/healthz")
-    for process, port in stock_servers.values():
-        wait_for(port, process)
+    stock_servers = {
+        name: servers.stock(name, factory, JOB_TABLE_NAME=environment["JOB_TABLE_NAME"])
+        for name, factory in STOCK_FACTORIES.items()
+    }
 
     ours_url = f"http://127.0.0.1:{ours_port}/mcp"
     ours_headers = {**HEADERS, **ADAPTER_HEADERS, "authorization": f"Bearer {key}"}

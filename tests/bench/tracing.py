@@ -1,21 +1,19 @@
 """What tracing costs the MCP endpoint: cold start and server CPU per request with Tracing=off and on, against the
 stock SDK app (`python -m tests.bench tracing`).
 
-Each server is the app as run.sh starts it (uvicorn, one process), in the bench's own interpreter with the sources
-(no build needed), its AWS calls going to the endpoint section's AWS stand-in in front of a moto server; with
-tracing on it samples every request (the worst case: every span recorded and exported) and exports to an OTLP/HTTP
-receiver on loopback in the bench process, which counts what arrives. Servers are pinned to one core, the load
-client, the stand-in and moto to the other.
+Each server is what deploys, started as the endpoint section starts it (tests.bench.endpoint.DeployedServers: run.sh
+on the deploy's runtime with the built code and layers; the MCP layer ships the OpenTelemetry SDK), its AWS calls
+going to the endpoint section's AWS stand-in in front of a moto server; with tracing on it samples every request
+(the worst case: every span recorded and exported) and exports to an OTLP/HTTP receiver on loopback in the bench
+process, which counts what arrives. Servers are pinned to one core, the load client, the stand-in and moto to the
+other.
 """
 
 from __future__ import annotations
 
 import http.server
-import os
 import statistics
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any, ClassVar
 
 import boto3
@@ -26,19 +24,15 @@ from tests.bench.endpoint import (
     LIST,
     UNKNOWN_JOB,
     UNTHROTTLED,
+    DeployedServers,
     _run_load,
     call,
     cores,
-    logs,
     moto_server,
-    pinned,
     start_aws_stand_in,
-    stock_app_dir,
-    uvicorn_command,
-    wait_for,
 )
-from tests.bench.measure import RESULTS, ROOT, paired_ratio, paired_runs, timed_in_new_interpreter
-from tests.e2e.conftest import free_port, mcp_environment
+from tests.bench.measure import RESULTS, paired_ratio, paired_runs, timed_in_new_interpreter
+from tests.e2e.conftest import mcp_environment
 from tests.loopback_http import serving
 
 REQUESTS = 300  # sequential, on one keep-alive connection: how Lambda runs the endpoint
@@ -75,9 +69,14 @@ def run() -> list[str]:
     return _section(figures)
 
 
-def _environments(
-    moto_url: str, receiver: str, client_cpus: set[int], processes: list[subprocess.Popen]
-) -> tuple[dict[str, str], dict[str, str], str]:
+def _at_default_rate(on: dict[str, str]) -> dict[str, str]:
+    """Tracing on at the template's TracingSampleRate (requests bring no sampled parent)."""
+    return {**on, "TRACING_SAMPLE_RATE": str(TEMPLATE_SAMPLE_RATE)}
+
+
+def _measure(
+    moto_url: str, receiver: str, server_cpus: set[int], client_cpus: set[int], processes: list[subprocess.Popen]
+) -> dict[str, Any]:
     from devstack.wired_stack import LocalEnvironment
     from mcp_backend.api_keys import add_api_key
 
@@ -87,72 +86,44 @@ def _environments(
     local = LocalEnvironment(client)
     environment = mcp_environment(local, SSE_KEEPALIVE_SECONDS="15", LIMIT_PRO_REQUESTS_PER_MINUTE=UNTHROTTLED)
     key = add_api_key(client("secretsmanager"), environment["API_KEYS_SECRET_ID"], "bench-user", "pro")
-    # As in the endpoint section: the per-request AWS calls answered in constant time, the rest by moto.
+    # As in the endpoint section: the per-request AWS calls answered in constant time, the rest by moto; every
+    # server what deploys, run as Lambda runs it (the MCP layer ships the OpenTelemetry SDK).
     aws_url = start_aws_stand_in(moto_url, client_cpus, [environment["JOB_TABLE_NAME"]], processes)
-    base = {
-        "PATH": os.environ["PATH"],
-        "HOME": os.environ.get("HOME", "/tmp"),
-        "AWS_ACCESS_KEY_ID": "bench",
-        "AWS_SECRET_ACCESS_KEY": "bench",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": aws_url,
-        "AWS_LAMBDA_FUNCTION_NAME": "bench-McpServer",
-        "PYTHONPATH": f"{ROOT / 'layers' / 'shared'}:{ROOT}",
+    servers = DeployedServers.prepare(local, aws_url, server_cpus, processes)
+    off = {
         **environment,
+        "AWS_REGION": "us-east-1",
+        "AWS_LAMBDA_FUNCTION_NAME": "bench-McpServer",
+        "TRACING_MODE": "off",
     }
-    off = {**base, "TRACING_MODE": "off"}
-    on = {**base, "TRACING_MODE": "otlp", "TRACING_SAMPLE_RATE": "1", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver}
-    return off, on, key
+    on = {**off, "TRACING_MODE": "otlp", "TRACING_SAMPLE_RATE": "1", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver}
 
-
-def _at_default_rate(on: dict[str, str]) -> dict[str, str]:
-    """Tracing on at the template's TracingSampleRate (requests bring no sampled parent)."""
-    return {**on, "TRACING_SAMPLE_RATE": str(TEMPLATE_SAMPLE_RATE)}
-
-
-def _measure(
-    moto_url: str, receiver: str, server_cpus: set[int], client_cpus: set[int], processes: list[subprocess.Popen]
-) -> dict[str, Any]:
-    off_env, on_env, key = _environments(moto_url, receiver, client_cpus, processes)
-    stock_env = {**off_env, "PYTHONPATH": f"{stock_app_dir()}:{off_env['PYTHONPATH']}"}
-
-    # Cold start: import + create_app in a fresh interpreter, tracing on against off, in pairs.
+    # Cold start: import + create_app in a fresh interpreter of the deploy's runtime, tracing on against off, in
+    # pairs; then tracing on against the stock app.
+    python = servers.deployed.python
+    on_env, off_env = servers.ours_environment(on), servers.ours_environment(off)
     cold = paired_runs(
-        lambda: timed_in_new_interpreter(sys.executable, APP_BUILD, on_env),
-        lambda: timed_in_new_interpreter(sys.executable, APP_BUILD, off_env),
+        lambda: timed_in_new_interpreter(python, APP_BUILD, on_env),
+        lambda: timed_in_new_interpreter(python, APP_BUILD, off_env),
         COLD_PAIRS,
     )
+    stock_env = servers.stock_environment()
     stock_cold = paired_runs(
-        lambda: timed_in_new_interpreter(sys.executable, APP_BUILD, on_env),
-        lambda: timed_in_new_interpreter(sys.executable, STOCK_BUILD, stock_env),
+        lambda: timed_in_new_interpreter(python, APP_BUILD, on_env),
+        lambda: timed_in_new_interpreter(python, STOCK_BUILD, stock_env),
         COLD_PAIRS,
     )
 
-    servers: dict[str, tuple[subprocess.Popen, int]] = {}
-    ours = "mcp_backend.mcp.server:create_app"
-    factories = {
-        "off": (ours, off_env),
-        "on": (ours, on_env),
-        "on_default": (ours, _at_default_rate(on_env)),
-        "stock": ("stock_app:create_app", stock_env),
+    servers_by_name = {
+        "off": servers.ours("tracing-off", off),
+        "on": servers.ours("tracing-on", on),
+        "on_default": servers.ours("tracing-on-default", _at_default_rate(on)),
+        "stock": servers.stock("tracing-stock", "create_app"),
         # The stock app answering JSON with a get_job tool that makes the same single GetItem as ours.
-        "stock_getitem": ("stock_app:create_getitem_app", stock_env),
+        "stock_getitem": servers.stock(
+            "tracing-stock-getitem", "create_getitem_app", JOB_TABLE_NAME=environment["JOB_TABLE_NAME"]
+        ),
     }
-    for name, (factory, environment) in factories.items():
-        port = free_port()
-        process = subprocess.Popen(
-            uvicorn_command(factory, port, Path(sys.executable)),
-            cwd=ROOT,
-            env=environment,
-            stdout=logs(f"tracing-{name}"),
-            stderr=subprocess.STDOUT,
-            preexec_fn=pinned(server_cpus),
-        )
-        processes.append(process)
-        servers[name] = (process, port)
-    for name, (process, port) in servers.items():
-        wait_for(port, process, "/" if name == "stock" else "/healthz")
 
     ours_headers = {**HEADERS, "authorization": f"Bearer {key}"}
     get_job = call("get_job", {"job_id": UNKNOWN_JOB})
@@ -169,7 +140,7 @@ def _measure(
         baseline = next(name for name in bodies if name.startswith("stock"))
         for _ in range(ROUNDS):  # alternating, so drift on a shared machine hits every server alike
             for name in bodies:
-                process, port = servers[name]
+                process, port = servers_by_name[name]
                 headers = HEADERS if name.startswith("stock") else ours_headers
                 url = f"http://127.0.0.1:{port}/mcp"
                 rounds[name].append(_sequential(url, headers, bodies[name], client_cpus, process.pid))
@@ -225,17 +196,18 @@ def _section(figures: dict[str, Any]) -> list[str]:
     lines = [
         "## Tracing on and off (McpServer)",
         "",
-        "The endpoint as run.sh starts it, in the bench's interpreter with the sources (not the deploy's runtime: "
-        "the ratios are the figures to read), its AWS calls to the AWS stand-in in front of a moto server (as in the "
-        "endpoint section); five servers, each pinned to one core, the load client, the stand-in and moto on the "
-        "other: Tracing=off (the default); Tracing=otlp sampling every request "
-        "(every span recorded, exported after each response to an OTLP/HTTP receiver on loopback); Tracing=otlp at "
-        "the default sample rate (requests without a parent); and the stock SDK app (`tests/bench/stock_app.py`). "
-        f"{REQUESTS} sequential requests per round on one keep-alive "
+        "The endpoint as run.sh starts it on the deploy's runtime (python3.13) with the built code and layers, as "
+        "the endpoint section starts it (the MCP layer ships the OpenTelemetry SDK), its AWS calls to the AWS "
+        "stand-in in front of a moto server (as in the endpoint section); five servers, each pinned to one core, "
+        "the load client, the stand-in and moto on the other: Tracing=off (the default); Tracing=otlp sampling "
+        "every request (every span recorded, exported after each response to an OTLP/HTTP receiver on loopback); "
+        "Tracing=otlp at the default sample rate (requests without a parent); and the stock SDK app "
+        f"(`tests/bench/stock_app.py`). {REQUESTS} sequential requests per round on one keep-alive "
         f"connection (as Lambda runs the endpoint: one request at a time), {ROUNDS} alternating rounds after 50 "
         "warm-up requests; server CPU is the least of the rounds, req/s the best, a ratio the median of the "
-        f"rounds' ratios. Cold start: import + `create_app()` in a fresh interpreter, {COLD_PAIRS} pairs of tracing "
-        "on and off, then as many of tracing on and the stock app (the ratios are the pairs' medians). "
+        "rounds' ratios. Cold start: import + `create_app()` in a fresh interpreter of the runtime, "
+        f"{COLD_PAIRS} pairs of tracing on and off, then as many of tracing on and the stock app (the ratios are "
+        "the pairs' medians). "
         f"Spans received per request: {figures['spans_per_request']:.1f}, in {figures['exports']} exports.",
         "",
         "| measure | tracing off | tracing on (every request sampled) | on / off | stock SDK app | on / stock |",
