@@ -134,6 +134,23 @@ def test_a_wellformed_traceparent_is_the_parent(recorded):
     assert sent == f"00-{TRACE_ID}-{span.get_span_context().span_id:016x}-01"
 
 
+def test_inside_an_unsampled_trace_nothing_is_recorded_and_the_trace_travels_on_unsampled(recorded):
+    # Given a client's traceparent that is not sampled
+    carrier = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-00"}
+
+    # When the request's span starts under it, a step's span inside that, and a message is sent inside the step
+    with tracing.span("request", kind="server", parent=tracing.extract(carrier)) as request:
+        with tracing.span("guard auth", attributes={"app.step": "auth"}) as step:
+            step.set_attribute("app.principal.tier", "pro")
+            attributes = tracing.sqs_message_attributes()
+
+    # Then no span is recorded, and the message carries the client's trace, still not sampled
+    assert len(recorded.get_finished_spans()) == 0
+    assert (request.recording, step.recording) == (False, False)
+    version, trace_id, _, flags = attributes["traceparent"]["StringValue"].split("-")
+    assert (version, trace_id, flags) == ("00", TRACE_ID, "00")
+
+
 def test_a_worker_record_continues_the_senders_trace_from_its_attribute_or_the_aws_trace_header(recorded):
     # Given an SQS record with the traceparent attribute, and one with only Lambda's AWSTraceHeader
     with_attribute = {"messageAttributes": {"traceparent": {"stringValue": f"00-{TRACE_ID}-{PARENT_ID}-01"}}}

@@ -315,7 +315,18 @@ def span(
     tracer = _STATE.tracer
     if tracer is None:
         return NO_SPAN
+    if parent is None and not links and _inside_an_unsampled_trace():
+        # The sampler follows the parent (ParentBased): no span under an unsampled one is ever recorded. Starting
+        # none costs nothing, and the parent stays current, so the trace and its not-sampled flag still travel on.
+        return NO_SPAN
     return _recorded_span(tracer, name, kind, attributes, parent, links)
+
+
+def _inside_an_unsampled_trace() -> bool:
+    from opentelemetry.trace import get_current_span
+
+    current = get_current_span().get_span_context()
+    return current.is_valid and not current.trace_flags.sampled
 
 
 @contextmanager
@@ -352,10 +363,12 @@ class _SpanHandle:
         self._span = span
 
     def set_attribute(self, key: str, value: Any) -> None:
-        self._span.set_attributes(safe_attributes({key: value}))
+        if self._span.is_recording():  # an unsampled span keeps nothing: nothing to clean
+            self._span.set_attributes(safe_attributes({key: value}))
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
-        self._span.set_attributes(safe_attributes(attributes))
+        if self._span.is_recording():
+            self._span.set_attributes(safe_attributes(attributes))
 
     @property
     def recording(self) -> bool:
