@@ -311,19 +311,87 @@ def test_make_dev_records_spans_unless_told_otherwise_and_never_in_the_lambda_ru
     assert "Tracing" not in dev_parameters("lambda", [])
 
 
-def test_a_snapstart_restore_drops_the_exporters_connection_and_credentials(monkeypatch):
-    # Given tracing on with an exporter that has signed before the snapshot (its credentials and connection cached)
-    exporter = tracing.OtlpJsonExporter("https://xray.us-east-1.amazonaws.com/v1/traces", "us-east-1", sign=True)
-    exporter._credentials = object()
-    connection = exporter._client
+def test_a_snapstart_restore_drops_the_exporters_connection_and_credentials(recorded, kept_alive, monkeypatch):
+    # Given tracing on with an exporter that exported before the snapshot (its credentials and connection cached)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
+    exporter = tracing.OtlpJsonExporter(kept_alive, "us-east-1", sign=True)
+    spans = finished_spans(recorded)
+    assert exporter.export(spans) == SpanExportResult.SUCCESS
+    assert exporter._credentials is not None
     monkeypatch.setattr(tracing._STATE, "exporter", exporter)
 
-    # When the environment is restored from the snapshot
+    # When the environment is restored from the snapshot, and spans are exported again
     refresh_after_restore()
-
-    # Then the next export resolves the restored environment's credentials over a connection of its own
     assert exporter._credentials is None
-    assert exporter._client is not connection and connection.is_closed
+    assert exporter.export(spans) == SpanExportResult.SUCCESS
+
+    # Then the second export came over a connection of its own
+    assert len({client for client, _ in _KeptAlive.received}) == 2
+
+
+class _KeptAlive(http.server.BaseHTTPRequestHandler):
+    """A loopback OTLP/HTTP/1.1 receiver that keeps connections open, as a collector does; records each request's
+    client address. `close_after` set: it closes a connection after that many answers without saying so (a
+    receiver that drops an idle connection)."""
+
+    protocol_version = "HTTP/1.1"
+    received: ClassVar[list[tuple[tuple[str, int], bytes]]] = []
+    close_after: ClassVar[int | None] = None
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["content-length"]))
+        _KeptAlive.received.append((self.client_address, body))
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
+        answered = sum(1 for client, _ in _KeptAlive.received if client == self.client_address)
+        if _KeptAlive.close_after is not None and answered >= _KeptAlive.close_after:
+            self.close_connection = True
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def kept_alive() -> Iterator[str]:
+    _KeptAlive.received, _KeptAlive.close_after = [], None
+    with serving(_KeptAlive) as url:
+        yield f"{url}/v1/traces"
+
+
+def test_the_exporter_posts_every_batch_over_one_kept_alive_connection(recorded, kept_alive):
+    # Given an exporter and a receiver that keeps connections open
+    spans = finished_spans(recorded)
+    exporter = tracing.OtlpJsonExporter(kept_alive)
+
+    # When it exports three batches
+    results = [exporter.export(spans) for _ in range(3)]
+
+    # Then all three arrived whole, over one connection
+    assert results == [SpanExportResult.SUCCESS] * 3
+    assert [len(json.loads(body)["resourceSpans"][0]["scopeSpans"][0]["spans"]) for _, body in _KeptAlive.received] == [
+        2,
+        2,
+        2,
+    ]
+    assert len({client for client, _ in _KeptAlive.received}) == 1
+
+
+def test_a_connection_the_receiver_dropped_while_idle_is_reopened_and_the_batch_sent(recorded, kept_alive):
+    # Given a receiver that drops each connection after one answer, without saying so, and an exporter that used one
+    _KeptAlive.close_after = 1
+    spans = finished_spans(recorded)
+    exporter = tracing.OtlpJsonExporter(kept_alive)
+    assert exporter.export(spans) == SpanExportResult.SUCCESS
+
+    # When it exports the next batch
+    result = exporter.export(spans)
+
+    # Then the batch arrived over a new connection
+    assert result == SpanExportResult.SUCCESS
+    assert len(_KeptAlive.received) == 2
+    assert len({client for client, _ in _KeptAlive.received}) == 2
 
 
 def test_the_local_stack_starts_recording_spans_as_make_dev_runs_it(tmp_path):
