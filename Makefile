@@ -251,11 +251,12 @@ cost: env ## AWS requests and $ per unit of work and idle per month, counted on 
 	PYTHONPATH=layers/shared $(RUN) python -m tests.cost
 
 # The deployed stack end to end (tools/list, one job to SUCCEEDED). URL: the McpServerUrl output; KEY: an API key
-# (docs/deploy.md#first-deploy-checklist); DATASET: what to analyze (default: the endpoint's own /healthz). Never part of make test.
-smoke: env ## URL=<McpServerUrl> KEY=<API key>: the deployed stack end to end
+# (docs/deploy.md#first-deploy-checklist); DATASET: what to analyze (default: the endpoint's own /healthz); TRACE=1: also
+# read that job's trace back from X-Ray (a stack with Tracing=xray; tests/deployed/trace_check.py). Never part of make test.
+smoke: env ## URL=<McpServerUrl> KEY=<API key> [TRACE=1]: the deployed stack end to end
 	@if [ -z "$(URL)" ] || [ -z "$(KEY)" ]; then \
-		echo "usage: make smoke URL=<McpServerUrl output> KEY=<API key> [DATASET=s3://... | https://...]" >&2; exit 2; fi
-	@MCP_SMOKE_URL="$(URL)" MCP_SMOKE_KEY="$(KEY)" MCP_SMOKE_DATASET="$(DATASET)" \
+		echo "usage: make smoke URL=<McpServerUrl output> KEY=<API key> [DATASET=s3://... | https://...] [TRACE=1]" >&2; exit 2; fi
+	@MCP_SMOKE_URL="$(URL)" MCP_SMOKE_KEY="$(KEY)" MCP_SMOKE_DATASET="$(DATASET)" MCP_SMOKE_TRACE="$(TRACE)" \
 		$(RUN) pytest -q -p no:cacheprovider tests/deployed
 
 # The smoke check's own environment, only from its hashed requirement file: no pytest, no plugins.

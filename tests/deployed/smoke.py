@@ -24,12 +24,15 @@ def dataset(url: str, chosen: str = "") -> str:
     return chosen or url.rstrip("/").removesuffix("/mcp") + "/healthz"
 
 
-async def exercise(url: str, key: str, chosen_dataset: str = "") -> tuple[set[str], dict]:
+async def exercise(url: str, key: str, chosen_dataset: str = "", traceparent: str = "") -> tuple[set[str], dict]:
+    """tools/list, then one job submitted and polled to its end; every request carries `traceparent` when given
+    (the client's span: one trace holds the whole exchange)."""
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
-    async with create_mcp_http_client(headers={"authorization": f"Bearer {key}"}) as http:
+    headers = {"authorization": f"Bearer {key}", **({"traceparent": traceparent} if traceparent else {})}
+    async with create_mcp_http_client(headers=headers) as http:
         async with Client(streamable_http_client(endpoint(url), http_client=http)) as client:
             tools = {tool.name for tool in (await client.list_tools()).tools}
             arguments = {"dataset_url": dataset(url, chosen_dataset), "callId": f"smoke-{uuid.uuid4()}"}
