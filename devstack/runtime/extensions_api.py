@@ -75,6 +75,9 @@ class TelemetrySubscription:
         self._size = 0
         self._first_at = 0.0
         self._condition = threading.Condition()
+        # Held from taking a batch to its delivery's end, by the thread and by flush alike: a flush before SHUTDOWN
+        # returns only once a batch the thread took has arrived (after SHUTDOWN the listener may be gone).
+        self._delivering = threading.Lock()
         self._closed = False
         # Deliveries are plain HTTP into the sandbox (subscribe refuses any other URI): a TLS context that trusts
         # nothing, not httpx's default, whose CA bundle takes some 30 ms to load, inside the subscribe call the
@@ -95,11 +98,12 @@ class TelemetrySubscription:
             self._condition.notify()
 
     def flush(self) -> None:
-        """Deliver what is buffered now (before SHUTDOWN reaches the extension)."""
-        with self._condition:
-            batch = self._take()
-        if batch:
-            self._deliver(batch)
+        """Deliver what is buffered now, after any batch on its way (before SHUTDOWN reaches the extension)."""
+        with self._delivering:
+            with self._condition:
+                batch = self._take()
+            if batch:
+                self._deliver(batch)
 
     def close(self) -> None:
         with self._condition:
@@ -116,9 +120,11 @@ class TelemetrySubscription:
                     self._condition.wait(wait)
                 if self._closed:
                     return
-                batch = self._take()
-            if batch:
-                self._deliver(batch)
+            with self._delivering:
+                with self._condition:
+                    batch = self._take()
+                if batch:
+                    self._deliver(batch)
 
     def _due(self) -> bool:
         if not self._buffer:
