@@ -20,3 +20,10 @@ def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
         finally:
             server.shutdown()
             thread.join(timeout=10)
+
+
+def answer_empty(handler: http.server.BaseHTTPRequestHandler, status: int = 200) -> None:
+    """Answer the request `handler` is serving with `status` and no body (the connection may stay open)."""
+    handler.send_response(status)
+    handler.send_header("content-length", "0")
+    handler.end_headers()

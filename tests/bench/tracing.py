@@ -33,7 +33,7 @@ from tests.bench.endpoint import (
 )
 from tests.bench.measure import RESULTS, paired_ratio, paired_ratio_quartiles, paired_runs, timed_in_new_interpreter
 from tests.e2e.conftest import mcp_environment
-from tests.loopback_http import serving
+from tests.loopback_http import answer_empty, serving
 
 REQUESTS = 300  # sequential, on one keep-alive connection: how Lambda runs the endpoint
 ROUNDS = 12
@@ -53,9 +53,7 @@ class _Receiver(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers["content-length"]))
         _Receiver.exports += 1
         _Receiver.spans += body.count(b'"spanId"')
-        self.send_response(200)
-        self.send_header("content-length", "0")
-        self.end_headers()
+        answer_empty(self)
 
     def log_message(self, *args: object) -> None:
         pass

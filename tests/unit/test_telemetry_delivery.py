@@ -14,7 +14,7 @@ from typing import ClassVar
 import pytest
 
 from devstack.runtime.extensions_api import TelemetrySubscription
-from tests.loopback_http import serving
+from tests.loopback_http import answer_empty, serving
 
 
 class _SlowListener(http.server.BaseHTTPRequestHandler):
@@ -30,9 +30,7 @@ class _SlowListener(http.server.BaseHTTPRequestHandler):
         _SlowListener.arriving.set()
         time.sleep(_SlowListener.delay)
         _SlowListener.received.append(batch)
-        self.send_response(200)
-        self.send_header("content-length", "0")
-        self.end_headers()
+        answer_empty(self)
 
     def log_message(self, *args: object) -> None:
         pass

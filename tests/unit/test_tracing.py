@@ -24,7 +24,7 @@ from mcp_backend import tracing
 from mcp_backend.config import TracingSettings
 from mcp_backend.mcp.server import create_app
 from mcp_backend.snapstart import refresh_after_restore
-from tests.loopback_http import serving
+from tests.loopback_http import answer_empty, serving
 from tests.unit.endpoint_fakes import SETTINGS, EveryoneIsAlice, RoomyRateTable, ServedInProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -227,9 +227,7 @@ class _Collector(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["content-length"]))
         _Collector.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
-        self.send_response(_Collector.status)
-        self.send_header("content-length", "0")
-        self.end_headers()
+        answer_empty(self, _Collector.status)
 
     def log_message(self, *args: object) -> None:
         pass
@@ -342,9 +340,7 @@ class _KeptAlive(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["content-length"]))
         _KeptAlive.received.append((self.client_address, body))
-        self.send_response(200)
-        self.send_header("content-length", "0")
-        self.end_headers()
+        answer_empty(self)
         answered = sum(1 for client, _ in _KeptAlive.received if client == self.client_address)
         if _KeptAlive.close_after is not None and answered >= _KeptAlive.close_after:
             self.close_connection = True
