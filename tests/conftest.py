@@ -14,6 +14,10 @@ from moto import mock_aws
 
 from devstack.stack.atomic_items import make_item_operations_atomic
 from devstack.stack.template import globals_environment
+from tests.wall_clock import pytest_addoption, pytest_configure, pytest_report_header
+
+# `--wall-clock` (make test-any-date) moves the session's clock: tests/wall_clock.py.
+__all__ = ["pytest_addoption", "pytest_configure", "pytest_report_header"]
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / "events"

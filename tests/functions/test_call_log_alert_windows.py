@@ -15,8 +15,16 @@ from tests.functions import test_call_log_analyzer
 from tests.functions.test_call_log_analyzer import ANALYZER, error, put_call_log, threshold
 from tests.kinesis import delivered, lambda_event
 
-NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 alerts = test_call_log_analyzer.alerts  # the AlertTopic inbox fixture
+
+
+@pytest.fixture
+def start(local) -> dt.datetime:
+    """Where each test's first burst happens: a little more than a window before the real now, so every later
+    instant it travels to is in the past too. The alert inbox (SQS on moto) is read at the real clock and compares
+    each message's send time with it (retention, visibility): a message sent at a pinned date would expire with
+    the days, and one sent in the future would not be visible yet."""
+    return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=2 * window(local))
 
 
 def window(local) -> int:
@@ -34,13 +42,15 @@ def new_instance(local) -> FunctionRuntime:
     return FunctionRuntime(local.stack.function(ANALYZER), local.stack.region)
 
 
-def test_alerts_of_one_type_and_tool_are_sent_once_per_window_across_instances_with_the_suppressed_count(local, alerts):
+def test_alerts_of_one_type_and_tool_are_sent_once_per_window_across_instances_with_the_suppressed_count(
+    local, alerts, start
+):
     # Given bursts of one tool's errors, each crossing the threshold, handled by different analyzer instances
     seconds = window(local)
     assert seconds >= 300
 
     # When the first instance handles one
-    with time_machine.travel(NOW, tick=False):
+    with time_machine.travel(start, tick=False):
         new_instance(local).invoke(burst(local))
     # Then one alert, with nothing suppressed before it
     (first,) = alerts()
@@ -53,26 +63,26 @@ def test_alerts_of_one_type_and_tool_are_sent_once_per_window_across_instances_w
 
     # When two other instances handle two more bursts within the window
     for offset in (60, seconds - 1):
-        with time_machine.travel(NOW + dt.timedelta(seconds=offset), tick=False):
+        with time_machine.travel(start + dt.timedelta(seconds=offset), tick=False):
             assert new_instance(local).invoke(burst(local)) == {"batchItemFailures": []}
     # Then no alert is sent
     assert alerts() == []
 
     # When another tool crosses the threshold within the window
-    with time_machine.travel(NOW + dt.timedelta(seconds=120), tick=False):
+    with time_machine.travel(start + dt.timedelta(seconds=120), tick=False):
         new_instance(local).invoke(burst(local, "list_datasets"))
     # Then it alerts: the window is per tool
     assert [(a["tool"], a["suppressedSinceLastAlert"]) for a in alerts()] == [("list_datasets", 0)]
 
     # When a burst comes once the window has passed
-    with time_machine.travel(NOW + dt.timedelta(seconds=seconds), tick=False):
+    with time_machine.travel(start + dt.timedelta(seconds=seconds), tick=False):
         new_instance(local).invoke(burst(local))
     # Then it alerts, saying two alerts were suppressed since the last one
     (after,) = alerts()
     assert (after["tool"], after["suppressedSinceLastAlert"]) == ("analyze_dataset", 2)
 
 
-def test_a_schema_drift_is_not_suppressed_by_another_endpoints_or_another_types_alert(local, alerts):
+def test_a_schema_drift_is_not_suppressed_by_another_endpoints_or_another_types_alert(local, alerts, start):
     # Given a tool's error alert just sent, then schema drifts of two endpoints
     def drift(server_id: str) -> dict:
         record = CallLogRecord(
@@ -81,7 +91,7 @@ def test_a_schema_drift_is_not_suppressed_by_another_endpoints_or_another_types_
         records = put_call_log(local, [record], partition_key=f"server#{server_id}")
         return delivered(lambda_event(records, local.stack.ensure("CallLogStream").attributes["Arn"]), ANALYZER)
 
-    with time_machine.travel(NOW, tick=False):
+    with time_machine.travel(start, tick=False):
         new_instance(local).invoke(burst(local))
         alerts()
         # When both drifts are handled within the window
@@ -110,10 +120,10 @@ def unavailable_windows(monkeypatch):
     monkeypatch.setattr(DynamoDBBackend, "update_item", throttled)
 
 
-def test_an_unreadable_window_sends_the_alert_rather_than_lose_it(local, alerts, unavailable_windows):
+def test_an_unreadable_window_sends_the_alert_rather_than_lose_it(local, alerts, unavailable_windows, start):
     # Given AlertWindowTable unavailable / When two bursts come within the window
     for offset in (0, 60):
-        with time_machine.travel(NOW + dt.timedelta(seconds=offset), tick=False):
+        with time_machine.travel(start + dt.timedelta(seconds=offset), tick=False):
             assert new_instance(local).invoke(burst(local)) == {"batchItemFailures": []}
 
     # Then both alert (an operator gets a duplicate rather than nothing), without a suppressed count
