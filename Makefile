@@ -38,7 +38,7 @@ EVENT ?= events/tool_worker/healthy-batch.json
 # The layer ships everything the lock pins except what the Lambda runtime provides.
 RUNTIME_PROVIDED := boto3 botocore s3transfer python-dateutil six urllib3
 
-.PHONY: help env hooks lint test test-contended unit integration e2e coverage build build-local deploy deploy-built sam-cli smoke \
+.PHONY: help env hooks lint test test-any-date test-contended unit integration e2e coverage build build-local deploy deploy-built sam-cli smoke \
 	smoke-env smoke-deployed verify-deployed \
 	delete invoke env-json browser dev trace fire token redrive bench cost layer-requirements tool-requirements expanded clean
 
@@ -156,7 +156,7 @@ coverage: env ## line coverage of mcp_backend and functions over the tiers run l
 		$(RUN) coverage combine --quiet --keep --data-file=$(COVERAGE_DIR)/.coverage $$files && \
 		$(RUN) coverage report --data-file=$(COVERAGE_DIR)/.coverage $(if $(FORMAT),--format=$(FORMAT))
 
-test: lint unit integration build browser e2e ## lint + build + every tier (what CI runs)
+test: lint unit integration test-any-date build browser e2e ## lint + build + every tier, and two tiers at other dates (CI)
 
 # The unit and integration tiers with every core saturated by a CPU burner (tests/cpu_burner.py: one spinning process
 # per core, ended when the tiers end): a test that depends on timing or prompt thread scheduling fails here, not on a
@@ -164,6 +164,18 @@ test: lint unit integration build browser e2e ## lint + build + every tier (what
 TIERS ?= unit integration
 test-contended: env ## the unit and integration tiers while a CPU burner saturates every core (TIERS=unit: one)
 	$(RUN) python -m tests.cpu_burner $(MAKE) --no-print-directory $(TIERS)
+
+# The unit and integration tiers with the whole session's wall clock moved, ticking (tests/wall_clock.py): 400 days
+# ahead, then from 30 s before a new year UTC (day and year boundaries: daily quotas, leases, TTLs, alert windows).
+# A test that pins an instant an emulator later compares with the real clock fails here, not days after it lands.
+# The e2e tier's sandboxes are other processes on the real clock, so it does not run this way.
+WALL_CLOCKS ?= +400d new-year-30s
+test-any-date: env ## the unit and integration tiers with the wall clock 400 days ahead, then 30 s before a new year
+	@for clock in $(WALL_CLOCKS); do \
+		echo "wall clock $$clock: unit and integration tiers"; \
+		$(PYTEST) -n 2 --wall-clock=$$clock tests/unit tests/template -m "not build" && \
+		$(PYTEST) -n 2 --wall-clock=$$clock tests/functions || exit 1; \
+	done
 
 build-local: ## sam build for this machine's architecture (what the e2e tier and RUNTIME=lambda run)
 	@$(MAKE) --no-print-directory build ARCH=$(HOST_ARCH) BUILD_DIR=$(LOCAL_BUILD_DIR)

@@ -17,13 +17,14 @@ from mcp_backend.ratelimit import (
     RateLimitUnavailable,
     SlotLease,
 )
+from tests.instants import minute_start
 
 HOLD = 60
 
 
 class Clock:
     def __init__(self) -> None:
-        self.now = 1_800_000_000.0
+        self.now = minute_start()
 
     def __call__(self) -> float:
         return self.now

@@ -18,8 +18,9 @@ from mcp_backend.jobs.service import JobsService, JobSubmission
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.mcp.server import tool_bindings
 from mcp_backend.quotas import JobQuota, QuotaExceeded
+from tests.instants import day_start
 
-NOW = dt.datetime(2026, 12, 1, 15, 0, tzinfo=dt.UTC)
+NOW = day_start(days_ago=2) + dt.timedelta(hours=15)  # 15:00 two days ago: the next day is still past
 
 
 @pytest.fixture
@@ -121,7 +122,10 @@ def test_the_daily_limit_refuses_until_the_next_utc_day(local, jobs):
             jobs.submit("user-a", analysis("call-3"), quota)
 
     # Then the error says when it resets, nothing was written, and the next day it is accepted
-    assert str(refused.value) == "daily_jobs limit of 2 for tier free reached; resets at 2026-12-02T00:00:00Z"
+    assert (
+        str(refused.value)
+        == f"daily_jobs limit of 2 for tier free reached; resets at {NOW + dt.timedelta(days=1):%Y-%m-%d}T00:00:00Z"
+    )
     assert len(job_items(local, "user-a")) == 2
     with time_machine.travel(NOW + dt.timedelta(days=1), tick=False):
         assert jobs.submit("user-a", analysis("call-3"), quota)["status"] == "PENDING"

@@ -16,8 +16,9 @@ from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.probes.dispatcher import ProbeDispatcher
 from tests.functions.test_probe_stop import RecordingCallLog
 from tests.functions.test_self_probe_key import LambdaApi
+from tests.instants import day_start
 
-NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
+NOW = day_start(days_ago=1) + dt.timedelta(hours=12)  # noon yesterday: each tick it travels to is past
 
 
 def register(local, owner_id: str, count: int) -> set[str]:

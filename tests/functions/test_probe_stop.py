@@ -12,6 +12,7 @@ import time_machine
 
 from mcp_backend.calllog.models import CallLogEventType
 from mcp_backend.config import ProbeDispatcherSettings, load_settings
+from mcp_backend.monitor.items import probed_at_text
 from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.probes import worker as worker_module
 from mcp_backend.probes.dispatcher import ProbeDispatcher
@@ -19,8 +20,9 @@ from mcp_backend.probes.errors import ProbeFailed
 from mcp_backend.probes.registry import EndpointRegistry
 from tests.functions.test_probe_worker_target import recording_server, register_and_load_worker
 from tests.functions.test_self_probe_key import LambdaApi
+from tests.instants import day_start
 
-NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
+NOW = day_start(days_ago=2) + dt.timedelta(hours=12)  # noon two days ago: a day later is still past
 
 
 class RecordingCallLog:
@@ -66,7 +68,7 @@ def test_the_worker_keeps_failing_since_from_the_first_failure_until_a_pass(loca
         server.server_close()
 
     # Then it is failing since the first failure
-    assert endpoint_item(local, "srv-1")["failingSince"]["S"] == "2026-12-01T12:00:00.000Z"
+    assert endpoint_item(local, "srv-1")["failingSince"]["S"] == probed_at_text(NOW)
 
     # When a probe passes
     async def healthy(request):
@@ -86,8 +88,8 @@ def test_an_endpoint_failing_for_the_configured_days_stops_once_with_one_notice(
         name: registry.register("user-a", f"https://{name}.example.com/mcp", name, None)["serverId"]
         for name in ("old", "new", "ok")
     }
-    table.mark_failing(ids["old"], "2026-11-23T11:00:00.000Z")
-    table.mark_failing(ids["new"], "2026-11-30T12:00:00.000Z")
+    table.mark_failing(ids["old"], probed_at_text(NOW - dt.timedelta(days=8, hours=1)))
+    table.mark_failing(ids["new"], probed_at_text(NOW - dt.timedelta(days=1)))
     call_log = RecordingCallLog()
 
     # When the schedule ticks twice
@@ -103,7 +105,7 @@ def test_an_endpoint_failing_for_the_configured_days_stops_once_with_one_notice(
         ids["old"],
     )
     # And endpoint_status tells its owner when
-    assert registry.status("user-a", ids["old"], 86400)["probesStoppedAt"] == "2026-12-01T12:00:00.000Z"
+    assert registry.status("user-a", ids["old"], 86400)["probesStoppedAt"] == probed_at_text(NOW)
 
     # When its owner registers it again, it is probed again
     registry.register("user-a", "https://old.example.com/mcp", "old", None)

@@ -12,6 +12,10 @@ from botocore.exceptions import ClientError
 
 from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.ratelimit import RateDecision, RateLimitUnavailable, RequestRateLimiter, block_size
+from tests.instants import minute_start
+
+# Injected clocks start at the start of a minute of the real clock, never at a pinned date.
+MINUTE = int(minute_start())
 
 
 class Clock:
@@ -47,7 +51,7 @@ def stored_count(table_name: str, principal_id: str, window_start: int) -> int:
 
 def test_two_instances_sharing_the_table_share_one_limit(table_name):
     # Given two limiter instances (two Lambda instances) on the template's table, a limit of 5 a minute
-    clock = Clock(1_800_000_000.0)  # the start of a minute
+    clock = Clock(MINUTE)  # the start of a minute
     first = RequestRateLimiter(table_name, boto3.client("dynamodb"), clock)
     second = RequestRateLimiter(table_name, boto3.client("dynamodb"), clock)
 
@@ -61,7 +65,7 @@ def test_two_instances_sharing_the_table_share_one_limit(table_name):
 
 def test_principals_and_windows_are_counted_apart(table_name):
     # Given a principal at its limit of 2, 45 s into a minute
-    clock = Clock(1_800_000_045.0)
+    clock = Clock(MINUTE + 45)
     limiter = RequestRateLimiter(table_name, boto3.client("dynamodb"), clock)
     assert [limiter.take("user-a", 2).allowed for _ in range(2)] == [True, True]
 
@@ -78,7 +82,7 @@ def test_principals_and_windows_are_counted_apart(table_name):
 
 def test_a_refused_request_writes_nothing_and_items_expire(table_name):
     # Given a principal refused once at its limit of 1
-    clock = Clock(1_800_000_000.0)
+    clock = Clock(MINUTE)
     limiter = RequestRateLimiter(table_name, boto3.client("dynamodb"), clock)
     limiter.take("user-a", 1)
     limiter.take("user-a", 1)
@@ -89,12 +93,12 @@ def test_a_refused_request_writes_nothing_and_items_expire(table_name):
     # Then one item counts the one allowed request and carries a TTL past its window
     assert len(items) == 1
     assert items[0]["requests"] == {"N": "1"}
-    assert int(items[0]["expiresAt"]["N"]) > 1_800_000_060
+    assert int(items[0]["expiresAt"]["N"]) > MINUTE + 60
 
 
 def test_a_hostile_tenant_spread_over_instances_never_exceeds_its_limit(table_name):
     # Given four endpoint instances on the template's table and a tier of 37 a minute (blocks of 4)
-    clock = Clock(1_800_000_000.0)
+    clock = Clock(MINUTE)
     instances = [RequestRateLimiter(table_name, boto3.client("dynamodb"), clock) for _ in range(4)]
     limit = 37
 
@@ -106,7 +110,7 @@ def test_a_hostile_tenant_spread_over_instances_never_exceeds_its_limit(table_na
     # DynamoDB never counts past the limit
     admitted = sum(d.allowed for d in decisions)
     assert limit - 4 * (block_size(limit) - 1) <= admitted <= limit
-    assert stored_count(table_name, "mallory", 1_800_000_000) <= limit
+    assert stored_count(table_name, "mallory", MINUTE) <= limit
     assert 60 in {d.retry_after_seconds for d in decisions if not d.allowed}
     assert {d.retry_after_seconds for d in decisions if not d.allowed} <= {1, 60}  # 1: lost a race, not spent
 
@@ -127,7 +131,7 @@ class ContendedTable:
 def test_a_lease_lost_to_other_instances_again_and_again_refuses_briefly_without_spending_the_window():
     # Given a table where every lease loses a race (limit 10, one request always seemingly left)
     table = ContendedTable()
-    limiter = RequestRateLimiter("rates", table, Clock(1_800_000_000.0))
+    limiter = RequestRateLimiter("rates", table, Clock(MINUTE))
 
     # When a request asks twice
     first, second = admit(limiter, "user-a", 10), admit(limiter, "user-a", 10)
@@ -141,7 +145,7 @@ def test_a_lease_lost_to_other_instances_again_and_again_refuses_briefly_without
 def test_an_instance_writes_once_per_block_and_not_again_once_the_window_is_spent(table_name):
     # Given one instance and the free tier's 120 a minute (blocks of 12)
     writes: list[str] = []
-    limiter = RequestRateLimiter(table_name, counted_client(writes), Clock(1_800_000_000.0))
+    limiter = RequestRateLimiter(table_name, counted_client(writes), Clock(MINUTE))
 
     # When the principal sends its 120 requests, then 50 more
     within = [admit(limiter, "user-a", 120) for _ in range(120)]
@@ -157,7 +161,7 @@ def test_an_instance_writes_once_per_block_and_not_again_once_the_window_is_spen
 
 def test_the_last_lease_of_a_window_takes_what_is_left(table_name):
     # Given two instances and a limit of 25 (blocks of 3); the first instance leases 8 blocks (24)
-    clock = Clock(1_800_000_000.0)
+    clock = Clock(MINUTE)
     first = RequestRateLimiter(table_name, boto3.client("dynamodb"), clock)
     second = RequestRateLimiter(table_name, boto3.client("dynamodb"), clock)
     assert all(admit(first, "user-a", 25).allowed for _ in range(22))
@@ -167,12 +171,12 @@ def test_the_last_lease_of_a_window_takes_what_is_left(table_name):
 
     # Then it leases the one left and refuses the rest; DynamoDB counts exactly the limit
     assert [d.allowed for d in decisions] == [True, False, False]
-    assert stored_count(table_name, "user-a", 1_800_000_000) == 25
+    assert stored_count(table_name, "user-a", MINUTE) == 25
 
 
 def test_a_new_window_leases_anew_and_unused_leases_of_the_old_one_are_lost(table_name):
     # Given an instance that used 1 of a lease of 2 (limit 20) and was refused by another's spent window
-    clock = Clock(1_800_000_050.0)
+    clock = Clock(MINUTE + 50)
     limiter = RequestRateLimiter(table_name, boto3.client("dynamodb"), clock)
     assert admit(limiter, "user-a", 20).allowed
     spent = RequestRateLimiter(table_name, boto3.client("dynamodb"), clock)
@@ -188,9 +192,9 @@ def test_a_new_window_leases_anew_and_unused_leases_of_the_old_one_are_lost(tabl
     # old window keeps its lease of 2 counted (one went unused: lost, the limiter errs on refusing)
     assert (refused.allowed, refused.retry_after_seconds) == (False, 10)
     assert again_a.allowed and again_b.allowed
-    assert stored_count(table_name, "user-a", 1_800_000_000) == 2
-    assert stored_count(table_name, "user-a", 1_800_000_060) == 2
-    assert stored_count(table_name, "user-b", 1_800_000_060) == 1
+    assert stored_count(table_name, "user-a", MINUTE) == 2
+    assert stored_count(table_name, "user-a", MINUTE + 60) == 2
+    assert stored_count(table_name, "user-b", MINUTE + 60) == 1
 
 
 def test_an_unreachable_table_fails_closed(aws):
@@ -218,9 +222,7 @@ def test_an_instance_that_leases_ahead_keeps_requests_off_dynamodb_and_never_pas
     # Given an instance that leases the next block when half of one is left (run inline here), the free
     # tier's 120 a minute (blocks of 12)
     writes: list[str] = []
-    limiter = RequestRateLimiter(
-        table_name, counted_client(writes), Clock(1_800_000_000.0), lease_ahead=lambda lease: lease()
-    )
+    limiter = RequestRateLimiter(table_name, counted_client(writes), Clock(MINUTE), lease_ahead=lambda lease: lease())
 
     # When the principal sends 130 requests, each asking locally first as the endpoint does
     waited = 0
@@ -235,7 +237,7 @@ def test_an_instance_that_leases_ahead_keeps_requests_off_dynamodb_and_never_pas
     # Then only the first request waited for a lease; exactly the limit was admitted, and DynamoDB counts it
     assert waited == 1
     assert sum(d.allowed for d in decisions) == 120
-    assert stored_count(table_name, "user-a", 1_800_000_000) == 120
+    assert stored_count(table_name, "user-a", MINUTE) == 120
     # and the leases were the ten blocks plus the one write that found the window spent
     assert len(writes) == 11
 
@@ -253,7 +255,7 @@ def test_a_lease_ahead_that_fails_leaves_the_next_request_to_lease_and_fail_clos
             return {}
 
     table = FailingAfterOne()
-    limiter = RequestRateLimiter("rates", table, Clock(1_800_000_000.0), lease_ahead=lambda lease: lease())
+    limiter = RequestRateLimiter("rates", table, Clock(MINUTE), lease_ahead=lambda lease: lease())
 
     # When three requests arrive: the lease's two, then one more
     first, second = admit(limiter, "user-a", 20), admit(limiter, "user-a", 20)
@@ -294,8 +296,8 @@ def test_a_busy_principal_is_leased_a_second_of_its_rate_and_a_slow_one_a_block(
     busy_leases: list[dict[str, Any]] = []
     slow_leases: list[dict[str, Any]] = []
     # clocks read about twice a request: 400 requests a second, and 2 a second
-    busy = recording_limiter(SteppingClock(1_800_000_000.0, 0.00125), busy_leases)
-    slow = recording_limiter(SteppingClock(1_800_000_000.0, 0.25), slow_leases)
+    busy = recording_limiter(SteppingClock(MINUTE, 0.00125), busy_leases)
+    slow = recording_limiter(SteppingClock(MINUTE, 0.25), slow_leases)
 
     # When the busy principal sends 1,000 requests and the slow one 100, each asking locally first
     busy_decisions = [admit(busy, "busy", 6000) for _ in range(1000)]
@@ -309,15 +311,13 @@ def test_a_busy_principal_is_leased_a_second_of_its_rate_and_a_slow_one_a_block(
     assert len(sizes) <= 5
     assert set(leased_sizes(slow_leases)) == {50}
     # and DynamoDB counts exactly what was leased
-    assert stored_count(table_name, "busy", 1_800_000_000) == sum(sizes)
+    assert stored_count(table_name, "busy", MINUTE) == sum(sizes)
 
 
 def test_a_lease_ahead_never_takes_more_than_a_tenth_of_the_limit_nor_passes_it(table_name):
     # Given a tier of 1,000 a minute (blocks of 50, a tenth is 100) and a frozen clock: the fastest rate
     writes: list[str] = []
-    limiter = RequestRateLimiter(
-        table_name, counted_client(writes), Clock(1_800_000_000.0), lease_ahead=lambda lease: lease()
-    )
+    limiter = RequestRateLimiter(table_name, counted_client(writes), Clock(MINUTE), lease_ahead=lambda lease: lease())
 
     # When the principal sends 1,100 requests
     decisions = [admit(limiter, "user-a", 1000) for _ in range(1100)]
@@ -325,5 +325,5 @@ def test_a_lease_ahead_never_takes_more_than_a_tenth_of_the_limit_nor_passes_it(
     # Then exactly the limit is admitted: a block of 50, nine leases of 100, the last 50 (a refused lease of 100,
     # then what is left), and one write that finds the window spent
     assert sum(d.allowed for d in decisions) == 1000
-    assert stored_count(table_name, "user-a", 1_800_000_000) == 1000
+    assert stored_count(table_name, "user-a", MINUTE) == 1000
     assert len(writes) == 13

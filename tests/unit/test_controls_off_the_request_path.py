@@ -16,13 +16,14 @@ import anyio
 
 from mcp_backend.mcp.oauth import JwksCache, OAuthAuthenticator
 from mcp_backend.mcp.server import create_app
+from tests.instants import minute_start
 from tests.unit.endpoint_fakes import SETTINGS, ServedInProcess
 from tests.unit.test_oauth import EC_KEY, ISSUER, RESOURCE, StubIssuer, jwk, policy, token
 
 CALLS = 10
 # Within one rate window whenever the test runs: with the wall clock, a minute turning mid-test made the next call
 # lease the new window's block on its path (a new window always does).
-IN_ONE_WINDOW = 1_800_000_000.0 + 1.0  # a second into an epoch minute
+IN_ONE_WINDOW = minute_start() + 1  # a second into an epoch minute
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 

@@ -19,7 +19,7 @@ from tests.deployed.trace_check import (
 )
 
 TRACE_ID = "5759e988bd862e3fe1be46a994272793"
-STARTED = datetime(2026, 12, 4, 5, 0, tzinfo=UTC)
+STARTED = datetime.now(UTC).replace(microsecond=0)
 
 
 class Clock:

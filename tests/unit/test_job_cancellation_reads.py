@@ -28,7 +28,7 @@ DATASET = "s3://local-datasets/user-alice/sales.csv"
 
 class Clock:
     def __init__(self) -> None:
-        self.now = 1000.0
+        self.now = 1000.0  # a monotonic clock: no date, so nothing to compare with the wall clock
 
     def __call__(self) -> float:
         return self.now

@@ -111,7 +111,7 @@ class Clock:
     """The JWKS cache's monotonic clock, moved by the test."""
 
     def __init__(self) -> None:
-        self.now = 1000.0
+        self.now = 1000.0  # a monotonic clock: no date, so nothing to compare with the wall clock
 
     def __call__(self) -> float:
         return self.now

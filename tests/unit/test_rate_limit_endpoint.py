@@ -11,6 +11,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from starlette.testclient import TestClient
 
 from mcp_backend.mcp.server import create_app
+from tests.instants import minute_start
 from tests.unit.endpoint_fakes import HOST, SETTINGS, EveryoneIsAlice
 
 HEADERS = {
@@ -36,7 +37,7 @@ class RateTable:
 
 
 # The middle of a rate window (windows are aligned to the epoch minute): no request of a test crosses into the next.
-MID_WINDOW = 1_800_000_030.0
+MID_WINDOW = minute_start() + 30
 
 
 class Background:

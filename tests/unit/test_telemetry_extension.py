@@ -19,6 +19,7 @@ from mcp_backend.telemetry_extension.reports import ReportFolder
 
 
 def report(request_id: str, *, init: float | None = None, status: str | None = None) -> dict:
+    # A pinned stamp is safe: the extension carries an event's time into the call log as data, never compares it.
     metrics = {"durationMs": 12.5, "billedDurationMs": 13, "memorySizeMB": 512, "maxMemoryUsedMB": 80}
     if init is not None:
         metrics["initDurationMs"] = init

@@ -78,6 +78,7 @@ class StandInLambda:
     def deliver(self, request_id: str) -> None:
         time.sleep(0.1)  # the Telemetry API's buffering
         metrics = {"durationMs": 3.0, "billedDurationMs": 3, "memorySizeMB": 512, "maxMemoryUsedMB": 60}
+        # A pinned stamp is safe: the extension carries an event's time into the call log as data only.
         events = [
             {"time": "2026-11-30T12:00:00.000Z", "type": "platform.runtimeDone",
              "record": {"requestId": request_id, "status": "success"}},
