@@ -36,7 +36,6 @@ from devstack.runtime.in_process import HandlerImportError
 from devstack.runtime.logs import PrefixedStream
 from devstack.saved_state import STATE_FILE, restore_state, save_state
 from devstack.source_wiring import stream_sources
-from devstack.sources.batches_in_delivery import Deliveries
 from devstack.sources.pollers import PollerGate
 from devstack.sources.schedules import Schedule, scheduled_event, schedules_of
 from devstack.sources.sqs import SqsEventSource
@@ -51,12 +50,15 @@ from devstack.stack.template import Template, load_template
 from devstack.stack.ttl_sweeper import TtlSweeper
 from devstack.traces import start_recording, stop_recording
 from devstack.wired_stack import LocalEnvironment
+from devstack.work_in_flight import WorkInFlight
 
 log = logging.getLogger("devstack")
 
 STREAM_POLL_SECONDS = 0.25  # Lambda polls stream shards about 4 times a second
 IDLE_POLL_SECONDS = 10  # with no write to wait for, stream and tap loops still look this often
 TTL_SWEEP_SECONDS = 5  # at most one TTL sweep per this many seconds while items are written
+# How long past its function's timeout the stop waits for work under way, and for a loop thread to see the stop.
+STOP_GRACE_SECONDS = 5
 
 
 @dataclass
@@ -96,7 +98,7 @@ class DevStack:
         self._threads: list[threading.Thread] = []  # joined at the stop
         self._recording_spans = False  # devstack.traces: this stack's spans go to options.trace_file
         self._poller_gates: list[PollerGate] = []  # per SQS mapping: one long poll while its queue is idle
-        self._deliveries = Deliveries()  # SQS pollers' batches: waited for at the stop, not their long polls
+        self._deliveries = WorkInFlight()  # SQS pollers' batches: waited for at the stop, not their long polls
         self._stopping = threading.Event()
         self._moto: Any = None
         self._listeners: list[socket.socket] = []  # the AWS, Lambda and first Function URL ports, held from the start
@@ -216,12 +218,17 @@ class DevStack:
         for gate in self._poller_gates:
             gate.close()  # SQS pollers waiting for their turn end
         self.async_invoker.close()
-        # An SQS poller finishes the batch it is delivering (its deletes included) within the timeout; one
-        # waiting in a long poll delivers nothing more and is left to end with its poll (a daemon thread).
-        if not self._deliveries.close(timeout=self._longest_timeout() + 5):
+        # An SQS poller finishes the batch it is delivering (its deletes included) within its function's timeout;
+        # one waiting in a long poll delivers nothing more and is left to end with its poll (a daemon thread).
+        # Every invocation under way is waited for within its own function's timeout, and nothing else: an idle
+        # stack stops at once.
+        self._deliveries.close()
+        if not self._deliveries.wait(grace=STOP_GRACE_SECONDS):
             log.warning("an SQS batch was still being delivered when the stop gave up waiting for it")
+        if not self.environment.invocations.wait(grace=STOP_GRACE_SECONDS):
+            log.warning("a function was still running past its timeout when the stop gave up waiting for it")
         for thread in self._threads:
-            thread.join(timeout=self._longest_timeout() + 5)
+            thread.join(timeout=STOP_GRACE_SECONDS)  # between invocations, each loop sees the stop at once
         try:
             if self.options.state_dir:
                 save_state(self.options.state_dir / STATE_FILE, self.environment, self.client)
@@ -250,9 +257,6 @@ class DevStack:
     def _close_listeners(self) -> None:
         for listener in self._listeners:
             listener.close()  # the servers answering on them close their own copies
-
-    def _longest_timeout(self) -> float:
-        return max((float(spec.timeout) for spec in self.environment.stack.functions().values()), default=3.0)
 
     def client(self, service: str) -> Any:
         # The service is a runtime string; the stubs type clients per literal service name.
@@ -428,11 +432,15 @@ class DevStack:
             messages = source.receive(wait=True, on_first=gate.active)
         finally:
             gate.leave(received=bool(messages))
-        if messages and self._deliveries.admit():
+        if not messages:
+            return
+        function = self.environment.function_logical_id(source.mapping["FunctionName"])
+        token = self._deliveries.admit(self.environment.stack.function(function).timeout)
+        if token is not None:
             try:
                 source.deliver(messages)
             finally:
-                self._deliveries.done()
+                self._deliveries.done(token)
 
     def _ttl_step(self) -> None:
         """Sweep, then sleep until the next item expires or a write may have added one."""

@@ -24,6 +24,7 @@ from devstack.runtime.runtime_image import host_architecture, prepare_runtime_im
 from devstack.sources.sqs import SqsEventSource
 from devstack.stack.resources import LocalStack, unqualified
 from devstack.stack.template import ROOT, Template
+from devstack.work_in_flight import WorkInFlight
 
 # Sample datasets for analyze_dataset jobs: events/datasets/* is uploaded to this bucket (the stack's
 # DatasetBucketName), under the prefix of each user the local stack's keys, fixtures and tests act as: a tenant
@@ -83,6 +84,7 @@ class LocalEnvironment:
         self._build_dir, self._endpoints = build_dir, endpoints or {}
         self._lambda_on_demand: LambdaRuntime | None = None  # an in-process stack's `make invoke RUNTIME=lambda`
         self._on_demand_lock = threading.Lock()  # concurrent invocations start one on-demand runtime
+        self.invocations = WorkInFlight()  # every invocation under way, for the stop to wait on
         if runtime == "lambda":
             self.lambda_runtime = self._new_lambda_runtime()
         elif runtime != "inprocess":
@@ -99,6 +101,10 @@ class LocalEnvironment:
     def invoke(self, logical_id: str, event: Any, runtime: str | None = None) -> Any:
         """Invoke in the stack's runtime, or in the one named (`make invoke RUNTIME=` inside a running stack)."""
         runtime = runtime or self.runtime_mode
+        with self.invocations.tracked(self.stack.function(logical_id).timeout):
+            return self._invoke(logical_id, event, runtime)
+
+    def _invoke(self, logical_id: str, event: Any, runtime: str) -> Any:
         if runtime == "lambda":
             with self._on_demand_lock:
                 if self.lambda_runtime is None and self._lambda_on_demand is None:
