@@ -5,6 +5,7 @@ says how many were suppressed."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 import time_machine
@@ -82,27 +83,58 @@ def test_alerts_of_one_type_and_tool_are_sent_once_per_window_across_instances_w
     assert (after["tool"], after["suppressedSinceLastAlert"]) == ("analyze_dataset", 2)
 
 
+def drift(local, server_id: str, owner: str | None = None) -> dict:
+    """A batch of one schema drift of an endpoint (of `owner`, as the drift detector names it)."""
+    record = CallLogRecord(
+        event_type=CallLogEventType.SCHEMA_DRIFT,
+        server_id=server_id,
+        user_id=owner,
+        schema_hash="b",
+        previous_schema_hash="a",
+    )
+    records = put_call_log(local, [record], partition_key=f"server#{server_id}")
+    return delivered(lambda_event(records, local.stack.ensure("CallLogStream").attributes["Arn"]), ANALYZER)
+
+
 def test_a_schema_drift_is_not_suppressed_by_another_endpoints_or_another_types_alert(local, alerts, start):
     # Given a tool's error alert just sent, then schema drifts of two endpoints
-    def drift(server_id: str) -> dict:
-        record = CallLogRecord(
-            event_type=CallLogEventType.SCHEMA_DRIFT, server_id=server_id, schema_hash="b", previous_schema_hash="a"
-        )
-        records = put_call_log(local, [record], partition_key=f"server#{server_id}")
-        return delivered(lambda_event(records, local.stack.ensure("CallLogStream").attributes["Arn"]), ANALYZER)
-
     with time_machine.travel(start, tick=False):
         new_instance(local).invoke(burst(local))
         alerts()
         # When both drifts are handled within the window
-        new_instance(local).invoke(drift("srv-a"))
-        new_instance(local).invoke(drift("srv-b"))
+        new_instance(local).invoke(drift(local, "srv-a"))
+        new_instance(local).invoke(drift(local, "srv-b"))
 
     # Then each endpoint's drift alerts
     assert sorted((a["alert"], a["server"]) for a in alerts()) == [
         ("schema_drift", "srv-a"),
         ("schema_drift", "srv-b"),
     ]
+
+
+def test_one_owners_endpoints_alert_once_per_window_and_the_next_alert_counts_the_rest(local, alerts, start):
+    # Given a tenant with many endpoints (each its own subject) and another tenant
+    seconds = window(local)
+
+    # When three of the first tenant's endpoints and one of the other's drift within one window
+    with time_machine.travel(start, tick=False):
+        for server_id, owner in (("srv-a1", "user-a"), ("srv-a2", "user-a"), ("srv-b1", "user-b")):
+            new_instance(local).invoke(drift(local, server_id, owner))
+    with time_machine.travel(start + dt.timedelta(seconds=60), tick=False):
+        new_instance(local).invoke(drift(local, "srv-a3", "user-a"))
+
+    # Then each tenant gets one alert, nothing suppressed before it, and no alert names a tenant
+    sent = alerts()
+    assert sorted((a["server"], a["suppressedForOwnerSinceLastAlert"]) for a in sent) == [("srv-a1", 0), ("srv-b1", 0)]
+    assert not any("user-" in json.dumps(a) for a in sent)
+
+    # When another of the first tenant's endpoints drifts once the window has passed
+    with time_machine.travel(start + dt.timedelta(seconds=seconds), tick=False):
+        new_instance(local).invoke(drift(local, "srv-a4", "user-a"))
+
+    # Then it alerts, saying the tenant's two other drifts were suppressed since its last alert
+    (after,) = alerts()
+    assert (after["server"], after["suppressedForOwnerSinceLastAlert"]) == ("srv-a4", 2)
 
 
 @pytest.fixture

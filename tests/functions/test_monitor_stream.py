@@ -21,8 +21,16 @@ def table(local) -> str:
     return local.table_name("MonitorTable")
 
 
-def register_endpoint(local, server_id: str, schema_hash: str | None, since: str = "2026-11-28T08:00:00.000Z") -> None:
-    item = {"serverId": {"S": server_id}, "sortKey": {"S": "endpoint"}, "itemType": {"S": "endpoint"}}
+def register_endpoint(
+    local, server_id: str, schema_hash: str | None, since: str = "2026-11-28T08:00:00.000Z", owner: str = "user-a"
+) -> None:
+    # (the pinned stamps are safe: compared with each other, never with the clock; the items have no TTL)
+    item = {
+        "serverId": {"S": server_id},
+        "sortKey": {"S": "endpoint"},
+        "itemType": {"S": "endpoint"},
+        "ownerId": {"S": owner},
+    }
     if schema_hash:
         item |= {"lastSchemaHash": {"S": schema_hash}, "schemaHashSince": {"S": since}}
     boto3.client("dynamodb").put_item(TableName=table(local), Item=item)
@@ -65,7 +73,7 @@ def test_a_changed_schema_hash_updates_the_endpoint_and_logs_exactly_one_schema_
     endpoint = item(local, "srv-weather", "endpoint")
     assert (endpoint["lastSchemaHash"], endpoint["previousSchemaHash"]) == ("sha256:b2", "sha256:a1")
     (drift,) = drift_records(local)
-    assert drift["serverId"] == "srv-weather"
+    assert (drift["serverId"], drift["userId"]) == ("srv-weather", "user-a")  # the owner, whose alerts it counts in
     assert (drift["schemaHash"], drift["previousSchemaHash"]) == ("sha256:b2", "sha256:a1")
 
 
@@ -124,9 +132,9 @@ def test_a_failed_drift_record_fails_the_stream_record_and_its_retry_logs_it_onc
     monkeypatch.setattr(KinesisBackend, "put_records", real_put_records)
     retried = local.invoke(DRIFT, event)
 
-    # Then the change is logged exactly once
+    # Then the change is logged exactly once, naming the endpoint's owner
     assert retried == {"batchItemFailures": []}
-    assert len(drift_records(local)) == 1
+    assert [record["userId"] for record in drift_records(local)] == ["user-a"]
 
 
 def test_a_malformed_probe_result_fails_alone(local):

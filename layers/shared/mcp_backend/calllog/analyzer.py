@@ -22,7 +22,7 @@ from aws_lambda_powertools.utilities.data_classes.kinesis_stream_event import Ki
 from pydantic import ValidationError
 
 from mcp_backend.aws import client_or_lazy
-from mcp_backend.calllog.alert_windows import AlertWindows
+from mcp_backend.calllog.alert_windows import AlertDecision, AlertWindows
 from mcp_backend.calllog.models import ACTIONABLE, CallLogEventType, CallLogRecord
 from mcp_backend.config import CallLogAnalyzerSettings
 from mcp_backend.observability import logger, metrics
@@ -198,6 +198,20 @@ class CallLogAnalyzer(StreamRecordConsumer):
         }
         self._publish(f"function:{function}", message, f"{', '.join(reasons)} in {function}")
 
+    def _window(self, alert: str, subject: str) -> AlertDecision:
+        """Send, or not (a window of `subject` is open: counted in it). When the table cannot be read the alert is
+        sent with no suppressed count: a duplicate alert is better than a lost one."""
+        try:
+            decision = self.alert_windows.decide(alert, subject, time.time())
+        except Exception as error:  # noqa: BLE001 - a duplicate alert is better than a lost one
+            logger.warning("alert window unavailable", extra={"subject": subject, "error_type": type(error).__name__})
+            metrics.add_metric(name="AlertWindowUnavailable", unit=MetricUnit.Count, value=1)
+            return AlertDecision(True, None)
+        if not decision.send:
+            logger.info("alert suppressed", extra={"subject": subject, "alert": alert})
+            metrics.add_metric(name="AlertsSuppressed", unit=MetricUnit.Count, value=1)
+        return decision
+
     def _alert(self, subject: str, counts: Counter[CallLogEventType], latest: CallLogRecord) -> None:
         kind, _, name = subject.partition(":")
         drift = counts[CallLogEventType.SCHEMA_DRIFT] > 0
@@ -216,25 +230,24 @@ class CallLogAnalyzer(StreamRecordConsumer):
         headline = f"{counts.total()} errors of {kind} {name} in one batch"
         if change:
             headline = f"{change.replace('_', ' ')} on {name}"
-        self._publish(subject, message, headline)
+        # An endpoint's alerts also count against its owner: one tenant's many endpoints alert once per window.
+        owner = latest.user_id if kind == "server" else None
+        self._publish(subject, message, headline, owner)
 
-    def _publish(self, subject: str, message: dict[str, Any], headline: str) -> None:
-        try:
-            decision = self.alert_windows.decide(message["alert"], subject, time.time())
-        except Exception as error:  # noqa: BLE001 - a duplicate alert is better than a lost one
-            logger.warning("alert window unavailable", extra={"subject": subject, "error_type": type(error).__name__})
-            metrics.add_metric(name="AlertWindowUnavailable", unit=MetricUnit.Count, value=1)
-            suppressed_before = None
-        else:
-            if not decision.send:
-                logger.info("alert suppressed", extra={"subject": subject, "alert": message["alert"]})
-                metrics.add_metric(name="AlertsSuppressed", unit=MetricUnit.Count, value=1)
-                return
-            suppressed_before = decision.suppressed_before
+    def _publish(self, subject: str, message: dict[str, Any], headline: str, owner: str | None = None) -> None:
+        decision = self._window(message["alert"], subject)
+        if not decision.send:
+            return
         message |= {
-            "suppressedSinceLastAlert": suppressed_before,
+            "suppressedSinceLastAlert": decision.suppressed_before,
             "alertWindowSeconds": self.alert_windows.window_seconds,
         }
+        if owner is not None:
+            for_owner = self._window(message["alert"], f"owner:{owner}")
+            if not for_owner.send:
+                return
+            # The owner is not named (an alert names what failed, never whose it is), only what it suppressed.
+            message |= {"suppressedForOwnerSinceLastAlert": for_owner.suppressed_before}
         try:
             self._sns.publish(
                 TopicArn=self.topic_arn,

@@ -17,7 +17,7 @@ from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import DriftDetectorSettings
 from mcp_backend.monitor.consumer import ProbeResultConsumer
 from mcp_backend.monitor.items import ProbeResult
-from mcp_backend.monitor.table import NO_SCHEMA_HASH
+from mcp_backend.monitor.table import NO_SCHEMA_HASH, SchemaChange
 from mcp_backend.observability import logger, metrics
 
 if TYPE_CHECKING:
@@ -43,14 +43,16 @@ class DriftDetector(ProbeResultConsumer):
     def apply(self, *, position: dict[str, str], probe: ProbeResult) -> dict[str, Any]:
         if not probe.schema_hash:
             return {"drift": False, "reason": "no schema in this result"}
-        previous = self._record_hash(probe)
-        if not previous:
+        change = self._record_hash(probe)
+        if not change.previous_hash:
             return {"drift": False}
+        previous = change.previous_hash
         self.call_log.put(
             [
                 CallLogRecord(
                     event_type=CallLogEventType.SCHEMA_DRIFT,
                     server_id=probe.server_id,
+                    user_id=change.owner_id,
                     occurred_at=probe.probed_at,
                     schema_hash=probe.schema_hash,
                     previous_schema_hash=previous,
@@ -61,17 +63,18 @@ class DriftDetector(ProbeResultConsumer):
         logger.info("schema drift", extra={"schema_hash": probe.schema_hash, "previous_schema_hash": previous})
         return {"drift": True}
 
-    def _record_hash(self, probe: ProbeResult) -> str:
-        """The hash this result replaced, or "" when it changed nothing (or set the first hash)."""
-        previous = self.table.record_schema_change(probe)
-        if previous is not None:
-            return previous
+    def _record_hash(self, probe: ProbeResult) -> SchemaChange:
+        """The hash this result replaced ("" when it changed nothing, or set the first hash) and the owner."""
+        change = self.table.record_schema_change(probe)
+        if change is not None:
+            return change
         endpoint = self.table.read_endpoint(probe.server_id)
         if endpoint is None:
             logger.warning("probe result for an unregistered endpoint")
             metrics.add_metric(name="ProbeResultWithoutEndpoint", unit=MetricUnit.Count, value=1)
-            return NO_SCHEMA_HASH
+            return SchemaChange(NO_SCHEMA_HASH, None)
+        owner = endpoint.get("ownerId", {}).get("S")
         if endpoint.get("schemaChangedBy", {}).get("S") == probe.sort_key:
             # This result made the change on an earlier attempt whose call-log put failed.
-            return endpoint.get("previousSchemaHash", {}).get("S", NO_SCHEMA_HASH)
-        return NO_SCHEMA_HASH
+            return SchemaChange(endpoint.get("previousSchemaHash", {}).get("S", NO_SCHEMA_HASH), owner)
+        return SchemaChange(NO_SCHEMA_HASH, owner)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -39,6 +40,14 @@ WRITE_ATTEMPTS = 5
 BACKOFF_BASE_SECONDS = 0.05
 
 NO_SCHEMA_HASH = ""  # previousSchemaHash of a first (baseline) hash: no drift
+
+
+@dataclass(frozen=True)
+class SchemaChange:
+    previous_hash: str  # NO_SCHEMA_HASH: the endpoint's first hash, no drift
+    owner_id: str | None  # whose endpoint it is (alerts about it count against its owner too)
+
+
 _SCHEMA_CHANGE = (
     "SET previousSchemaHash = if_not_exists(lastSchemaHash, :none), lastSchemaHash = :hash, "
     "schemaHashSince = :at, schemaChangedBy = :probe"
@@ -346,10 +355,10 @@ class MonitorTable:
         return unwritten
 
     # -- schema state (drift) ---------------------------------------------------
-    def record_schema_change(self, probe: ProbeResult) -> str | None:
+    def record_schema_change(self, probe: ProbeResult) -> SchemaChange | None:
         """Make the probe's schema hash the endpoint's if it is a change (conditional write, so concurrent or
         reordered results cannot both claim it). Returns the replaced hash (NO_SCHEMA_HASH for the first
-        one), or None when the write changed nothing."""
+        one) and the endpoint's owner, or None when the write changed nothing."""
         try:
             response = self._client.update_item(
                 TableName=self.table_name,
@@ -366,8 +375,8 @@ class MonitorTable:
             )
         except self._client.exceptions.ConditionalCheckFailedException:
             return None
-        previous: str = response["Attributes"]["previousSchemaHash"]["S"]
-        return previous
+        attributes = response["Attributes"]
+        return SchemaChange(attributes["previousSchemaHash"]["S"], attributes.get("ownerId", {}).get("S"))
 
     # -- daily rollups ----------------------------------------------------------
     def raise_rollup_latency_max(self, probe: ProbeResult) -> None:
