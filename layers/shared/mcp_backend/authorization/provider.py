@@ -34,7 +34,7 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import ValidationError
 
 from mcp_backend.authorization.clients import (
-    SCOPES,
+    Client,
     MetadataDocuments,
     RejectedClient,
     check_redirect_uris,
@@ -87,7 +87,7 @@ class Provider:
 
     # Clients
 
-    async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
+    async def get_client(self, client_id: str) -> Client | None:
         if is_metadata_url(client_id):
             return await self.documents.client(client_id)
         if len(client_id) > 64:
@@ -96,7 +96,7 @@ class Provider:
         if record is None:
             return None
         record.pop("_used", None)
-        return OAuthClientInformationFull.model_validate(record)
+        return Client.model_validate(record)
 
     async def register_client(self, client_info: OAuthClientInformationFull) -> None:
         try:
@@ -126,6 +126,8 @@ class Provider:
 
     async def authorize(self, client: OAuthClientInformationFull, params: AuthorizationParams) -> str:
         resource = self.resource_for(params.resource)
+        if not params.scopes:  # Client.validate_scope grants at least one or refuses; fail closed all the same
+            raise AuthorizeError("invalid_scope", "no scope this server grants was requested")
         transaction, nonce = secrets.token_urlsafe(32), secrets.token_urlsafe(16)
         verifier, challenge = pkce_pair()
         self.store.put(
@@ -135,7 +137,7 @@ class Provider:
                 "redirect_uri": str(params.redirect_uri),
                 "redirect_uri_provided_explicitly": params.redirect_uri_provided_explicitly,
                 "state": params.state,
-                "scopes": params.scopes or list(SCOPES),
+                "scopes": params.scopes,
                 "code_challenge": params.code_challenge,
                 "resource": resource,
                 "upstream_verifier": verifier,
