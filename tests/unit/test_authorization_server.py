@@ -73,6 +73,7 @@ def environment(aws) -> LocalEnvironment:
 
 def build(environment: LocalEnvironment, documents: Documents, **overrides: str) -> tuple[TestClient, Any]:
     variables = {**environment.stack.function("AuthorizationServer").environment, "AUTHORIZATION_ISSUER": ISSUER}
+    endpoint_is_resource(variables)
     settings = load_settings(AuthorizationServerSettings, {**variables, **overrides})
     server = AuthorizationServer(
         settings,
@@ -82,6 +83,13 @@ def build(environment: LocalEnvironment, documents: Documents, **overrides: str)
         MetadataDocuments((), fetch=documents),
     )
     return TestClient(server, base_url=ISSUER, follow_redirects=False), server
+
+
+def endpoint_is_resource(variables: dict[str, str]) -> None:
+    """The endpoint's URL, which the template writes to the server's parameter, is RESOURCE here (the local
+    stack writes its loopback URL the same way)."""
+    name = variables["AUTHORIZATION_RESOURCE_PARAMETER"]
+    boto3.client("ssm").put_parameter(Name=name, Value=RESOURCE, Type="String", Overwrite=True)
 
 
 @pytest.fixture
@@ -168,7 +176,7 @@ def exchange(client: TestClient, client_id: str, code: str, verifier: str, **ext
         "resource": RESOURCE,
         **extra,
     }
-    return client.post("/token", data=form)
+    return client.post("/token", data={k: v for k, v in form.items() if v is not None})
 
 
 def refresh(client: TestClient, client_id: str, token: str) -> Any:
@@ -477,6 +485,56 @@ def test_a_resource_outside_the_allowed_list_is_invalid_target(environment, docu
     client_id = register(client)["client_id"]
     answer = authorize(client, client_id, pkce()[1], resource="https://other.example/mcp")
     assert answer.status_code == 302 and "error=invalid_target" in answer.headers["location"]
+
+
+def test_the_template_hands_the_server_the_endpoints_url(environment):
+    # Given the stack as deployed: the parameter the template writes for the server
+    variables = environment.stack.function("AuthorizationServer").environment
+    written = boto3.client("ssm").get_parameter(Name=variables["AUTHORIZATION_RESOURCE_PARAMETER"])
+
+    # Then it holds the endpoint's URL: its Function URL and the endpoint's path
+    function_url = environment.stack.ensure("McpServerUrl").attributes["FunctionUrl"]
+    assert written["Parameter"]["Value"] == f"{function_url}mcp"
+
+
+def test_a_client_that_sends_no_resource_gets_a_token_for_this_stacks_endpoint(client):
+    # Given a client written to an earlier spec revision: no resource at /authorize nor at /token
+    client_id = register(client)["client_id"]
+
+    # When it signs a user in
+    code, verifier = sign_in(client, client_id, resource=None)
+    answer = exchange(client, client_id, code, verifier, resource=None)
+
+    # Then its token's audience is this stack's endpoint (claims_of checks the audience)
+    assert answer.status_code == 200, answer.text
+    assert claims_of(client, answer.json()["access_token"])["aud"] == RESOURCE
+
+
+def test_an_unreadable_endpoint_url_is_temporarily_unavailable_not_a_500(environment, documents):
+    # Given a server whose endpoint parameter cannot be read
+    client = build(environment, documents)[0]
+    variables = environment.stack.function("AuthorizationServer").environment
+    boto3.client("ssm").delete_parameter(Name=variables["AUTHORIZATION_RESOURCE_PARAMETER"])
+    client_id = register(client)["client_id"]
+
+    # When a client authorizes without a resource
+    answer = authorize(client, client_id, pkce()[1], resource=None)
+
+    # Then it goes back with temporarily_unavailable (RFC 6749 section 4.1.2.1), and nothing is issued
+    assert answer.status_code == 302 and "error=temporarily_unavailable" in answer.headers["location"]
+    assert "code=" not in answer.headers["location"]
+
+
+def test_a_resource_that_is_not_this_stacks_endpoint_is_invalid_target(client):
+    # Given the default configuration (no AuthorizationResources): the endpoint's URL is the one resource
+    client_id = register(client)["client_id"]
+
+    # When a client asks for a token for another resource
+    answer = authorize(client, client_id, pkce()[1], resource="https://other.example/mcp")
+
+    # Then it goes back with invalid_target (RFC 8707 section 2) and nothing is issued
+    assert answer.status_code == 302 and "error=invalid_target" in answer.headers["location"]
+    assert "code=" not in answer.headers["location"]
 
 
 def test_no_token_code_or_secret_reaches_the_logs(client, capsys):

@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_backend.authorization.clients import SCOPES, MetadataDocuments, is_metadata_url
 from mcp_backend.authorization.provider import Provider
+from mcp_backend.authorization.resource import Resources
 from mcp_backend.authorization.signing import KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore, digest
 from mcp_backend.authorization.upstream import Upstream, UpstreamLoginFailed
@@ -84,9 +85,11 @@ class AuthorizationServer:
         signer: KmsSigner,
         upstream: Upstream,
         documents: MetadataDocuments,
+        resources: Resources | None = None,
     ) -> None:
         self.settings = settings
         self.store, self.signer, self.upstream, self.documents = store, signer, upstream, documents
+        self.resources = resources or Resources(settings)
         self._apps: dict[str, ASGIApp] = {}
         self._lock = threading.Lock()
         region = re.escape(settings.aws_region)
@@ -112,7 +115,9 @@ class AuthorizationServer:
     def app_for(self, issuer: str) -> ASGIApp:
         with self._lock:
             if issuer not in self._apps:
-                provider = Provider(issuer, self.settings, self.store, self.signer, self.upstream, self.documents)
+                provider = Provider(
+                    issuer, self.settings, self.store, self.signer, self.upstream, self.documents, self.resources
+                )
                 self._apps[issuer] = issuer_app(provider)
             return self._apps[issuer]
 
