@@ -683,6 +683,15 @@ def test_a_request_for_unknown_scopes_only_is_invalid_scope(client, documents):
         assert "error=invalid_scope" in answer.headers["location"]
 
 
+def test_a_registration_asking_for_an_unknown_scope_is_refused(client):
+    # When a client registers with a scope besides read
+    answer = client.post("/register", json={"redirect_uris": [REDIRECT], "scope": "read admin"})
+
+    # Then the registration is refused (RFC 7591 section 3.2.2) and names no client
+    assert (answer.status_code, answer.json()["error"]) == (400, "invalid_client_metadata")
+    assert "client_id" not in answer.json()
+
+
 def test_the_servers_scopes_are_the_endpoints_tool_access_levels():
     # The endpoint checks Access values as scopes: the server grants exactly those
     assert set(SCOPES) == {access.value for access in Access}
