@@ -13,6 +13,7 @@ import urllib.parse
 from typing import Any
 
 import boto3
+import botocore.exceptions
 import httpx2
 import jwt
 import pytest
@@ -36,7 +37,7 @@ CIMD_URL = "https://client.example/oauth/client.json"
 
 
 class StandInUpstream:
-    """The upstream OIDC provider: any code but "refused" signs in alice (group paying -> pro)."""
+    """The upstream OIDC provider: any code but "refused" and "unavailable" signs in alice (group paying -> pro)."""
 
     async def login_url(self, redirect_uri: str, state: str, nonce: str, challenge: str) -> str:
         return f"https://idp.example/login?{urllib.parse.urlencode({'state': state, 'redirect_uri': redirect_uri})}"
@@ -44,6 +45,8 @@ class StandInUpstream:
     async def identity(self, code: str, redirect_uri: str, verifier: str, nonce: str) -> Identity:
         if code == "refused":
             raise UpstreamLoginFailed("the provider refused the code (HTTP 400)")
+        if code == "unavailable":  # e.g. the upstream client's secret cannot be read
+            raise botocore.exceptions.ClientError({"Error": {"Code": "AccessDeniedException"}}, "GetSecretValue")
         return Identity(subject="alice-sub", tier="pro", name="alice@example.com")
 
 
@@ -477,6 +480,23 @@ def test_a_failed_upstream_login_goes_back_with_access_denied(client):
     state = urllib.parse.parse_qs(urllib.parse.urlsplit(login.headers["location"]).query)["state"][0]
     answer = client.get("/callback", params={"code": "refused", "state": state})
     assert answer.status_code == 302 and "error=access_denied" in answer.headers["location"]
+    assert client.get("/callback", params={"code": "upstream-code", "state": state}).status_code == 400
+
+
+def test_an_unavailable_upstream_login_goes_back_with_temporarily_unavailable_not_a_500(client):
+    # Given a sign-in whose upstream step fails for a reason of this server's (an AWS call refused)
+    client_id = register(client)["client_id"]
+    login = authorize(client, client_id, pkce()[1])
+    state = urllib.parse.parse_qs(urllib.parse.urlsplit(login.headers["location"]).query)["state"][0]
+
+    # When the browser comes back from the login
+    answer = client.get("/callback", params={"code": "unavailable", "state": state})
+
+    # Then the client is told temporarily_unavailable (RFC 6749 section 4.1.2.1) with its state, and the
+    # sign-in is spent
+    assert answer.status_code == 302
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(answer.headers["location"]).query)
+    assert query["error"] == ["temporarily_unavailable"] and query["state"] == ["state-123"]
     assert client.get("/callback", params={"code": "upstream-code", "state": state}).status_code == 400
 
 

@@ -282,6 +282,10 @@ class ConsentPages:
             logger.warning("upstream login failed", extra={"reason": str(error)})
             self.provider.spend_transaction(transaction)
             return redirect(self.provider.redirect(record, error="access_denied"))
+        except Exception as error:  # noqa: BLE001 - the provider, its keys or an AWS call unavailable: never a 500
+            logger.error("upstream login unavailable", extra={"error_type": type(error).__name__})
+            self.provider.spend_transaction(transaction)
+            return redirect(self.provider.redirect(record, error="temporarily_unavailable"))
         csrf = secrets.token_urlsafe(32)
         self.provider.remember_login(transaction, record, identity, csrf)
         client = await self.provider.get_client(record["client_id"])
