@@ -51,6 +51,7 @@ def serve_function_urls(
     targets.sort(key=lambda target: _is_authorization_server(environment, target[1]))
     planned = [(logical_id, function, first_port + index) for index, (logical_id, function) in enumerate(targets)]
     issuers: dict[str, str] = {}  # an authorization server's placeholder URL -> its loopback URL
+    resource_parameters: list[str] = []  # where an authorization server reads the endpoint's URL
     for logical_id, function, port in sorted(
         planned, key=lambda plan: not _is_authorization_server(environment, plan[1])
     ):
@@ -63,12 +64,13 @@ def serve_function_urls(
             allowed = settings.function_overrides.get("MCP_ALLOWED_ORIGINS")
             allowed = allowed if allowed is not None else spec.environment.get("MCP_ALLOWED_ORIGINS", "")
             origins = [allowed, f"http://{host}", f"http://localhost:{port}"]
+            oauth = _oauth_overrides(spec.environment, f"http://{host}", settings.aws_url, issuers)
             overrides = {
                 **settings.function_overrides,
                 # The Function URL host is not known locally; the loopback host stands in for it.
                 "MCP_ALLOWED_HOSTS": f"{host},localhost:{port}",
                 "MCP_ALLOWED_ORIGINS": ",".join(origin for origin in origins if origin),
-                **_oauth_overrides(spec.environment, f"http://{host}", settings.aws_url, issuers),
+                **oauth,
                 **_authorization_server_overrides(spec.environment, f"http://{host}", settings.lambda_url),
             }
             lambda_runtime = environment.lambda_runtime
@@ -81,6 +83,13 @@ def serve_function_urls(
             if _is_authorization_server(environment, function):
                 issuers[created.attributes["FunctionUrl"].rstrip("/")] = web.url
                 set_callback_urls(environment.client("cognito-idp"), LOGIN_CLIENT_NAME, f"{web.url}/callback")
+                resource_parameters.append(spec.environment.get("AUTHORIZATION_RESOURCE_PARAMETER", ""))
+            if "OAUTH_RESOURCE" in oauth:
+                # The template wrote the endpoint's placeholder URL; its tokens are for the loopback one.
+                for name in filter(None, resource_parameters):
+                    environment.client("ssm").put_parameter(
+                        Name=name, Value=oauth["OAUTH_RESOURCE"], Type="String", Overwrite=True
+                    )
             created.attributes["FunctionUrl"] = f"{web.url}/"
         except (NotAWebFunction, Unsupported, LookupError) as reason:
             notice(logical_id, f"Function URL not served: {reason}")

@@ -105,6 +105,7 @@ class RecordedNonces(Upstream):
 def authorization_server(environment: LocalEnvironment) -> TestClient:
     """The function's app as create_app builds it, on the local stack; only the provider's HTTP is stood in."""
     variables = {**environment.stack.function("AuthorizationServer").environment, "AUTHORIZATION_ISSUER": server.ISSUER}
+    server.endpoint_is_resource(variables)
     settings = load_settings(AuthorizationServerSettings, variables)
     issuer = settings.upstream_issuer
 
@@ -152,5 +153,6 @@ def test_every_call_the_authorization_server_makes_on_the_local_stack_is_in_the_
     listed = {action for action, _, _ in function_calls(Stack("mcp", parameters))["AuthorizationServer"]}
     assert recorded - listed == set()
     expected = {"kms:Sign", "kms:GetPublicKey", "dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:UpdateItem"}
-    expected |= {"secretsmanager:GetSecretValue"} if secret_arn else {"ssm:GetParameter"}
+    expected |= {"ssm:GetParameter"}  # the endpoint's URL; the stack's pool's login client id too
+    expected |= {"secretsmanager:GetSecretValue"} if secret_arn else set()
     assert recorded >= expected

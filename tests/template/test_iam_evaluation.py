@@ -607,6 +607,7 @@ def authorization_server_calls(stack: Stack) -> list[Call]:
         ],
         ("kms:Sign", signing_key, on_the_key),  # signing.py: each access token
         ("kms:GetPublicKey", signing_key, on_the_key),  # signing.py: the JWKS
+        ("ssm:GetParameter", arn("AuthorizationEndpointResource"), {}),  # resource.py: the endpoint's URL
     ]
     if "AuthorizationLoginClientId" in stack.resources:  # upstream.py: the pool's login client's id
         calls.append(("ssm:GetParameter", arn("AuthorizationLoginClientId"), {}))

@@ -13,18 +13,22 @@ import urllib.parse
 from typing import Any
 
 import boto3
+import botocore.exceptions
+import httpx2
 import jwt
 import pytest
 from starlette.testclient import TestClient
 
 from devstack.wired_stack import LocalEnvironment
 from mcp_backend.authorization.app import AuthorizationServer
-from mcp_backend.authorization.clients import MetadataDocuments
+from mcp_backend.authorization.clients import FAILURE_CACHE_SECONDS, SCOPES, MetadataDocuments
 from mcp_backend.authorization.signing import KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore
 from mcp_backend.authorization.upstream import Identity, UpstreamLoginFailed, tier_of
 from mcp_backend.config import AuthorizationServerSettings, load_settings
 from mcp_backend.netsafety import PrivateAddress
+from mcp_backend.probes.errors import ProbeProtocolError
+from mcp_backend.tools.table import Access
 
 ISSUER = "https://auth.example"
 RESOURCE = "https://mcp.example/mcp"
@@ -33,7 +37,7 @@ CIMD_URL = "https://client.example/oauth/client.json"
 
 
 class StandInUpstream:
-    """The upstream OIDC provider: any code but "refused" signs in alice (group paying -> pro)."""
+    """The upstream OIDC provider: any code but "refused" and "unavailable" signs in alice (group paying -> pro)."""
 
     async def login_url(self, redirect_uri: str, state: str, nonce: str, challenge: str) -> str:
         return f"https://idp.example/login?{urllib.parse.urlencode({'state': state, 'redirect_uri': redirect_uri})}"
@@ -41,6 +45,8 @@ class StandInUpstream:
     async def identity(self, code: str, redirect_uri: str, verifier: str, nonce: str) -> Identity:
         if code == "refused":
             raise UpstreamLoginFailed("the provider refused the code (HTTP 400)")
+        if code == "unavailable":  # e.g. the upstream client's secret cannot be read
+            raise botocore.exceptions.ClientError({"Error": {"Code": "AccessDeniedException"}}, "GetSecretValue")
         return Identity(subject="alice-sub", tier="pro", name="alice@example.com")
 
 
@@ -70,6 +76,7 @@ def environment(aws) -> LocalEnvironment:
 
 def build(environment: LocalEnvironment, documents: Documents, **overrides: str) -> tuple[TestClient, Any]:
     variables = {**environment.stack.function("AuthorizationServer").environment, "AUTHORIZATION_ISSUER": ISSUER}
+    endpoint_is_resource(variables)
     settings = load_settings(AuthorizationServerSettings, {**variables, **overrides})
     server = AuthorizationServer(
         settings,
@@ -79,6 +86,13 @@ def build(environment: LocalEnvironment, documents: Documents, **overrides: str)
         MetadataDocuments((), fetch=documents),
     )
     return TestClient(server, base_url=ISSUER, follow_redirects=False), server
+
+
+def endpoint_is_resource(variables: dict[str, str]) -> None:
+    """The endpoint's URL, which the template writes to the server's parameter, is RESOURCE here (the local
+    stack writes its loopback URL the same way)."""
+    name = variables["AUTHORIZATION_RESOURCE_PARAMETER"]
+    boto3.client("ssm").put_parameter(Name=name, Value=RESOURCE, Type="String", Overwrite=True)
 
 
 @pytest.fixture
@@ -125,9 +139,9 @@ def authorize(client: TestClient, client_id: str, challenge: str, **extra: str) 
     return client.get("/authorize", params={k: v for k, v in query.items() if v is not None})
 
 
-def consent_form(client: TestClient, client_id: str, challenge: str) -> tuple[Any, dict[str, str]]:
+def consent_form(client: TestClient, client_id: str, challenge: str, **extra: str) -> tuple[Any, dict[str, str]]:
     """Authorize, come back from the upstream login: the consent page and its form's fields."""
-    login = authorize(client, client_id, challenge)
+    login = authorize(client, client_id, challenge, **extra)
     assert login.status_code == 302, login.text
     state = urllib.parse.parse_qs(urllib.parse.urlsplit(login.headers["location"]).query)["state"][0]
     page = client.get("/callback", params={"code": "upstream-code", "state": state})
@@ -142,13 +156,15 @@ def consent_form(client: TestClient, client_id: str, challenge: str) -> tuple[An
     return page, fields
 
 
-def sign_in(client: TestClient, client_id: str) -> tuple[str, str]:
-    """The whole browser leg: (authorization code, PKCE verifier)."""
+def sign_in(client: TestClient, client_id: str, **extra: str) -> tuple[str, str]:
+    """The whole browser leg: (authorization code, PKCE verifier); the code goes to the redirect URI used."""
     verifier, challenge = pkce()
-    _, fields = consent_form(client, client_id, challenge)
+    _, fields = consent_form(client, client_id, challenge, **extra)
     answer = client.post("/consent", data={**fields, "decision": "approve"})
     assert answer.status_code == 302, answer.text
-    query = urllib.parse.parse_qs(urllib.parse.urlsplit(answer.headers["location"]).query)
+    location = urllib.parse.urlsplit(answer.headers["location"])
+    assert location._replace(query="").geturl() == extra.get("redirect_uri", REDIRECT)
+    query = urllib.parse.parse_qs(location.query)
     assert query["state"] == ["state-123"] and query["iss"] == [ISSUER]
     return query["code"][0], verifier
 
@@ -163,7 +179,7 @@ def exchange(client: TestClient, client_id: str, code: str, verifier: str, **ext
         "resource": RESOURCE,
         **extra,
     }
-    return client.post("/token", data=form)
+    return client.post("/token", data={k: v for k, v in form.items() if v is not None})
 
 
 def refresh(client: TestClient, client_id: str, token: str) -> Any:
@@ -467,11 +483,78 @@ def test_a_failed_upstream_login_goes_back_with_access_denied(client):
     assert client.get("/callback", params={"code": "upstream-code", "state": state}).status_code == 400
 
 
+def test_an_unavailable_upstream_login_goes_back_with_temporarily_unavailable_not_a_500(client):
+    # Given a sign-in whose upstream step fails for a reason of this server's (an AWS call refused)
+    client_id = register(client)["client_id"]
+    login = authorize(client, client_id, pkce()[1])
+    state = urllib.parse.parse_qs(urllib.parse.urlsplit(login.headers["location"]).query)["state"][0]
+
+    # When the browser comes back from the login
+    answer = client.get("/callback", params={"code": "unavailable", "state": state})
+
+    # Then the client is told temporarily_unavailable (RFC 6749 section 4.1.2.1) with its state, and the
+    # sign-in is spent
+    assert answer.status_code == 302
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(answer.headers["location"]).query)
+    assert query["error"] == ["temporarily_unavailable"] and query["state"] == ["state-123"]
+    assert client.get("/callback", params={"code": "upstream-code", "state": state}).status_code == 400
+
+
 def test_a_resource_outside_the_allowed_list_is_invalid_target(environment, documents):
     client = build(environment, documents, AUTHORIZATION_RESOURCES=RESOURCE)[0]
     client_id = register(client)["client_id"]
     answer = authorize(client, client_id, pkce()[1], resource="https://other.example/mcp")
     assert answer.status_code == 302 and "error=invalid_target" in answer.headers["location"]
+
+
+def test_the_template_hands_the_server_the_endpoints_url(environment):
+    # Given the stack as deployed: the parameter the template writes for the server
+    variables = environment.stack.function("AuthorizationServer").environment
+    written = boto3.client("ssm").get_parameter(Name=variables["AUTHORIZATION_RESOURCE_PARAMETER"])
+
+    # Then it holds the endpoint's URL: its Function URL and the endpoint's path
+    function_url = environment.stack.ensure("McpServerUrl").attributes["FunctionUrl"]
+    assert written["Parameter"]["Value"] == f"{function_url}mcp"
+
+
+def test_a_client_that_sends_no_resource_gets_a_token_for_this_stacks_endpoint(client):
+    # Given a client written to an earlier spec revision: no resource at /authorize nor at /token
+    client_id = register(client)["client_id"]
+
+    # When it signs a user in
+    code, verifier = sign_in(client, client_id, resource=None)
+    answer = exchange(client, client_id, code, verifier, resource=None)
+
+    # Then its token's audience is this stack's endpoint (claims_of checks the audience)
+    assert answer.status_code == 200, answer.text
+    assert claims_of(client, answer.json()["access_token"])["aud"] == RESOURCE
+
+
+def test_an_unreadable_endpoint_url_is_temporarily_unavailable_not_a_500(environment, documents):
+    # Given a server whose endpoint parameter cannot be read
+    client = build(environment, documents)[0]
+    variables = environment.stack.function("AuthorizationServer").environment
+    boto3.client("ssm").delete_parameter(Name=variables["AUTHORIZATION_RESOURCE_PARAMETER"])
+    client_id = register(client)["client_id"]
+
+    # When a client authorizes without a resource
+    answer = authorize(client, client_id, pkce()[1], resource=None)
+
+    # Then it goes back with temporarily_unavailable (RFC 6749 section 4.1.2.1), and nothing is issued
+    assert answer.status_code == 302 and "error=temporarily_unavailable" in answer.headers["location"]
+    assert "code=" not in answer.headers["location"]
+
+
+def test_a_resource_that_is_not_this_stacks_endpoint_is_invalid_target(client):
+    # Given the default configuration (no AuthorizationResources): the endpoint's URL is the one resource
+    client_id = register(client)["client_id"]
+
+    # When a client asks for a token for another resource
+    answer = authorize(client, client_id, pkce()[1], resource="https://other.example/mcp")
+
+    # Then it goes back with invalid_target (RFC 8707 section 2) and nothing is issued
+    assert answer.status_code == 302 and "error=invalid_target" in answer.headers["location"]
+    assert "code=" not in answer.headers["location"]
 
 
 def test_no_token_code_or_secret_reaches_the_logs(client, capsys):
@@ -504,3 +587,180 @@ def test_tiers_come_from_the_highest_mapped_group():
     assert tier_of(["paying"], tiers) == "pro"
     assert tier_of(["other"], tiers) == "free"
     assert tier_of(None, tiers) == "free"
+
+
+# Redirect URIs as the clients people use send them
+
+CLAUDE_CODE_DOCUMENT = {  # Claude Code's published client ID metadata document: loopback callbacks, no port
+    "client_id": CIMD_URL,
+    "client_name": "Claude Code",
+    "redirect_uris": ["http://localhost/callback", "http://127.0.0.1/callback"],
+    "grant_types": ["authorization_code", "refresh_token"],
+    "response_types": ["code"],
+    "token_endpoint_auth_method": "none",
+}
+VSCODE_REDIRECTS = ["http://127.0.0.1:33418", "https://vscode.dev/redirect"]  # VS Code's registration
+
+
+def test_claude_codes_document_signs_in_on_whatever_port_it_listens_on(client, documents):
+    # Given Claude Code's metadata document, whose loopback redirect URIs name no port
+    documents.answers[CIMD_URL] = json.dumps(CLAUDE_CODE_DOCUMENT).encode()
+
+    # When it signs in through localhost and through 127.0.0.1, each on a port picked at run time
+    for used in ("http://localhost:5990/callback", "http://127.0.0.1:61234/callback"):
+        code, verifier = sign_in(client, CIMD_URL, redirect_uri=used)
+        answer = exchange(client, CIMD_URL, code, verifier, redirect_uri=used)
+
+        # Then the code comes back on that port (sign_in checks it) and is exchanged for a token
+        assert answer.status_code == 200, answer.text
+        assert claims_of(client, answer.json()["access_token"])["client_id"] == CIMD_URL
+
+
+def test_vscodes_registration_signs_in_when_its_default_port_is_taken(client):
+    # Given VS Code's dynamic registration: a loopback redirect on port 33418 and vscode.dev
+    client_id = register(client, redirect_uris=VSCODE_REDIRECTS)["client_id"]
+
+    # When port 33418 is busy and it listens on another one
+    code, verifier = sign_in(client, client_id, redirect_uri="http://127.0.0.1:50123/")
+    answer = exchange(client, client_id, code, verifier, redirect_uri="http://127.0.0.1:50123/")
+
+    # Then it signs in on that port
+    assert answer.status_code == 200, answer.text
+
+
+@pytest.mark.parametrize(
+    "used",
+    [
+        "https://vscode.dev:8443/redirect",  # https: exact, port included
+        "http://127.0.0.1:50123/other",  # loopback: any port, but the same path
+        "http://127.0.0.1:50123/?next=x",  # and the same query
+        "http://localhost:50123/",  # and the same host: localhost is not 127.0.0.1
+        "http://[::1]:50123/",
+        "http://127.0.0.2:50123/",
+    ],
+)
+def test_a_redirect_differing_in_more_than_a_loopback_port_is_refused_at_authorize(client, used):
+    # Given VS Code's registration
+    client_id = register(client, redirect_uris=VSCODE_REDIRECTS)["client_id"]
+
+    # When it asks to be sent elsewhere than a registered URI on another loopback port
+    answer = authorize(client, client_id, pkce()[1], redirect_uri=used)
+
+    # Then it is refused without a redirect, and the answer does not echo the URI
+    assert (answer.status_code, answer.json()["error"]) == (400, "invalid_request")
+    assert "location" not in answer.headers and used not in answer.text
+
+
+def test_the_token_request_must_name_the_loopback_port_used_at_authorize(client, documents):
+    # Given a code issued to Claude Code on port 5990
+    documents.answers[CIMD_URL] = json.dumps(CLAUDE_CODE_DOCUMENT).encode()
+    code, verifier = sign_in(client, CIMD_URL, redirect_uri="http://localhost:5990/callback")
+
+    # When the token request names another port (also allowed at /authorize)
+    answer = exchange(client, CIMD_URL, code, verifier, redirect_uri="http://localhost:5991/callback")
+
+    # Then it is refused: the token request repeats the authorize request's URI exactly (RFC 6749 4.1.3)
+    assert (answer.status_code, answer.json()["error"]) == (400, "invalid_request")
+    assert "access_token" not in answer.json()
+
+
+# Scopes: only those this server knows
+
+
+def test_a_document_cannot_grant_itself_a_scope_the_server_does_not_know(client, documents):
+    # Given a metadata document that lists an invented scope besides read
+    documents.answers[CIMD_URL] = json.dumps(
+        {**CLAUDE_CODE_DOCUMENT, "redirect_uris": [REDIRECT], "scope": "read admin:everything"}
+    ).encode()
+
+    # When the client asks for it, and for read and submit
+    verifier, challenge = pkce()
+    page, fields = consent_form(client, CIMD_URL, challenge, scope="admin:everything read submit")
+    redirect = client.post("/consent", data={**fields, "decision": "approve"}).headers["location"]
+    code = urllib.parse.parse_qs(urllib.parse.urlsplit(redirect).query)["code"][0]
+    answer = exchange(client, CIMD_URL, code, verifier)
+
+    # Then the consent page and the token name read only: known, and listed by the document
+    assert "admin" not in page.text and "<b>read</b>" in page.text and "<b>submit</b>" not in page.text
+    assert answer.json()["scope"] == "read"
+    assert claims_of(client, answer.json()["access_token"])["scope"] == "read"
+
+
+def test_a_request_for_unknown_scopes_only_is_invalid_scope(client, documents):
+    # Given a registered client and a document listing only an invented scope
+    client_id = register(client)["client_id"]
+    documents.answers[CIMD_URL] = json.dumps(
+        {**CLAUDE_CODE_DOCUMENT, "redirect_uris": [REDIRECT], "scope": "admin"}
+    ).encode()
+
+    # When each asks for scopes the server does not know (the document: with no scope, its own list)
+    registered = authorize(client, client_id, pkce()[1], scope="admin")
+    document = authorize(client, CIMD_URL, pkce()[1], scope=None)
+
+    # Then both go back to the redirect URI with invalid_scope (RFC 6749 4.1.2.1)
+    for answer in (registered, document):
+        assert answer.status_code == 302
+        assert "error=invalid_scope" in answer.headers["location"]
+
+
+def test_a_registration_asking_for_an_unknown_scope_is_refused(client):
+    # When a client registers with a scope besides read
+    answer = client.post("/register", json={"redirect_uris": [REDIRECT], "scope": "read admin"})
+
+    # Then the registration is refused (RFC 7591 section 3.2.2) and names no client
+    assert (answer.status_code, answer.json()["error"]) == (400, "invalid_client_metadata")
+    assert "client_id" not in answer.json()
+
+
+def test_the_servers_scopes_are_the_endpoints_tool_access_levels():
+    # The endpoint checks Access values as scopes: the server grants exactly those
+    assert set(SCOPES) == {access.value for access in Access}
+
+
+# Client ID metadata documents that cannot be fetched
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        httpx2.ConnectTimeout("timed out"),
+        ProbeProtocolError("an answer came in a content coding the probe does not decode"),
+        OSError("connection reset"),
+    ],
+    ids=["timeout", "bad-content-coding", "os-error"],
+)
+def test_a_document_that_cannot_be_fetched_is_refused_with_a_reason_fetched_once(client, documents, fault):
+    # Given a client_id URL whose host fails
+    documents.answers[CIMD_URL] = fault
+
+    # When a client authorizes twice and asks for a token with it
+    first = authorize(client, CIMD_URL, pkce()[1])
+    second = authorize(client, CIMD_URL, pkce()[1])
+    token = exchange(client, CIMD_URL, "code", "verifier")
+
+    # Then authorize says why with 400 invalid_request (no 500), the token endpoint says invalid_client, the
+    # fault's own text is not shown, and the host was asked once
+    for answer in (first, second):
+        assert (answer.status_code, answer.json()["error"]) == (400, "invalid_request")
+        assert "could not be fetched" in answer.json()["error_description"]
+        assert str(fault) not in answer.text
+    assert (token.status_code, token.json()["error"]) == (401, "invalid_client")
+    assert documents.fetched == [CIMD_URL]
+
+
+def test_a_refused_document_is_fetched_again_after_the_failure_window():
+    # Given a document host that fails, then recovers, and a clock
+    documents, now = Documents(), [1000.0]
+    documents.answers[CIMD_URL] = httpx2.ConnectError("refused")
+    cache = MetadataDocuments((), fetch=documents, clock=lambda: now[0])
+
+    # When the client is looked up, again within the window, and again after it
+    first = asyncio.run(cache.client(CIMD_URL))
+    documents.answers[CIMD_URL] = json.dumps({**CLAUDE_CODE_DOCUMENT, "redirect_uris": [REDIRECT]}).encode()
+    within = asyncio.run(cache.client(CIMD_URL))
+    now[0] += FAILURE_CACHE_SECONDS + 1
+    after = asyncio.run(cache.client(CIMD_URL))
+
+    # Then the failure is remembered for the window only
+    assert first is None and within is None and after is not None
+    assert documents.fetched == [CIMD_URL, CIMD_URL]

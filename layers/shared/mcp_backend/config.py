@@ -361,9 +361,11 @@ class AuthorizationServerSettings(Settings):
     authorization_issuer: str = ""
     aws_region: str = "us-east-1"
     authorization_allowed_hosts: str = ""  # extra Host values besides the region's Function URL hosts
-    # RFC 8707 resources tokens may be issued for (comma-separated); empty: any https URL (the endpoint
-    # accepts only tokens whose audience is its own resource).
+    # RFC 8707 resources tokens may be issued for (comma-separated); empty: the endpoint's URL, read from the
+    # parameter below (mcp_backend.authorization.resource).
     authorization_resources: str = ""
+    # The SSM parameter holding the endpoint's URL (the template writes it); empty: any https resource.
+    authorization_resource_parameter: str = ""
     # Hosts an https redirect URI may name (comma-separated); empty: any. Loopback http is always allowed.
     authorization_redirect_hosts: str = ""
     # Private-use scheme redirect URIs (RFC 8252 section 7.1) accepted exactly as listed, comma-separated: native

@@ -22,19 +22,22 @@ import threading
 import urllib.parse
 from typing import Any
 
+from mcp.server.auth.handlers.authorize import AuthorizationHandler
 from mcp.server.auth.handlers.metadata import MetadataHandler
 from mcp.server.auth.routes import build_metadata, cors_middleware, create_auth_routes
 from mcp.server.auth.settings import ClientRegistrationOptions, RevocationOptions
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, RequestBodyLimitMiddleware
 from mcp.shared.auth import OAuthMetadata
 from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Route, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_backend.authorization.clients import SCOPES, MetadataDocuments
+from mcp_backend.authorization.clients import SCOPES, MetadataDocuments, is_metadata_url
 from mcp_backend.authorization.provider import Provider
+from mcp_backend.authorization.resource import Resources
 from mcp_backend.authorization.signing import KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore, digest
 from mcp_backend.authorization.upstream import Upstream, UpstreamLoginFailed
@@ -82,9 +85,11 @@ class AuthorizationServer:
         signer: KmsSigner,
         upstream: Upstream,
         documents: MetadataDocuments,
+        resources: Resources | None = None,
     ) -> None:
         self.settings = settings
         self.store, self.signer, self.upstream, self.documents = store, signer, upstream, documents
+        self.resources = resources or Resources(settings)
         self._apps: dict[str, ASGIApp] = {}
         self._lock = threading.Lock()
         region = re.escape(settings.aws_region)
@@ -110,7 +115,9 @@ class AuthorizationServer:
     def app_for(self, issuer: str) -> ASGIApp:
         with self._lock:
             if issuer not in self._apps:
-                provider = Provider(issuer, self.settings, self.store, self.signer, self.upstream, self.documents)
+                provider = Provider(
+                    issuer, self.settings, self.store, self.signer, self.upstream, self.documents, self.resources
+                )
                 self._apps[issuer] = issuer_app(provider)
             return self._apps[issuer]
 
@@ -144,6 +151,13 @@ def issuer_app(provider: Provider) -> Starlette:
         Route("/callback", endpoint=pages.callback, methods=["GET"]),
         Route("/consent", endpoint=pages.consent, methods=["POST"]),
         Route("/healthz", endpoint=lambda _: PlainTextResponse("ok"), methods=["GET"]),
+        Route(
+            "/authorize",
+            endpoint=RequestBodyLimitMiddleware(
+                request_response(DocumentClientAuthorization(provider).handle), DEFAULT_MAX_REQUEST_BODY_SIZE
+            ),
+            methods=["GET", "POST"],
+        ),
     ]
     for route in sdk_routes:
         path = getattr(route, "path", "")
@@ -151,7 +165,7 @@ def issuer_app(provider: Provider) -> Starlette:
             routes.append(Route(path, endpoint=RateLimited(route, provider), methods=["POST", "OPTIONS"]))
         elif path == "/revoke":
             routes.append(Route(path, endpoint=PublicClientRevocation(route), methods=["POST", "OPTIONS"]))
-        elif path != "/.well-known/oauth-authorization-server":
+        elif path not in ("/.well-known/oauth-authorization-server", "/authorize"):
             routes.append(route)
     return Starlette(routes=routes)
 
@@ -177,6 +191,26 @@ class RateLimited:
                 await answer(scope, receive, send)
                 return
         await self.inner(scope, receive, send)
+
+
+class DocumentClientAuthorization:
+    """The SDK's /authorize, told why a client ID metadata document was refused: the SDK would only say
+    "not found". 400 `invalid_request` without a redirect (RFC 6749 section 4.1.2.1: no client, no redirect);
+    the lookup is cached, so the SDK's own lookup that follows fetches nothing."""
+
+    def __init__(self, provider: Provider) -> None:
+        self.provider = provider
+        self.inner = AuthorizationHandler(provider)
+
+    async def handle(self, request: Request) -> Response:
+        params = request.query_params if request.method == "GET" else await request.form()
+        client_id = params.get("client_id")
+        if isinstance(client_id, str) and is_metadata_url(client_id):
+            found, reason = await self.provider.documents.lookup(client_id)
+            if found is None:
+                answer = {"error": "invalid_request", "error_description": f"client_id refused: {reason}"}
+                return JSONResponse(answer, status_code=400, headers={"Cache-Control": "no-store"})
+        return await self.inner.handle(request)
 
 
 class PublicClientRevocation:
@@ -248,6 +282,10 @@ class ConsentPages:
             logger.warning("upstream login failed", extra={"reason": str(error)})
             self.provider.spend_transaction(transaction)
             return redirect(self.provider.redirect(record, error="access_denied"))
+        except Exception as error:  # noqa: BLE001 - the provider, its keys or an AWS call unavailable: never a 500
+            logger.error("upstream login unavailable", extra={"error_type": type(error).__name__})
+            self.provider.spend_transaction(transaction)
+            return redirect(self.provider.redirect(record, error="temporarily_unavailable"))
         csrf = secrets.token_urlsafe(32)
         self.provider.remember_login(transaction, record, identity, csrf)
         client = await self.provider.get_client(record["client_id"])

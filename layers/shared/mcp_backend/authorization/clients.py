@@ -2,7 +2,10 @@
 rule), and client ID metadata documents (an https `client_id` whose URL serves the client's metadata).
 
 A redirect URI is https, or http on a loopback host (RFC 8252 section 7.3: native apps listen on
-127.0.0.1, [::1] or localhost); never a fragment or user info. With an allow-list of redirect hosts, an
+127.0.0.1, [::1] or localhost); never a fragment or user info. A request's redirect URI must equal a
+registered one, except that a loopback http one may name any port (RFC 8252 section 7.3: the port is the
+app's, picked when it asks); host, path and query still match exactly, so `localhost` never stands in for
+`127.0.0.1` or the other way round. With an allow-list of redirect hosts, an
 https redirect's host must be on it (loopback stays allowed: it only ever reaches the user's own machine).
 A private-use scheme URI (RFC 8252 section 7.1, e.g. Cursor's) only when listed, exactly.
 
@@ -10,7 +13,11 @@ A metadata document is fetched through the project's network-safety rules (https
 public, the connection pinned to the checked addresses, no redirects), read up to `MAX_DOCUMENT_BYTES`, and
 must be JSON client metadata naming the same `client_id` with redirect URIs allowed above. It is public
 (`token_endpoint_auth_method` none): a document cannot carry a secret. Documents are cached per process for
-`CACHE_SECONDS`; a refused one is remembered for `FAILURE_CACHE_SECONDS`, so a bad URL costs one fetch.
+`CACHE_SECONDS`; a refused or unreachable one is remembered, with the reason, for `FAILURE_CACHE_SECONDS`, so
+a failing host costs one fetch per instance and window.
+
+Scopes: a client is only ever granted scopes this server knows (`SCOPES`), whatever its registration or
+document lists; the rest are ignored (RFC 6749 section 3.3), and a request left with none is `invalid_scope`.
 """
 
 from __future__ import annotations
@@ -23,19 +30,26 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx2
-from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
-from pydantic import ValidationError
+from mcp.shared.auth import (
+    InvalidRedirectUriError,
+    InvalidScopeError,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+)
+from pydantic import AnyUrl, ValidationError
 
 from mcp_backend.netsafety import MAX_ENDPOINT_URL_LENGTH, UnsafeUrl, is_loopback_host, resolve_endpoint
 from mcp_backend.observability import logger
-from mcp_backend.probes.errors import ProbeResponseTooLarge
 from mcp_backend.probes.pinning import PinnedTransport
 
 MAX_DOCUMENT_BYTES = 8 * 1024
 CACHE_SECONDS = 300.0
-FAILURE_CACHE_SECONDS = 30.0
+FAILURE_CACHE_SECONDS = 60.0
 FETCH_TIMEOUT_SECONDS = 3.0
-SCOPES = ("read", "submit")  # what this server grants: the endpoint's tools need one or the other
+# What this server grants: the endpoint's tools need one or the other (mcp_backend.tools.table.Access; a test
+# keeps the two equal, the tool table itself is too heavy to load here).
+SCOPES = ("read", "submit")
+UNREACHABLE = "the client metadata document could not be fetched"
 
 
 class RejectedClient(ValueError):
@@ -58,6 +72,45 @@ def check_redirect_uris(uris: list[str], allowed_hosts: tuple[str, ...], native:
             raise RejectedClient("a redirect URI must be https, or http on a loopback host (RFC 8252)")
         if allowed_hosts and host.lower() not in allowed_hosts:
             raise RejectedClient("the redirect URI's host is not on this server's allow-list")
+
+
+def redirect_matches(registered: str, requested: str) -> bool:
+    """Exactly equal, or both loopback http with the same host, path and query on any port (RFC 8252 7.3)."""
+    if registered == requested:
+        return True
+    want, got = urllib.parse.urlsplit(registered), urllib.parse.urlsplit(requested)
+    host = got.hostname or ""
+    return (
+        want.scheme == got.scheme == "http"
+        and is_loopback_host(host)
+        and want.hostname == host
+        and not (want.username or want.password or got.username or got.password or got.fragment)
+        and (want.path or "/") == (got.path or "/")
+        and want.query == got.query
+    )
+
+
+def known_scopes(scope: str | None) -> list[str]:
+    """The scopes of a space-separated list this server knows, in order, once each."""
+    return [name for name in dict.fromkeys((scope or "").split()) if name in SCOPES]
+
+
+class Client(OAuthClientInformationFull):
+    """A registered or document client, with this server's redirect and scope rules (module docstring)."""
+
+    def validate_redirect_uri(self, redirect_uri: AnyUrl | None) -> AnyUrl:
+        if redirect_uri is None:
+            return super().validate_redirect_uri(None)
+        if any(redirect_matches(str(uri), str(redirect_uri)) for uri in self.redirect_uris or []):
+            return redirect_uri
+        raise InvalidRedirectUriError("redirect_uri is not registered for this client")
+
+    def validate_scope(self, requested_scope: str | None) -> list[str] | None:
+        allowed = known_scopes(self.scope)
+        granted = allowed if requested_scope is None else [s for s in known_scopes(requested_scope) if s in allowed]
+        if not granted:
+            raise InvalidScopeError(f"no requested scope is one this server grants this client ({' '.join(allowed)})")
+        return granted
 
 
 def is_metadata_url(client_id: str) -> bool:
@@ -85,29 +138,41 @@ class MetadataDocuments:
         self.allow_loopback_hosts = allow_loopback_hosts
         self.fetch = fetch or self._fetch
         self.clock = clock
-        self._cache: dict[str, tuple[float, OAuthClientInformationFull | None]] = {}
+        # url -> (until, the client or None, why it was refused)
+        self._cache: dict[str, tuple[float, Client | None, str]] = {}
         self._lock = threading.Lock()
 
-    async def client(self, url: str) -> OAuthClientInformationFull | None:
+    async def client(self, url: str) -> Client | None:
         """The document's client, or None when it cannot be had or is refused (logged by its fault only)."""
+        return (await self.lookup(url))[0]
+
+    async def lookup(self, url: str) -> tuple[Client | None, str]:
+        """The document's client and "", or None and the short reason it was refused (cached either way)."""
         now = self.clock()
         with self._lock:
             cached = self._cache.get(url)
         if cached is not None and cached[0] > now:
-            return cached[1]
+            return cached[1], cached[2]
+        found: Client | None = None
+        reason, lifetime = "", CACHE_SECONDS
         try:
-            found: OAuthClientInformationFull | None = self.parse(url, await self.fetch(url))
-            lifetime = CACHE_SECONDS
-        except (RejectedClient, UnsafeUrl, ProbeResponseTooLarge, httpx2.HTTPError) as error:
+            found = self.parse(url, await self.fetch(url))
+        except Exception as error:  # noqa: BLE001 - any fault of another party's host is a refusal, never a 500
+            if isinstance(error, RejectedClient):
+                reason = str(error)
+            elif isinstance(error, UnsafeUrl):
+                reason = "the client_id URL is not a public https URL"
+            else:
+                reason = UNREACHABLE
+            lifetime = FAILURE_CACHE_SECONDS
             logger.info("client metadata document refused", extra={"reason": type(error).__name__})
-            found, lifetime = None, FAILURE_CACHE_SECONDS
         with self._lock:
             if len(self._cache) > 1000:  # many distinct URLs: forget them all rather than grow without bound
                 self._cache.clear()
-            self._cache[url] = (now + lifetime, found)
-        return found
+            self._cache[url] = (now + lifetime, found, reason)
+        return found, reason
 
-    def parse(self, url: str, body: bytes) -> OAuthClientInformationFull:
+    def parse(self, url: str, body: bytes) -> Client:
         if len(body) > MAX_DOCUMENT_BYTES:
             raise RejectedClient("the client metadata document is too large")
         try:
@@ -125,13 +190,14 @@ class MetadataDocuments:
         check_redirect_uris(
             [str(uri) for uri in metadata.redirect_uris or []], self.allowed_hosts, self.native_redirect_uris
         )
-        # A document without `scope` may ask for every scope (registration defaults the same way).
-        return OAuthClientInformationFull.model_validate(
+        # A document without `scope` may ask for every scope (registration defaults the same way); one that
+        # lists scopes keeps those this server knows (Client.validate_scope applies the same rule).
+        return Client.model_validate(
             {
                 **metadata.model_dump(),
                 "client_id": url,
                 "token_endpoint_auth_method": "none",
-                "scope": metadata.scope or " ".join(SCOPES),
+                "scope": " ".join(known_scopes(metadata.scope)) if metadata.scope else " ".join(SCOPES),
             }
         )
 
@@ -147,5 +213,5 @@ class MetadataDocuments:
         ) as client:
             response = await client.get(url, headers={"accept": "application/json"})
         if response.status_code != 200:
-            raise RejectedClient("the client metadata document could not be fetched")
+            raise RejectedClient(f"{UNREACHABLE} (HTTP {response.status_code})")
         return response.content

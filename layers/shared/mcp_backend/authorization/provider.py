@@ -19,6 +19,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+import anyio.to_thread
 import jwt
 from mcp.server.auth.provider import (
     AccessToken,
@@ -34,12 +35,13 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import ValidationError
 
 from mcp_backend.authorization.clients import (
-    SCOPES,
+    Client,
     MetadataDocuments,
     RejectedClient,
     check_redirect_uris,
     is_metadata_url,
 )
+from mcp_backend.authorization.resource import Resources
 from mcp_backend.authorization.signing import ALGORITHM, KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore, digest
 from mcp_backend.authorization.upstream import Identity, Upstream, pkce_pair
@@ -71,6 +73,7 @@ class Provider:
         signer: KmsSigner,
         upstream: Upstream,
         documents: MetadataDocuments,
+        resources: Resources,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.issuer = issuer
@@ -79,6 +82,7 @@ class Provider:
         self.signer = signer
         self.upstream = upstream
         self.documents = documents
+        self.resources = resources
         self.clock = clock
 
     @property
@@ -87,7 +91,7 @@ class Provider:
 
     # Clients
 
-    async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
+    async def get_client(self, client_id: str) -> Client | None:
         if is_metadata_url(client_id):
             return await self.documents.client(client_id)
         if len(client_id) > 64:
@@ -96,7 +100,7 @@ class Provider:
         if record is None:
             return None
         record.pop("_used", None)
-        return OAuthClientInformationFull.model_validate(record)
+        return Client.model_validate(record)
 
     async def register_client(self, client_info: OAuthClientInformationFull) -> None:
         try:
@@ -125,7 +129,10 @@ class Provider:
     # Authorization: the upstream login, then consent (mcp_backend.authorization.app)
 
     async def authorize(self, client: OAuthClientInformationFull, params: AuthorizationParams) -> str:
-        resource = self.resource_for(params.resource)
+        # The parameter behind it is read once per instance: off the event loop
+        resource = await anyio.to_thread.run_sync(self.resources.resolve, params.resource)
+        if not params.scopes:  # Client.validate_scope grants at least one or refuses; fail closed all the same
+            raise AuthorizeError("invalid_scope", "no scope this server grants was requested")
         transaction, nonce = secrets.token_urlsafe(32), secrets.token_urlsafe(16)
         verifier, challenge = pkce_pair()
         self.store.put(
@@ -135,7 +142,7 @@ class Provider:
                 "redirect_uri": str(params.redirect_uri),
                 "redirect_uri_provided_explicitly": params.redirect_uri_provided_explicitly,
                 "state": params.state,
-                "scopes": params.scopes or list(SCOPES),
+                "scopes": params.scopes,
                 "code_challenge": params.code_challenge,
                 "resource": resource,
                 "upstream_verifier": verifier,
@@ -144,22 +151,6 @@ class Provider:
             TRANSACTION_SECONDS,
         )
         return await self.upstream.login_url(self.callback_url, transaction, nonce, challenge)
-
-    def resource_for(self, requested: str | None) -> str:
-        """The RFC 8707 resource the tokens are bound to (their `aud`)."""
-        allowed = self.settings.listed("resources")
-        if requested is None:
-            if len(allowed) == 1:
-                return allowed[0]
-            raise AuthorizeError("invalid_request", "resource is required (RFC 8707)")
-        parts = urllib.parse.urlsplit(requested)
-        if parts.scheme not in ("https", "http") or not parts.hostname or parts.fragment:
-            raise AuthorizeError("invalid_target", "resource must be an absolute URL without a fragment")
-        if parts.scheme == "http" and not self.settings.authorization_allow_loopback_hosts:
-            raise AuthorizeError("invalid_target", "resource must be an https URL")
-        if allowed and requested not in allowed:
-            raise AuthorizeError("invalid_target", "this server issues no tokens for that resource")
-        return requested
 
     def transaction(self, transaction: str) -> dict[str, Any] | None:
         return self.store.get(f"txn#{transaction}") if 0 < len(transaction) <= 64 else None
