@@ -523,14 +523,17 @@ def test_no_principal_but_a_keys_intended_users_can_use_it_or_grant_it(node, key
 
 def test_the_account_root_administers_every_key_but_cannot_use_or_grant_it():
     # Given each key's statement for the account root (so the key is never unmanageable)
+    lists = {}
     for key_id in key_ids():
         statements = {s["Sid"]: s for s in EVERY_KEY.resource_policy(key_id)["Statement"]}
-        administer = statements["AccountAdministersTheKey"]["Action"]
+        administer = lists[key_id] = statements["AccountAdministersTheKey"]["Action"]
         # Then it names each action (no wildcard), keeps the key policy and deletion with the account, and
         # covers neither the key's use nor grants
         assert not [a for a in administer if "*" in a], key_id
         assert {"kms:PutKeyPolicy", "kms:ScheduleKeyDeletion", "kms:DescribeKey"} <= set(administer), key_id
         assert not [a for a in administer for u in (use_of(key_id), "kms:CreateGrant") if fnmatch.fnmatch(u, a)]
+    # And every key has the same list: one rule
+    assert len({tuple(sorted(actions)) for actions in lists.values()}) == 1, lists
 
 
 def test_cloudwatch_still_publishes_to_the_encrypted_alarm_topic(node):
