@@ -447,15 +447,15 @@ def test_registration_metadata_over_a_size_cap_is_400_invalid_client_metadata(cl
 
 
 def test_a_registration_body_that_is_not_a_json_object_is_400(client):
-    # When the body is not JSON, or JSON but not an object
+    # When the body is not JSON, JSON but not an object, nested 16,000 deep, or not UTF-8
     answers = [
         client.post(
             "/register", content=body, headers={"content-type": "application/json", **from_source("203.0.113.9")}
         )
-        for body in (b"{not json", b"[1, 2]")
+        for body in (b"{not json", b"[1, 2]", b"[" * 16000, b'{"client_name": "\xff"}')
     ]
-    # Then each is 400 invalid_client_metadata, never a 500
-    assert [(a.status_code, a.json()["error"]) for a in answers] == [(400, "invalid_client_metadata")] * 2
+    # Then each (deeply nested, or not UTF-8, included) is 400 invalid_client_metadata, never a 500
+    assert [(a.status_code, a.json()["error"]) for a in answers] == [(400, "invalid_client_metadata")] * 4
 
 
 def test_a_client_id_metadata_document_client_signs_in(client, documents):

@@ -16,9 +16,9 @@ likes there. An IPv6 source counts by its /64, the smallest prefix one subscribe
 from __future__ import annotations
 
 import ipaddress
-import json
 from typing import Any
 
+import pydantic_core
 from pydantic import BaseModel, IPvAnyAddress, ValidationError
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -69,7 +69,9 @@ def check_size(body: bytes) -> None:
     if len(body) > MAX_BODY_BYTES:
         raise RegistrationRefused(f"the registration body is over {MAX_BODY_BYTES} bytes")
     try:
-        metadata = json.loads(body)
+        # pydantic's parser, as the SDK's handler: a ValueError for any fault, deep nesting included (json.loads
+        # would raise RecursionError).
+        metadata = pydantic_core.from_json(body)
     except ValueError:
         raise RegistrationRefused("the registration body is not JSON") from None
     if not isinstance(metadata, dict):
