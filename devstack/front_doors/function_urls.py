@@ -3,9 +3,11 @@
 On Lambda the Lambda Web Adapter runs the function's start script and forwards Function URL
 requests to the ASGI server it starts. Locally the stack reads the same script for the app it
 names (`uvicorn [--factory] module:attribute`), builds it inside the function's declared
-environment, and serves it on 127.0.0.1. Of the adapter's hop only the header that names the invocation
-is played: each request gets its own Lambda request id in `x-amzn-request-context`, as the adapter passes
-the Function URL event's requestContext (https://github.com/awslabs/aws-lambda-web-adapter, README).
+environment, and serves it on 127.0.0.1. Of the adapter's hop only the header that carries the invocation's
+request context is played: each request gets `x-amzn-request-context`, as the adapter passes the Function URL
+event's requestContext (https://github.com/awslabs/aws-lambda-web-adapter, README), with its own request id and
+the address the request came from as `http.sourceIp`
+(https://docs.aws.amazon.com/lambda/latest/dg/urls-invocation.html#urls-payloads).
 """
 
 from __future__ import annotations
@@ -69,11 +71,30 @@ class WebFunction:
 REQUEST_CONTEXT_HEADER = b"x-amzn-request-context"
 
 
-def with_request_context(headers: list[tuple[bytes, bytes]], request_id: str) -> list[tuple[bytes, bytes]]:
+def with_request_context(scope: dict[str, Any], request_id: str) -> list[tuple[bytes, bytes]]:
     """The request's headers with the adapter's `x-amzn-request-context` for this invocation (a client's own
-    header of that name is dropped, as the adapter replaces it)."""
-    context = json.dumps({"requestId": request_id}, separators=(",", ":")).encode()
-    return [(k, v) for k, v in headers if k.lower() != REQUEST_CONTEXT_HEADER] + [(REQUEST_CONTEXT_HEADER, context)]
+    header of that name is dropped, as the adapter replaces it): the Function URL request context's fields the
+    apps read, the source being the peer of the connection, as Lambda sees it (never X-Forwarded-For)."""
+    headers: list[tuple[bytes, bytes]] = list(scope["headers"])
+    user_agent = next((v.decode("latin-1") for k, v in headers if k.lower() == b"user-agent"), "")
+    client = scope.get("client")
+    now = time.time()
+    context = {
+        "requestId": request_id,
+        "routeKey": "$default",
+        "stage": "$default",
+        "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
+        "timeEpoch": int(now * 1000),
+        "http": {
+            "method": scope.get("method", "GET"),
+            "path": scope.get("path", "/"),
+            "protocol": f"HTTP/{scope.get('http_version', '1.1')}",
+            "sourceIp": client[0] if client else "127.0.0.1",
+            "userAgent": user_agent,
+        },
+    }
+    encoded = json.dumps(context, separators=(",", ":")).encode()
+    return [(k, v) for k, v in headers if k.lower() != REQUEST_CONTEXT_HEADER] + [(REQUEST_CONTEXT_HEADER, encoded)]
 
 
 class InvocationPerRequest:
@@ -84,7 +105,7 @@ class InvocationPerRequest:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            scope = {**scope, "headers": with_request_context(list(scope["headers"]), str(uuid.uuid4()))}
+            scope = {**scope, "headers": with_request_context(scope, str(uuid.uuid4()))}
         await self.app(scope, receive, send)
 
 

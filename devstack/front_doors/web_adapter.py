@@ -119,7 +119,7 @@ class FunctionUrl:
     ) -> None:
         query = scope.get("query_string", b"").decode()
         url = f"http://127.0.0.1:{env.port}{scope['path']}" + (f"?{query}" if query else "")
-        invocation_headers = with_request_context(list(scope["headers"]), request_id)
+        invocation_headers = with_request_context(scope, request_id)
         headers = [(k.decode(), v.decode()) for k, v in invocation_headers if k.decode().lower() not in _HOP_BY_HOP]
         request = self.client.build_request(scope["method"], url, headers=headers, content=body)
         started = False

@@ -16,6 +16,7 @@ from tests.template.test_invariants import (
     referenced_resource,
     resolve,
 )
+from tests.template.test_mcp_concurrency import public_functions
 
 ALARMS = of_type("AWS::CloudWatch::Alarm")
 DEPLOYMENT_ALARMS = {
@@ -92,6 +93,13 @@ def test_the_mcp_endpoint_alarms_on_throttles_and_on_p99_duration_near_its_timeo
     assert p99["MetricStat"]["Stat"] == "p99"
     assert resolve(share["Expression"], McpServerTimeout=300) == "p99 / (300 * 1000)"
     assert 0.5 <= properties["Threshold"] < 1
+
+
+@pytest.mark.parametrize("function_id", sorted(public_functions()))
+def test_every_public_function_alarms_when_its_reserved_concurrency_throttles(function_id):
+    # Given a function anyone may invoke, capped by its reserved concurrency
+    # Then an alarm says when the cap answered 429 (a flood, or traffic that outgrew it)
+    assert alarms_on("Throttles", function_id), function_id
 
 
 def test_every_alarm_notifies_the_ops_topic_when_there_is_one():

@@ -29,7 +29,7 @@ import pytest
 from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
 from mcp_backend.probes.registry import SELF_OWNER_ID, SELF_SERVER_ID
 from tests.iam.simulator import SIMULATOR_DIR, Request, decide
-from tests.iam.stacks import ACCOUNT, REGION, Stack
+from tests.iam.stacks import ACCOUNT, REGION, TEMPLATE, Stack
 from tests.node_packages import installed_node
 
 DEV, PROD = Stack("mcp"), Stack("mcp-prod")
@@ -444,6 +444,109 @@ def test_the_key_policy_names_each_use_with_its_context():
     administer = statements["AccountAdministersTheKey"]["Action"]
     assert not [a for a in administer if fnmatch.fnmatch("kms:CreateGrant", a) or fnmatch.fnmatch("kms:Decrypt", a)]
     assert not [a for a in administer if "*" in a]
+
+
+# ---------------------------------------------------------------- every KMS key, one rule
+# A stack that creates every key the template declares (the signing key and the alarm topic's key are optional).
+EVERY_KEY = Stack("mcp", {**BUILTIN, "AlarmEmail": "ops@example.com"})
+
+
+def use_of(key_id: str) -> str:
+    """What a holder of the key could do with it: sign with a signing key, decrypt with any other."""
+    return "kms:Sign" if EVERY_KEY.resources[key_id]["Properties"].get("KeyUsage") == "SIGN_VERIFY" else "kms:Decrypt"
+
+
+def intended_users(key_id: str) -> set[str]:
+    """The principals the key policy itself allows the key's use (a role ARN, or a service principal)."""
+    found: set[str] = set()
+    for statement in EVERY_KEY.resource_policy(key_id)["Statement"]:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if statement["Effect"] == "Allow" and any(fnmatch.fnmatch(use_of(key_id), a) for a in actions):
+            for principals in statement["Principal"].values():
+                found.update(principals if isinstance(principals, list) else [principals])
+    return found
+
+
+def key_ids() -> list[str]:
+    return sorted(k for k, r in EVERY_KEY.resources.items() if r["Type"] == "AWS::KMS::Key")
+
+
+def test_the_key_rule_covers_every_key_of_the_template():
+    # Given the expanded template's keys, and those of a stack with every optional part
+    declared = sorted(k for k, r in TEMPLATE.expanded["Resources"].items() if r["Type"] == "AWS::KMS::Key")
+    # Then that stack creates each of them: the rule below is checked on every key
+    assert key_ids() == declared and len(declared) >= 3
+
+
+@pytest.mark.parametrize("key_id", key_ids())
+def test_no_principal_but_a_keys_intended_users_can_use_it_or_grant_it(node, key_id):
+    # Given the key, its policy, and principals who are not its intended users: an administrator of the account,
+    # roles whose IAM policies hold kms:CreateGrant, or kms:*, on "*", the account root, the deploy role, and
+    # every role of the stack (each with "*" on "*", no boundary) but the key's own users
+    key, policy, use = EVERY_KEY.arn(key_id), EVERY_KEY.resource_policy(key_id), use_of(key_id)
+    intended = intended_users(key_id)
+    assert intended and not [p for p in intended if p.endswith(":root")]
+
+    def holding(*actions: str) -> dict[str, Any]:
+        return {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": list(actions), "Resource": "*"}]}
+
+    others = {
+        f"arn:aws:iam::{ACCOUNT}:role/Administrator": (ADMIN,),
+        f"arn:aws:iam::{ACCOUNT}:role/KeyGranter": (holding("kms:CreateGrant"),),
+        f"arn:aws:iam::{ACCOUNT}:role/KeyUser": (holding("kms:*"),),
+        f"arn:aws:iam::{ACCOUNT}:root": (),
+        EVERY_KEY.deploy_role_arn: tuple(EVERY_KEY.deploy_role_policies),
+        **{EVERY_KEY.arn(role): (ADMIN,) for role in set(EVERY_KEY.function_roles.values())},
+    }
+    others = {principal: identity for principal, identity in others.items() if principal not in intended}
+    aliases = {"kms:ResourceAliases": EVERY_KEY.key_aliases(key_id)}
+    context = {  # each request as KMS sees it: a decryption with a context, a grant of the key's use
+        use: {**aliases, **({"kms:EncryptionContextKeys": ["serverId", "ownerId"]} if use == "kms:Decrypt" else {})},
+        "kms:CreateGrant": {**aliases, "kms:GrantOperations": [use]},
+    }
+
+    def call(principal: str, action: str, identity: tuple) -> Request:
+        return Request(
+            principal, action, key, {"aws:PrincipalArn": principal, **context[action]}, identity, None, policy
+        )
+
+    requests = [call(principal, action, identity) for principal, identity in others.items() for action in context]
+    # And the intended users asking for a grant of the use
+    requests += [call(user, "kms:CreateGrant", (ADMIN,)) for user in sorted(intended) if user.startswith("arn:")]
+    # When IAM evaluates each with the key policy
+    found = decisions(node, requests)
+    # Then the key policy's Deny refuses every one: no IAM policy, and no grant, can open the key to them
+    assert {
+        f"{r.principal} {r.action}": d for r, d in zip(requests, found, strict=True) if d != "ExplicitlyDenied"
+    } == {}
+
+
+def test_the_account_root_administers_every_key_but_cannot_use_or_grant_it():
+    # Given each key's statement for the account root (so the key is never unmanageable)
+    lists = {}
+    for key_id in key_ids():
+        statements = {s["Sid"]: s for s in EVERY_KEY.resource_policy(key_id)["Statement"]}
+        administer = lists[key_id] = statements["AccountAdministersTheKey"]["Action"]
+        # Then it names each action (no wildcard), keeps the key policy and deletion with the account, and
+        # covers neither the key's use nor grants
+        assert not [a for a in administer if "*" in a], key_id
+        assert {"kms:PutKeyPolicy", "kms:ScheduleKeyDeletion", "kms:DescribeKey"} <= set(administer), key_id
+        assert not [a for a in administer for u in (use_of(key_id), "kms:CreateGrant") if fnmatch.fnmatch(u, a)]
+    # And every key has the same list: one rule
+    assert len({tuple(sorted(actions)) for actions in lists.values()}) == 1, lists
+
+
+def test_cloudwatch_still_publishes_to_the_encrypted_alarm_topic(node):
+    # Given CloudWatch's service principal calling KMS for an alarm of this account, as it does to publish
+    key, policy = EVERY_KEY.arn("OpsAlarmKey"), EVERY_KEY.resource_policy("OpsAlarmKey")
+    service = "cloudwatch.amazonaws.com"
+    context = {"aws:PrincipalServiceName": service, "aws:SourceAccount": ACCOUNT}
+    requests = [
+        Request(service, action, key, context, (), None, policy) for action in ("kms:Decrypt", "kms:GenerateDataKey")
+    ]
+    # When IAM evaluates them with the key policy
+    # Then both are allowed: the Deny spares only that service
+    assert decisions(node, requests) == [ALLOWED, ALLOWED]
 
 
 # ---------------------------------------------------------------- (b), (c) every function's calls

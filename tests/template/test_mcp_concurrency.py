@@ -1,9 +1,18 @@
-"""McpServer's concurrency: capped by default so a flood is throttled, and combinations Lambda would reject
-mid-deploy are refused by the template's rules first."""
+"""McpServer's concurrency, and every other public function's: capped by default so a flood is throttled, and
+combinations Lambda would reject mid-deploy are refused by the template's rules first."""
 
 from __future__ import annotations
 
-from tests.template.test_invariants import EXPANDED, RESOURCES, parameter_combinations, resolve, scope
+from tests.template.test_invariants import (
+    EXPANDED,
+    RESOURCES,
+    _refs,
+    invoked_function,
+    of_type,
+    parameter_combinations,
+    resolve,
+    scope,
+)
 
 MCP_SERVER = RESOURCES["McpServer"]["Properties"]
 RULES = EXPANDED["Rules"]
@@ -15,6 +24,29 @@ def test_mcp_server_is_capped_by_default_and_unreserved_only_when_asked():
     # Then it is 20 by default (past it the Function URL answers 429) and absent for 0
     assert int(resolve(MCP_SERVER)["ReservedConcurrentExecutions"]) == 20
     assert "ReservedConcurrentExecutions" not in resolve(MCP_SERVER, McpReservedConcurrency=0)
+
+
+def public_functions() -> set[str]:
+    """Functions anyone may invoke: a Function URL's target, or named by a permission for the principal "*"."""
+    found = {invoked_function(url["Properties"]["TargetFunctionArn"]) for url in of_type("AWS::Lambda::Url").values()}
+    for permission in of_type("AWS::Lambda::Permission").values():
+        if permission["Properties"].get("Principal") == "*":
+            found.add(invoked_function(permission["Properties"]["FunctionName"]))
+    return found
+
+
+def test_every_public_function_has_reserved_concurrency_from_a_parameter():
+    # Given every function with a Function URL or a public invoke permission, in a stack that creates them all
+    functions = public_functions()
+    assert {"McpServer", "AuthorizationServer"} <= functions
+    everything = {"AuthMode": "oauth", "AuthorizationServerMode": "builtin"}
+    for function in sorted(functions):
+        expression = RESOURCES[function]["Properties"].get("ReservedConcurrentExecutions")
+        # When its reserved concurrency is resolved with the default parameters
+        reserved = resolve({"value": expression}, **everything).get("value")
+        # Then it is capped by default, by a parameter an operator can change
+        assert reserved is not None and int(reserved) > 0, function
+        assert _refs(expression), function
 
 
 def test_provisioned_concurrency_above_reserved_is_refused_by_a_rule_and_every_other_combination_passes():

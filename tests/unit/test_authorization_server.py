@@ -373,18 +373,105 @@ def test_cursors_registration_with_its_private_use_redirect_is_accepted_and_othe
     assert [(r.status_code, r.json()["error"]) for r in refused] == [(400, "invalid_redirect_uri")] * 3
 
 
+def from_source(address: str, **headers: str) -> dict[str, str]:
+    """The headers of a request Lambda saw from `address`: the Web Adapter's request context, and any others."""
+    context = {"requestId": secrets.token_hex(8), "http": {"method": "POST", "path": "/register", "sourceIp": address}}
+    return {"x-amzn-request-context": json.dumps(context), **headers}
+
+
 def test_a_registration_flood_from_one_source_is_rate_limited(environment, documents):
     # Given a limit of 3 registrations per source and hour
     client = build(environment, documents, REGISTRATIONS_PER_HOUR="3")[0]
     body = {"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}
 
     # When one source registers five times
-    answers = [client.post("/register", json=body, headers={"x-forwarded-for": "203.0.113.7"}) for _ in range(5)]
+    answers = [client.post("/register", json=body, headers=from_source("203.0.113.7")) for _ in range(5)]
 
     # Then the fourth and fifth are 429 with Retry-After and register nothing; another source still can
     assert [answer.status_code for answer in answers] == [201, 201, 201, 429, 429]
     assert answers[3].headers["retry-after"] == "3600" and "client_id" not in answers[3].json()
-    assert client.post("/register", json=body, headers={"x-forwarded-for": "198.51.100.1"}).status_code == 201
+    assert client.post("/register", json=body, headers=from_source("198.51.100.1")).status_code == 201
+
+
+def test_the_limit_keys_on_the_address_lambda_saw_never_on_x_forwarded_for(environment, documents):
+    # Given a limit of 3 registrations per source and hour
+    client = build(environment, documents, REGISTRATIONS_PER_HOUR="3")[0]
+    body = {"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}
+
+    # When one source sends 40 registrations, each with another X-Forwarded-For
+    answers = [
+        client.post("/register", json=body, headers=from_source("203.0.113.7", **{"x-forwarded-for": f"10.0.0.{n}"}))
+        for n in range(40)
+    ]
+
+    # Then only 3 pass: the header the client wrote counts for nothing
+    assert sum(answer.status_code == 201 for answer in answers) == 3
+
+
+def test_an_ipv6_source_is_limited_by_its_64(environment, documents):
+    # Given a limit of 2 registrations per source and hour
+    client = build(environment, documents, REGISTRATIONS_PER_HOUR="2")[0]
+    body = {"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}
+
+    # When three addresses of one /64 register, then an address of another /64
+    same = [client.post("/register", json=body, headers=from_source(f"2001:db8:1:2::{n}")) for n in (1, 2, 3)]
+    other = client.post("/register", json=body, headers=from_source("2001:db8:1:3::1"))
+
+    # Then the third of the /64 is refused, and the other /64 is not
+    assert [answer.status_code for answer in same] == [201, 201, 429]
+    assert other.status_code == 201
+
+
+def test_registrations_have_a_cap_for_the_whole_server(environment, documents):
+    # Given 3 registrations per source and 4 for the whole server per hour
+    client = build(environment, documents, REGISTRATIONS_PER_HOUR="3", REGISTRATIONS_PER_HOUR_TOTAL="4")[0]
+    body = {"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}
+
+    # When four sources register twice each
+    answers = [
+        client.post("/register", json=body, headers=from_source(f"198.51.100.{n}")).status_code
+        for n in (1, 2, 3, 4)
+        for _ in range(2)
+    ]
+
+    # Then the first four pass and every later one is 429, whatever its source
+    assert answers == [201] * 4 + [429] * 4
+
+
+@pytest.mark.parametrize(
+    ("metadata", "named"),
+    [
+        ({"client_name": "x" * 201}, "client_name is over 200 characters"),
+        ({"redirect_uris": [f"http://127.0.0.1:{5000 + n}/cb" for n in range(11)]}, "more than 10 URIs"),
+        ({"redirect_uris": ["https://app.example/" + "a" * 2048]}, "redirect URI is over 2048 characters"),
+        ({"client_name": "x" * 450_000}, "body is over 16384 bytes"),
+        ({"software_statement": "x" * 450_000}, "body is over 16384 bytes"),
+    ],
+    ids=["long client_name", "11 redirect URIs", "a long redirect URI", "a 450 KB name", "a 450 KB other field"],
+)
+def test_registration_metadata_over_a_size_cap_is_400_invalid_client_metadata(client, metadata, named):
+    # Given registration metadata with one field over its cap
+    body = {"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none", **metadata}
+
+    # When it is registered
+    answer = client.post("/register", json=body, headers=from_source("203.0.113.9"))
+
+    # Then it is refused with 400 invalid_client_metadata naming the cap (never the value), and nothing registered
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"] == "invalid_client_metadata" and named in answer.json()["error_description"]
+    assert "client_id" not in answer.json() and "xxxx" not in answer.text
+
+
+def test_a_registration_body_that_is_not_a_json_object_is_400(client):
+    # When the body is not JSON, JSON but not an object, nested 16,000 deep, or not UTF-8
+    answers = [
+        client.post(
+            "/register", content=body, headers={"content-type": "application/json", **from_source("203.0.113.9")}
+        )
+        for body in (b"{not json", b"[1, 2]", b"[" * 16000, b'{"client_name": "\xff"}')
+    ]
+    # Then each (deeply nested, or not UTF-8, included) is 400 invalid_client_metadata, never a 500
+    assert [(a.status_code, a.json()["error"]) for a in answers] == [(400, "invalid_client_metadata")] * 4
 
 
 def test_a_client_id_metadata_document_client_signs_in(client, documents):

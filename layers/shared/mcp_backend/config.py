@@ -377,7 +377,9 @@ class AuthorizationServerSettings(Settings):
     authorization_code_seconds: int = Field(default=60, ge=10, le=600)
     # A registration not used for this long expires (its client then gets invalid_client and registers again).
     client_idle_seconds: int = Field(default=30 * 86400, ge=3600)
-    registrations_per_hour: int = Field(default=20, gt=0)  # per source address
+    registrations_per_hour: int = Field(default=20, gt=0)  # per source address (an IPv6 source: its /64)
+    # For the whole server, whatever the sources: addresses are cheap to come by (an IPv6 /48 holds 65,536 /64s).
+    registrations_per_hour_total: int = Field(default=500, gt=0)
     # Only the local stack sets this: client metadata documents on loopback, over plain http.
     authorization_allow_loopback_hosts: bool = False
     # The upstream OIDC provider users sign in with.

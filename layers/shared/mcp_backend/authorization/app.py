@@ -7,7 +7,8 @@ shows the consent form) and `/consent` (the form's answer), `/healthz` for the a
 
 The issuer is `AUTHORIZATION_ISSUER`, or `https://<Host>` when that is empty (a function cannot be told its
 own Function URL): the Host must be a Function URL host of the function's region or an allowed host, and one
-app (provider, routes) is built per issuer. Registration is rate-limited per source address (429).
+app (provider, routes) is built per issuer. Registration is size-capped (400) and rate-limited per source
+address and per server (429): mcp_backend.authorization.registration.
 The consent page names the client, its redirect host, the resource and the scopes; its form carries a
 CSRF token bound to a cookie set with the page, and the page may not be framed.
 """
@@ -37,6 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_backend.authorization.clients import SCOPES, MetadataDocuments, is_metadata_url
 from mcp_backend.authorization.provider import Provider
+from mcp_backend.authorization.registration import RegistrationGate, replay
 from mcp_backend.authorization.resource import Resources
 from mcp_backend.authorization.signing import KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore, digest
@@ -162,35 +164,13 @@ def issuer_app(provider: Provider) -> Starlette:
     for route in sdk_routes:
         path = getattr(route, "path", "")
         if path == "/register":
-            routes.append(Route(path, endpoint=RateLimited(route, provider), methods=["POST", "OPTIONS"]))
+            gate = RegistrationGate(route, provider.settings, provider.store)
+            routes.append(Route(path, endpoint=gate, methods=["POST", "OPTIONS"]))
         elif path == "/revoke":
             routes.append(Route(path, endpoint=PublicClientRevocation(route), methods=["POST", "OPTIONS"]))
         elif path not in ("/.well-known/oauth-authorization-server", "/authorize"):
             routes.append(route)
     return Starlette(routes=routes)
-
-
-class RateLimited:
-    """Registrations per source address and hour; over the limit: 429 with Retry-After, nothing registered."""
-
-    def __init__(self, route: Route, provider: Provider) -> None:
-        self.inner = route.app
-        self.provider = provider
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope.get("method") == "POST":
-            source = source_address(scope)
-            limit = self.provider.settings.registrations_per_hour
-            if not self.provider.store.count(f"register#{source}", 3600, limit):
-                logger.warning("registration refused: rate limit")
-                answer = JSONResponse(
-                    {"error": "invalid_client_metadata", "error_description": "too many registrations; retry later"},
-                    status_code=429,
-                    headers={"Retry-After": "3600", "Cache-Control": "no-store"},
-                )
-                await answer(scope, receive, send)
-                return
-        await self.inner(scope, receive, send)
 
 
 class DocumentClientAuthorization:
@@ -235,26 +215,7 @@ class PublicClientRevocation:
                 return
         if "client_secret" not in urllib.parse.parse_qs(body.decode("latin-1")):
             body += b"&client_secret=" if body else b"client_secret="
-        sent = False
-
-        async def replay() -> Any:
-            nonlocal sent
-            if sent:
-                return await receive()
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.inner(scope, replay, send)
-
-
-def source_address(scope: Scope) -> str:
-    """The caller's address: the last X-Forwarded-For entry (the one the Function URL appended), else the
-    socket's peer (the local stack)."""
-    forwarded = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"x-forwarded-for"), "")
-    if forwarded.strip():
-        return forwarded.split(",")[-1].strip()[:64]
-    client = scope.get("client")
-    return str(client[0]) if client else "unknown"
+        await self.inner(scope, replay(body, receive), send)
 
 
 class ConsentPages:
