@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import http.server
+import select
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,3 +29,27 @@ def answer_empty(handler: http.server.BaseHTTPRequestHandler, status: int = 200)
     handler.send_response(status)
     handler.send_header("content-length", "0")
     handler.end_headers()
+
+
+def peer_closed(handler: http.server.BaseHTTPRequestHandler, wait: float = 0.0) -> bool:
+    """True once the client has closed the connection, waiting up to `wait` seconds for it. The clients here
+    send nothing after their request, so a readable socket means end of stream (or a reset)."""
+    readable, _, _ = select.select([handler.connection], [], [], wait)
+    if not readable:
+        return False
+    try:
+        return handler.connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
+def trickle(handler: http.server.BaseHTTPRequestHandler, data: bytes, interval: float) -> bool:
+    """Send `data` one byte per `interval`; False, and stop, as soon as the client has closed the connection."""
+    for byte in data:
+        if peer_closed(handler, interval):
+            return False
+        try:
+            handler.connection.sendall(bytes([byte]))
+        except OSError:
+            return False
+    return True

@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Self
 from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -196,3 +201,104 @@ def _endpoint_parts(url: str, allow_loopback_hosts: bool) -> SplitResult:
         # The URL travels into probe results, envelopes and alert e-mails: no room for a token in it.
         raise UnsafeEndpointUrl("endpoint URL must have no query string or fragment (pass credentials as auth)")
     return parts
+
+
+class DeadlinePassed(TimeoutError):
+    """An outbound call ran out of its total time; the message names the deadline, never the URL."""
+
+
+class OutboundDeadline:
+    """One total time budget for an outbound HTTP exchange: connect, TLS, response headers, every redirect hop
+    and the body all draw from the time left.
+
+    Two mechanisms of httpx/httpcore enforce it. Each request's per-phase timeouts (connect, TLS, each read and
+    write) are the time left, never more (`timeouts`); a TLS handshake is one socket operation, so it ends by
+    then. Reads that each succeed quickly (a server trickling one byte at a time) would still go on, so a
+    watchdog timer shuts down every socket the exchange opened once the time is up: the blocked read returns,
+    the client closes the connection, and the caller sees `cut`. The sockets are learnt from httpcore's `trace`
+    request extension (`request_extensions`). Use it as a context manager around the whole exchange.
+    """
+
+    def __init__(
+        self, seconds: float, *, end: float | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.seconds = seconds  # as a duration, for the message that names it
+        self.end = clock() + seconds if end is None else end
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._cut = False
+        self._timer: threading.Timer | None = None
+
+    @property
+    def message(self) -> str:
+        return f"the outbound call passed its {self.seconds:g} s deadline"
+
+    def remaining(self) -> float:
+        return max(0.0, self.end - self._clock())
+
+    @property
+    def expired(self) -> bool:
+        return self._cut or self.remaining() <= 0
+
+    @property
+    def cut(self) -> bool:
+        """True once the watchdog has shut the exchange's sockets: a body that then 'ended' was truncated."""
+        return self._cut
+
+    def check(self) -> None:
+        """Raises DeadlinePassed once no time is left."""
+        if self.expired:
+            raise DeadlinePassed(self.message)
+
+    def timeout(self, per_operation: float) -> float:
+        """The timeout for the next network operation: `per_operation`, or the time left if that is less.
+        Raises DeadlinePassed once no time is left."""
+        self.check()
+        return min(per_operation, self.remaining())
+
+    def request_extensions(self) -> dict[str, Any]:
+        """httpcore's `trace` extension, which hands the watchdog each socket the request connects."""
+        return {"trace": self._trace}
+
+    def _trace(self, event_name: str, info: dict[str, Any]) -> None:
+        if event_name in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+            stream = info.get("return_value")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if isinstance(sock, socket.socket):
+                self._watch(sock)
+
+    def _watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            cut = self._cut
+        if cut:  # connected after the time was up: shut at once
+            _shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self._cut = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+    def __enter__(self) -> Self:
+        self._timer = threading.Timer(self.remaining(), self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+def _shut(sock: socket.socket) -> None:
+    """Shut the connection down in both directions (the peer sees it closed, a blocked read returns at once).
+    socket.socket's own shutdown, not SSLSocket's: this runs in the watchdog's thread while another reads."""
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed, or never connected
