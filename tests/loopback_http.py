@@ -53,3 +53,24 @@ def trickle(handler: http.server.BaseHTTPRequestHandler, data: bytes, interval: 
         except OSError:
             return False
     return True
+
+
+@contextmanager
+def trickling(answer: bytes, interval: float = 0.05) -> Iterator[tuple[str, threading.Event]]:
+    """A loopback server answering each GET or POST with `answer`, one byte per `interval`; yields its URL and an
+    event set once a client closed the connection before the whole answer was out."""
+    closed_early = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            if not trickle(self, answer, interval):
+                closed_early.set()
+
+        do_POST = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with serving(Handler) as url:
+        yield url, closed_early

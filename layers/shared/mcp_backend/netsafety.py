@@ -266,9 +266,10 @@ class OutboundDeadline:
             stream = info.get("return_value")
             sock = stream.get_extra_info("socket") if stream is not None else None
             if isinstance(sock, socket.socket):
-                self._watch(sock)
+                self.watch(sock)
 
-    def _watch(self, sock: socket.socket) -> None:
+    def watch(self, sock: socket.socket) -> None:
+        """Shut `sock` down when the time is up (at once, if it is up already)."""
         with self._lock:
             self._sockets.append(sock)
             cut = self._cut
