@@ -56,14 +56,15 @@ def trickle(handler: http.server.BaseHTTPRequestHandler, data: bytes, interval: 
 
 
 @contextmanager
-def trickling(answer: bytes, interval: float = 0.05) -> Iterator[tuple[str, threading.Event]]:
-    """A loopback server answering each GET or POST with `answer`, one byte per `interval`; yields its URL and an
-    event set once a client closed the connection before the whole answer was out."""
+def trickling(answer: bytes, interval: float = 0.05, head: bytes = b"") -> Iterator[tuple[str, threading.Event]]:
+    """A loopback server answering each GET or POST with `head` at once, then `answer` one byte per `interval`;
+    yields its URL and an event set once a client closed the connection before the whole answer was out."""
     closed_early = threading.Event()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.connection.sendall(head)
             if not trickle(self, answer, interval):
                 closed_early.set()
 

@@ -13,6 +13,7 @@ connected to is `MalformedUrl`, named by its fault.
 from __future__ import annotations
 
 import ipaddress
+import math
 import socket
 import threading
 import time
@@ -251,7 +252,7 @@ class OutboundDeadline:
         if self.expired:
             raise DeadlinePassed(self.message)
 
-    def timeout(self, per_operation: float) -> float:
+    def timeout(self, per_operation: float = math.inf) -> float:
         """The timeout for the next network operation: `per_operation`, or the time left if that is less.
         Raises DeadlinePassed once no time is left."""
         self.check()
