@@ -31,14 +31,14 @@ def answer_empty(handler: http.server.BaseHTTPRequestHandler, status: int = 200)
     handler.end_headers()
 
 
-def peer_closed(handler: http.server.BaseHTTPRequestHandler, wait: float = 0.0) -> bool:
+def peer_closed(connection: socket.socket, wait: float = 0.0) -> bool:
     """True once the client has closed the connection, waiting up to `wait` seconds for it. The clients here
-    send nothing after their request, so a readable socket means end of stream (or a reset)."""
-    readable, _, _ = select.select([handler.connection], [], [], wait)
+    send nothing while they wait for an answer, so a readable socket means end of stream (or a reset)."""
+    readable, _, _ = select.select([connection], [], [], wait)
     if not readable:
         return False
     try:
-        return handler.connection.recv(1, socket.MSG_PEEK) == b""
+        return connection.recv(1, socket.MSG_PEEK) == b""
     except OSError:
         return True
 
@@ -46,7 +46,7 @@ def peer_closed(handler: http.server.BaseHTTPRequestHandler, wait: float = 0.0) 
 def trickle(handler: http.server.BaseHTTPRequestHandler, data: bytes, interval: float) -> bool:
     """Send `data` one byte per `interval`; False, and stop, as soon as the client has closed the connection."""
     for byte in data:
-        if peer_closed(handler, interval):
+        if peer_closed(handler.connection, interval):
             return False
         try:
             handler.connection.sendall(bytes([byte]))

@@ -4,6 +4,7 @@ or redirects slowly; each test checks the error the caller gets and that the ser
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -81,7 +82,7 @@ def body_stalled(origin: Origin) -> Behaviour:
         body = b"a,b\n1,2\n3,4\n"
         head = f"HTTP/1.1 200 OK\r\nContent-Type: text/csv\r\nContent-Length: {len(body)}\r\n\r\n".encode()
         handler.connection.sendall(head + body[:4])
-        if peer_closed(handler, STALL_SECONDS):
+        if peer_closed(handler.connection, STALL_SECONDS):
             origin.closed_early.set()
             return
         handler.connection.sendall(body[4:])
@@ -102,7 +103,7 @@ def body_trickled_until_close(origin: Origin) -> Behaviour:
 def slow_redirects(origin: Origin, hops: int, delay: float) -> Behaviour:
     def behaviour(handler: BaseHTTPRequestHandler) -> None:
         hop = int(handler.path.removeprefix("/hop"))
-        if peer_closed(handler, delay):
+        if peer_closed(handler.connection, delay):
             origin.closed_early.set()
             return
         if hop < hops:
@@ -196,3 +197,31 @@ def test_a_fetch_within_its_deadline_reads_the_whole_dataset(origin: tuple[Origi
     assert body == b"a,b\n"
     assert server.paths == ["/hop0", "/hop1"]
     assert not server.closed_early.is_set()
+
+
+def test_a_trickled_tls_handshake_ends_at_the_call_deadline() -> None:
+    # Given a server that answers the TLS ClientHello with a record header, then the record one byte at a time
+    closed_early = threading.Event()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+
+        def serve() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(4096)  # the ClientHello
+                connection.sendall(bytes([0x16, 0x03, 0x03, 0x40, 0x00]))  # a 16 KiB handshake record follows
+                for _ in range(60):
+                    if peer_closed(connection, TRICKLE_INTERVAL):
+                        closed_early.set()
+                        return
+                    connection.sendall(b"\x00")
+
+        threading.Thread(target=serve, daemon=True).start()
+        port = listener.getsockname()[1]
+
+        # When a synchronous call with a 0.5 s deadline fetches an https URL from it
+        with pytest.raises(CallDeadlineExceeded) as failed:
+            read_all(f"https://127.0.0.1:{port}/d.csv", call_policy(0.5))
+
+        # Then the handshake ends at the deadline: the call fails naming it, and the server saw the connection closed
+        assert "0.5 s deadline" in str(failed.value)
+        assert closed_early.wait(VERDICT_WAIT)

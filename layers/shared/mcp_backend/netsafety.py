@@ -213,11 +213,12 @@ class OutboundDeadline:
     and the body all draw from the time left.
 
     Two mechanisms of httpx/httpcore enforce it. Each request's per-phase timeouts (connect, TLS, each read and
-    write) are the time left, never more (`timeouts`); a TLS handshake is one socket operation, so it ends by
-    then. Reads that each succeed quickly (a server trickling one byte at a time) would still go on, so a
-    watchdog timer shuts down every socket the exchange opened once the time is up: the blocked read returns,
-    the client closes the connection, and the caller sees `cut`. The sockets are learnt from httpcore's `trace`
-    request extension (`request_extensions`). Use it as a context manager around the whole exchange.
+    write) are the time left, never more (`timeout`). Reads that each succeed quickly (a server trickling one
+    byte at a time) would still go on, so a watchdog timer shuts down every connection the exchange opened once
+    the time is up: the blocked read or handshake returns, the client closes the connection, and the caller sees
+    `cut`. The sockets are learnt from httpcore's `trace` request extension (`request_extensions`), or handed
+    over (`watch`). Use it as a context manager around the whole exchange (async code uses a cancel scope of the
+    time left instead: probes.pinning).
     """
 
     def __init__(
@@ -228,6 +229,8 @@ class OutboundDeadline:
         self._clock = clock
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
+        self._connected: socket.socket | None = None
+        self._handshake: socket.socket | None = None
         self._cut = False
         self._timer: threading.Timer | None = None
 
@@ -263,26 +266,41 @@ class OutboundDeadline:
         return {"trace": self._trace}
 
     def _trace(self, event_name: str, info: dict[str, Any]) -> None:
-        if event_name in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
-            stream = info.get("return_value")
-            sock = stream.get_extra_info("socket") if stream is not None else None
-            if isinstance(sock, socket.socket):
-                self.watch(sock)
+        if event_name == "connection.connect_tcp.complete":
+            self._connected = _socket_of(info)
+            if self._connected is not None:
+                self.watch(self._connected)
+        elif event_name == "connection.start_tls.started" and self._connected is not None:
+            # The TLS socket takes the connection's descriptor over (the TCP socket object is detached): a
+            # duplicate descriptor lets the watchdog shut the connection while the handshake runs.
+            self._handshake = self._connected.dup()
+            self.watch(self._handshake)
+        elif event_name in ("connection.start_tls.complete", "connection.start_tls.failed"):
+            self._close_handshake()  # the TLS socket holds the connection from here
+            tls = _socket_of(info)
+            if tls is not None:
+                self.watch(tls)
 
     def watch(self, sock: socket.socket) -> None:
         """Shut `sock` down when the time is up (at once, if it is up already)."""
         with self._lock:
             self._sockets.append(sock)
-            cut = self._cut
-        if cut:  # connected after the time was up: shut at once
-            _shut(sock)
+            if self._cut:  # connected after the time was up: shut at once
+                _shut(sock)
+
+    def _close_handshake(self) -> None:
+        # Under the lock: the watchdog never shuts a descriptor this has closed (and the system may reuse).
+        with self._lock:
+            if self._handshake is not None:
+                self._sockets.remove(self._handshake)
+                self._handshake.close()
+                self._handshake = None
 
     def _expire(self) -> None:
         with self._lock:
             self._cut = True
-            sockets = list(self._sockets)
-        for sock in sockets:
-            _shut(sock)
+            for sock in self._sockets:
+                _shut(sock)
 
     def __enter__(self) -> Self:
         self._timer = threading.Timer(self.remaining(), self._expire)
@@ -295,6 +313,14 @@ class OutboundDeadline:
     ) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        self._close_handshake()
+
+
+def _socket_of(info: dict[str, Any]) -> socket.socket | None:
+    """The socket of the network stream a trace event returned, if any."""
+    stream = info.get("return_value")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    return sock if isinstance(sock, socket.socket) else None
 
 
 def _shut(sock: socket.socket) -> None:
