@@ -8,6 +8,8 @@ import anyio
 import httpx2
 import pytest
 
+import mcp_backend.authorization.clients
+from mcp_backend.authorization.clients import MetadataDocuments
 from mcp_backend.probes.pinning import PinnedTransport
 from tests.loopback_http import trickling
 
@@ -107,4 +109,18 @@ def test_a_trickled_body_is_cut_at_the_transports_deadline():
         # Then the body read ends at the deadline, and the server saw the connection closed before it was done
         with pytest.raises(httpx2.TimeoutException, match=r"0\.5 s deadline"):
             fetch(transport, f"{url}/client.json")
+        assert closed_early.wait(10)
+
+
+def test_a_client_metadata_document_that_trickles_is_refused_at_the_fetchs_deadline(monkeypatch):
+    # Given a client_id URL whose server sends its answer one byte at a time, and a 0.5 s document fetch timeout
+    monkeypatch.setattr(mcp_backend.authorization.clients, "FETCH_TIMEOUT_SECONDS", 0.5)
+    with trickling(HEAD + b"{}".ljust(64)) as (url, closed_early):
+        documents = MetadataDocuments((), allow_loopback_hosts=True)
+
+        # When the authorization server looks the client up
+        found = anyio.run(documents.client, f"{url}/client.json")
+
+        # Then the timeout bounded the whole fetch: no client, and the server saw the connection closed early
+        assert found is None
         assert closed_early.wait(10)
