@@ -75,3 +75,25 @@ def trickling(answer: bytes, interval: float = 0.05, head: bytes = b"") -> Itera
 
     with serving(Handler) as url:
         yield url, closed_early
+
+
+@contextmanager
+def trickling_tls_handshake(interval: float = 0.05) -> Iterator[tuple[int, threading.Event]]:
+    """A loopback port whose server answers a TLS ClientHello with a record header, then the record one byte per
+    `interval`; yields the port and an event set once the client closed the connection mid-handshake."""
+    closed_early = threading.Event()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+
+        def serve() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(4096)  # the ClientHello
+                connection.sendall(bytes([0x16, 0x03, 0x03, 0x40, 0x00]))  # a 16 KiB handshake record follows
+                for _ in range(60):
+                    if peer_closed(connection, interval):
+                        closed_early.set()
+                        return
+                    connection.sendall(b"\x00")
+
+        threading.Thread(target=serve, daemon=True).start()
+        yield listener.getsockname()[1], closed_early

@@ -4,7 +4,6 @@ or redirects slowly; each test checks the error the caller gets and that the ser
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +14,7 @@ import pytest
 from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.errors import CallDeadlineExceeded, DatasetTemporarilyUnreachable
 from mcp_backend.tools.fetch import open_dataset
-from tests.loopback_http import peer_closed, serving, trickle
+from tests.loopback_http import peer_closed, serving, trickle, trickling_tls_handshake
 
 Behaviour = Callable[[BaseHTTPRequestHandler], None]
 # A byte per this many seconds: each read is quick, far under the per-operation timeout.
@@ -201,23 +200,7 @@ def test_a_fetch_within_its_deadline_reads_the_whole_dataset(origin: tuple[Origi
 
 def test_a_trickled_tls_handshake_ends_at_the_call_deadline() -> None:
     # Given a server that answers the TLS ClientHello with a record header, then the record one byte at a time
-    closed_early = threading.Event()
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-
-        def serve() -> None:
-            connection, _ = listener.accept()
-            with connection:
-                connection.recv(4096)  # the ClientHello
-                connection.sendall(bytes([0x16, 0x03, 0x03, 0x40, 0x00]))  # a 16 KiB handshake record follows
-                for _ in range(60):
-                    if peer_closed(connection, TRICKLE_INTERVAL):
-                        closed_early.set()
-                        return
-                    connection.sendall(b"\x00")
-
-        threading.Thread(target=serve, daemon=True).start()
-        port = listener.getsockname()[1]
-
+    with trickling_tls_handshake(TRICKLE_INTERVAL) as (port, closed_early):
         # When a synchronous call with a 0.5 s deadline fetches an https URL from it
         with pytest.raises(CallDeadlineExceeded) as failed:
             read_all(f"https://127.0.0.1:{port}/d.csv", call_policy(0.5))

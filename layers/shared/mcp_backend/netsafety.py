@@ -231,6 +231,7 @@ class OutboundDeadline:
         self._sockets: list[socket.socket] = []
         self._connected: socket.socket | None = None
         self._handshake: socket.socket | None = None
+        self._held: list[socket.socket] = []
         self._cut = False
         self._timer: threading.Timer | None = None
 
@@ -288,6 +289,14 @@ class OutboundDeadline:
             if self._cut:  # connected after the time was up: shut at once
                 _shut(sock)
 
+    def hold(self, sock: socket.socket) -> None:
+        """Watch a duplicate of `sock`'s descriptor until the exchange ends: unlike `sock`, it stays valid when a
+        TLS socket takes the connection over, so the watchdog can shut the handshake too."""
+        duplicate = sock.dup()
+        with self._lock:
+            self._held.append(duplicate)
+        self.watch(duplicate)
+
     def _close_handshake(self) -> None:
         # Under the lock: the watchdog never shuts a descriptor this has closed (and the system may reuse).
         with self._lock:
@@ -314,6 +323,11 @@ class OutboundDeadline:
         if self._timer is not None:
             self._timer.cancel()
         self._close_handshake()
+        with self._lock:
+            for duplicate in self._held:
+                self._sockets.remove(duplicate)
+                duplicate.close()
+            self._held.clear()
 
 
 def _socket_of(info: dict[str, Any]) -> socket.socket | None:

@@ -67,19 +67,19 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 
 
 class _WatchedConnection(http.client.HTTPConnection):
-    """A connection whose socket the fetch's deadline watches: its watchdog shuts it when the time is up."""
+    """A connection under the fetch's deadline: once connected, its socket's timeout is the time left (for the
+    TLS handshake and each read), and the watchdog holds its descriptor to shut it when the time is up."""
 
-    def __init__(self, *args: Any, deadline: OutboundDeadline, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.deadline = deadline
+    deadline: OutboundDeadline
 
     def connect(self) -> None:
-        super().connect()  # TLS too, for the https class: the handshake is bounded by the socket's timeout
-        self.deadline.watch(self.sock)
+        super().connect()
+        self.sock.settimeout(self.deadline.timeout())
+        self.deadline.hold(self.sock)
 
 
-class _WatchedHTTPSConnection(_WatchedConnection, http.client.HTTPSConnection):
-    pass
+class _WatchedHTTPSConnection(http.client.HTTPSConnection, _WatchedConnection):
+    """HTTPSConnection's TLS over the connection _WatchedConnection makes (it comes next in the MRO)."""
 
 
 class _WatchedHandler(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
@@ -89,11 +89,16 @@ class _WatchedHandler(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
         super().__init__()
         self.deadline = deadline
 
+    def _connection(self, kind: type[_WatchedConnection], host: str, **kwargs: Any) -> _WatchedConnection:
+        connection = kind(host, **kwargs)
+        connection.deadline = self.deadline
+        return connection
+
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(functools.partial(_WatchedConnection, deadline=self.deadline), req)
+        return self.do_open(functools.partial(self._connection, _WatchedConnection), req)
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        connection = functools.partial(_WatchedHTTPSConnection, deadline=self.deadline)
+        connection = functools.partial(self._connection, _WatchedHTTPSConnection)
         return self.do_open(connection, req, context=_tls_context())
 
 

@@ -17,7 +17,7 @@ class FetchPolicy:
     # Every https fetch ends within this many seconds of its start, all hops and the body included (the worker's
     # bound: a share of the function's timeout, mcp_backend.tools.services); a synchronous call's deadline may
     # end it sooner.
-    fetch_deadline_seconds: float = 96.0
+    fetch_deadline_seconds: float = 96.0  # 80 % of the default 120 s function timeout (ToolSettings)
     # Only the local dev stack sets this: loopback hosts (no other private address) and plain http://.
     allow_loopback_hosts: bool = False
     # s3:// datasets: the one bucket the functions may read, and the key prefixes in it every tenant may read
