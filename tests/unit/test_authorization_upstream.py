@@ -16,8 +16,10 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+import mcp_backend.authorization.upstream
 from mcp_backend.authorization.upstream import Identity, Upstream, UpstreamLoginFailed
 from mcp_backend.config import AuthorizationServerSettings
+from tests.loopback_http import trickling
 
 ISSUER = "https://idp.example"
 CLIENT_ID = "as-client"
@@ -191,3 +193,23 @@ def test_the_stack_pools_client_id_comes_from_its_parameter_or_nobody_signs_in(a
     else:
         with pytest.raises(UpstreamLoginFailed, match="login client"):
             login()
+
+
+def test_a_token_endpoint_that_trickles_its_answer_is_cut_at_the_exchanges_deadline(monkeypatch):
+    # Given a provider whose token endpoint sends its answer one byte at a time, and a 0.5 s exchange deadline
+    monkeypatch.setattr(mcp_backend.authorization.upstream, "TOKEN_DEADLINE_SECONDS", 0.5)
+    body = json.dumps({"id_token": id_token()}).encode()
+    answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+    with trickling(answer) as (base, closed_early):
+
+        def documents(url: str) -> bytes:
+            document = json.loads(provider_documents(url))
+            return json.dumps({**document, "token_endpoint": f"{base}/oauth2/token"}).encode()
+
+        provider = Upstream(settings(), fetch=documents)
+
+        # When the callback's code is exchanged
+        # Then nobody is signed in, the failure names the deadline, and the provider saw the connection closed
+        with pytest.raises(UpstreamLoginFailed, match=r"0\.5 s deadline"):
+            sign_in(provider)
+        assert closed_early.wait(10)

@@ -34,8 +34,9 @@ from mcp_backend.mcp.oauth import (
 )
 from mcp_backend.mcp.request_body import buffered_body
 from mcp_backend.mcp.scopes import required_access
-from mcp_backend.netsafety import is_loopback_host
+from mcp_backend.netsafety import DeadlinePassed, is_loopback_host
 from mcp_backend.tools.table import Access
+from tests.loopback_http import trickling, trickling_tls_handshake
 
 ISSUER = "https://issuer.example.com/"
 HOST = "mcp.example.com"
@@ -746,3 +747,24 @@ def test_with_the_stacks_own_authorization_server_the_audience_is_the_url_the_re
     # Then only the token for this URL passes
     assert mine.status_code == 200
     assert other.status_code == 401
+
+
+def test_a_jwks_fetch_ends_at_its_deadline_however_slowly_the_issuer_trickles():
+    # Given an issuer that sends its answer one byte at a time, each byte well within any read timeout
+    answer = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{"keys": []}'
+    with trickling(answer) as (base, closed_early):
+        # When its keys are fetched with a 0.5 s deadline
+        # Then the fetch fails naming the deadline, and the issuer saw the connection closed before it was done
+        with pytest.raises(DeadlinePassed, match=r"0\.5 s deadline"):
+            fetch_url(f"{base}/jwks", timeout=0.5)
+        assert closed_early.wait(10)
+
+
+def test_a_jwks_fetch_ends_at_its_deadline_in_a_trickled_tls_handshake():
+    # Given an issuer whose TLS handshake arrives one byte at a time
+    with trickling_tls_handshake() as (port, closed_early):
+        # When its keys are fetched over https with a 0.5 s deadline
+        # Then the fetch fails naming the deadline, and the issuer saw the connection closed mid-handshake
+        with pytest.raises(DeadlinePassed, match=r"0\.5 s deadline"):
+            fetch_url(f"https://127.0.0.1:{port}/jwks", timeout=0.5)
+        assert closed_early.wait(10)

@@ -24,7 +24,7 @@ from mcp_backend.probes.errors import (
     ProbeTimeout,
     ProbeUnreachable,
 )
-from tests.loopback_http import serving
+from tests.loopback_http import serving, trickling
 
 # What a probe imports on its first run, loaded before a test traces the memory one probe takes.
 PROBE_IMPORTS = (mcp.client.streamable_http, mcp.shared.exceptions, mcp_backend.probes.pinning)
@@ -91,6 +91,17 @@ def test_an_endpoint_that_never_answers_is_a_probe_timeout_within_the_deadline(e
         run_probe(endpoint, timeout=1.0)
     # Then the probe gave up on its own deadline, before the endpoint would have answered
     assert time.monotonic() - started < 2.9
+
+
+def test_an_endpoint_that_trickles_its_answer_is_a_probe_timeout_and_its_connection_closed():
+    # Given an endpoint that sends its response headers one byte at a time, each byte well within any read timeout
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+    with trickling(head) as (url, closed_early):
+        # When it is probed with a 0.5 s deadline
+        # Then the probe is a timeout, and the endpoint saw the connection closed before its answer was out
+        with pytest.raises(ProbeTimeout):
+            run_probe(f"{url}/mcp", timeout=0.5)
+        assert closed_early.wait(10)
 
 
 @pytest.mark.parametrize("endpoint", [answer(200, b"<html>hello</html>", "text/html")], indirect=True)

@@ -156,6 +156,18 @@ def test_the_role_of_each_function_reaches_what_its_tools_declare(name, function
     assert {resource for resource in needed if f'"{resource}"' not in policies} == set()
 
 
+@pytest.mark.parametrize("function", sorted(PLACES))
+def test_every_dataset_fetch_ends_before_the_function_times_out(function):
+    # Given a function tools run in, with the environment template.yaml gives it (its timeout among it)
+    timeout = float(function_environment(function)["FUNCTION_TIMEOUT_SECONDS"])
+
+    # When it builds its dataset fetch policy
+    policy = services_of(function).fetch_policy
+
+    # Then every fetch has a total deadline that ends with time left to report the failure
+    assert 0 < policy.fetch_deadline_seconds < timeout
+
+
 def test_submit_tools_have_the_jobs_service_on_the_endpoint():
     # Given the endpoint's services, as the template configures McpServer
     services = services_of("McpServer")

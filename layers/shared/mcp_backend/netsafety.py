@@ -13,7 +13,13 @@ connected to is `MalformedUrl`, named by its fault.
 from __future__ import annotations
 
 import ipaddress
+import math
 import socket
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Self
 from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -196,3 +202,145 @@ def _endpoint_parts(url: str, allow_loopback_hosts: bool) -> SplitResult:
         # The URL travels into probe results, envelopes and alert e-mails: no room for a token in it.
         raise UnsafeEndpointUrl("endpoint URL must have no query string or fragment (pass credentials as auth)")
     return parts
+
+
+class DeadlinePassed(TimeoutError):
+    """An outbound call ran out of its total time; the message names the deadline, never the URL."""
+
+
+class OutboundDeadline:
+    """One total time budget for an outbound HTTP exchange: connect, TLS, response headers, every redirect hop
+    and the body all draw from the time left.
+
+    Two mechanisms of httpx/httpcore enforce it. Each request's per-phase timeouts (connect, TLS, each read and
+    write) are the time left, never more (`timeout`). Reads that each succeed quickly (a server trickling one
+    byte at a time) would still go on, so a watchdog timer shuts down every connection the exchange opened once
+    the time is up: the blocked read or handshake returns, the client closes the connection, and the caller sees
+    `cut`. The sockets are learnt from httpcore's `trace` request extension (`request_extensions`), or handed
+    over (`watch`). Use it as a context manager around the whole exchange (async code uses a cancel scope of the
+    time left instead: probes.pinning).
+    """
+
+    def __init__(
+        self, seconds: float, *, end: float | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.seconds = seconds  # as a duration, for the message that names it
+        self.end = clock() + seconds if end is None else end
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._connected: socket.socket | None = None
+        self._handshake: socket.socket | None = None
+        self._held: list[socket.socket] = []
+        self._cut = False
+        self._timer: threading.Timer | None = None
+
+    @property
+    def message(self) -> str:
+        return f"the outbound call passed its {self.seconds:g} s deadline"
+
+    def remaining(self) -> float:
+        return max(0.0, self.end - self._clock())
+
+    @property
+    def expired(self) -> bool:
+        return self._cut or self.remaining() <= 0
+
+    @property
+    def cut(self) -> bool:
+        """True once the watchdog has shut the exchange's sockets: a body that then 'ended' was truncated."""
+        return self._cut
+
+    def check(self) -> None:
+        """Raises DeadlinePassed once no time is left."""
+        if self.expired:
+            raise DeadlinePassed(self.message)
+
+    def timeout(self, per_operation: float = math.inf) -> float:
+        """The timeout for the next network operation: `per_operation`, or the time left if that is less.
+        Raises DeadlinePassed once no time is left."""
+        self.check()
+        return min(per_operation, self.remaining())
+
+    def request_extensions(self) -> dict[str, Any]:
+        """httpcore's `trace` extension, which hands the watchdog each socket the request connects."""
+        return {"trace": self._trace}
+
+    def _trace(self, event_name: str, info: dict[str, Any]) -> None:
+        if event_name == "connection.connect_tcp.complete":
+            self._connected = _socket_of(info)
+            if self._connected is not None:
+                self.watch(self._connected)
+        elif event_name == "connection.start_tls.started" and self._connected is not None:
+            # The TLS socket takes the connection's descriptor over (the TCP socket object is detached): a
+            # duplicate descriptor lets the watchdog shut the connection while the handshake runs.
+            self._handshake = self._connected.dup()
+            self.watch(self._handshake)
+        elif event_name in ("connection.start_tls.complete", "connection.start_tls.failed"):
+            self._close_handshake()  # the TLS socket holds the connection from here
+            tls = _socket_of(info)
+            if tls is not None:
+                self.watch(tls)
+
+    def watch(self, sock: socket.socket) -> None:
+        """Shut `sock` down when the time is up (at once, if it is up already)."""
+        with self._lock:
+            self._sockets.append(sock)
+            if self._cut:  # connected after the time was up: shut at once
+                _shut(sock)
+
+    def hold(self, sock: socket.socket) -> None:
+        """Watch a duplicate of `sock`'s descriptor until the exchange ends: unlike `sock`, it stays valid when a
+        TLS socket takes the connection over, so the watchdog can shut the handshake too."""
+        duplicate = sock.dup()
+        with self._lock:
+            self._held.append(duplicate)
+        self.watch(duplicate)
+
+    def _close_handshake(self) -> None:
+        # Under the lock: the watchdog never shuts a descriptor this has closed (and the system may reuse).
+        with self._lock:
+            if self._handshake is not None:
+                self._sockets.remove(self._handshake)
+                self._handshake.close()
+                self._handshake = None
+
+    def _expire(self) -> None:
+        with self._lock:
+            self._cut = True
+            for sock in self._sockets:
+                _shut(sock)
+
+    def __enter__(self) -> Self:
+        self._timer = threading.Timer(self.remaining(), self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._close_handshake()
+        with self._lock:
+            for duplicate in self._held:
+                self._sockets.remove(duplicate)
+                duplicate.close()
+            self._held.clear()
+
+
+def _socket_of(info: dict[str, Any]) -> socket.socket | None:
+    """The socket of the network stream a trace event returned, if any."""
+    stream = info.get("return_value")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    return sock if isinstance(sock, socket.socket) else None
+
+
+def _shut(sock: socket.socket) -> None:
+    """Shut the connection down in both directions (the peer sees it closed, a blocked read returns at once).
+    socket.socket's own shutdown, not SSLSocket's: this runs in the watchdog's thread while another reads."""
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed, or never connected

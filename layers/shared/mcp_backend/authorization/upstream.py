@@ -26,8 +26,11 @@ import jwt
 from mcp_backend.aws import botocore_errors, client_or_lazy
 from mcp_backend.config import AuthorizationServerSettings, Tier
 from mcp_backend.mcp.oauth import Fetch, JwksCache, fetch_url
+from mcp_backend.netsafety import DeadlinePassed, OutboundDeadline
 
 TIER_ORDER: tuple[Tier, ...] = ("free", "pro", "internal")
+# The token exchange as a whole (connect, TLS, headers, body): the user waits on it.
+TOKEN_DEADLINE_SECONDS = 5.0
 
 
 class UpstreamLoginFailed(Exception):
@@ -133,11 +136,24 @@ class Upstream:
         secret = self._secret()
         if secret:
             form["client_secret"] = secret  # client_secret_post
-        with httpx.Client(transport=self.transport, timeout=5.0, follow_redirects=False, trust_env=False) as client:
+        with (
+            OutboundDeadline(TOKEN_DEADLINE_SECONDS) as deadline,
+            httpx.Client(transport=self.transport, follow_redirects=False, trust_env=False) as client,
+        ):
+            late = f"the provider's token endpoint did not answer within its {deadline.seconds:g} s deadline"
             try:
-                answer = client.post(document["token_endpoint"], data=form)
-            except httpx.HTTPError:
+                answer = client.post(
+                    document["token_endpoint"],
+                    data=form,
+                    timeout=deadline.timeout(TOKEN_DEADLINE_SECONDS),
+                    extensions=deadline.request_extensions(),
+                )
+            except (httpx.HTTPError, DeadlinePassed):
+                if deadline.expired:
+                    raise UpstreamLoginFailed(late) from None
                 raise UpstreamLoginFailed("the provider's token endpoint cannot be reached") from None
+            if deadline.cut:
+                raise UpstreamLoginFailed(late)
         if answer.status_code != 200:
             raise UpstreamLoginFailed(f"the provider refused the code (HTTP {answer.status_code})")
         try:

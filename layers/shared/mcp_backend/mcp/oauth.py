@@ -18,9 +18,12 @@ Retry-After, logged once per refresh interval. No token, claim value or key mate
 
 from __future__ import annotations
 
+import functools
 import hmac
+import http.client
 import json
 import math
+import ssl
 import threading
 import time
 import urllib.error
@@ -38,7 +41,7 @@ from mcp_backend.config import LOWEST_TIER, McpSettings, Tier
 from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
 from mcp_backend.mcp.scopes import METADATA_PATH
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
-from mcp_backend.netsafety import is_loopback_host
+from mcp_backend.netsafety import DeadlinePassed, OutboundDeadline, is_loopback_host
 from mcp_backend.observability import logger
 from mcp_backend.tools.table import Access
 
@@ -63,17 +66,68 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
         raise urllib.error.HTTPError(req.full_url, code, f"{code} redirects are not followed", headers, fp)
 
 
-_ISSUER_OPENER = urllib.request.build_opener(_NoRedirects)
+class _WatchedConnection(http.client.HTTPConnection):
+    """A connection under the fetch's deadline: once connected, its socket's timeout is the time left (for the
+    TLS handshake and each read), and the watchdog holds its descriptor to shut it when the time is up."""
+
+    deadline: OutboundDeadline
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock.settimeout(self.deadline.timeout())
+        self.deadline.hold(self.sock)
+
+
+class _WatchedHTTPSConnection(http.client.HTTPSConnection, _WatchedConnection):
+    """HTTPSConnection's TLS over the connection _WatchedConnection makes (it comes next in the MRO)."""
+
+
+class _WatchedHandler(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
+    """urllib's http and https handlers, opening watched connections."""
+
+    def __init__(self, deadline: OutboundDeadline) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def _connection(self, kind: type[_WatchedConnection], host: str, **kwargs: Any) -> _WatchedConnection:
+        connection = kind(host, **kwargs)
+        connection.deadline = self.deadline
+        return connection
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(functools.partial(self._connection, _WatchedConnection), req)
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        connection = functools.partial(self._connection, _WatchedHTTPSConnection)
+        return self.do_open(connection, req, context=_tls_context())
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    return ssl.create_default_context()
 
 
 def fetch_url(url: str, timeout: float = 3.0) -> bytes:
-    """GET a JSON document from the authorization server: https only (plain http only on loopback), no redirects."""
+    """GET a JSON document from the authorization server: https only (plain http only on loopback), no redirects.
+
+    `timeout` bounds the whole fetch (netsafety.OutboundDeadline): connect, TLS, headers and body draw from it,
+    and at zero the connection is closed (DeadlinePassed, a TimeoutError)."""
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme != "https" and not (parsed.scheme == "http" and is_loopback_host(parsed.hostname or "")):
         raise ValueError("the issuer's URLs must be https")
     request = urllib.request.Request(url, headers={"accept": "application/json"})  # noqa: S310 - checked above
-    with _ISSUER_OPENER.open(request, timeout=timeout) as response:
-        return bytes(response.read(1024 * 1024))
+    with OutboundDeadline(timeout) as deadline:
+        opener = urllib.request.build_opener(_NoRedirects, _WatchedHandler(deadline))
+        try:
+            with opener.open(request, timeout=deadline.timeout(timeout)) as response:
+                body = bytes(response.read(1024 * 1024))
+        except (OSError, http.client.HTTPException):
+            if deadline.expired:
+                raise DeadlinePassed(deadline.message) from None
+            raise
+        if deadline.cut:  # a body that ends with its connection: the watchdog's cut is no end
+            raise DeadlinePassed(deadline.message)
+        return body
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,12 @@ async def probe(request: ProbeRequest) -> dict[str, Any]:
             timeout = httpx2.Timeout(request.timeout_seconds)
             # What create_mcp_http_client builds, with the pinned transport and no proxy from the environment
             # (a proxy would connect wherever its own DNS says).
-            transport = PinnedTransport(request.url, request.addresses, max_response_bytes=MAX_PROBE_RESPONSE_BYTES)
+            transport = PinnedTransport(
+                request.url,
+                request.addresses,
+                max_response_bytes=MAX_PROBE_RESPONSE_BYTES,
+                deadline_seconds=request.timeout_seconds,  # every request of the probe, in total
+            )
             async with httpx2.AsyncClient(
                 headers=headers, timeout=timeout, transport=transport, trust_env=False
             ) as http:

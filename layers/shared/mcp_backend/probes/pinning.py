@@ -1,6 +1,10 @@
 """The probe's HTTP transport, pinned to the addresses the worker checked (loaded with the MCP client, not
 at a cold start): the probe connects to those, never to a second DNS answer, so a name that rebinds
-between check and connect cannot steer the probe, and the endpoint's token, at another host."""
+between check and connect cannot steer the probe, and the endpoint's token, at another host.
+
+Everything sent through one transport shares one total deadline (netsafety.OutboundDeadline): connect, TLS,
+response headers and bodies of every request draw from the time left, and at zero the request is cancelled,
+which closes its connection (httpx2.TimeoutException naming the deadline)."""
 
 from __future__ import annotations
 
@@ -10,9 +14,10 @@ import zlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import anyio
 import httpx2
 
-from mcp_backend.netsafety import IPAddress
+from mcp_backend.netsafety import IPAddress, OutboundDeadline
 from mcp_backend.probes.errors import ProbeProtocolError, ProbeResponseTooLarge
 
 # zlib's window bits per content coding: gzip's header, or zlib's (RFC 9110 "deflate").
@@ -26,7 +31,10 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
     in order (the next on a refused connection, as the dataset fetcher does), and refuses any other origin.
 
     The request keeps its URL's name in the Host header, and the name is the TLS server name (httpcore's
-    `sni_hostname` extension), so the certificate is verified for the name, not for the address."""
+    `sni_hostname` extension), so the certificate is verified for the name, not for the address.
+
+    The deadline starts with the first request: `deadline_seconds`, or else the client's own timeout (its
+    longest phase), which so bounds everything the client sends through this transport in total."""
 
     def __init__(
         self,
@@ -34,15 +42,37 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
         addresses: tuple[IPAddress, ...],
         inner: httpx2.AsyncBaseTransport | None = None,
         max_response_bytes: int | None = None,
+        deadline_seconds: float | None = None,
     ) -> None:
         self.origin = _origin(httpx2.URL(url))
         self.addresses = addresses
         self.inner = inner if inner is not None else httpx2.AsyncHTTPTransport(verify=_tls_context())
         self.max_response_bytes = max_response_bytes
+        self.deadline_seconds = deadline_seconds
+        self.deadline: OutboundDeadline | None = None
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         if _origin(request.url) != self.origin or not self.addresses:
             raise httpx2.ConnectError("not the registered endpoint's origin", request=request)
+        deadline = self._deadline(request)
+        if deadline is None:
+            return await self._send(request)
+        try:
+            with anyio.fail_after(deadline.timeout()):
+                response = await self._send(request)
+        except TimeoutError:  # DeadlinePassed too: no time was left
+            raise httpx2.TimeoutException(deadline.message, request=request) from None
+        response.stream = DeadlineStream(response.stream, deadline, request)
+        return response
+
+    def _deadline(self, request: httpx2.Request) -> OutboundDeadline | None:
+        if self.deadline is None:
+            phases = [t for t in request.extensions.get("timeout", {}).values() if t is not None]
+            seconds = self.deadline_seconds if self.deadline_seconds is not None else max(phases, default=None)
+            self.deadline = OutboundDeadline(seconds) if seconds is not None else None
+        return self.deadline
+
+    async def _send(self, request: httpx2.Request) -> httpx2.Response:
         last_error: httpx2.ConnectError | None = None
         for address in self.addresses:
             pinned = httpx2.Request(
@@ -68,6 +98,31 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
             return response
         assert last_error is not None
         raise last_error
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class DeadlineStream(httpx2.AsyncByteStream):
+    """A response body read under the transport's deadline: each read gets the time left, no more; at zero the
+    read is cancelled, which closes the connection."""
+
+    def __init__(self, inner: Any, deadline: OutboundDeadline, request: httpx2.Request) -> None:
+        self.inner = inner
+        self.deadline = deadline
+        self.request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        chunks = aiter(self.inner)
+        while True:
+            try:
+                with anyio.fail_after(self.deadline.timeout()):
+                    chunk = await anext(chunks)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise httpx2.TimeoutException(self.deadline.message, request=self.request) from None
+            yield chunk
 
     async def aclose(self) -> None:
         await self.inner.aclose()

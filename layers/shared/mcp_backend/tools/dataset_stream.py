@@ -12,8 +12,12 @@ from mcp_backend.tools.errors import CallDeadlineExceeded, DatasetTooLarge
 @dataclass(frozen=True)
 class FetchPolicy:
     max_bytes: int = 50 * 1024 * 1024
-    # Per network operation (connect, each read); the function's own timeout bounds the total.
+    # Per network operation (connect, TLS, each read), never more than the time left of the deadline below.
     timeout_seconds: float = 10.0
+    # Every https fetch ends within this many seconds of its start, all hops and the body included (the worker's
+    # bound: a share of the function's timeout, mcp_backend.tools.services); a synchronous call's deadline may
+    # end it sooner.
+    fetch_deadline_seconds: float = 96.0  # 80 % of the default 120 s function timeout (ToolSettings)
     # Only the local dev stack sets this: loopback hosts (no other private address) and plain http://.
     allow_loopback_hosts: bool = False
     # s3:// datasets: the one bucket the functions may read, and the key prefixes in it every tenant may read
@@ -55,7 +59,11 @@ class DatasetStream:
 def past_deadline(policy: FetchPolicy) -> None:
     """Raises CallDeadlineExceeded once a synchronous call's deadline has passed."""
     if policy.deadline is not None and time.monotonic() > policy.deadline:
-        raise CallDeadlineExceeded(
-            f"the call passed its {policy.deadline_seconds:g} s deadline for synchronous calls; "
-            "submit it as a job (submit_analysis) for longer work"
-        )
+        raise call_deadline_exceeded(policy)
+
+
+def call_deadline_exceeded(policy: FetchPolicy) -> CallDeadlineExceeded:
+    return CallDeadlineExceeded(
+        f"the call passed its {policy.deadline_seconds:g} s deadline for synchronous calls; "
+        "submit it as a job (submit_analysis) for longer work"
+    )

@@ -1,5 +1,10 @@
 """https:// (and, on the local stack only, http://) datasets: streamed, size-capped, every hop's
-host checked, and the connection pinned to the address that was checked."""
+host checked, and the connection pinned to the address that was checked.
+
+One deadline bounds the whole fetch (netsafety.OutboundDeadline): connect, TLS, response headers, every
+redirect hop and the body draw from the time left, and at zero the connection is closed. Past a synchronous
+call's deadline the fetch ends as CallDeadlineExceeded; past the fetch's own (FetchPolicy.fetch_deadline_seconds)
+it ends as DatasetTemporarilyUnreachable."""
 
 from __future__ import annotations
 
@@ -11,21 +16,24 @@ from contextlib import contextmanager
 import httpx
 
 from mcp_backend.netsafety import (
+    DeadlinePassed,
     HostNotResolved,
     IPAddress,
     MalformedUrl,
+    OutboundDeadline,
     PrivateAddress,
     allowed_schemes,
     public_addresses,
     redact_url,
     split_url,
 )
-from mcp_backend.tools.dataset_stream import DatasetStream, FetchPolicy
+from mcp_backend.tools.dataset_stream import DatasetStream, FetchPolicy, call_deadline_exceeded
 from mcp_backend.tools.errors import (
     DatasetCompressed,
     DatasetTemporarilyUnreachable,
     DatasetTooLarge,
     DatasetUnreachable,
+    ToolError,
     UnsafeDatasetUrl,
 )
 
@@ -51,14 +59,11 @@ def open_http(url: str, policy: FetchPolicy, transport: httpx.BaseTransport | No
     except httpx.InvalidURL:
         raise UnsafeDatasetUrl(f"Dataset URL {redact_url(url)} is not a valid URL") from None
     # trust_env=False: no proxy (it would bypass the address check) and no ~/.netrc credentials.
-    with httpx.Client(
-        transport=transport,
-        verify=_tls_context(),
-        timeout=httpx.Timeout(policy.timeout_seconds),
-        follow_redirects=False,
-        trust_env=False,
-    ) as client:
-        target, response = _get_following_redirects(client, target, policy)
+    with (
+        fetch_deadline(policy) as deadline,
+        httpx.Client(transport=transport, verify=_tls_context(), follow_redirects=False, trust_env=False) as client,
+    ):
+        target, response = _get_following_redirects(client, target, policy, deadline)
         try:
             shown = redact_url(str(target))
             if not response.is_success:
@@ -81,7 +86,7 @@ def open_http(url: str, policy: FetchPolicy, transport: httpx.BaseTransport | No
                 )
             yield DatasetStream(
                 shown,
-                _http_chunks(response, shown),
+                _http_chunks(response, shown, policy, deadline),
                 content_length=content_length,
                 policy=policy,
             )
@@ -89,12 +94,21 @@ def open_http(url: str, policy: FetchPolicy, transport: httpx.BaseTransport | No
             response.close()
 
 
+def fetch_deadline(policy: FetchPolicy) -> OutboundDeadline:
+    """The fetch's deadline: its own (fetch_deadline_seconds from now), or the call's if that ends sooner."""
+    own = OutboundDeadline(policy.fetch_deadline_seconds)
+    if policy.deadline is not None and policy.deadline < own.end:
+        return OutboundDeadline(policy.deadline_seconds, end=policy.deadline)
+    return own
+
+
 def _get_following_redirects(
-    client: httpx.Client, target: httpx.URL, policy: FetchPolicy
+    client: httpx.Client, target: httpx.URL, policy: FetchPolicy, deadline: OutboundDeadline
 ) -> tuple[httpx.URL, httpx.Response]:
-    """GET `target`, following at most MAX_REDIRECTS redirects, each hop's host checked afresh."""
+    """GET `target`, following at most MAX_REDIRECTS redirects, each hop's host checked afresh; all hops
+    share the one deadline."""
     for hop in range(MAX_REDIRECTS + 1):
-        response = _send_checked(client, target, policy)
+        response = _send_checked(client, target, policy, deadline)
         if response.status_code not in REDIRECT_STATUSES:
             return target, response
         location = response.headers.get("location")
@@ -112,7 +126,9 @@ def _get_following_redirects(
     raise AssertionError("unreachable")  # the loop always returns or raises
 
 
-def _send_checked(client: httpx.Client, target: httpx.URL, policy: FetchPolicy) -> httpx.Response:
+def _send_checked(
+    client: httpx.Client, target: httpx.URL, policy: FetchPolicy, deadline: OutboundDeadline
+) -> httpx.Response:
     shown = redact_url(str(target))
     if target.scheme not in allowed_schemes(allow_loopback_hosts=policy.allow_loopback_hosts):
         raise UnsafeDatasetUrl(f"Dataset URL {shown} must use https://")
@@ -126,16 +142,27 @@ def _send_checked(client: httpx.Client, target: httpx.URL, policy: FetchPolicy) 
     headers["Host"] = target.netloc.decode("ascii")
     last_error: httpx.ConnectError | None = None
     for address in addresses:
+        try:
+            # Each phase's timeout is the time left, at most the per-operation one.
+            timeout = deadline.timeout(policy.timeout_seconds)
+        except DeadlinePassed:
+            raise _deadline_error(policy, deadline, shown) from None
         # Connect to the address that was checked; TLS still verifies the certificate for `host`.
         request = client.build_request(
-            "GET", target.copy_with(host=str(address)), headers=headers, extensions={"sni_hostname": host}
+            "GET",
+            target.copy_with(host=str(address)),
+            headers=headers,
+            timeout=timeout,
+            extensions={"sni_hostname": host, **deadline.request_extensions()},
         )
         try:
             return client.send(request, stream=True)
-        except httpx.ConnectError as exc:
-            last_error = exc  # refused or unroutable (e.g. IPv6): try the next checked address
         except httpx.HTTPError as exc:
-            raise _unreachable(shown, exc) from exc
+            if deadline.expired:
+                raise _deadline_error(policy, deadline, shown) from None
+            if not isinstance(exc, httpx.ConnectError):
+                raise _unreachable(shown, exc) from exc
+            last_error = exc  # refused or unroutable (e.g. IPv6): try the next checked address
     assert last_error is not None  # public_addresses never returns an empty list
     raise _unreachable(shown, last_error) from last_error
 
@@ -162,13 +189,28 @@ def parse_content_length(value: str | None) -> int | None:
     return int(value)
 
 
-def _http_chunks(response: httpx.Response, shown: str) -> Iterator[bytes]:
+def _http_chunks(
+    response: httpx.Response, shown: str, policy: FetchPolicy, deadline: OutboundDeadline
+) -> Iterator[bytes]:
     try:
         # No chunk_size: yield as bytes arrive, so the cap is checked per network read. The encoding was
         # checked to be identity, so these are the bytes that came over the wire, nothing inflated.
         yield from response.iter_bytes()
     except httpx.HTTPError as exc:
+        if deadline.expired:
+            raise _deadline_error(policy, deadline, shown) from None
         raise _unreachable(shown, exc) from exc
+    if deadline.cut:
+        # A body without a length ends when the connection does: the one the watchdog shut is truncated.
+        raise _deadline_error(policy, deadline, shown)
+
+
+def _deadline_error(policy: FetchPolicy, deadline: OutboundDeadline, shown: str) -> ToolError:
+    """The synchronous call's deadline (a tool error naming it), or the fetch's own (the source may be quicker
+    on a retry)."""
+    if policy.deadline is not None and deadline.end >= policy.deadline:
+        return call_deadline_exceeded(policy)
+    return DatasetTemporarilyUnreachable(f"Fetching dataset {shown} passed its {deadline.seconds:g} s deadline")
 
 
 def _unreachable(shown: str, exc: httpx.HTTPError) -> DatasetUnreachable:

@@ -36,6 +36,9 @@ class Service(StrEnum):
     ENDPOINTS = "endpoints"  # the caller's registered probe endpoints: MonitorTable
 
 
+# Every https dataset fetch ends within this share of the function's timeout, all hops and the body included.
+FETCH_SHARE_OF_TIMEOUT = 0.8
+
 # The environment variable each service is built from, for the error that names what is missing.
 SERVICE_VARIABLES = {
     Service.JOBS: "JOB_TABLE_NAME, JOB_QUEUE_URL and JOB_DEAD_LETTER_QUEUE_URL",
@@ -89,6 +92,9 @@ class ToolServices:
                 dataset_bucket=settings.dataset_bucket_name,
                 shared_prefixes=settings.dataset_shared_prefix_list(),
                 memory_budget_bytes=settings.analysis_memory_budget_bytes(),
+                # A job's fetch ends with time left to record its failure (a synchronous call's deadline is
+                # shorter still: McpSettings.sync_call_deadline).
+                fetch_deadline_seconds=settings.function_timeout_seconds * FETCH_SHARE_OF_TIMEOUT,
             ),
             jobs=jobs,
             endpoint_registry=endpoints,
