@@ -116,11 +116,13 @@ class TierCallSlots:
             settings.rate_limit_table_name, LazyClient("dynamodb", clients), extend_off_path=extend_off_path
         )
         self.network_tools = network_tools
-        # A slot is held at most as long as the call may run.
-        self.hold_seconds = settings.sync_call_deadline
+        # A slot is held until its call ends: a call may outlive its synchronous deadline (a tool that stops only
+        # at its next check, a slow answer), never the function's timeout, which ends the invocation and resets
+        # its environment. So the hold is the timeout: a slot never frees while its call runs.
+        self.hold_seconds = settings.function_timeout_seconds
 
     def needed(self, body: bytes) -> bool:
-        return calls_any_tool(body, self.network_tools)
+        return holds_a_call_slot(body, self.network_tools, WAITING_METHODS)
 
     def limit(self, principal: Principal) -> int:
         return self.settings.tier_limits(principal.tier).calls_in_flight
