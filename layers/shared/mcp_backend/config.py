@@ -239,6 +239,9 @@ class McpSettings(ToolSettings):
     # Every synchronous fetch and analysis ends by this many seconds (CallDeadlineExceeded), well within the
     # function's timeout; a call slower than this belongs in a job (submit_analysis).
     sync_call_deadline_seconds: float = Field(default=60.0, gt=0)
+    # A 2025-11-25 tasks/result answers a task still working after this many seconds (never past the synchronous
+    # deadline): it holds a calls-in-flight slot while it waits, and the client polls tasks/get meanwhile.
+    task_result_wait_seconds: float = Field(default=5.0, gt=0)
     # The largest request body served (413 past it): far below the 6 MB a Function URL takes.
     mcp_max_body_bytes: int = Field(default=256 * 1024, ge=1024, le=6 * 1024 * 1024)
     sse_keepalive_seconds: float = Field(default=15.0, gt=0)
@@ -264,6 +267,11 @@ class McpSettings(ToolSettings):
         """The deadline in force: never past 80 % of the function's timeout, so the call ends as a tool error with
         time left to answer, not as a Lambda timeout."""
         return min(self.sync_call_deadline_seconds, self.function_timeout_seconds * 0.8)
+
+    @property
+    def task_result_wait(self) -> float:
+        """How long a tasks/result waits for a task still working: the setting, within the synchronous deadline."""
+        return min(self.task_result_wait_seconds, self.sync_call_deadline)
 
     @model_validator(mode="after")
     def _oauth_is_configured(self) -> McpSettings:

@@ -170,7 +170,8 @@ class McpHttpGuard:
         # Counts each authenticated request against the principal's tier (mcp_backend.ratelimit).
         self.rate_limit = rate_limit
         self.max_body_bytes = max_body_bytes
-        # Holds one of the principal's slots while a call that reaches the network runs (429 at the cap).
+        # Holds one of the principal's slots while a call that reaches the network, or a request that waits for a
+        # task, runs (429 at the cap).
         self.call_slots = call_slots
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -366,8 +367,9 @@ class McpHttpGuard:
     async def serve_in_a_call_slot(
         self, principal: Principal, body: bytes, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        """Serve the request; a call that needs a slot takes one of the principal's first, and gives it back when
-        it ends: 429 with Retry-After at the tier's cap, 503 when the slots cannot be read (fail closed)."""
+        """Serve the request; a call that needs a slot (a network tool's, or a tasks/result that waits) takes one
+        of the principal's first, and gives it back when it ends: 429 with Retry-After at the tier's cap, 503 when
+        the slots cannot be read (fail closed)."""
         slots = self.call_slots
         if slots is None or not slots.needed(body):
             await self._serve(scope, receive, send)
@@ -544,10 +546,13 @@ async def _body_too_large(send: Send, max_bytes: int) -> None:
     await _json(send, 413, _rpc_error(-32600, message), [(b"connection", b"close")])
 
 
-def calls_any_tool(body: bytes, names: frozenset[str]) -> bool:
-    """Whether a JSON-RPC body (one message or a batch) calls one of `names`, as either parser the SDK uses reads
-    it. A body that names none of them, and has no \\u escape that could spell one, is not parsed."""
-    if not names or (b"\\u" not in body and not any(name.encode() in body for name in names)):
+def holds_a_call_slot(body: bytes, tools: frozenset[str], methods: frozenset[str]) -> bool:
+    """Whether a JSON-RPC body (one message or a batch) calls one of `tools` or is a request of one of `methods`,
+    as either parser the SDK uses reads it. A body that names none of them, and has no escape that could spell one
+    (\\u, or \\/ in a method), is not parsed."""
+    escaped = b"\\u" in body or b"\\/" in body
+    named = any(name.encode() in body for names in (tools, methods) for name in names)
+    if not (tools or methods) or not (escaped or named):
         return False
     for parse in (pydantic_core.from_json, json.loads):
         try:
@@ -556,10 +561,15 @@ def calls_any_tool(body: bytes, names: frozenset[str]) -> bool:
             continue  # the SDK refuses it before any tool runs
         messages = parsed if isinstance(parsed, list) else [parsed]
         for message in messages:
-            if not isinstance(message, dict) or message.get("method") != "tools/call":
+            if not isinstance(message, dict):
+                continue
+            method = message.get("method")
+            if isinstance(method, str) and method in methods:
+                return True
+            if method != "tools/call":
                 continue
             name = message["params"].get("name") if isinstance(message.get("params"), dict) else None
-            if isinstance(name, str) and name in names:
+            if isinstance(name, str) and name in tools:
                 return True
     return False
 

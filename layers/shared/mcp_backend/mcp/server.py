@@ -41,7 +41,7 @@ from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import McpSettings, Tier, load_settings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
-from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard, calls_any_tool
+from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard, holds_a_call_slot
 from mcp_backend.mcp.internal_errors import InternalErrorsWithoutText
 from mcp_backend.mcp.request_spans import TracedRequests
 from mcp_backend.mcp.response_modes import ResponseModes
@@ -49,7 +49,7 @@ from mcp_backend.mcp.restore_hook import with_after_restore_hook
 from mcp_backend.mcp.single_exchange import SingleExchange
 from mcp_backend.mcp.table_server import table_server
 from mcp_backend.mcp.tasks import JobTasks, task_extensions
-from mcp_backend.mcp.tasks_2025 import LegacyJobTasks
+from mcp_backend.mcp.tasks_2025 import WAITING_METHODS, LegacyJobTasks
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.observability import CurrentStdoutHandler, logger, tool_runs
 from mcp_backend.ratelimit import InFlightSlots, LeaseAhead, RateDecision, RequestRateLimiter, SlotLease, in_background
@@ -100,8 +100,9 @@ class TierRateLimit:
 
 
 class TierCallSlots:
-    """Calls of tools that reach the network, per principal, at once across every instance (RateLimitTable's
-    slots, mcp_backend.ratelimit.InFlightSlots), within the tier's `calls_in_flight`."""
+    """Calls of tools that reach the network, and requests that wait for a task (tasks/result), per principal, at
+    once across every instance (RateLimitTable's slots, mcp_backend.ratelimit.InFlightSlots), within the tier's
+    `calls_in_flight`."""
 
     def __init__(
         self,
@@ -116,11 +117,13 @@ class TierCallSlots:
             settings.rate_limit_table_name, LazyClient("dynamodb", clients), extend_off_path=extend_off_path
         )
         self.network_tools = network_tools
-        # A slot is held at most as long as the call may run.
-        self.hold_seconds = settings.sync_call_deadline
+        # A slot is held until its call ends: a call may outlive its synchronous deadline (a tool that stops only
+        # at its next check, a slow answer), never the function's timeout, which ends the invocation and resets
+        # its environment. So the hold is the timeout: a slot never frees while its call runs.
+        self.hold_seconds = settings.function_timeout_seconds
 
     def needed(self, body: bytes) -> bool:
-        return calls_any_tool(body, self.network_tools)
+        return holds_a_call_slot(body, self.network_tools, WAITING_METHODS)
 
     def limit(self, principal: Principal) -> int:
         return self.settings.tier_limits(principal.tier).calls_in_flight
@@ -194,10 +197,10 @@ def create_app(
     )
     log_library_records_as_json()
     extensions = task_extensions(bindings.submissions)
-    # The 2025-11-25 task-augmented calls, on the extension's JobTable tasks; tasks/result waits at most as long
-    # as a synchronous call may run.
+    # The 2025-11-25 task-augmented calls, on the extension's JobTable tasks; tasks/result waits a few seconds
+    # for a task still working, in a calls-in-flight slot.
     legacy_tasks = [
-        LegacyJobTasks(extension, settings.sync_call_deadline)
+        LegacyJobTasks(extension, settings.task_result_wait)
         for extension in extensions
         if isinstance(extension, JobTasks)
     ]
