@@ -312,7 +312,7 @@ def method() -> list[str]:
         "A global secondary index bills its own writes, which a request does not show "
         "(<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/GSI.html#GSI.Writes>): JobTable's "
         "`ActiveJobsByUser` adds two write units per job (the job put into it, and its end taking it out), "
-        "`FailedJobsByUser` one per failed job; not in the figures above.",
+        "`FailedJobsByUser` one per failed job, `JobsByUser` one per job (its put); not in the figures above.",
         "- Logs: the bytes the functions write to stdout while the unit runs (what CloudWatch Logs ingests), "
         "without the START/END/REPORT lines Lambda adds.",
         "",

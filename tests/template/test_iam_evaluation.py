@@ -582,6 +582,7 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             *[(a, arn("JobTable"), {}) for a in ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")],
             ("dynamodb:BatchGetItem", arn("JobTable"), {}),  # jobs/store.py: a refused submission's slot holders
             ("dynamodb:Query", f"{arn('JobTable')}/index/FailedJobsByUser", {}),  # list_failed_jobs
+            ("dynamodb:Query", f"{arn('JobTable')}/index/JobsByUser", {}),  # resources/list, completion
             ("sqs:SendMessage", arn("JobQueue"), {}),  # jobs/queue.py
             call_log,
             ("secretsmanager:GetSecretValue", arn("ApiKeysSecret"), {}),  # api_keys.py

@@ -462,6 +462,16 @@ def test_cancelling_a_task_needs_the_submit_scope_and_polling_it_the_read_one():
     assert required_access(b'{"method":"tasks/get","params":{"taskId":"t"}}', TOOL_ACCESS) == set()
 
 
+@pytest.mark.parametrize("method", ["resources/list", "resources/read", "prompts/get", "completion/complete"])
+def test_reading_resources_and_prompts_needs_the_read_scope_and_their_catalogs_none(method):
+    # Given a request that reads the caller's jobs (as a resource, a prompt or a completion of their ids)
+    body = json.dumps({"method": method, "params": {"uri": "job://j", "name": "p"}}).encode()
+    # Then it needs the read scope, as get_job does; the listings of templates and prompts need none
+    assert required_access(body, TOOL_ACCESS) == {Access.READ}
+    for catalog in ("resources/templates/list", "prompts/list"):
+        assert required_access(json.dumps({"method": catalog}).encode(), TOOL_ACCESS) == set()
+
+
 @pytest.mark.parametrize("algorithms", ["HS256", "none", "RS256,HS512", ""])
 def test_symmetric_or_no_algorithms_are_a_configuration_error(algorithms):
     environment = {"JOB_TABLE_NAME": "t", "JOB_QUEUE_URL": "q", "JOB_DEAD_LETTER_QUEUE_URL": "d"}

@@ -13,13 +13,22 @@ import pydantic_core
 from mcp_backend.tools.table import Access
 
 METADATA_PATH = "/.well-known/oauth-protected-resource"
-# Methods other than tools/call that change state: cancelling a task stops the caller's queued work.
-METHOD_ACCESS = {"tasks/cancel": Access.SUBMIT}
+# Methods other than tools/call that need a scope: cancelling a task stops the caller's queued work; listing and
+# reading the caller's resources, getting a prompt (it reads the caller's jobs) and completing an argument (it
+# lists the caller's job ids) read what get_job reads. Every resource kind and prompt is READ (their tables,
+# tests/unit/test_capability_tables.py); the catalog listings (tools, templates, prompts) need no scope.
+METHOD_ACCESS = {
+    "tasks/cancel": Access.SUBMIT,
+    "resources/list": Access.READ,
+    "resources/read": Access.READ,
+    "prompts/get": Access.READ,
+    "completion/complete": Access.READ,
+}
 
 
 def required_access(body: bytes, tool_access: dict[str, Access]) -> set[Access]:
-    """The scopes a JSON-RPC body needs: each `tools/call`'s tool's Access, SUBMIT for tasks/cancel; nothing
-    for other methods.
+    """The scopes a JSON-RPC body needs: each `tools/call`'s tool's Access, METHOD_ACCESS's for the methods it
+    names; nothing for other methods.
 
     The body is read by both parsers the SDK uses (pydantic_core in the handshake era, json in the modern
     one) and needs what either reading needs, so the two can never disagree in the caller's favour. An

@@ -1,13 +1,13 @@
 """Every name the endpoint takes from the SDK's internal modules, behind one version check.
 
 The SDK's public surface (`mcp.server.lowlevel.Server`, `mcp.server.context`, `mcp.server.extension`,
-`mcp.server.request_state`, `mcp.shared.exceptions`, `mcp_types`) is what its documentation shows a low-level
-server using. The stateless JSON fast path (mcp_backend.mcp.single_exchange) also needs what the SDK's own
-stateless transport uses: its connection, its one-request runner, its dispatcher's types and error mapping, its
-transport's Accept check and body limit. Those modules carry no compatibility promise, so they are imported here
-only, and only on an SDK release this module was written and tested against: any other stops the import with an
-error naming both versions (`make env` installs the pinned one; an upgrade re-reads these modules, runs
-tests/unit/test_single_exchange.py and moves the range).
+`mcp.server.request_state`, `mcp.shared.exceptions`, `mcp_types`) is what its documentation shows a low-level server
+using. The stateless JSON fast path (mcp_backend.mcp.single_exchange) also needs what the SDK's own stateless
+transport uses: its connection, its one-request runner, its dispatcher's types and error mapping, its transport's
+Accept check and body limit; the resource table's URI templates use its RFC 6570 matcher. Those modules carry no
+compatibility promise, so they are imported here only, and only on an SDK release this module was written and tested
+against: any other stops the import with an error naming both versions (`make env` installs the pinned one; an
+upgrade re-reads these modules, runs tests/unit/test_single_exchange.py and moves the range).
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ from mcp.shared.exceptions import NoBackChannelError  # noqa: E402
 from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data  # noqa: E402
 from mcp.shared.message import MessageMetadata, ServerMessageMetadata  # noqa: E402
 from mcp.shared.transport_context import TransportContext  # noqa: E402
+from mcp.shared.uri_template import UriTemplate  # noqa: E402
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS  # noqa: E402
 
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
     "ServerMessageMetadata",
     "TransportContext",
     "UnsupportedSdkVersion",
+    "UriTemplate",
     "check_accept_headers",
     "check_sdk_version",
     "handler_exception_to_error_data",

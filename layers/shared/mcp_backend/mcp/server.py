@@ -4,7 +4,7 @@ Layers, outermost first: RequestTelemetry (correlation id, cold start) -> McpHtt
 405, auth, 415, event-stream hygiene) -> ResponseModes (JSON for answers ready at once, a tools/list alike
 but for its id answered as before, an event stream for calls that report progress) -> the SDK's stateless
 Streamable HTTP apps (both protocol eras) -> SDK middleware StrictArguments and ToolCallTelemetry -> the SDK's
-low-level server over the tool table (mcp_backend.mcp.table_server).
+low-level server over the tool, resource and prompt tables (mcp_backend.mcp.table_server).
 With SnapStart on, AfterRestoreHook (mcp_backend.mcp.restore_hook) sits between RequestTelemetry and the guard.
 """
 
@@ -42,8 +42,11 @@ from mcp_backend.config import McpSettings, Tier, load_settings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard, holds_a_call_slot
+from mcp_backend.mcp.icons import SERVER_ICONS
 from mcp_backend.mcp.internal_errors import InternalErrorsWithoutText
+from mcp_backend.mcp.prompts import PromptBindings
 from mcp_backend.mcp.request_spans import TracedRequests
+from mcp_backend.mcp.resources import ResourceBindings
 from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.restore_hook import with_after_restore_hook
 from mcp_backend.mcp.single_exchange import SingleExchange
@@ -53,6 +56,8 @@ from mcp_backend.mcp.tasks_2025 import WAITING_METHODS, LegacyJobTasks
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.observability import CurrentStdoutHandler, logger, tool_runs
 from mcp_backend.ratelimit import InFlightSlots, LeaseAhead, RateDecision, RequestRateLimiter, SlotLease, in_background
+from mcp_backend.tools.prompts import PROMPTS
+from mcp_backend.tools.resources import RESOURCES
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.table import TOOLS, Tool
 from mcp_backend.tracing import configure as configure_tracing
@@ -216,6 +221,11 @@ def create_app(
             *legacy_tasks,
         ],
         methods=[method for legacy in legacy_tasks for method in legacy.methods()],
+        # The caller's jobs and results as resources, and the prompts, from their tables; only the kinds whose
+        # services this function has are served.
+        resources=(resources := ResourceBindings(RESOURCES, bindings.services)),
+        prompts=PromptBindings(PROMPTS, bindings.services, resources),
+        icons=SERVER_ICONS,
     )
     # Host and Origin are checked by McpHttpGuard, which also knows the Function URL's wildcard host.
     transport_security = TransportSecuritySettings(enable_dns_rebinding_protection=False)

@@ -1,7 +1,7 @@
 """The tool table: every tool the backend offers, declared once. The MCP endpoint's tools
 (mcp_backend.mcp.bindings) and the worker's (mcp_backend.jobs.worker, given the table) run from it.
 
-Adding a tool (docs/adding-a-tool.md): a module with a strict input model, an output model and a
+Adding a tool (docs/adding-a-capability.md): a module with a strict input model, an output model and a
 `run(request, ctx)` function, plus one entry in TOOLS below. Every entry says what it may do (`access` and
 `effect`: there are no defaults, so a tool that writes cannot slip in as a read, nor one that deletes as
 harmless) and which services it uses (`services`: it gets those and no others, on the endpoint and in the
