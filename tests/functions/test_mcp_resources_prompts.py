@@ -189,7 +189,10 @@ def test_another_callers_job_an_unknown_uri_and_a_page_too_far_are_all_not_found
         "job://00000000-0000-4000-8000-000000000000",
         f"job://{pending}/result",  # no result yet
         f"job://{stack['jobs'][f'{ALICE}/small']}/result?page=7",
+        f"job://{stack['jobs'][f'{ALICE}/small']}/result?page=-1",
+        f"job://{stack['jobs'][f'{ALICE}/small']}/result?page=abc",
         "job://not a job id!",
+        "job://" + "a" * 50_000,
         "file:///etc/passwd",
     ]
 
@@ -316,11 +319,14 @@ def test_completion_offers_the_callers_finished_jobs_by_prefix(app, stack, mode)
     assert bobs.completion.values == []
 
 
-def test_the_server_its_tools_and_the_2025_handshake_carry_icons(app):
-    async def scenario() -> tuple[Any, Any]:
-        async with connected(app, "legacy") as client:
-            return client.server_info, await client.list_tools()
+# "auto" discovers the server (server/discover, 2026-07-28): a client that adopts the version skips it.
+@pytest.mark.parametrize(("mode", "version"), [("legacy", "2025-11-25"), ("auto", "2026-07-28")])
+def test_the_server_and_its_tools_carry_icons(app, mode, version):
+    async def scenario() -> tuple[Any, Any, Any]:
+        async with connected(app, mode) as client:
+            return client.protocol_version, client.server_info, await client.list_tools()
 
-    info, tools = run(scenario)
+    negotiated, info, tools = run(scenario)
+    assert negotiated == version
     assert info.icons and info.icons[0].mime_type == "image/svg+xml" and info.icons[0].sizes == ["any"]
     assert all(tool.icons for tool in tools.tools)
