@@ -330,3 +330,54 @@ def test_the_server_and_its_tools_carry_icons(app, mode, version):
     assert negotiated == version
     assert info.icons and info.icons[0].mime_type == "image/svg+xml" and info.icons[0].sizes == ["any"]
     assert all(tool.icons for tool in tools.tools)
+
+
+def raw_requests(app: ASGIApp, version: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stateless 2025-era POSTs with `version` in the protocol header, as a client of that version sends them."""
+    headers = {
+        "authorization": f"Bearer {ALICE}",
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+        "mcp-protocol-version": version,
+    }
+
+    async def scenario() -> list[dict[str, Any]]:
+        async with ServedInProcess(app) as http:
+            answers = []
+            for body in bodies:
+                response = await http.post("/mcp", json=body, headers=headers)
+                assert response.status_code == 200
+                answers.append(response.json())
+            return answers
+
+    return run(scenario)
+
+
+@pytest.mark.parametrize(("version", "links"), [("2025-03-26", False), ("2025-06-18", True)])
+def test_a_client_older_than_resource_links_gets_the_uri_as_text(app, stack, version, links):
+    # Given a client of a protocol version with or without resource_link content
+    small = stack["jobs"][f"{ALICE}/small"]
+    bodies = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "get_job", "arguments": {"job_id": small}},
+        },
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "prompts/get",
+            "params": {"name": "summarise_analysis", "arguments": {"job_id": small}},
+        },
+    ]
+    # When it reads a job with a result and gets a prompt that links it
+    job, prompt = raw_requests(app, version, bodies)
+    # Then only a client that knows resource links gets them; an older one gets the URI in text
+    kinds = [block["type"] for block in job["result"]["content"]]
+    assert kinds == (["text", "resource_link"] if links else ["text"])
+    last = prompt["result"]["messages"][-1]["content"]
+    assert (last["type"], last.get("uri") or last["text"].rpartition(" ")[2]) == (
+        "resource_link" if links else "text",
+        f"job://{small}/result",
+    )

@@ -191,7 +191,7 @@ class ToolBindings:
         self.network_tools = frozenset(tool.name for tool in table.values() if tool.runs_sync and tool.reaches_network)
 
         # Links to the resources a tool's answer names (a job's result); none until the resource table is bound.
-        self.result_links: Callable[[dict[str, Any]], list[ResourceLink]] = lambda value: []
+        self.result_links: Callable[[ServerContext, dict[str, Any]], list[ResourceLink]] = lambda ctx, value: []
 
         self._by_name = {binding.name: binding for binding in self.bindings}
         self._schemas: dict[str, dict[str, Any]] | None = None
@@ -244,7 +244,7 @@ class ToolBindings:
             return tool_failure(f"Unknown tool: {params.name}")
         try:
             value = await binding.call(ctx, dict(params.arguments or {}))
-            links = self.result_links(value)
+            links = self.result_links(ctx, value)
             return linked_result(value, links) if links else tool_result(value)
         except MCPError:
             raise

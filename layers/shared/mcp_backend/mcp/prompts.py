@@ -31,7 +31,7 @@ from mcp_types import Prompt as McpPrompt
 from pydantic import ValidationError
 
 from mcp_backend.mcp.icons import PROMPT_ICONS, RESOURCE_ICONS
-from mcp_backend.mcp.resources import ResourceBindings, ServerContext, context_for
+from mcp_backend.mcp.resources import ResourceBindings, ServerContext, context_for, links_supported
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
 from mcp_backend.tools.prompts import Prompt, PromptArgumentsRefused, PromptLine
 from mcp_backend.tools.services import ToolServices
@@ -50,9 +50,13 @@ def prompt_arguments(prompt: Prompt) -> list[PromptArgument]:
     ]
 
 
-def message(line: PromptLine) -> PromptMessage:
+def message(line: PromptLine, links: bool) -> PromptMessage:
+    """A prompt line as a user message: a link as `resource_link` content, or as text for a client older than
+    resource links."""
     if line.link_uri is None:
         return PromptMessage(role="user", content=TextContent(type="text", text=line.text))
+    if not links:
+        return PromptMessage(role="user", content=TextContent(type="text", text=f"{line.text}: {line.link_uri}"))
     link = ResourceLink(uri=line.link_uri, name=line.text, mime_type=line.mime_type, icons=RESOURCE_ICONS)
     return PromptMessage(role="user", content=link)
 
@@ -98,7 +102,8 @@ class PromptBindings:
             lines = await run_in_worker_thread(prompt.render, arguments, context)
         except PromptArgumentsRefused as refused:
             raise MCPError(INVALID_PARAMS, f"{prompt.name}: {refused}") from None
-        return GetPromptResult(description=prompt.description, messages=[message(line) for line in lines])
+        links = links_supported(ctx)
+        return GetPromptResult(description=prompt.description, messages=[message(line, links) for line in lines])
 
     async def complete(self, ctx: ServerContext, params: CompleteRequestParams) -> CompleteResult:
         """Values for a prompt's argument or a resource template's variable that start with what the caller

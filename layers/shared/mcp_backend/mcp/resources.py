@@ -46,6 +46,10 @@ ServerContext = ServerRequestContext[Any, Any]
 # The 2025 era's code for a resource that does not exist; from 2026-07-28 it is Invalid params (SEP-2164).
 RESOURCE_NOT_FOUND = -32002
 NOT_FOUND_AS_INVALID_PARAMS_SINCE = "2026-07-28"
+# `resource_link` content exists from this protocol version on
+# (https://modelcontextprotocol.io/specification/2025-06-18/server/tools#resource-links); an earlier client is
+# given the URI in text instead.
+RESOURCE_LINKS_SINCE = "2025-06-18"
 LIST_PAGE_SIZE = 50
 # The listing of templates is the same for every caller and changes only with a deployment.
 TEMPLATES_TTL_MS = 3_600_000
@@ -63,6 +67,10 @@ def caller(ctx: ServerContext) -> Principal:
 def context_for(services: ToolServices, declared: Any, ctx: ServerContext) -> ToolContext:
     principal = caller(ctx)
     return services.context_for(declared, principal.user_id, tier=principal.tier)
+
+
+def links_supported(ctx: ServerContext) -> bool:
+    return is_version_at_least(ctx.protocol_version, RESOURCE_LINKS_SINCE)
 
 
 def not_found(ctx: ServerContext, uri: str) -> MCPError:
@@ -167,10 +175,11 @@ class ResourceBindings:
         return values
 
     # -- links in tool results -------------------------------------------------------
-    def result_links(self, structured: Mapping[str, Any]) -> list[ResourceLink]:
+    def result_links(self, ctx: ServerContext, structured: Mapping[str, Any]) -> list[ResourceLink]:
         """A link to the job's result resource when a tool's answer is a job with a result (get_job): a client
-        reads a large result from it, in pages, instead of from the tool's answer."""
-        if "job-result" not in {served.kind.name for served in self.kinds}:
+        reads a large result from it, in pages, instead of from the tool's answer. None for a client older than
+        resource links."""
+        if "job-result" not in {served.kind.name for served in self.kinds} or not links_supported(ctx):
             return []
         job_id = structured.get("jobId")
         if not isinstance(job_id, str) or not ({"result", "resultChunk"} & structured.keys()):
