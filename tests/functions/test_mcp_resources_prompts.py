@@ -25,6 +25,7 @@ from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.jobs.models import JobError, JobMessage
 from mcp_backend.jobs.results import ResultObjects, result_key, result_text
 from mcp_backend.jobs.store import JobStore
+from mcp_backend.mcp import resources
 from mcp_backend.mcp.resources import RESOURCE_NOT_FOUND
 from mcp_backend.mcp.server import create_app
 from tests.unit.endpoint_fakes import HOST, EveryoneIs, ServedInProcess
@@ -123,6 +124,26 @@ def test_the_caller_lists_their_own_jobs_newest_first_in_pages(app, stack, mode)
     assert listed.next_cursor is None
     # And a cursor the server did not issue is invalid params
     assert refused.error.code == INVALID_PARAMS
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_a_listing_longer_than_a_page_continues_from_its_cursor(app, stack, mode, monkeypatch):
+    # Given pages of three resources, and alice's four jobs
+    monkeypatch.setattr(resources, "LIST_PAGE_SIZE", 3)
+
+    async def scenario() -> list[Any]:
+        async with connected(app, mode) as client:
+            # When she lists them, then passes back the cursor
+            first = await client.list_resources()
+            return [first, await client.list_resources(cursor=first.next_cursor)]
+
+    first, second = run(scenario)
+    # Then the two pages hold her jobs once each, newest first, and the last page has no cursor
+    jobs = stack["jobs"]
+    assert [r.uri for r in first.resources + second.resources] == [
+        f"job://{jobs[f'{ALICE}/{name}']}" for name in ("pending", "failed", "large", "small")
+    ]
+    assert (len(first.resources), first.next_cursor is not None, second.next_cursor) == (3, True, None)
 
 
 @pytest.mark.parametrize("mode", ERAS)
