@@ -1,0 +1,59 @@
+"""`make dev` starts each profile samconfig.toml names: the local stack runs only the functions the profile creates,
+and its MCP endpoint offers only the tools of the parts that are on (a call to another is a clear error, no 500)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from devstack.__main__ import issue_dev_keys
+from tests.e2e.conftest import Endpoint, mcp_client
+from tests.profiles import PROFILE_NAMES, created_resources, deploy_scope, profile_parameters
+
+pytestmark = pytest.mark.e2e
+
+ENDPOINT_TOOLS = {"register_endpoint", "unregister_endpoint", "list_endpoints", "endpoint_status"}
+JOB_TOOLS = {"get_job", "list_failed_jobs", "cancel_job", "submit_analysis", "submit_analyses"}
+
+
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
+def test_make_dev_starts_each_named_profile_with_only_its_parts(start_stack, profile):
+    # Given a profile's parameters, as samconfig.toml names them
+    parameters = profile_parameters(profile)
+    expected = {
+        logical_id
+        for logical_id, resource in created_resources(deploy_scope(parameters)).items()
+        if resource["Type"] == "AWS::Lambda::Function"
+    }
+
+    # When the local stack starts with them (as `make dev --parameter Name=Value` does) and a client lists the tools
+    stack = start_stack(parameters=parameters)
+    [key] = issue_dev_keys(stack).values()
+    [web] = stack.web_functions.values()
+    endpoint = Endpoint(url=f"{web.url}/mcp", alice_key=key, bob_key=key, local=stack.environment)
+
+    async def listed_and_refused() -> tuple[set[str], list[str]]:
+        async with mcp_client(endpoint, "legacy") as client:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            refusals = []
+            for absent in sorted((ENDPOINT_TOOLS | JOB_TOOLS) - names):
+                try:
+                    result = await client.call_tool(absent, {})
+                    assert result.is_error, absent
+                    refusals.append(absent)
+                except MCPError as refused:
+                    assert "Internal" not in str(refused), absent
+                    refusals.append(absent)
+            return names, refusals
+
+    names, refusals = asyncio.run(listed_and_refused())
+
+    # Then the stack runs exactly the profile's functions
+    assert set(stack.environment.stack.functions()) == expected
+    # And the endpoint offers the tools of the parts that are on, and refuses the others as a clear error
+    assert "analyze_dataset" in names
+    assert (JOB_TOOLS <= names) is (parameters["JobPipeline"] == "Enabled")
+    assert (ENDPOINT_TOOLS <= names) is (parameters["Probes"] == "Enabled")
+    assert set(refusals) == (ENDPOINT_TOOLS | JOB_TOOLS) - names
