@@ -4,19 +4,20 @@ off has no resources at all."""
 
 from __future__ import annotations
 
-import shlex
-import tomllib
 from typing import Any
 
 import pytest
 
-from devstack.stack.intrinsics import Scope
 from devstack.stack.template import ROOT
-from tests.template.test_invariants import DEPLOYED_BOUNDARY, EXPANDED, RESOURCES, TEMPLATE
-
-SAMCONFIG = tomllib.loads((ROOT / "samconfig.toml").read_text())
-PROFILE_NAMES = ("minimal", "full")
-PART_SWITCHES = ("JobPipeline", "CallLog", "Probes")
+from tests.profiles import (
+    OPTIONS,
+    PART_SWITCHES,
+    PROFILE_NAMES,
+    created_resources,
+    deploy_scope,
+    profile_parameters,
+)
+from tests.template.test_invariants import EXPANDED, RESOURCES, TEMPLATE
 
 # What each part is made of, by its defining resources: none of them may exist while the part is off.
 PART_RESOURCES = {
@@ -34,25 +35,6 @@ PART_RESOURCES = {
     },
 }
 
-# The options docs/deploy.md's table lists, each applied on top of every profile (parameters it sets).
-OPTIONS: dict[str, dict[str, str]] = {
-    "defaults": {},
-    "provisioned call log": {"CallLogStreamMode": "PROVISIONED", "CallLogShardCount": "1"},
-    "no call-log telemetry": {"CallLogTelemetry": "disabled"},
-    "no job pipeline": {"JobPipeline": "Disabled"},
-    "builtin authorization server": {"AuthMode": "oauth", "AuthorizationServerMode": "builtin"},
-    "tracing to X-Ray": {
-        "Tracing": "xray",
-        "TracingSdkLayerArn": "arn:aws:lambda:us-east-1:123456789012:layer:otel-python:1",
-    },
-}
-
-
-def profile_parameters(environment: str) -> dict[str, str]:
-    """The parameter_overrides of one samconfig.toml environment, as `sam deploy --config-env` passes them."""
-    overrides = SAMCONFIG[environment]["deploy"]["parameters"]["parameter_overrides"]
-    return dict(pair.split("=", 1) for pair in shlex.split(overrides))
-
 
 class Evaluation:
     """The template as CloudFormation would create it for one set of parameters: which resources exist, and which
@@ -60,21 +42,8 @@ class Evaluation:
 
     def __init__(self, **parameters: str) -> None:
         self.named: set[str] = set()
-        self.scope = Scope(
-            parameters={**TEMPLATE.parameter_defaults(), "PermissionsBoundaryArn": DEPLOYED_BOUNDARY, **parameters},
-            mappings=EXPANDED.get("Mappings", {}),
-            conditions=EXPANDED.get("Conditions", {}),
-            region="us-east-1",
-            account_id="123456789012",
-            stack_name="profiles",
-            ref=self._ref,
-            get_att=self._get_att,
-        )
-        self.created = {
-            logical_id
-            for logical_id, resource in RESOURCES.items()
-            if "Condition" not in resource or self.scope.condition(resource["Condition"])
-        }
+        self.scope = deploy_scope(parameters, ref=self._ref, get_att=self._get_att)
+        self.created = set(created_resources(self.scope))
 
     def _ref(self, logical_id: str) -> str:
         self.named.add(logical_id)
@@ -105,7 +74,7 @@ def combinations() -> list[Any]:
     return [
         pytest.param({**profile_parameters(profile), **extra}, id=f"{profile}+{option}")
         for profile in PROFILE_NAMES
-        for option, extra in OPTIONS.items()
+        for option, extra in {"defaults": {}, **{name: option.parameters for name, option in OPTIONS.items()}}.items()
     ]
 
 
@@ -191,3 +160,22 @@ def test_the_endpoint_is_told_which_parts_are_absent_by_their_variables_missing(
     # Then it names the job pipeline, and neither the call log nor the probes' table and key
     assert {"JOB_TABLE_NAME", "JOB_QUEUE_URL", "JOB_DEAD_LETTER_QUEUE_URL"} <= set(variables)
     assert not {"CALL_LOG_STREAM_NAME", "MONITOR_TABLE_NAME", "ENDPOINT_TOKEN_KEY_ID"} & set(variables)
+
+
+def test_the_deploy_guide_lists_every_profile_and_option_with_the_idle_cost_make_cost_wrote():
+    # Given docs/deploy.md's profile table and docs/cost.md's idle month per profile (written by `make cost`)
+    deploy = (ROOT / "docs" / "deploy.md").read_text()
+    cost = (ROOT / "docs" / "cost.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in deploy.splitlines() if line.startswith("| ")}
+    totals = {
+        line.split("|")[1].strip(): line.split("**")[1]
+        for line in cost.split("## Idle, per profile")[1].split("\n## ")[0].splitlines()
+        if line.startswith("| ") and "**$" in line
+    }
+    # Then every profile and every option has its row, naming its parameters and the idle total make cost found
+    for name in [*PROFILE_NAMES, *(f"full + {option}" for option in OPTIONS)]:
+        row = rows.get(f"**{name}**") or rows.get(name)
+        assert row is not None, name
+        assert row.rstrip(" |").endswith(totals[name]), (name, totals[name])
+    for name, option in OPTIONS.items():
+        assert all(f"{parameter}=" in rows[f"full + {name}"] for parameter in option.parameters), name
