@@ -4,6 +4,7 @@ off has no resources at all."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -114,6 +115,12 @@ def test_each_profile_expands_whole_and_its_off_parts_have_no_resources(paramete
     layers = {logical_id for logical_id in evaluation.created if logical_id.startswith("TelemetryExtensionLayer")}
     telemetry = parameters.get("CallLog") == "Enabled" and parameters.get("CallLogTelemetry", "enabled") == "enabled"
     assert bool(layers) is telemetry
+    # And the dashboard is one JSON document, its widgets those of the parts that are on
+    body = json.loads(evaluation.scope.resolve(RESOURCES["OperationsDashboard"]["Properties"]["DashboardBody"]))
+    titles = " ".join(widget["properties"]["title"] for widget in body["widgets"])
+    assert ("Job queues" in titles) is (parameters.get("JobPipeline") == "Enabled")
+    assert ("Call log" in titles) is (parameters.get("CallLog") == "Enabled")
+    assert ("Probe uptime" in titles) is (parameters.get("Probes") == "Enabled")
     # And the MCP endpoint is always there
     assert {"McpServer", "McpServerUrl", "ApiKeysSecret", "RateLimitTable"} <= evaluation.created
 
