@@ -4,12 +4,13 @@ and its MCP endpoint offers only the tools of the parts that are on (a call to a
 from __future__ import annotations
 
 import asyncio
+import signal
 
 import pytest
 from mcp.shared.exceptions import MCPError
 
 from devstack.__main__ import issue_dev_keys
-from tests.e2e.conftest import Endpoint, mcp_client
+from tests.e2e.conftest import MAKE_DEV_GROUP, Endpoint, mcp_client, start_make_dev
 from tests.profiles import PROFILE_NAMES, created_resources, deploy_scope, profile_parameters
 
 pytestmark = pytest.mark.e2e
@@ -57,3 +58,22 @@ def test_make_dev_starts_each_named_profile_with_only_its_parts(start_stack, pro
     assert (JOB_TOOLS <= names) is (parameters["JobPipeline"] == "Enabled")
     assert (ENDPOINT_TOOLS <= names) is (parameters["Probes"] == "Enabled")
     assert set(refusals) == (ENDPOINT_TOOLS | JOB_TOOLS) - names
+
+
+@MAKE_DEV_GROUP
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
+def test_make_dev_itself_comes_up_with_each_profile_and_stops_on_ctrl_c(tmp_path, monkeypatch, profile):
+    # Given `python -m devstack dev` (what make dev runs) with a profile's parameters, announcing itself in a file
+    # of its own
+    monkeypatch.setenv("DEVSTACK_RUNNING_FILE", str(tmp_path / "running.json"))
+    options = [f"--parameter={name}={value}" for name, value in profile_parameters(profile).items()]
+
+    # When it starts
+    process, _, line = start_make_dev("--runtime", "inprocess", *options)
+    try:
+        # Then it reaches its banner (every resource of the profile created, its pollers running)
+        assert "local stack ready" in line, line
+    finally:
+        # And Ctrl-C stops it cleanly
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=120) == 0
