@@ -132,8 +132,13 @@ def test_the_makefile_runs_the_preflight_before_sam_deploy_and_stops_on_its_refu
 
 
 def test_every_environment_deploys_a_stack_name_the_preflight_accepts():
-    for environment in ("default", "prod"):
-        deploy_parameters.check_stack_name(deploy_parameters.stack_name(environment), Stacks())
+    # Given every samconfig.toml environment (the profiles minimal and full among them), all in one account
+    environments = ("default", "prod", "minimal", "full")
+    names = [deploy_parameters.stack_name(environment) for environment in environments]
+    # Then each stack name passes the preflight beside the others
+    for name in names:
+        others = [other for other in names if other != name]
+        deploy_parameters.check_stack_name(name, Stacks(*others))
 
 
 def test_make_delete_lists_every_store_the_stack_keeps_with_its_removal():
