@@ -103,10 +103,11 @@ class ToolSettings(TierLimitSettings):
     the worker both read these. A service whose variable is absent is not built, and a tool that declares it
     stops the function at start."""
 
-    job_table_name: str
+    # Empty with the job pipeline off (JobPipeline Disabled: the endpoint then offers no job tool).
+    job_table_name: str = ""
     # The jobs service (submitting, for tools that declare it) needs the queue; the worker only its DLQ.
     job_queue_url: str = ""
-    job_dead_letter_queue_url: str
+    job_dead_letter_queue_url: str = ""
     # The same template parameter sets the function's Timeout and this value.
     function_timeout_seconds: int = Field(default=120, gt=0)
     job_result_page_bytes: int = Field(default=256 * 1024, ge=64, le=4 * 1024 * 1024)  # far below the 20 MB stream cap
@@ -136,7 +137,8 @@ class ToolSettings(TierLimitSettings):
     dataset_shared_prefixes: str = ""
     # Only the local stack sets this: the fetcher may reach loopback (no other private address) and plain http.
     dataset_allow_loopback_hosts: bool = False
-    call_log_stream_name: str
+    # Empty: the call log is off (CallLog Disabled, docs/deploy.md "Profiles"); no record is written.
+    call_log_stream_name: str = ""
 
     def analyses_at_once(self) -> int:
         """How many analyses may share the function's memory: one per request on the endpoint (an environment
@@ -159,6 +161,9 @@ class ToolSettings(TierLimitSettings):
 
 
 class WorkerSettings(ToolSettings):
+    # The worker exists only with the job pipeline: its table and DLQ are required.
+    job_table_name: str = Field(min_length=1)
+    job_dead_letter_queue_url: str = Field(min_length=1)
     # The same template parameter sets the function's Timeout and this value: a run's claim on a job (its
     # RUNNING record, jobs/run_records.py) expires after it + 5 s.
     function_timeout_seconds: int = Field(gt=0)
