@@ -223,9 +223,10 @@ class McpSettings(ToolSettings):
     # The claim naming the caller's tier (the stack's own authorization server sets "tier"); empty: every OAuth
     # caller is free.
     oauth_tier_claim: str = ""
-    # The stack's own authorization server: accept tokens whose audience is https://<Host><path>, the URL this
-    # request reached (the function cannot be told its own Function URL); OAUTH_RESOURCE pins it instead.
-    oauth_resource_from_host: bool = False
+    # The stack's own authorization server: the SSM parameter holding this endpoint's URL (the template writes
+    # it: the function cannot be told its own Function URL), the audience its tokens must name; read once.
+    # OAUTH_RESOURCE, when set, is used instead. Never the request's Host.
+    oauth_resource_parameter: str = ""
     oauth_algorithms: str = "RS256,ES256"
     oauth_leeway_seconds: float = Field(default=30.0, ge=0, le=300)
     oauth_jwks_cache_seconds: float = Field(default=3600.0, gt=0)
@@ -270,7 +271,7 @@ class McpSettings(ToolSettings):
         if self.auth_mode != "apikey" and not self.oauth_issuer:
             raise ValueError("AUTH_MODE oauth/both needs OAUTH_ISSUER")
         # The audience is configured, never the request's Host: with none of these no token could be bound here.
-        bound = self.oauth_resource or self.oauth_audiences or self.oauth_client_ids or self.oauth_resource_from_host
+        bound = self.oauth_resource or self.oauth_audiences or self.oauth_client_ids or self.oauth_resource_parameter
         if self.auth_mode != "apikey" and not bound:
             raise ValueError("AUTH_MODE oauth/both needs OAUTH_RESOURCE (or OAUTH_AUDIENCES / OAUTH_CLIENT_IDS)")
         # Asymmetric algorithms only: `none` and HS* (a shared secret, or a public key misused as one) never.

@@ -47,13 +47,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mcp_backend.authorization.clients import SCOPES, Fetch, MetadataDocuments, is_metadata_url
 from mcp_backend.authorization.provider import BROWSER, TRANSACTION_SECONDS, Provider
 from mcp_backend.authorization.registration import RegistrationGate, replay
-from mcp_backend.authorization.resource import Resources, StackUrl, StackUrlUnavailable, issuer_of
+from mcp_backend.authorization.resource import Resources, issuer_of
 from mcp_backend.authorization.signing import KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore, digest
 from mcp_backend.authorization.upstream import Upstream, UpstreamLoginFailed
 from mcp_backend.config import AuthorizationServerSettings, load_settings
 from mcp_backend.netsafety import is_loopback_host
 from mcp_backend.observability import logger
+from mcp_backend.stack_urls import StackUrl, StackUrlUnavailable
 
 SCOPE_TEXT = {
     "read": "read its jobs, results and registered endpoints",

@@ -12,40 +12,13 @@ The issuer is pinned the same way: `AUTHORIZATION_ISSUER`, else the SSM paramete
 
 from __future__ import annotations
 
-import threading
 import urllib.parse
 from typing import Any
 
 from mcp.server.auth.provider import AuthorizeError
 
-from mcp_backend.aws import botocore_errors, client_or_lazy
 from mcp_backend.config import AuthorizationServerSettings
-from mcp_backend.observability import logger
-
-
-class StackUrlUnavailable(Exception):
-    """The parameter holding one of the stack's URLs could not be read (logged by its error type only)."""
-
-
-class StackUrl:
-    """One of the stack's URLs, read once per instance from the SSM parameter the template writes."""
-
-    def __init__(self, parameter: str, ssm: Any = None) -> None:
-        self.parameter = parameter
-        self.ssm = client_or_lazy(ssm, "ssm")
-        self._value: str | None = None
-        self._lock = threading.Lock()
-
-    def value(self) -> str:
-        with self._lock:
-            if self._value is None:
-                try:
-                    answer = self.ssm.get_parameter(Name=self.parameter)
-                except (botocore_errors.ClientError, botocore_errors.BotoCoreError) as error:
-                    logger.error("stack URL unreadable", extra={"error_type": type(error).__name__})
-                    raise StackUrlUnavailable(self.parameter) from None
-                self._value = str(answer["Parameter"]["Value"])
-            return self._value
+from mcp_backend.stack_urls import StackUrl, StackUrlUnavailable
 
 
 def issuer_of(settings: AuthorizationServerSettings, ssm: Any = None) -> StackUrl | str:

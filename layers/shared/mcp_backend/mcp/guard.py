@@ -29,6 +29,7 @@ from mcp_backend.mcp.request_body import BODY_SCOPE_KEY, BodyTooLarge, ClientDis
 from mcp_backend.mcp.scopes import METADATA_PATH, required_access
 from mcp_backend.observability import count_limit_refusal, count_refusal, logger
 from mcp_backend.ratelimit import SLOT_RETRY_AFTER_SECONDS, RateDecision, RateLimitUnavailable
+from mcp_backend.stack_urls import StackUrl
 from mcp_backend.tools.table import Access
 from mcp_backend.tracing import annotate, span
 
@@ -151,7 +152,7 @@ class McpHttpGuard:
         rate_limit: PrincipalRateLimit | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         call_slots: PrincipalCallSlots | None = None,
-        resource_from_host: bool = False,
+        pinned_resource: StackUrl | None = None,
     ) -> None:
         self.app = app
         self.path = path.rstrip("/") or "/"
@@ -163,9 +164,9 @@ class McpHttpGuard:
         # audiences or client ids only, and https://<Host><path> names the endpoint in metadata and challenges,
         # never as an accepted audience (every Function URL host of the region passes the Host check).
         self.resource = resource
-        # The stack's own authorization server only: https://<Host><path> is the accepted audience when no
-        # resource is configured (the Host is the Function URL's own; OAUTH_RESOURCE pins it instead).
-        self.resource_from_host = resource_from_host
+        # The stack's own authorization server only: this endpoint's URL as the template wrote it to a parameter
+        # (read at the first token, off the event loop), the accepted audience when no resource is configured.
+        self.pinned_resource = pinned_resource
         self.tool_access = dict(tool_access or {})
         # Counts each authenticated request against the principal's tier (mcp_backend.ratelimit).
         self.rate_limit = rate_limit
@@ -272,7 +273,7 @@ class McpHttpGuard:
         token = token.strip() if scheme.lower() == "bearer" else ""
         try:
             # Only the Authorization header counts: a token in the query string or body is never read.
-            audience = self.resource or (self._resource(headers) if self.resource_from_host else "")
+            audience = self.resource or (await self._pinned_resource() if self.pinned_resource and token else "")
             # A span per step that may wait (tracing on: mcp_backend.tracing), children of the request's.
             with span("guard authenticate"):
                 principal = await self.authenticator.authenticate(token, audience) if token else None
@@ -396,6 +397,11 @@ class McpHttpGuard:
         finally:
             with anyio.CancelScope(shield=True):  # a client that hung up still frees its slot
                 await anyio.to_thread.run_sync(slots.give_back, lease)
+
+    async def _pinned_resource(self) -> str:
+        assert self.pinned_resource is not None
+        cached = self.pinned_resource.cached
+        return cached if cached is not None else await anyio.to_thread.run_sync(self.pinned_resource.value)
 
     def _resource(self, headers: dict[str, str]) -> str:
         """This endpoint's URL as metadata and challenges name it."""
