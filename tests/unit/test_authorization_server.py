@@ -1028,3 +1028,71 @@ def test_two_sign_ins_started_in_one_browser_both_reach_consent(client):
     states = [login_state(authorize(client, client_id, pkce()[1])) for _ in range(2)]
     pages = [client.get("/callback", params={"code": "upstream-code", "state": s}) for s in states]
     assert [p.status_code for p in pages] == [200, 200]
+
+
+# Each hosted client's registration as its documentation or traffic shows it (docs/clients.md), the redirect it
+# signs in with, and what the consent page's headline must name.
+HOSTED_CLIENTS = {
+    "Claude (claude.ai)": (
+        ["https://claude.ai/api/mcp/auth_callback"],
+        "https://claude.ai/api/mcp/auth_callback",
+        "claude.ai",
+    ),
+    "Claude (claude.com)": (
+        ["https://claude.com/api/mcp/auth_callback"],
+        "https://claude.com/api/mcp/auth_callback",
+        "claude.com",
+    ),
+    "ChatGPT": (
+        ["https://chatgpt.com/connector_platform_oauth_redirect", "https://chatgpt.com/connector/oauth/abc123"],
+        "https://chatgpt.com/connector/oauth/abc123",
+        "chatgpt.com",
+    ),
+    "VS Code": (["http://127.0.0.1:33418", "https://vscode.dev/redirect"], "https://vscode.dev/redirect", "vscode.dev"),
+    "Cursor": (
+        [
+            "cursor://anysphere.cursor-mcp/oauth/callback",
+            "https://www.cursor.com/agents/mcp/oauth/callback",
+            "http://localhost:8787/callback",
+        ],
+        "cursor://anysphere.cursor-mcp/oauth/callback",
+        "cursor://anysphere.cursor-mcp",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTED_CLIENTS))
+def test_each_hosted_clients_registration_reaches_consent_under_the_default_allow_list(client, name):
+    # Given the template's default redirect allow-list, and a hosted client's registration shape
+    uris, used, shown = HOSTED_CLIENTS[name]
+    client_id = register(client, client_name=name, redirect_uris=uris)["client_id"]
+
+    # When it sends a user to sign in with the redirect it uses
+    page, _ = consent_form(client, client_id, pkce()[1], redirect_uri=used)
+
+    # Then the consent page's headline names where the access goes
+    assert shown in headline(page)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [{}, {"state": ""}, {"state": "x" * 65}, {"state": "no-such-transaction", "code": "c"}],
+    ids=["no-state", "empty-state", "long-state", "unknown-state"],
+)
+def test_a_callback_that_names_no_live_sign_in_is_a_400_page_never_a_500(client, query):
+    answer = client.get("/callback", params=query)
+    assert answer.status_code == 400 and "<form" not in answer.text and "location" not in answer.headers
+
+
+def test_a_malformed_login_cookie_is_replaced_and_the_sign_in_still_finishes(client):
+    # Given a browser carrying a login cookie this server never set (wrong shape)
+    client.cookies.set("__Host-mcp_login", "not-a-value-this-server-sets", domain="auth.example")
+    client_id = register(client)["client_id"]
+
+    # When it signs in
+    login = authorize(client, client_id, pkce()[1])
+    page = client.get("/callback", params={"code": "upstream-code", "state": login_state(login)})
+
+    # Then /authorize set a value of its own, and the sign-in reaches consent
+    assert "not-a-value" not in login.headers["set-cookie"]
+    assert page.status_code == 200 and "<form" in page.text
