@@ -771,6 +771,26 @@ def test_with_the_stacks_own_authorization_server_the_audience_is_the_pinned_url
     assert parameters.reads == 1
 
 
+def test_the_metadata_and_the_challenge_name_the_pinned_url_whatever_the_host():
+    # Given an endpoint whose URL the template wrote to its parameter, reached through another Function URL host
+    mine, theirs = "https://abc123.lambda-url.us-east-1.on.aws/mcp", "evil999.lambda-url.us-east-1.on.aws"
+    app = pinned_guard(ParameterStore(mine))
+
+    async def fetch() -> tuple[httpx.Response, httpx.Response]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=f"https://{theirs}") as client:
+            metadata = await client.get("/.well-known/oauth-protected-resource/mcp")
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            headers = {"accept": "application/json, text/event-stream"}
+            return metadata, await client.post("/mcp", json=body, headers=headers)
+
+    # When a client reads the RFC 9728 metadata and calls without a token
+    metadata, unauthorized = anyio.run(fetch)
+
+    # Then both name the pinned URL, never one made of the Host
+    assert metadata.json()["resource"] == mine
+    assert unauthorized.status_code == 401 and theirs not in unauthorized.headers["www-authenticate"]
+
+
 def test_an_unreadable_endpoint_parameter_is_503_and_read_again_later():
     # Given an endpoint whose parameter cannot be read at first
     mine = "https://abc123.lambda-url.us-east-1.on.aws/mcp"

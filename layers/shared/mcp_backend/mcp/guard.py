@@ -12,6 +12,7 @@ Everything else (406, parse errors, both protocol eras, 202 for notifications) i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -29,7 +30,7 @@ from mcp_backend.mcp.request_body import BODY_SCOPE_KEY, BodyTooLarge, ClientDis
 from mcp_backend.mcp.scopes import METADATA_PATH, required_access
 from mcp_backend.observability import count_limit_refusal, count_refusal, logger
 from mcp_backend.ratelimit import SLOT_RETRY_AFTER_SECONDS, RateDecision, RateLimitUnavailable
-from mcp_backend.stack_urls import StackUrl
+from mcp_backend.stack_urls import StackUrl, StackUrlUnavailable
 from mcp_backend.tools.table import Access
 from mcp_backend.tracing import annotate, span
 
@@ -240,7 +241,7 @@ class McpHttpGuard:
         """The RFC 9728 metadata (OAuth mode), 404 for other paths, 405 for other methods: answered here."""
         path = scope["path"].rstrip("/")
         if path in (METADATA_PATH, METADATA_PATH + self.path) and scope["method"] in ("GET", "HEAD"):
-            document = self.authenticator.metadata(self._resource(headers))
+            document = self.authenticator.metadata(await self._named_resource(headers))
             if document is not None:  # RFC 9728: public, no credentials
                 await _json(send, 200, document)
                 return True
@@ -292,7 +293,7 @@ class McpHttpGuard:
             annotate({"app.principal.tier": principal.tier})
         else:
             count_refusal("InvalidToken" if token else "NoToken")
-            challenge = self.authenticator.challenge(self._resource(headers), bool(token)).encode()
+            challenge = self.authenticator.challenge(await self._named_resource(headers), bool(token)).encode()
             await _json(send, 401, _rpc_error(-32001, "Unauthorized"), [(b"www-authenticate", challenge)])
         return principal
 
@@ -360,7 +361,7 @@ class McpHttpGuard:
         if not missing:
             return True
         count_refusal("InsufficientScope")
-        challenge = self.authenticator.insufficient_scope(self._resource(headers), missing[0]).encode()
+        challenge = self.authenticator.insufficient_scope(await self._named_resource(headers), missing[0]).encode()
         await _json(send, 403, _rpc_error(-32001, "Forbidden: insufficient scope"), [(b"www-authenticate", challenge)])
         return False
 
@@ -403,9 +404,15 @@ class McpHttpGuard:
         cached = self.pinned_resource.cached
         return cached if cached is not None else await anyio.to_thread.run_sync(self.pinned_resource.value)
 
-    def _resource(self, headers: dict[str, str]) -> str:
-        """This endpoint's URL as metadata and challenges name it."""
-        return self.resource or f"https://{headers.get('host', '')}{self.path}"
+    async def _named_resource(self, headers: dict[str, str]) -> str:
+        """This endpoint's URL as metadata and challenges name it: the configured or pinned one; the Host's only
+        without either, or while the pinned one cannot be read (named, never accepted as an audience)."""
+        if self.resource:
+            return self.resource
+        if self.pinned_resource is not None:
+            with contextlib.suppress(StackUrlUnavailable):  # logged where it was read
+                return await self._pinned_resource()
+        return f"https://{headers.get('host', '')}{self.path}"
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the SDK app; an event stream gets proxy-safe headers, an opening comment, keepalives and an end."""
