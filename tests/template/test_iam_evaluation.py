@@ -673,6 +673,8 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
     }
     if "AuthorizationServer" in stack.resources:
         calls["AuthorizationServer"] = authorization_server_calls(stack)
+        # stack_urls.py: the endpoint's own URL, the audience the server's tokens name
+        calls["McpServer"].append(("ssm:GetParameter", arn("AuthorizationEndpointResource"), {}))
     for function, found in calls.items():  # the Lambda runtime, for every function
         log_group = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/lambda/{stack.physical_name(function)}"
         found += [
@@ -735,6 +737,7 @@ def authorization_server_calls(stack: Stack) -> list[Call]:
         ("kms:Sign", signing_key, on_the_key),  # signing.py: each access token
         ("kms:GetPublicKey", signing_key, on_the_key),  # signing.py: the JWKS
         ("ssm:GetParameter", arn("AuthorizationEndpointResource"), {}),  # resource.py: the endpoint's URL
+        ("ssm:GetParameter", arn("AuthorizationIssuer"), {}),  # resource.py: its own URL, the issuer
     ]
     if "AuthorizationLoginClientId" in stack.resources:  # upstream.py: the pool's login client's id
         calls.append(("ssm:GetParameter", arn("AuthorizationLoginClientId"), {}))

@@ -228,9 +228,10 @@ class McpSettings(ToolSettings):
     # The claim naming the caller's tier (the stack's own authorization server sets "tier"); empty: every OAuth
     # caller is free.
     oauth_tier_claim: str = ""
-    # The stack's own authorization server: accept tokens whose audience is https://<Host><path>, the URL this
-    # request reached (the function cannot be told its own Function URL); OAUTH_RESOURCE pins it instead.
-    oauth_resource_from_host: bool = False
+    # The stack's own authorization server: the SSM parameter holding this endpoint's URL (the template writes
+    # it: the function cannot be told its own Function URL), the audience its tokens must name; read once.
+    # OAUTH_RESOURCE, when set, is used instead. Never the request's Host.
+    oauth_resource_parameter: str = ""
     oauth_algorithms: str = "RS256,ES256"
     oauth_leeway_seconds: float = Field(default=30.0, ge=0, le=300)
     oauth_jwks_cache_seconds: float = Field(default=3600.0, gt=0)
@@ -283,7 +284,7 @@ class McpSettings(ToolSettings):
         if self.auth_mode != "apikey" and not self.oauth_issuer:
             raise ValueError("AUTH_MODE oauth/both needs OAUTH_ISSUER")
         # The audience is configured, never the request's Host: with none of these no token could be bound here.
-        bound = self.oauth_resource or self.oauth_audiences or self.oauth_client_ids or self.oauth_resource_from_host
+        bound = self.oauth_resource or self.oauth_audiences or self.oauth_client_ids or self.oauth_resource_parameter
         if self.auth_mode != "apikey" and not bound:
             raise ValueError("AUTH_MODE oauth/both needs OAUTH_RESOURCE (or OAUTH_AUDIENCES / OAUTH_CLIENT_IDS)")
         # Asymmetric algorithms only: `none` and HS* (a shared secret, or a public key misused as one) never.
@@ -370,16 +371,20 @@ class AuthorizationServerSettings(Settings):
     authorization_table_name: str = Field(min_length=1)
     # An ECC_NIST_P256 SIGN_VERIFY KMS key (id, ARN or alias): it signs every access token.
     authorization_signing_key_id: str = Field(min_length=1)
-    # The issuer; empty: https://<Host> (the Function URL's own host, which the function cannot be told).
+    # The issuer as is (tests); empty: the value of the SSM parameter below, which the template writes (the
+    # function's own URL, which it cannot be told). Neither: every request is refused (503). Never the Host.
     authorization_issuer: str = ""
+    authorization_issuer_parameter: str = ""
+    # Who runs this server, named on the consent page; empty: "the operator of this MCP endpoint".
+    authorization_operator_name: str = ""
     aws_region: str = "us-east-1"
-    authorization_allowed_hosts: str = ""  # extra Host values besides the region's Function URL hosts
     # RFC 8707 resources tokens may be issued for (comma-separated); empty: the endpoint's URL, read from the
     # parameter below (mcp_backend.authorization.resource).
     authorization_resources: str = ""
     # The SSM parameter holding the endpoint's URL (the template writes it); empty: any https resource.
     authorization_resource_parameter: str = ""
-    # Hosts an https redirect URI may name (comma-separated); empty: any. Loopback http is always allowed.
+    # Hosts an https redirect URI may name (comma-separated); empty: none (the template's default lists the
+    # hosted clients'). Loopback http is always allowed.
     authorization_redirect_hosts: str = ""
     # Private-use scheme redirect URIs (RFC 8252 section 7.1) accepted exactly as listed, comma-separated: native
     # clients that register one (Cursor) besides their https and loopback ones. PKCE S256 binds the code to
@@ -412,7 +417,7 @@ class AuthorizationServerSettings(Settings):
         return {group.strip(): tier.strip() for group, _, tier in pairs}  # type: ignore[misc]
 
     def listed(self, name: str) -> tuple[str, ...]:
-        """A comma-separated setting (allowed_hosts, resources, redirect_hosts, native_redirect_uris) as a tuple."""
+        """A comma-separated setting (resources, redirect_hosts, native_redirect_uris) as a tuple."""
         value: str = getattr(self, f"authorization_{name}")
         return tuple(item.strip() for item in value.split(",") if item.strip())
 

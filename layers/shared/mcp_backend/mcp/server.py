@@ -53,6 +53,7 @@ from mcp_backend.mcp.tasks_2025 import WAITING_METHODS, LegacyJobTasks
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.observability import CurrentStdoutHandler, logger, tool_runs
 from mcp_backend.ratelimit import InFlightSlots, LeaseAhead, RateDecision, RequestRateLimiter, SlotLease, in_background
+from mcp_backend.stack_urls import StackUrl
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.table import TOOLS, Tool, servable_tools
 from mcp_backend.tracing import configure as configure_tracing
@@ -243,7 +244,7 @@ def create_app(
         authenticator=authenticator,
         keepalive_seconds=settings.sse_keepalive_seconds,
         resource=settings.oauth_resource,
-        resource_from_host=settings.oauth_resource_from_host,
+        pinned_resource=StackUrl(settings.oauth_resource_parameter) if settings.oauth_resource_parameter else None,
         tool_access=bindings.access,
         rate_limit=TierRateLimit(settings, clients, rate_limit_clock, lease_ahead),
         call_slots=TierCallSlots(settings, clients, bindings.network_tools, lease_ahead),
