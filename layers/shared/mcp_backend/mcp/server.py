@@ -56,10 +56,11 @@ from mcp_backend.mcp.tasks_2025 import WAITING_METHODS, LegacyJobTasks
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.observability import CurrentStdoutHandler, logger, tool_runs
 from mcp_backend.ratelimit import InFlightSlots, LeaseAhead, RateDecision, RequestRateLimiter, SlotLease, in_background
+from mcp_backend.stack_urls import StackUrl
 from mcp_backend.tools.prompts import PROMPTS
 from mcp_backend.tools.resources import RESOURCES
 from mcp_backend.tools.services import ToolServices
-from mcp_backend.tools.table import TOOLS, Tool
+from mcp_backend.tools.table import TOOLS, Tool, servable_tools
 from mcp_backend.tracing import configure as configure_tracing
 
 if TYPE_CHECKING:
@@ -70,10 +71,12 @@ CALL_LOG_SHUTDOWN_BUDGET_SECONDS = 0.25
 
 
 def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str, Tool] = TOOLS) -> ToolBindings:
-    """The table's MCP tools, with the services each declares (AWS clients built on first use)."""
+    """The table's MCP tools this deployment can serve (a part that is off offers none of its tools), with the
+    services each declares (AWS clients built on first use)."""
     services = ToolServices.from_settings(settings, clients)
-    services.require([tool for tool in table.values() if tool.runs_sync], "McpServer")
-    return ToolBindings(table, services, settings.sync_call_deadline)
+    offered = servable_tools(table, services.available())
+    services.require([tool for tool in offered.values() if tool.runs_sync], "McpServer")
+    return ToolBindings(offered, services, settings.sync_call_deadline)
 
 
 class TierRateLimit:
@@ -196,9 +199,14 @@ def create_app(
     bindings = tool_bindings(settings, clients)
     if authenticator is None:
         authenticator = default_authenticator(settings, clients)
-    call_log = RecordShipper(
-        CallLogWriter(settings.call_log_stream_name, cast("KinesisClient", LazyClient("kinesis", clients))),
-        name="mcp-call-log",
+    # CallLog Disabled leaves the stream's name unset: no shipper, no call-log records.
+    call_log = (
+        RecordShipper(
+            CallLogWriter(settings.call_log_stream_name, cast("KinesisClient", LazyClient("kinesis", clients))),
+            name="mcp-call-log",
+        )
+        if settings.call_log_stream_name
+        else None
     )
     log_library_records_as_json()
     extensions = task_extensions(bindings.submissions)
@@ -246,7 +254,7 @@ def create_app(
         authenticator=authenticator,
         keepalive_seconds=settings.sse_keepalive_seconds,
         resource=settings.oauth_resource,
-        resource_from_host=settings.oauth_resource_from_host,
+        pinned_resource=StackUrl(settings.oauth_resource_parameter) if settings.oauth_resource_parameter else None,
         tool_access=bindings.access,
         rate_limit=TierRateLimit(settings, clients, rate_limit_clock, lease_ahead),
         call_slots=TierCallSlots(settings, clients, bindings.network_tools, lease_ahead),
@@ -258,7 +266,8 @@ def create_app(
     app = RequestTelemetry(
         # With tracing off (the default) no span middleware is in the request's path at all.
         TracedRequests(guarded) if configure_tracing() else guarded,
-        on_shutdown=[tool_runs.flush, lambda: call_log.close(CALL_LOG_SHUTDOWN_BUDGET_SECONDS)],
+        on_shutdown=[tool_runs.flush]
+        + ([lambda: call_log.close(CALL_LOG_SHUTDOWN_BUDGET_SECONDS)] if call_log is not None else []),
     )
     resume_collection_after_startup()
     return app
