@@ -207,6 +207,8 @@ def test_the_metadata_names_the_endpoints_s256_only_public_clients_and_metadata_
     assert set(metadata["grant_types_supported"]) == {"authorization_code", "refresh_token"}
     assert "none" in metadata["token_endpoint_auth_methods_supported"]
     assert metadata["client_id_metadata_document_supported"] is True
+    # And it says every authorization response names the issuer (RFC 9207; sign_in checks the `iss` it gets)
+    assert metadata["authorization_response_iss_parameter_supported"] is True
 
 
 def test_a_registered_client_signs_a_user_in_and_gets_an_es256_token_bound_to_the_resource(client):
@@ -276,7 +278,9 @@ def test_pkce_is_required_s256_only_and_a_wrong_verifier_gets_no_token(client):
     # Then: the two requests are refused back at the redirect URI, the exchanges with invalid_grant/invalid_request
     for refused in (missing, plain):
         assert refused.status_code == 302
-        assert "error=invalid_request" in refused.headers["location"]
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(refused.headers["location"]).query)
+        # (an error answer names the issuer too: RFC 9207 section 2)
+        assert (query["error"], query["iss"]) == (["invalid_request"], [ISSUER])
     assert (wrong.status_code, wrong.json()["error"]) == (400, "invalid_grant")
     assert (no_verifier.status_code, no_verifier.json()["error"]) == (400, "invalid_request")
 

@@ -139,6 +139,8 @@ def issuer_app(provider: Provider) -> Starlette:
             "token_endpoint_auth_methods_supported": methods,
             "revocation_endpoint_auth_methods_supported": methods,
             "client_id_metadata_document_supported": True,
+            # Every answer to /authorize, code or error, carries `iss` (Provider.redirect).
+            "authorization_response_iss_parameter_supported": True,
         }
     )
     sdk_routes = create_auth_routes(provider, issuer, None, registration, revocation)
@@ -174,9 +176,9 @@ def issuer_app(provider: Provider) -> Starlette:
 
 
 class DocumentClientAuthorization:
-    """The SDK's /authorize, told why a client ID metadata document was refused: the SDK would only say
-    "not found". 400 `invalid_request` without a redirect (RFC 6749 section 4.1.2.1: no client, no redirect);
-    the lookup is cached, so the SDK's own lookup that follows fetches nothing."""
+    """The SDK's /authorize, its error redirects naming the issuer, told why a client ID metadata document was
+    refused: the SDK would only say "not found". 400 `invalid_request` without a redirect (RFC 6749 section
+    4.1.2.1: no client, no redirect); the lookup is cached, so the SDK's own lookup that follows fetches nothing."""
 
     def __init__(self, provider: Provider) -> None:
         self.provider = provider
@@ -190,7 +192,19 @@ class DocumentClientAuthorization:
             if found is None:
                 answer = {"error": "invalid_request", "error_description": f"client_id refused: {reason}"}
                 return JSONResponse(answer, status_code=400, headers={"Cache-Control": "no-store"})
-        return await self.inner.handle(request)
+        response = await self.inner.handle(request)
+        return self.with_issuer(response)
+
+    def with_issuer(self, response: Response) -> Response:
+        """The SDK's error redirects to the client, with `iss` added (RFC 9207 section 2: every authorization
+        response names the issuer). Its other redirect goes to the upstream login, which carries no `error`."""
+        location = response.headers.get("location")
+        if response.status_code != 302 or location is None:
+            return response
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(location).query)
+        if "error" in query and "iss" not in query:
+            response.headers["location"] = f"{location}&{urllib.parse.urlencode({'iss': self.provider.issuer})}"
+        return response
 
 
 class PublicClientRevocation:
