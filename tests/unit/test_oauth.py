@@ -684,6 +684,45 @@ def test_the_jwks_lock_is_not_held_while_the_keys_are_fetched():
     assert key is not None and lock_free_during_fetch == [True]
 
 
+def test_requests_arriving_during_one_slow_jwks_fetch_wait_for_it_and_are_all_answered():
+    # Given a cold JWKS cache whose first fetch blocks until every request has arrived
+    requests = 8
+    issuer = StubIssuer(jwk(RSA_KEY, "k1"))
+    arrived, release = threading.Barrier(requests + 1), threading.Event()
+
+    def slow_fetch(url: str) -> bytes:
+        release.wait(10)
+        return issuer(url)
+
+    cache = JwksCache(ISSUER, "https://issuer.example.com/jwks", slow_fetch, refresh_seconds=30, clock=Clock())
+    found: list[Any] = []
+
+    def look_up() -> None:
+        arrived.wait(10)
+        try:
+            found.append(cache.key_for("k1"))
+        except Exception as error:  # what a request was told, compared below
+            found.append(error)
+
+    threads = [threading.Thread(target=look_up) for _ in range(requests)]
+    for thread in threads:
+        thread.start()
+
+    # When they all arrive while the one fetch is under way (the fetch is released once the others have had
+    # their answer, or have had a moment to start waiting), and then it completes
+    arrived.wait(10)
+    settle = time.monotonic() + 1.0
+    while len(found) < requests - 1 and time.monotonic() < settle:
+        time.sleep(0.01)
+    release.set()
+    for thread in threads:
+        thread.join(15)
+
+    # Then the issuer was asked once and every request got the key (none was told 503)
+    assert len(issuer.fetched) == 1
+    assert len(found) == requests and all(getattr(key, "jwk", None) is not None for key in found), found
+
+
 class StaticSecret:
     def __init__(self, table: str) -> None:
         self.table = table
