@@ -9,6 +9,7 @@ import base64
 import hashlib
 import json
 import secrets
+import time
 import urllib.parse
 from typing import Any
 
@@ -24,7 +25,7 @@ from mcp_backend.authorization.app import AuthorizationServer
 from mcp_backend.authorization.clients import FAILURE_CACHE_SECONDS, SCOPES, MetadataDocuments
 from mcp_backend.authorization.signing import KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore
-from mcp_backend.authorization.upstream import Identity, UpstreamLoginFailed, tier_of
+from mcp_backend.authorization.upstream import Identity, UpstreamLoginFailed, UpstreamUnavailable, UserGone, tier_of
 from mcp_backend.config import AuthorizationServerSettings, load_settings
 from mcp_backend.netsafety import PrivateAddress
 from mcp_backend.probes.errors import ProbeProtocolError
@@ -37,7 +38,20 @@ CIMD_URL = "https://client.example/oauth/client.json"
 
 
 class StandInUpstream:
-    """The upstream OIDC provider: any code but "refused" and "unavailable" signs in alice (group paying -> pro)."""
+    """The upstream OIDC provider: any code but "refused" and "unavailable" signs in alice (group paying -> pro).
+    `now` is what a refresh's re-check finds: her tier, "gone" (deleted or disabled) or "unavailable"."""
+
+    def __init__(self) -> None:
+        self.now = "pro"
+        self.checked: list[tuple[str, str]] = []
+
+    async def current_tier(self, subject: str, username: str) -> str:
+        self.checked.append((subject, username))
+        if self.now == "gone":
+            raise UserGone
+        if self.now == "unavailable":
+            raise UpstreamUnavailable("the user pool cannot be asked")
+        return self.now
 
     async def login_url(self, redirect_uri: str, state: str, nonce: str, challenge: str) -> str:
         return f"https://idp.example/login?{urllib.parse.urlencode({'state': state, 'redirect_uri': redirect_uri})}"
@@ -47,7 +61,7 @@ class StandInUpstream:
             raise UpstreamLoginFailed("the provider refused the code (HTTP 400)")
         if code == "unavailable":  # e.g. the upstream client's secret cannot be read
             raise botocore.exceptions.ClientError({"Error": {"Code": "AccessDeniedException"}}, "GetSecretValue")
-        return Identity(subject="alice-sub", tier="pro", name="alice@example.com")
+        return Identity(subject="alice-sub", tier="pro", name="alice@example.com", username="alice")
 
 
 class Documents:
@@ -74,16 +88,30 @@ def environment(aws) -> LocalEnvironment:
     )
 
 
-def build(environment: LocalEnvironment, documents: Documents, **overrides: str) -> tuple[TestClient, Any]:
+class Clock:
+    """The server's clock: the real one, moved forward by the test (never a pinned instant)."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.ahead
+
+
+def build(
+    environment: LocalEnvironment, documents: Documents, clock: Clock | None = None, **overrides: str
+) -> tuple[TestClient, Any]:
     variables = {**environment.stack.function("AuthorizationServer").environment, "AUTHORIZATION_ISSUER": ISSUER}
     endpoint_is_resource(variables)
     settings = load_settings(AuthorizationServerSettings, {**variables, **overrides})
+    clock = clock or Clock()
     server = AuthorizationServer(
         settings,
-        AuthorizationStore(settings.authorization_table_name, boto3.client("dynamodb")),
+        AuthorizationStore(settings.authorization_table_name, boto3.client("dynamodb"), clock=clock),
         KmsSigner(settings.authorization_signing_key_id, boto3.client("kms")),
         StandInUpstream(),
         MetadataDocuments((), fetch=documents),
+        clock=clock,
     )
     return TestClient(server, base_url=ISSUER, follow_redirects=False), server
 
@@ -323,6 +351,103 @@ def test_refresh_tokens_rotate_and_a_reused_one_revokes_the_family(client):
     assert claims_of(client, rotated.json()["access_token"])["sub"] == "alice-sub"
     assert (reused.status_code, reused.json()["error"]) == (400, "invalid_grant")
     assert (after.status_code, after.json()["error"]) == (400, "invalid_grant")
+
+
+def signed_in(environment: LocalEnvironment, documents: Documents) -> tuple[TestClient, Any, str, dict[str, Any]]:
+    """A server, and a registered client that signed alice in: (client, server, its client id, its tokens)."""
+    client, server = build(environment, documents)
+    client_id = register(client)["client_id"]
+    code, verifier = sign_in(client, client_id)
+    return client, server, client_id, exchange(client, client_id, code, verifier).json()
+
+
+def test_a_grant_ends_its_lifetime_after_consent_however_often_it_was_refreshed(environment, documents):
+    # Given a sign-in under the default grant lifetime (30 days)
+    clock = Clock()
+    client, _ = build(environment, documents, clock)
+    client_id = register(client)["client_id"]
+    code, verifier = sign_in(client, client_id)
+    token = exchange(client, client_id, code, verifier).json()["refresh_token"]
+
+    # When the client refreshes on day 15 and on day 29, then on day 30 and a minute
+    answers = []
+    for day in (15, 29):
+        clock.ahead = day * 86400
+        answers.append(refresh(client, client_id, token))
+        token = answers[-1].json().get("refresh_token", token)
+    clock.ahead = 30 * 86400 + 60
+    ended = refresh(client, client_id, token)
+
+    # Then the refreshes within the lifetime rotate, and the one past it is invalid_grant: rotation never
+    # extended the grant
+    assert [answer.status_code for answer in answers] == [200, 200]
+    assert (ended.status_code, ended.json()["error"]) == (400, "invalid_grant")
+    assert "access_token" not in ended.json()
+
+
+def test_the_grant_lifetime_is_the_template_parameter(aws, documents):
+    # Given a stack deployed with AuthorizationGrantDays 2
+    parameters = {
+        "AuthMode": "oauth",
+        "AuthorizationServerMode": "builtin",
+        "UpstreamIssuer": "https://idp.example",
+        "AuthorizationGrantDays": "2",
+    }
+    clock = Clock()
+    client, _ = build(LocalEnvironment(boto3.client, parameters=parameters, on_demand=True), documents, clock)
+    client_id = register(client)["client_id"]
+    code, verifier = sign_in(client, client_id)
+    token = exchange(client, client_id, code, verifier).json()["refresh_token"]
+
+    # When the client refreshes on the second day, then two days and a minute after consent
+    clock.ahead = 86400 + 3600
+    within = refresh(client, client_id, token)
+    clock.ahead = 2 * 86400 + 60
+    after = refresh(client, client_id, within.json()["refresh_token"])
+
+    # Then the grant lasted the two days, no longer
+    assert within.status_code == 200
+    assert (after.status_code, after.json()["error"]) == (400, "invalid_grant")
+
+
+def test_each_refresh_rechecks_the_user_and_issues_the_tier_found_upstream(environment, documents):
+    # Given alice signed in as pro
+    client, server, client_id, first = signed_in(environment, documents)
+    assert claims_of(client, first["access_token"])["tier"] == "pro"
+
+    # When she leaves the paying group upstream, and the client refreshes
+    server.upstream.now = "free"
+    refreshed = refresh(client, client_id, first["refresh_token"])
+
+    # Then the provider was asked about her (by her upstream username) and the new token says free
+    assert refreshed.status_code == 200
+    assert claims_of(client, refreshed.json()["access_token"])["tier"] == "free"
+    assert server.upstream.checked == [("alice-sub", "alice")]
+
+
+@pytest.mark.parametrize(
+    ("upstream", "status", "error", "retried_status"),
+    [("gone", 400, "invalid_grant", 400), ("unavailable", 503, "temporarily_unavailable", 200)],
+    ids=["deleted or disabled: the grant is revoked", "the pool cannot be asked: the token is not spent"],
+)
+def test_a_refresh_whose_user_cannot_be_confirmed_issues_nothing(environment, documents, upstream, status, error,
+                                                                 retried_status):  # fmt: skip
+    # Given alice signed in
+    client, server, client_id, tokens = signed_in(environment, documents)
+
+    # When the re-check finds her deleted or disabled, or cannot ask the pool; then she is fine and it retries
+    server.upstream.now = upstream
+    refused = refresh(client, client_id, tokens["refresh_token"])
+    server.upstream.now = "pro"
+    retried = refresh(client, client_id, tokens["refresh_token"])
+
+    # Then nothing is issued, with the RFC's error and a short reason (503 with Retry-After, never a 500); a
+    # gone user's grant stays revoked, while after an unanswered check the same refresh token still works
+    assert (refused.status_code, refused.json()["error"]) == (status, error)
+    assert "access_token" not in refused.json()
+    assert refused.json()["error_description"] in ("the user can no longer sign in", "the user cannot be checked now")
+    assert status == 400 or "retry-after" in refused.headers
+    assert retried.status_code == retried_status
 
 
 def test_revoking_a_refresh_or_access_token_ends_the_grant(client):

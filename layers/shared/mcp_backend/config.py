@@ -373,7 +373,9 @@ class AuthorizationServerSettings(Settings):
     # the client that started the flow, so an app that intercepts the scheme cannot redeem it.
     authorization_native_redirect_uris: str = "cursor://anysphere.cursor-mcp/oauth/callback"
     access_token_seconds: int = Field(default=600, ge=60, le=3600)
-    refresh_token_seconds: int = Field(default=30 * 86400, ge=3600)
+    # A grant (the refresh tokens of one consent) ends this long after the consent, however often it is
+    # refreshed: the user signs in again. Template parameter AuthorizationGrantDays.
+    authorization_grant_days: int = Field(default=30, ge=1, le=365)
     authorization_code_seconds: int = Field(default=60, ge=10, le=600)
     # A registration not used for this long expires (its client then gets invalid_client and registers again).
     client_idle_seconds: int = Field(default=30 * 86400, ge=3600)
@@ -393,6 +395,10 @@ class AuthorizationServerSettings(Settings):
     upstream_groups_claim: str = "cognito:groups"
     # group=tier pairs, comma-separated (e.g. "paying=pro,staff=internal"); a user in no listed group is free.
     upstream_tier_map: str = ""
+
+    @property
+    def grant_seconds(self) -> int:
+        return self.authorization_grant_days * 86400
 
     def tier_map(self) -> dict[str, Tier]:
         pairs = (item.partition("=") for item in self.upstream_tier_map.split(",") if item.strip())

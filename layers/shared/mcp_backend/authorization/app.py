@@ -20,7 +20,9 @@ import html
 import re
 import secrets
 import threading
+import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 from mcp.server.auth.handlers.authorize import AuthorizationHandler
@@ -42,7 +44,7 @@ from mcp_backend.authorization.registration import RegistrationGate, replay
 from mcp_backend.authorization.resource import Resources
 from mcp_backend.authorization.signing import KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore, digest
-from mcp_backend.authorization.upstream import Upstream, UpstreamLoginFailed
+from mcp_backend.authorization.upstream import Upstream, UpstreamLoginFailed, UpstreamUnavailable
 from mcp_backend.config import AuthorizationServerSettings, load_settings
 from mcp_backend.observability import logger
 
@@ -88,8 +90,10 @@ class AuthorizationServer:
         upstream: Upstream,
         documents: MetadataDocuments,
         resources: Resources | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
+        self.clock = clock
         self.store, self.signer, self.upstream, self.documents = store, signer, upstream, documents
         self.resources = resources or Resources(settings)
         self._apps: dict[str, ASGIApp] = {}
@@ -118,7 +122,14 @@ class AuthorizationServer:
         with self._lock:
             if issuer not in self._apps:
                 provider = Provider(
-                    issuer, self.settings, self.store, self.signer, self.upstream, self.documents, self.resources
+                    issuer,
+                    self.settings,
+                    self.store,
+                    self.signer,
+                    self.upstream,
+                    self.documents,
+                    self.resources,
+                    self.clock,
                 )
                 self._apps[issuer] = issuer_app(provider)
             return self._apps[issuer]
@@ -170,6 +181,8 @@ def issuer_app(provider: Provider) -> Starlette:
             routes.append(Route(path, endpoint=gate, methods=["POST", "OPTIONS"]))
         elif path == "/revoke":
             routes.append(Route(path, endpoint=PublicClientRevocation(route), methods=["POST", "OPTIONS"]))
+        elif path == "/token":
+            routes.append(Route(path, endpoint=TokenEndpoint(route), methods=["POST", "OPTIONS"]))
         elif path not in ("/.well-known/oauth-authorization-server", "/authorize"):
             routes.append(route)
     return Starlette(routes=routes)
@@ -205,6 +218,23 @@ class DocumentClientAuthorization:
         if "error" in query and "iss" not in query:
             response.headers["location"] = f"{location}&{urllib.parse.urlencode({'iss': self.provider.issuer})}"
         return response
+
+
+class TokenEndpoint:
+    """The SDK's /token; a refresh whose user cannot be checked upstream right now is 503
+    `temporarily_unavailable` with Retry-After (the refresh token stays unspent), never a 500."""
+
+    def __init__(self, route: Route) -> None:
+        self.inner = route.app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.inner(scope, receive, send)
+        except UpstreamUnavailable as error:
+            logger.warning("refresh re-check unavailable", extra={"reason": str(error)})
+            answer = {"error": "temporarily_unavailable", "error_description": "the user cannot be checked now"}
+            headers = {"Cache-Control": "no-store", "Retry-After": "5"}
+            await JSONResponse(answer, status_code=503, headers=headers)(scope, receive, send)
 
 
 class PublicClientRevocation:

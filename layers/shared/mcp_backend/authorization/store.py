@@ -7,7 +7,11 @@ Keys (`pk`) by record kind:
 - `txn#<id>`: an authorization request between /authorize, the upstream login and the consent form;
 - `code#<sha256 of the code>`: an authorization code, consumed once by a conditional update;
 - `refresh#<sha256 of the token>`: a refresh token, rotated once by a conditional update;
-- `family#<id>`: one login's grant: its refresh tokens all name it, and revoking it ends all of them;
+- `family#<id>`: one consent's grant (subject, client, when it started and ends): its refresh tokens all
+  name it and never outlive it; it expires at its absolute end, however often it was refreshed;
+- `revoked#<family id>`: a grant revoked (reuse, revocation, the user gone upstream, an operator);
+- `subject#<subject>`: the user's grants (a string set of family ids), so an operator can list and revoke
+  them; it lives as long as the newest grant;
 - `rate#<what>#<window>`: a fixed-window counter (registrations per source).
 
 Codes and refresh tokens are stored by their sha256: the table never holds a usable secret. TTL deletion
@@ -93,6 +97,54 @@ class AuthorizationStore:
                 ":expires": {"N": str((window + 2) * window_seconds)},
             },
         )
+
+    # Grants
+
+    def start_grant(self, family: str, subject: str, username: str, client_id: str, seconds: int) -> int:
+        """Record a new grant ending `seconds` from now, indexed under its subject; its end (epoch seconds)."""
+        started = int(self.clock())
+        ends = started + seconds
+        grant = {"subject": subject, "username": username, "client_id": client_id, "started": started, "ends": ends}
+        self.put(f"family#{family}", grant, seconds)
+        self.dynamodb.update_item(
+            TableName=self.table_name,
+            Key={"pk": {"S": f"subject#{subject}"}},
+            UpdateExpression="ADD families :family SET expiresAt = :ends",
+            ExpressionAttributeValues={":family": {"SS": [family]}, ":ends": {"N": str(ends)}},
+        )
+        return ends
+
+    def grant(self, family: str) -> dict[str, Any] | None:
+        """A live grant's record (None once it ended), with `revoked` (the reason) when it was revoked."""
+        record = self.get(f"family#{family}")
+        if record is None:
+            return None
+        record.pop("_used", None)
+        revoked = self.get(f"revoked#{family}")
+        if revoked is not None:
+            record["revoked"] = revoked.get("reason", "revoked")
+        return record
+
+    def revoke_grant(self, family: str, reason: str, seconds: int) -> None:
+        """Revoke a grant for `seconds` (its lifetime: nothing of it outlives that)."""
+        self.put(f"revoked#{family}", {"reason": reason}, seconds)
+
+    def grants_of(self, subject: str) -> dict[str, dict[str, Any]]:
+        """The subject's grants that have not ended, by family id."""
+        item = self.dynamodb.get_item(
+            TableName=self.table_name, Key={"pk": {"S": f"subject#{subject}"}}, ConsistentRead=True
+        ).get("Item")
+        if item is None:
+            return {}
+        families = sorted(item.get("families", {}).get("SS", []))
+        return {family: grant for family in families if (grant := self.grant(family)) is not None}
+
+    def revoke_subject(self, subject: str, reason: str, seconds: int) -> list[str]:
+        """Revoke every live grant of the subject not revoked yet; their family ids."""
+        revoked = [family for family, grant in self.grants_of(subject).items() if "revoked" not in grant]
+        for family in revoked:
+            self.revoke_grant(family, reason, seconds)
+        return revoked
 
     def _applied(self, **update: Any) -> bool:
         """One conditional UpdateItem: True when DynamoDB applied it, False when its condition did not hold."""
