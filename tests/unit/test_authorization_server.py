@@ -20,6 +20,7 @@ import jwt
 import pytest
 from starlette.testclient import TestClient
 
+import mcp_backend.authorization.__main__ as authorization_cli
 from devstack.wired_stack import LocalEnvironment
 from mcp_backend.authorization.app import AuthorizationServer
 from mcp_backend.authorization.clients import FAILURE_CACHE_SECONDS, SCOPES, MetadataDocuments
@@ -448,6 +449,116 @@ def test_a_refresh_whose_user_cannot_be_confirmed_issues_nothing(environment, do
     assert refused.json()["error_description"] in ("the user can no longer sign in", "the user cannot be checked now")
     assert status == 400 or "retry-after" in refused.headers
     assert retried.status_code == retried_status
+
+
+def operator(client: TestClient, capsys: Any, *argv: str) -> tuple[int, str]:
+    """`python -m mcp_backend.authorization` on the server's table: (exit status, what it printed)."""
+    table = client.app.store.table_name
+    status = authorization_cli.main(["--table", table, *argv])
+    return status, capsys.readouterr().out
+
+
+def printed(out: str, name: str) -> str:
+    return next(line.split(": ", 1)[1].split()[0] for line in out.splitlines() if line.startswith(f"{name}: "))
+
+
+def test_an_operator_lists_a_users_grants_and_revokes_them_all(environment, documents, capsys):
+    # Given alice signed in through two clients (two grants)
+    client, _ = build(environment, documents)
+    tokens = []
+    for _ in range(2):
+        client_id = register(client)["client_id"]
+        code, verifier = sign_in(client, client_id)
+        tokens.append((client_id, exchange(client, client_id, code, verifier).json()["refresh_token"]))
+
+    # When the operator lists her grants, revokes them, and lists them again
+    _, listed = operator(client, capsys, "grants", "list", "--subject", "alice-sub")
+    status, revoked = operator(client, capsys, "grants", "revoke", "--subject", "alice-sub")
+    _, after = operator(client, capsys, "grants", "list", "--subject", "alice-sub")
+
+    # Then both were active and are now revoked, and neither refresh token works any more
+    assert listed.count(" active") == 2
+    assert (status, revoked.strip()) == (0, "revoked 2 grant(s)")
+    assert after.count("revoked (revoked by the operator)") == 2
+    for client_id, token in tokens:
+        assert refresh(client, client_id, token).json()["error"] == "invalid_grant"
+
+
+@pytest.mark.parametrize("method", ["client_secret_basic", "client_secret_post"])
+def test_an_operators_confidential_client_signs_in_with_its_secret_shown_once_and_kept_hashed(client, capsys, method):
+    # Given a confidential client the operator added, with its fixed redirect URI
+    status, out = operator(client, capsys, "clients", "add", "--name", "Ops", "--redirect-uri", REDIRECT,
+                           "--auth-method", method)  # fmt: skip
+    client_id, secret = printed(out, "client_id"), printed(out, "client_secret")
+
+    def exchange_with(presented: str) -> Any:
+        code, verifier = sign_in(client, client_id)
+        if method == "client_secret_post":
+            return exchange(client, client_id, code, verifier, client_secret=presented)
+        basic = base64.b64encode(f"{client_id}:{presented}".encode()).decode()
+        form = {"grant_type": "authorization_code", "code": code, "redirect_uri": REDIRECT,
+                "code_verifier": verifier, "resource": RESOURCE, "client_id": client_id}  # fmt: skip
+        return client.post("/token", data=form, headers={"authorization": f"Basic {basic}"})
+
+    # When it exchanges a code with its secret, and another with a wrong one
+    good, wrong = exchange_with(secret), exchange_with("not-the-secret")
+
+    # Then the right secret gets tokens, the wrong one 401 invalid_client; the table holds only the hash
+    assert status == 0 and client_id.startswith("op-")
+    assert good.status_code == 200, good.text
+    assert (wrong.status_code, wrong.json()["error"]) == (401, "invalid_client")
+    assert secret not in json.dumps(client.app.store.get(f"client#{client_id}"))
+
+
+def test_an_operators_public_client_is_listed_signs_in_and_is_gone_once_removed(client, capsys):
+    # Given a public client the operator added (no secret printed)
+    _, out = operator(client, capsys, "clients", "add", "--name", "Desk", "--redirect-uri", REDIRECT, "--public")
+    client_id = printed(out, "client_id")
+    assert "client_secret" not in out
+
+    # When it signs in, the operator lists the clients, removes it, and it tries again
+    code, verifier = sign_in(client, client_id)
+    signed = exchange(client, client_id, code, verifier)
+    _, listed = operator(client, capsys, "clients", "list")
+    removed, _ = operator(client, capsys, "clients", "remove", "--client-id", client_id)
+    again = exchange(client, client_id, *sign_in_code_only(client))
+    missing, _ = operator(client, capsys, "clients", "remove", "--client-id", client_id)
+
+    # Then it got tokens while listed, and once removed it is an unknown client (401 invalid_client)
+    assert signed.status_code == 200
+    assert client_id in listed and "none" in listed and REDIRECT in listed
+    assert (removed, missing) == (0, 1)
+    assert (again.status_code, again.json()["error"]) == (401, "invalid_client")
+
+
+def sign_in_code_only(client: TestClient) -> tuple[str, str]:
+    """A code and verifier of another, registered client: something to present as a removed client's."""
+    return sign_in(client, register(client)["client_id"])
+
+
+def test_an_operator_client_with_an_unsafe_redirect_uri_is_refused(client, capsys):
+    # When the operator adds a client with a plain http redirect off loopback
+    with pytest.raises(SystemExit) as exit_status:
+        operator(client, capsys, "clients", "add", "--name", "X", "--redirect-uri", "http://evil.example/cb")
+
+    # Then the command refuses it with the reason, and no client is added
+    assert exit_status.value.code == 2
+    assert "https, or http on a loopback host" in capsys.readouterr().err
+    assert operator(client, capsys, "clients", "list")[1] == ""
+
+
+def test_a_dynamically_registered_confidential_client_keeps_working_with_its_secret_hashed(client):
+    # Given a client that registered for client_secret_post and was given a secret
+    registered = register(client, token_endpoint_auth_method="client_secret_post")
+    client_id, secret = registered["client_id"], registered["client_secret"]
+
+    # When it exchanges a code with that secret
+    code, verifier = sign_in(client, client_id)
+    answer = exchange(client, client_id, code, verifier, client_secret=secret)
+
+    # Then it gets tokens, and the table holds the secret's hash only
+    assert answer.status_code == 200, answer.text
+    assert secret not in json.dumps(client.app.store.get(f"client#{client_id}"))
 
 
 def test_revoking_a_refresh_or_access_token_ends_the_grant(client):

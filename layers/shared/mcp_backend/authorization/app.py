@@ -15,6 +15,7 @@ CSRF token bound to a cookie set with the page, and the page may not be framed.
 
 from __future__ import annotations
 
+import base64
 import hmac
 import html
 import re
@@ -38,9 +39,9 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import BaseRoute, Route, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_backend.authorization.clients import SCOPES, MetadataDocuments, is_metadata_url
+from mcp_backend.authorization.clients import SCOPES, MetadataDocuments, hashed_secret, is_metadata_url
 from mcp_backend.authorization.provider import Provider
-from mcp_backend.authorization.registration import RegistrationGate, replay
+from mcp_backend.authorization.registration import RegistrationGate, read_body, replay
 from mcp_backend.authorization.resource import Resources
 from mcp_backend.authorization.signing import KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore, digest
@@ -180,9 +181,11 @@ def issuer_app(provider: Provider) -> Starlette:
             gate = RegistrationGate(route, provider.settings, provider.store)
             routes.append(Route(path, endpoint=gate, methods=["POST", "OPTIONS"]))
         elif path == "/revoke":
-            routes.append(Route(path, endpoint=PublicClientRevocation(route), methods=["POST", "OPTIONS"]))
+            revoke = HashedSecrets(PublicClientRevocation(route.app))
+            routes.append(Route(path, endpoint=revoke, methods=["POST", "OPTIONS"]))
         elif path == "/token":
-            routes.append(Route(path, endpoint=TokenEndpoint(route), methods=["POST", "OPTIONS"]))
+            token = HashedSecrets(TokenEndpoint(route.app))
+            routes.append(Route(path, endpoint=token, methods=["POST", "OPTIONS"]))
         elif path not in ("/.well-known/oauth-authorization-server", "/authorize"):
             routes.append(route)
     return Starlette(routes=routes)
@@ -224,8 +227,8 @@ class TokenEndpoint:
     """The SDK's /token; a refresh whose user cannot be checked upstream right now is 503
     `temporarily_unavailable` with Retry-After (the refresh token stays unspent), never a 500."""
 
-    def __init__(self, route: Route) -> None:
-        self.inner = route.app
+    def __init__(self, inner: ASGIApp) -> None:
+        self.inner = inner
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -237,29 +240,65 @@ class TokenEndpoint:
             await JSONResponse(answer, status_code=503, headers=headers)(scope, receive, send)
 
 
-class PublicClientRevocation:
-    """RFC 7009 for public clients: the SDK's revocation request model requires a `client_secret` field even
-    from a client that has none, so a form without one gets an empty one (which a public client's
-    authentication ignores and a confidential client's refuses)."""
+class FormRewrite:
+    """A POST form handed to the SDK's handler rewritten (`rewrite`); a body over 64 KiB is 413."""
 
-    def __init__(self, route: Route) -> None:
-        self.inner = route.app
+    def __init__(self, inner: ASGIApp) -> None:
+        self.inner = inner
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("method") != "POST":
             await self.inner(scope, receive, send)
             return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > 64 * 1024:
-                await JSONResponse({"error": "invalid_request"}, status_code=413)(scope, receive, send)
-                return
+        body = await read_body(receive, 64 * 1024)
+        if body is None:
+            await JSONResponse({"error": "invalid_request"}, status_code=413)(scope, receive, send)
+            return
+        scope, body = self.rewrite(scope, body)
+        await self.inner(scope, replay(body, receive), send)
+
+    def rewrite(self, scope: Scope, body: bytes) -> tuple[Scope, bytes]:
+        raise NotImplementedError
+
+
+class PublicClientRevocation(FormRewrite):
+    """RFC 7009 for public clients: the SDK's revocation request model requires a `client_secret` field even
+    from a client that has none, so a form without one gets an empty one (which a public client's
+    authentication ignores and a confidential client's refuses)."""
+
+    def rewrite(self, scope: Scope, body: bytes) -> tuple[Scope, bytes]:
         if "client_secret" not in urllib.parse.parse_qs(body.decode("latin-1")):
             body += b"&client_secret=" if body else b"client_secret="
-        await self.inner(scope, replay(body, receive), send)
+        return scope, body
+
+
+class HashedSecrets(FormRewrite):
+    """The table keeps a client secret's sha256 only (clients.hashed_secret), and the SDK compares the stored
+    value with the presented one: so the presented secret, in the form or in HTTP Basic, reaches the SDK
+    hashed. A public client's empty secret stays empty."""
+
+    def rewrite(self, scope: Scope, body: bytes) -> tuple[Scope, bytes]:
+        form = urllib.parse.parse_qsl(body.decode("latin-1"), keep_blank_values=True)
+        if any(name == "client_secret" and value for name, value in form):
+            hashed = [(n, hashed_secret(v) if n == "client_secret" and v else v) for n, v in form]
+            body = urllib.parse.urlencode(hashed).encode("latin-1")
+        headers = [(k, basic_hashed(v) if k == b"authorization" else v) for k, v in scope.get("headers", [])]
+        return {**scope, "headers": headers}, body
+
+
+def basic_hashed(value: bytes) -> bytes:
+    """An HTTP Basic header with its password hashed (RFC 6749 section 2.3.1: both parts form-urlencoded);
+    anything else unchanged, for the SDK to refuse."""
+    if not value.startswith(b"Basic "):
+        return value
+    try:
+        client_id, separator, secret = base64.b64decode(value[6:], validate=True).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return value
+    if not separator or not secret:
+        return value
+    hashed = hashed_secret(urllib.parse.unquote(secret))
+    return b"Basic " + base64.b64encode(f"{client_id}:{hashed}".encode())
 
 
 class ConsentPages:

@@ -39,10 +39,12 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import ValidationError
 
 from mcp_backend.authorization.clients import (
+    OPERATOR_PREFIX,
     Client,
     MetadataDocuments,
     RejectedClient,
     check_redirect_uris,
+    hashed_secret,
     is_metadata_url,
 )
 from mcp_backend.authorization.resource import Resources
@@ -119,9 +121,12 @@ class Provider:
             raise RegistrationError("invalid_client_metadata", "grant_types: authorization_code, refresh_token")
         if set(client_info.response_types) != {"code"}:
             raise RegistrationError("invalid_client_metadata", "response_types: code only")
+        record = client_info.model_dump(mode="json", exclude_none=True)
+        if client_info.client_secret:  # the SDK answers the client with it; the table keeps its hash only
+            record["client_secret"] = hashed_secret(client_info.client_secret)
         self.store.put(
             f"client#{client_info.client_id}",
-            client_info.model_dump(mode="json", exclude_none=True),
+            record,
             self.settings.client_idle_seconds,
             new=True,
         )
@@ -363,7 +368,7 @@ class Provider:
             family=family,
         )
         self.store.put(f"refresh#{digest(refresh_token)}", stored.model_dump(mode="json"), ends - now)
-        if not is_metadata_url(client.client_id):
+        if not is_metadata_url(client.client_id) and not client.client_id.startswith(OPERATOR_PREFIX):
             self.store.touch(f"client#{client.client_id}", self.settings.client_idle_seconds)
         return OAuthToken(
             access_token=access_token,
