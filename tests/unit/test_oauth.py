@@ -14,6 +14,7 @@ import urllib.error
 from typing import Any
 
 import anyio
+import boto3
 import httpx
 import jwt
 import pytest
@@ -21,6 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from pydantic import ValidationError
 
+from devstack.wired_stack import LocalEnvironment
 from mcp_backend.api_keys import ReservedUserId, new_api_key
 from mcp_backend.config import McpSettings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator
@@ -807,3 +809,37 @@ def test_a_jwks_fetch_ends_at_its_deadline_in_a_trickled_tls_handshake():
         with pytest.raises(DeadlinePassed, match=r"0\.5 s deadline"):
             fetch_url(f"https://127.0.0.1:{port}/jwks", timeout=0.5)
         assert closed_early.wait(10)
+
+
+@pytest.mark.parametrize(
+    ("presented", "tier"),
+    [("gold", "pro"), (["bronze", "staff"], "internal"), ("silver", "free"), (None, "free"), (7, "free")],
+    ids=["mapped", "the highest of several", "unmapped", "absent", "not a string"],
+)
+def test_an_external_issuers_claim_maps_to_a_tier_the_lowest_when_absent_or_unmapped(aws, presented, tier):
+    # Given a stack on an external issuer, told which claim carries the plan and how plans map to tiers
+    parameters = {
+        "AuthMode": "oauth",
+        "OAuthIssuer": ISSUER,
+        "OAuthJwksUrl": "https://issuer.example.com/jwks",
+        "OAuthTierClaim": "plan",
+        "OAuthTierMap": "gold=pro,staff=internal",
+    }
+    variables = LocalEnvironment(boto3.client, parameters=parameters, on_demand=True).stack.function("McpServer")
+    settings = McpSettings.model_validate({**variables.environment, "OAUTH_RESOURCE": RESOURCE})
+    authenticator = OAuthAuthenticator(
+        TokenPolicy.from_settings(settings), JwksCache(ISSUER, settings.oauth_jwks_url, StubIssuer(jwk(RSA_KEY, "k1")))
+    )
+
+    # When a token whose plan claim is mapped, several values, unmapped, absent or not a string is checked
+    principal = authenticator.verify(token(plan=presented), RESOURCE)
+
+    # Then the caller's tier is the highest mapped one, and the lowest tier otherwise
+    assert principal.tier == tier
+
+
+def test_a_tier_map_naming_no_tier_is_a_configuration_error():
+    environment = {"JOB_TABLE_NAME": "t", "JOB_QUEUE_URL": "q", "JOB_DEAD_LETTER_QUEUE_URL": "d"}
+    environment |= {"CALL_LOG_STREAM_NAME": "s", "API_KEYS_SECRET_ID": "k", "RATE_LIMIT_TABLE_NAME": "r"}
+    with pytest.raises(ValidationError, match="OAUTH_TIER_MAP"):
+        McpSettings.model_validate({**environment, "OAUTH_TIER_CLAIM": "plan", "OAUTH_TIER_MAP": "gold=platinum"})

@@ -30,11 +30,10 @@ import httpx
 import jwt
 
 from mcp_backend.aws import botocore_errors, client_or_lazy
-from mcp_backend.config import AuthorizationServerSettings, Tier
+from mcp_backend.config import AuthorizationServerSettings, Tier, highest_tier
 from mcp_backend.mcp.oauth import Fetch, JwksCache, fetch_url
 from mcp_backend.netsafety import DeadlinePassed, OutboundDeadline
 
-TIER_ORDER: tuple[Tier, ...] = ("free", "pro", "internal")
 # The token exchange as a whole (connect, TLS, headers, body): the user waits on it.
 TOKEN_DEADLINE_SECONDS = 5.0
 
@@ -66,12 +65,7 @@ def pkce_pair() -> tuple[str, str]:
 
 
 def tier_of(groups: Any, tier_map: dict[str, Tier]) -> Tier:
-    if isinstance(groups, str):
-        groups = groups.split(",")
-    if not isinstance(groups, list):
-        return "free"
-    tiers = {tier_map[group] for group in groups if isinstance(group, str) and group in tier_map}
-    return max(tiers, key=TIER_ORDER.index, default="free")
+    return highest_tier(groups, tier_map)
 
 
 class Upstream:
