@@ -69,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"client_secret: {secret}  (shown once; only its hash is kept)")
         return 0
     if args.action == "remove":
-        return 0 if store.remove_operator_client(args.client_id) else 1
+        if store.remove_operator_client(args.client_id):
+            return 0
+        print(f"no operator client {args.client_id}", file=sys.stderr)
+        return 1
     for client_id, record in store.operator_clients().items():
         uris = " ".join(record.get("redirect_uris", []))
         print(f"{client_id}  {record.get('token_endpoint_auth_method')}  {record.get('client_name', '')}  {uris}")
