@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 import httpx
 import pytest
 
 from devstack.wired_stack import local_dataset_url
+from mcp_backend.ratelimit import SLOT_LINGER_SECONDS
 from tests.e2e.test_mcp_tasks import MODERN, job_item
 from tests.e2e.test_mcp_tasks import rpc as modern_rpc
 
@@ -20,6 +22,8 @@ pytestmark = pytest.mark.e2e
 LEGACY = "2025-11-25"
 SALES = local_dataset_url("apikey:user-alice", "sales.csv")
 RELATED_TASK = "io.modelcontextprotocol/related-task"
+# A tasks/result wait no in-process worker run outlasts on a loaded machine (the deployed default is a few seconds).
+LONG_WAIT = "50"
 
 
 def rpc(endpoint, method: str, params: dict[str, Any], key: str | None = None) -> dict:
@@ -32,6 +36,23 @@ def rpc(endpoint, method: str, params: dict[str, Any], key: str | None = None) -
         return response.json()
     messages = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
     return next(message for message in messages if message.get("id") == 7)
+
+
+def wait_until_a_result_is_waiting(endpoint, principal: str = "apikey:user-alice") -> None:
+    """Until a tasks/result of the principal holds a calls-in-flight slot, which it takes before it reads its task: a
+    hold longer than the linger of a slot given back (the task's own tools/call left one)."""
+    table = endpoint.local.table_name("RateLimitTable")
+    dynamodb = endpoint.local.client("dynamodb")
+    for _ in range(600):
+        items = dynamodb.scan(TableName=table)["Items"]
+        if any(
+            item["id"]["S"].startswith(f"inflight#{principal}#")
+            and int(item["expiresAt"]["N"]) > time.time() + SLOT_LINGER_SECONDS
+            for item in items
+        ):
+            return
+        time.sleep(0.05)
+    raise AssertionError("no tasks/result took a slot")
 
 
 def call_as_task(endpoint, dataset: str = SALES, key: str | None = None, name: str = "analyze_dataset") -> dict:
@@ -99,8 +120,9 @@ def test_a_task_augmented_call_is_a_task_polled_to_completed_and_its_result_read
     assert result["_meta"][RELATED_TASK] == {"taskId": task["taskId"]}
 
 
-def test_tasks_result_waits_for_a_task_that_completes_meanwhile(endpoint):
-    # Given a working task, and a client waiting on its result
+def test_tasks_result_waits_for_a_task_that_completes_meanwhile(endpoint_factory):
+    # Given a working task, and a client waiting on its result (for longer than the worker may take here)
+    endpoint = endpoint_factory(TASK_RESULT_WAIT_SECONDS=LONG_WAIT)
     task_id = call_as_task(endpoint)["result"]["task"]["taskId"]
     answers: list[dict] = []
     waiting = threading.Thread(target=lambda: answers.append(rpc(endpoint, "tasks/result", {"taskId": task_id})))
@@ -115,8 +137,9 @@ def test_tasks_result_waits_for_a_task_that_completes_meanwhile(endpoint):
     assert answer["result"]["structuredContent"]["rowCount"] == 6
 
 
-def test_a_waiting_tasks_result_streams_the_task_status_changes(endpoint):
-    # Given a working task, and a client waiting on its result over an event stream
+def test_a_waiting_tasks_result_streams_the_task_status_changes(endpoint_factory):
+    # Given a working task, and a client waiting on its result over an event stream (as long as the worker takes)
+    endpoint = endpoint_factory(TASK_RESULT_WAIT_SECONDS=LONG_WAIT)
     task_id = call_as_task(endpoint)["result"]["task"]["taskId"]
     answers: list[httpx.Response] = []
     body = {"jsonrpc": "2.0", "id": 7, "method": "tasks/result", "params": {"taskId": task_id}}
@@ -125,6 +148,7 @@ def test_a_waiting_tasks_result_streams_the_task_status_changes(endpoint):
         target=lambda: answers.append(httpx.post(endpoint.url, json=body, headers=headers, timeout=60))
     )
     waiting.start()
+    wait_until_a_result_is_waiting(endpoint)
 
     # When the worker runs the job
     endpoint.local.sqs_source_for("ToolWorker").drain()
@@ -143,8 +167,8 @@ def test_a_waiting_tasks_result_streams_the_task_status_changes(endpoint):
 
 
 def test_tasks_result_past_its_wait_tells_the_client_to_poll_again(endpoint_factory):
-    # Given an endpoint whose synchronous calls (and so a tasks/result wait) end after half a second
-    endpoint = endpoint_factory(SYNC_CALL_DEADLINE_SECONDS="0.5")
+    # Given an endpoint whose tasks/result waits half a second for a task still working
+    endpoint = endpoint_factory(TASK_RESULT_WAIT_SECONDS="0.5")
     task_id = call_as_task(endpoint)["result"]["task"]["taskId"]
 
     # When the client asks for the result of a task no worker has run

@@ -104,8 +104,8 @@ class RecordedNonces(Upstream):
 
 def authorization_server(environment: LocalEnvironment) -> TestClient:
     """The function's app as create_app builds it, on the local stack; only the provider's HTTP is stood in."""
-    variables = {**environment.stack.function("AuthorizationServer").environment, "AUTHORIZATION_ISSUER": server.ISSUER}
-    server.endpoint_is_resource(variables)
+    variables = environment.stack.function("AuthorizationServer").environment
+    server.stack_urls_are(variables)
     settings = load_settings(AuthorizationServerSettings, variables)
     issuer = settings.upstream_issuer
     if settings.upstream_user_pool_id:  # the ID token's user, whom each refresh checks in the pool

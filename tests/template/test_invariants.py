@@ -79,7 +79,9 @@ def resolve(value: Any, **parameters: Any) -> Any:
 
 
 def referenced_resource(expression: Any) -> str:
-    """The logical id behind a Ref or GetAtt."""
+    """The logical id behind a Ref or GetAtt, or behind the Fn::If that names it only while its part is on."""
+    if "Fn::If" in expression:
+        return referenced_resource(expression["Fn::If"][1])
     if "Ref" in expression:
         return expression["Ref"]
     target = expression["Fn::GetAtt"]

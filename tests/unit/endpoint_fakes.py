@@ -35,9 +35,14 @@ class RoomyRateTable:
         return {}
 
 
-class EveryoneIsAlice:
+class EveryoneIs:
+    """Takes every token for one principal's."""
+
+    def __init__(self, principal: Principal) -> None:
+        self.principal = principal
+
     async def authenticate(self, bearer_token: str, resource: str) -> Principal:
-        return Principal(user_id="alice")
+        return self.principal
 
     def challenge(self, resource: str, token_presented: bool) -> str:
         return "Bearer"
@@ -47,6 +52,11 @@ class EveryoneIsAlice:
 
     def insufficient_scope(self, resource: str, scope: str) -> str:
         return "Bearer"
+
+
+class EveryoneIsAlice(EveryoneIs):
+    def __init__(self) -> None:
+        super().__init__(Principal(user_id="alice"))
 
 
 class ServedInProcess:

@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 
 import mcp_backend.authorization.__main__ as authorization_cli
 from devstack.wired_stack import LocalEnvironment
-from mcp_backend.authorization.app import AuthorizationServer
+from mcp_backend.authorization.app import AuthorizationServer, documents_for
 from mcp_backend.authorization.clients import FAILURE_CACHE_SECONDS, SCOPES, MetadataDocuments
 from mcp_backend.authorization.signing import KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore
@@ -100,10 +100,14 @@ class Clock:
 
 
 def build(
-    environment: LocalEnvironment, documents: Documents, clock: Clock | None = None, **overrides: str
+    environment: LocalEnvironment,
+    documents: Documents,
+    issuer: str = ISSUER,
+    clock: Clock | None = None,
+    **overrides: str,
 ) -> tuple[TestClient, Any]:
-    variables = {**environment.stack.function("AuthorizationServer").environment, "AUTHORIZATION_ISSUER": ISSUER}
-    endpoint_is_resource(variables)
+    variables = environment.stack.function("AuthorizationServer").environment
+    stack_urls_are(variables, issuer)
     settings = load_settings(AuthorizationServerSettings, {**variables, **overrides})
     clock = clock or Clock()
     server = AuthorizationServer(
@@ -111,17 +115,18 @@ def build(
         AuthorizationStore(settings.authorization_table_name, boto3.client("dynamodb"), clock=clock),
         KmsSigner(settings.authorization_signing_key_id, boto3.client("kms")),
         StandInUpstream(),
-        MetadataDocuments((), fetch=documents),
+        documents_for(settings, documents),
         clock=clock,
     )
-    return TestClient(server, base_url=ISSUER, follow_redirects=False), server
+    return TestClient(server, base_url=issuer, follow_redirects=False), server
 
 
-def endpoint_is_resource(variables: dict[str, str]) -> None:
-    """The endpoint's URL, which the template writes to the server's parameter, is RESOURCE here (the local
-    stack writes its loopback URL the same way)."""
-    name = variables["AUTHORIZATION_RESOURCE_PARAMETER"]
-    boto3.client("ssm").put_parameter(Name=name, Value=RESOURCE, Type="String", Overwrite=True)
+def stack_urls_are(variables: dict[str, str], issuer: str = ISSUER) -> None:
+    """The server's URL and the endpoint's, which the template writes to the server's parameters, are ISSUER and
+    RESOURCE here (the local stack writes its loopback URLs the same way)."""
+    ssm = boto3.client("ssm")
+    ssm.put_parameter(Name=variables["AUTHORIZATION_ISSUER_PARAMETER"], Value=issuer, Type="String", Overwrite=True)
+    ssm.put_parameter(Name=variables["AUTHORIZATION_RESOURCE_PARAMETER"], Value=RESOURCE, Type="String", Overwrite=True)
 
 
 @pytest.fixture
@@ -365,7 +370,7 @@ def signed_in(environment: LocalEnvironment, documents: Documents) -> tuple[Test
 def test_a_grant_ends_its_lifetime_after_consent_however_often_it_was_refreshed(environment, documents):
     # Given a sign-in under the default grant lifetime (30 days)
     clock = Clock()
-    client, _ = build(environment, documents, clock)
+    client, _ = build(environment, documents, clock=clock)
     client_id = register(client)["client_id"]
     code, verifier = sign_in(client, client_id)
     token = exchange(client, client_id, code, verifier).json()["refresh_token"]
@@ -395,7 +400,7 @@ def test_the_grant_lifetime_is_the_template_parameter(aws, documents):
         "AuthorizationGrantDays": "2",
     }
     clock = Clock()
-    client, _ = build(LocalEnvironment(boto3.client, parameters=parameters, on_demand=True), documents, clock)
+    client, _ = build(LocalEnvironment(boto3.client, parameters=parameters, on_demand=True), documents, clock=clock)
     client_id = register(client)["client_id"]
     code, verifier = sign_in(client, client_id)
     token = exchange(client, client_id, code, verifier).json()["refresh_token"]
@@ -1091,3 +1096,245 @@ def test_a_refused_document_is_fetched_again_after_the_failure_window():
     # Then the failure is remembered for the window only
     assert first is None and within is None and after is not None
     assert documents.fetched == [CIMD_URL, CIMD_URL]
+
+
+def login_state(login: Any) -> str:
+    return urllib.parse.parse_qs(urllib.parse.urlsplit(login.headers["location"]).query)["state"][0]
+
+
+def headline(page: Any) -> str:
+    return str(page.text.split("<h1>")[1].split("</h1>")[0])
+
+
+def test_the_template_writes_the_servers_issuer_where_it_reads_it(environment):
+    # Given the stack as deployed: the issuer parameter the template writes for the server
+    variables = environment.stack.function("AuthorizationServer").environment
+    written = boto3.client("ssm").get_parameter(Name=variables["AUTHORIZATION_ISSUER_PARAMETER"])
+
+    # Then it holds the server's Function URL without the trailing slash: the issuer the endpoint trusts
+    function_url = environment.stack.ensure("AuthorizationServerUrl").attributes["FunctionUrl"]
+    assert written["Parameter"]["Value"] == function_url.rstrip("/")
+    assert environment.stack.function("McpServer").environment["OAUTH_ISSUER"] == function_url.rstrip("/")
+
+
+@pytest.mark.parametrize("host", ["auth.example", "abc123.lambda-url.us-east-1.on.aws", "attacker.example"])
+def test_the_issuer_is_the_pinned_one_whatever_host_the_request_names(client, host):
+    # When a client reads the metadata through any Host (another Function URL of the region included)
+    answer = client.get("/.well-known/oauth-authorization-server", headers={"host": host})
+
+    # Then it is told the pinned issuer and endpoints under it, never one made of the Host
+    assert answer.status_code == 200
+    metadata = answer.json()
+    assert (metadata["issuer"], metadata["token_endpoint"]) == (ISSUER, f"{ISSUER}/token")
+
+
+def test_authorize_on_another_host_is_sent_to_the_issuers_host_first(client):
+    # Given a registered client
+    client_id = register(client)["client_id"]
+
+    # When its authorization request reaches the server through another Host
+    answer = client.get(
+        "/authorize", params={"client_id": client_id, "state": "s"}, headers={"host": "abc.lambda-url.us-east-1.on.aws"}
+    )
+
+    # Then the browser is sent to the same request at the issuer, and no sign-in was started
+    assert answer.status_code == 307
+    assert answer.headers["location"] == f"{ISSUER}/authorize?client_id={client_id}&state=s"
+    assert "set-cookie" not in answer.headers
+
+
+def test_an_unreadable_issuer_is_503_temporarily_unavailable_then_read_once_it_is_there(environment, documents):
+    # Given a server whose issuer parameter cannot be read at its first request
+    client = build(environment, documents)[0]
+    name = environment.stack.function("AuthorizationServer").environment["AUTHORIZATION_ISSUER_PARAMETER"]
+    boto3.client("ssm").delete_parameter(Name=name)
+
+    # When a client reads the metadata, before and after the parameter is back
+    before = client.get("/.well-known/oauth-authorization-server")
+    boto3.client("ssm").put_parameter(Name=name, Value=ISSUER, Type="String")
+    after = client.get("/.well-known/oauth-authorization-server")
+
+    # Then it is first told temporarily_unavailable (no issuer guessed, no 500), then the pinned issuer
+    assert (before.status_code, before.json()["error"]) == (503, "temporarily_unavailable")
+    assert after.json()["issuer"] == ISSUER
+
+
+def test_by_default_https_redirects_may_go_only_to_the_hosted_clients(environment, documents):
+    # Given the template's defaults, no allow-list at all, and an operator's wider list
+    default = build(environment, documents)[0]
+    empty = build(environment, documents, AUTHORIZATION_REDIRECT_HOSTS="")[0]
+    widened = build(environment, documents, AUTHORIZATION_REDIRECT_HOSTS="claude.ai,mcp.example.org")[0]
+
+    def registered(client: TestClient, uri: str) -> int:
+        return int(client.post("/register", json={"redirect_uris": [uri]}).status_code)
+
+    # Then the hosted clients' redirects are accepted by default, look-alike hosts are not
+    for uri in (
+        "https://claude.ai/api/mcp/auth_callback",
+        "https://chatgpt.com/connector_platform_oauth_redirect",
+        "https://vscode.dev/redirect",
+    ):
+        assert registered(default, uri) == 201, uri
+    for uri in ("https://claude.ai.attacker.example/api/mcp/auth_callback", "https://attacker.example/cb"):
+        assert registered(default, uri) == 400, uri
+    # And an empty list allows no https redirect (loopback still), and an operator can widen the list
+    assert registered(empty, "https://claude.ai/api/mcp/auth_callback") == 400
+    assert registered(empty, "http://127.0.0.1:9/cb") == 201
+    assert registered(widened, "https://mcp.example.org/cb") == 201
+
+
+def test_the_consent_page_leads_with_the_redirect_host_and_shows_a_chosen_name_as_unverified(environment, documents):
+    # Given a registration calling itself "Claude" whose answer goes to another (allowed) host, and an operator
+    client = build(environment, documents, AUTHORIZATION_OPERATOR_NAME="Example Corp")[0]
+    chatgpt = "https://chatgpt.com/connector_platform_oauth_redirect"
+    client_id = register(client, client_name="Claude", redirect_uris=[chatgpt])["client_id"]
+
+    # When the user reaches the consent page
+    page, _ = consent_form(client, client_id, pkce()[1], redirect_uri=chatgpt)
+
+    # Then the headline names where the access goes, not the name the registrant chose; that name is marked
+    # as unverified, and the operator and the resource are named
+    assert "chatgpt.com" in headline(page) and "Claude" not in headline(page)
+    assert "<b>Claude</b> <span" in page.text and "not verified" in page.text
+    assert "Example Corp" in page.text and RESOURCE in page.text
+    assert 'content="width=device-width, initial-scale=1"' in page.text
+
+
+def test_a_loopback_redirect_is_named_as_an_app_on_this_device(client):
+    client_id = register(client, client_name="Claude")["client_id"]
+    page, _ = consent_form(client, client_id, pkce()[1])
+    assert "an app on this device" in headline(page) and "127.0.0.1" in headline(page)
+
+
+def test_a_document_sending_codes_to_another_host_than_its_own_is_refused(environment, documents):
+    # Given a server allowing both hosts, and a document at client.example whose redirect is on claude.ai
+    client = build(environment, documents, AUTHORIZATION_REDIRECT_HOSTS="client.example,claude.ai")[0]
+    claude = "https://claude.ai/api/mcp/auth_callback"
+    documents.answers[CIMD_URL] = json.dumps({"client_id": CIMD_URL, "redirect_uris": [claude]}).encode()
+    own = "https://client.example/oauth/other.json"
+    documents.answers[own] = json.dumps(
+        {"client_id": own, "redirect_uris": ["https://client.example/cb", REDIRECT]}
+    ).encode()
+
+    # When each is used to authorize
+    refused = authorize(client, CIMD_URL, pkce()[1], redirect_uri=claude)
+    accepted = authorize(client, own, pkce()[1])
+
+    # Then the first is refused without a redirect; the one on its own host (and loopback) goes on to sign in
+    assert (refused.status_code, refused.json()["error"]) == (400, "invalid_request")
+    assert "client_id's host" in refused.json()["error_description"]
+    assert accepted.status_code == 302 and accepted.headers["location"].startswith("https://idp.example/")
+
+
+def test_a_sign_in_finished_in_another_browser_issues_nothing(environment, documents):
+    # Given a sign-in started in one browser, and another browser (no cookies) and a third with its own cookie
+    client, server = build(environment, documents)
+    client_id = register(client)["client_id"]
+    state = login_state(authorize(client, client_id, pkce()[1]))
+    other = TestClient(server, base_url=ISSUER, follow_redirects=False)
+    third = TestClient(server, base_url=ISSUER, follow_redirects=False)
+    authorize(third, client_id, pkce()[1])
+
+    # When the login link comes back in the other browsers, then in the one that started it
+    answers = [b.get("/callback", params={"code": "upstream-code", "state": state}) for b in (other, third, client)]
+
+    # Then the others get a 400 page (no redirect, no code, no consent form) and the sign-in is spent
+    assert [a.status_code for a in answers] == [400, 400, 400]
+    assert "another browser" in answers[0].text and "location" not in answers[0].headers
+    assert all("<form" not in a.text for a in answers)
+
+
+def test_the_login_cookie_is_httponly_lax_and_secure_on_https(client):
+    answer = authorize(client, register(client)["client_id"], pkce()[1])
+    cookie = answer.headers["set-cookie"]
+    assert cookie.startswith("__Host-mcp_login=")
+    assert all(part in cookie for part in ("HttpOnly", "Secure", "SameSite=lax", "Path=/"))
+
+
+def test_on_loopback_http_the_login_cookie_is_not_secure_and_the_sign_in_finishes(environment, documents):
+    # Given the local stack's server: its issuer a loopback http URL
+    client = build(environment, documents, issuer="http://127.0.0.1:8790")[0]
+    client_id = register(client)["client_id"]
+
+    # When a user signs in
+    login = authorize(client, client_id, pkce()[1])
+    page = client.get("/callback", params={"code": "upstream-code", "state": login_state(login)})
+
+    # Then the cookie is set without Secure (http), and the browser that started the sign-in finishes it
+    assert login.headers["set-cookie"].startswith("mcp_login=") and "Secure" not in login.headers["set-cookie"]
+    assert page.status_code == 200 and "<form" in page.text
+
+
+def test_two_sign_ins_started_in_one_browser_both_reach_consent(client):
+    client_id = register(client)["client_id"]
+    states = [login_state(authorize(client, client_id, pkce()[1])) for _ in range(2)]
+    pages = [client.get("/callback", params={"code": "upstream-code", "state": s}) for s in states]
+    assert [p.status_code for p in pages] == [200, 200]
+
+
+# Each hosted client's registration as its documentation or traffic shows it (docs/clients.md), the redirect it
+# signs in with, and what the consent page's headline must name.
+HOSTED_CLIENTS = {
+    "Claude (claude.ai)": (
+        ["https://claude.ai/api/mcp/auth_callback"],
+        "https://claude.ai/api/mcp/auth_callback",
+        "claude.ai",
+    ),
+    "Claude (claude.com)": (
+        ["https://claude.com/api/mcp/auth_callback"],
+        "https://claude.com/api/mcp/auth_callback",
+        "claude.com",
+    ),
+    "ChatGPT": (
+        ["https://chatgpt.com/connector_platform_oauth_redirect", "https://chatgpt.com/connector/oauth/abc123"],
+        "https://chatgpt.com/connector/oauth/abc123",
+        "chatgpt.com",
+    ),
+    "VS Code": (["http://127.0.0.1:33418", "https://vscode.dev/redirect"], "https://vscode.dev/redirect", "vscode.dev"),
+    "Cursor": (
+        [
+            "cursor://anysphere.cursor-mcp/oauth/callback",
+            "https://www.cursor.com/agents/mcp/oauth/callback",
+            "http://localhost:8787/callback",
+        ],
+        "cursor://anysphere.cursor-mcp/oauth/callback",
+        "cursor://anysphere.cursor-mcp",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTED_CLIENTS))
+def test_each_hosted_clients_registration_reaches_consent_under_the_default_allow_list(client, name):
+    # Given the template's default redirect allow-list, and a hosted client's registration shape
+    uris, used, shown = HOSTED_CLIENTS[name]
+    client_id = register(client, client_name=name, redirect_uris=uris)["client_id"]
+
+    # When it sends a user to sign in with the redirect it uses
+    page, _ = consent_form(client, client_id, pkce()[1], redirect_uri=used)
+
+    # Then the consent page's headline names where the access goes
+    assert shown in headline(page)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [{}, {"state": ""}, {"state": "x" * 65}, {"state": "no-such-transaction", "code": "c"}],
+    ids=["no-state", "empty-state", "long-state", "unknown-state"],
+)
+def test_a_callback_that_names_no_live_sign_in_is_a_400_page_never_a_500(client, query):
+    answer = client.get("/callback", params=query)
+    assert answer.status_code == 400 and "<form" not in answer.text and "location" not in answer.headers
+
+
+def test_a_malformed_login_cookie_is_replaced_and_the_sign_in_still_finishes(client):
+    # Given a browser carrying a login cookie this server never set (wrong shape)
+    client.cookies.set("__Host-mcp_login", "not-a-value-this-server-sets", domain="auth.example")
+    client_id = register(client)["client_id"]
+
+    # When it signs in
+    login = authorize(client, client_id, pkce()[1])
+    page = client.get("/callback", params={"code": "upstream-code", "state": login_state(login)})
+
+    # Then /authorize set a value of its own, and the sign-in reaches consent
+    assert "not-a-value" not in login.headers["set-cookie"]
+    assert page.status_code == 200 and "<form" in page.text

@@ -84,7 +84,18 @@ LAYERS: list[set[str]] = [
     {"monitor", "api_keys", "ratelimit"},  # MonitorTable's owner and consumers; the API-key and rate-limit tables
     {"calllog"},  # call-log records, the writer and shipper, the analyzer
     {"streams", "batch", "idempotency", "custom_resource"},  # handler plumbing: records, CloudFormation requests
-    {"config", "quotas", "aws", "lazy_imports", "observability", "netsafety", "validation", "snapstart", "tracing"},
+    {
+        "config",
+        "quotas",
+        "aws",
+        "stack_urls",
+        "lazy_imports",
+        "observability",
+        "netsafety",
+        "validation",
+        "snapstart",
+        "tracing",
+    },
 ]
 
 

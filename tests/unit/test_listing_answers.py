@@ -9,7 +9,10 @@ from typing import Any
 import anyio
 import pytest
 
+from mcp_backend.mcp import listing_answers
 from mcp_backend.mcp.listing_answers import ListingAnswers
+from mcp_backend.mcp.server import create_app
+from tests.unit.endpoint_fakes import HOST, SETTINGS, EveryoneIsAlice, RoomyRateTable, ServedInProcess
 
 HEADERS = [(b"accept", b"application/json, text/event-stream"), (b"content-type", b"application/json")]
 
@@ -198,3 +201,89 @@ def test_a_listing_with_large_mcp_headers_is_never_kept(sdk):
 
     # Then the SDK answers both
     assert sdk.calls == 2
+
+
+def test_a_repeated_listing_encodes_only_its_id(sdk, monkeypatch):
+    # Given the SDK has answered a tools/list once, and every JSON encoding noted from then on
+    app = ListingAnswers(sdk)
+    post(app, listing(1))
+    encoded: list[Any] = []
+    dumps = json.dumps
+
+    def noting(value: Any, *args: Any, **kwargs: Any) -> str:
+        encoded.append(value)
+        return dumps(value, *args, **kwargs)
+
+    monkeypatch.setattr(listing_answers.json, "dumps", noting)
+
+    # When the same listing comes again with another id
+    again = post(app, listing("req-2"))
+
+    # Then it is the kept result with its own id, and the kept result was never encoded again (the id was)
+    assert again == (200, {"jsonrpc": "2.0", "id": "req-2", "result": {"tools": [], "era": ""}})
+    assert "req-2" in encoded
+    assert not any(isinstance(value, dict) and "result" in value for value in encoded)
+
+
+# Ids a client may send: integers (large and negative too), and strings with quotes, backslashes, markup,
+# non-ASCII text and control characters.
+IDS = [0, 7, -3, 2**63, 10**30, "7", 'a"b', "back\\slash", "</script>", "élève ✓ 日本", "tab\tnew\nline"]
+
+
+LISTING_HEADERS = {
+    "accept": "application/json, text/event-stream",
+    "content-type": "application/json",
+    "authorization": "Bearer key",
+}
+
+
+def listed_by(app: Any, ids: list[Any]) -> list[dict[str, Any]]:
+    """The endpoint's answers to a tools/list with each id in turn, in one app (one process)."""
+
+    async def run() -> list[dict[str, Any]]:
+        async with ServedInProcess(app) as client:
+            answers = []
+            for request_id in ids:
+                body = json.dumps(listing(request_id)).encode()  # ASCII: a lone surrogate sent escaped
+                response = await client.post(f"https://{HOST}/mcp", content=body, headers=LISTING_HEADERS)
+                assert response.status_code == 200, response.content
+                answers.append(json.loads(response.content))
+            return answers
+
+    return anyio.run(run)
+
+
+def endpoint() -> Any:
+    return create_app(SETTINGS, authenticator=EveryoneIsAlice(), client_factory=lambda service: RoomyRateTable())
+
+
+def test_a_kept_listing_is_the_sdks_own_answer_for_every_kind_of_id():
+    # Given an endpoint that has answered one tools/list (and kept it)
+    # When the same listing comes with ids of every kind
+    kept = listed_by(endpoint(), [1, *IDS])[1:]
+
+    # Then each answer is JSON-equal to the SDK's own answer to that id (an endpoint's first listing is the SDK's)
+    sdks = [listed_by(endpoint(), [request_id])[0] for request_id in IDS]
+    assert kept == sdks
+    assert [answer["id"] for answer in kept] == IDS
+
+
+def test_a_listing_whose_id_is_a_lone_surrogate_escape_gets_the_sdks_parse_error():
+    # Given an endpoint that has answered one tools/list (and kept it)
+    app = endpoint()
+
+    # When the same listing comes with an id the SDK's parser refuses (a lone surrogate escape)
+    async def run() -> list[Any]:
+        async with ServedInProcess(app) as client:
+            answers = []
+            for request_id in (1, "\ud800"):
+                body = json.dumps(listing(request_id)).encode()
+                response = await client.post(f"https://{HOST}/mcp", content=body, headers=LISTING_HEADERS)
+                answers.append((response.status_code, json.loads(response.content)))
+            return answers
+
+    first, refused = anyio.run(run)
+
+    # Then it is the SDK's own parse error, never the kept listing
+    assert first[0] == 200
+    assert refused[0] == 400 and refused[1]["error"]["code"] == -32700

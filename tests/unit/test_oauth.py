@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import boto3
+import botocore.exceptions
 import httpx
 import jwt
 import pytest
@@ -37,6 +38,7 @@ from mcp_backend.mcp.oauth import (
 from mcp_backend.mcp.request_body import buffered_body
 from mcp_backend.mcp.scopes import required_access
 from mcp_backend.netsafety import DeadlinePassed, is_loopback_host
+from mcp_backend.stack_urls import StackUrl
 from mcp_backend.tools.table import Access
 from tests.loopback_http import trickling, trickling_tls_handshake
 
@@ -769,25 +771,81 @@ def test_the_tier_comes_from_the_token_only_where_the_issuer_is_trusted_for_it(t
     assert principal.tier == tier
 
 
-def test_with_the_stacks_own_authorization_server_the_audience_is_the_url_the_request_reached():
-    # Given an endpoint with no configured resource that binds tokens to the URL it is reached at
-    host = "abc123.lambda-url.us-east-1.on.aws"
-    app = McpHttpGuard(
+class ParameterStore:
+    """SSM's GetParameter for the one parameter the template writes (None: unreadable, as without permission)."""
+
+    def __init__(self, value: str | None) -> None:
+        self.value = value
+        self.reads = 0
+
+    def get_parameter(self, Name: str) -> dict[str, Any]:
+        self.reads += 1
+        if self.value is None:
+            raise botocore.exceptions.ClientError({"Error": {"Code": "AccessDeniedException"}}, "GetParameter")
+        return {"Parameter": {"Name": Name, "Value": self.value}}
+
+
+def pinned_guard(parameters: ParameterStore) -> McpHttpGuard:
+    return McpHttpGuard(
         echo,
         path="/mcp",
         hosts=HostPolicy.for_region("us-east-1"),
         authenticator=oauth(StubIssuer(jwk(RSA_KEY, "k1"))),
         tool_access=TOOL_ACCESS,
-        resource_from_host=True,
+        pinned_resource=StackUrl("/stack/authorization/resource", parameters),
     )
 
-    # When a token for this URL, and one for another URL, reach it at this URL
-    mine = call_as_host(app, token(aud=f"https://{host}/mcp"), host)
-    other = call_as_host(app, token(aud="https://evil999.lambda-url.us-east-1.on.aws/mcp"), host)
 
-    # Then only the token for this URL passes
-    assert mine.status_code == 200
-    assert other.status_code == 401
+def test_with_the_stacks_own_authorization_server_the_audience_is_the_pinned_url_never_the_host():
+    # Given an endpoint whose URL the template wrote to its parameter, reached through another Function URL host
+    mine, theirs = "https://abc123.lambda-url.us-east-1.on.aws/mcp", "evil999.lambda-url.us-east-1.on.aws"
+    parameters = ParameterStore(mine)
+    app = pinned_guard(parameters)
+
+    # When a token for the pinned URL and one for the Host's URL are sent with that Host
+    pinned = call_as_host(app, token(aud=mine), theirs)
+    host_made = call_as_host(app, token(aud=f"https://{theirs}/mcp"), theirs)
+
+    # Then only the token for the pinned URL passes, and the parameter was read once
+    assert pinned.status_code == 200
+    assert host_made.status_code == 401
+    assert parameters.reads == 1
+
+
+def test_the_metadata_and_the_challenge_name_the_pinned_url_whatever_the_host():
+    # Given an endpoint whose URL the template wrote to its parameter, reached through another Function URL host
+    mine, theirs = "https://abc123.lambda-url.us-east-1.on.aws/mcp", "evil999.lambda-url.us-east-1.on.aws"
+    app = pinned_guard(ParameterStore(mine))
+
+    async def fetch() -> tuple[httpx.Response, httpx.Response]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=f"https://{theirs}") as client:
+            metadata = await client.get("/.well-known/oauth-protected-resource/mcp")
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            headers = {"accept": "application/json, text/event-stream"}
+            return metadata, await client.post("/mcp", json=body, headers=headers)
+
+    # When a client reads the RFC 9728 metadata and calls without a token
+    metadata, unauthorized = anyio.run(fetch)
+
+    # Then both name the pinned URL, never one made of the Host
+    assert metadata.json()["resource"] == mine
+    assert unauthorized.status_code == 401 and theirs not in unauthorized.headers["www-authenticate"]
+
+
+def test_an_unreadable_endpoint_parameter_is_503_and_read_again_later():
+    # Given an endpoint whose parameter cannot be read at first
+    mine = "https://abc123.lambda-url.us-east-1.on.aws/mcp"
+    parameters = ParameterStore(None)
+    app = pinned_guard(parameters)
+
+    # When a token arrives before and after the parameter becomes readable
+    before = call_as_host(app, token(aud=mine), "abc123.lambda-url.us-east-1.on.aws")
+    parameters.value = mine
+    after = call_as_host(app, token(aud=mine), "abc123.lambda-url.us-east-1.on.aws")
+
+    # Then the first is 503 with Retry-After (no audience guessed from the Host), the second passes
+    assert before.status_code == 503 and "retry-after" in before.headers
+    assert after.status_code == 200
 
 
 def test_a_jwks_fetch_ends_at_its_deadline_however_slowly_the_issuer_trickles():

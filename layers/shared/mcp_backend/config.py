@@ -104,10 +104,11 @@ class ToolSettings(TierLimitSettings):
     the worker both read these. A service whose variable is absent is not built, and a tool that declares it
     stops the function at start."""
 
-    job_table_name: str
+    # Empty with the job pipeline off (JobPipeline Disabled: the endpoint then offers no job tool).
+    job_table_name: str = ""
     # The jobs service (submitting, for tools that declare it) needs the queue; the worker only its DLQ.
     job_queue_url: str = ""
-    job_dead_letter_queue_url: str
+    job_dead_letter_queue_url: str = ""
     # The same template parameter sets the function's Timeout and this value.
     function_timeout_seconds: int = Field(default=120, gt=0)
     job_result_page_bytes: int = Field(default=256 * 1024, ge=64, le=4 * 1024 * 1024)  # far below the 20 MB stream cap
@@ -137,7 +138,8 @@ class ToolSettings(TierLimitSettings):
     dataset_shared_prefixes: str = ""
     # Only the local stack sets this: the fetcher may reach loopback (no other private address) and plain http.
     dataset_allow_loopback_hosts: bool = False
-    call_log_stream_name: str
+    # Empty: the call log is off (CallLog Disabled, docs/deploy.md "Profiles"); no record is written.
+    call_log_stream_name: str = ""
 
     def analyses_at_once(self) -> int:
         """How many analyses may share the function's memory: one per request on the endpoint (an environment
@@ -160,6 +162,9 @@ class ToolSettings(TierLimitSettings):
 
 
 class WorkerSettings(ToolSettings):
+    # The worker exists only with the job pipeline: its table and DLQ are required.
+    job_table_name: str = Field(min_length=1)
+    job_dead_letter_queue_url: str = Field(min_length=1)
     # The same template parameter sets the function's Timeout and this value: a run's claim on a job (its
     # RUNNING record, jobs/run_records.py) expires after it + 5 s.
     function_timeout_seconds: int = Field(gt=0)
@@ -226,9 +231,10 @@ class McpSettings(ToolSettings):
     # value, or any of its values, maps to a tier: the highest mapped, the lowest tier when absent or unmapped.
     oauth_tier_claim: str = ""
     oauth_tier_map: str = ""
-    # The stack's own authorization server: accept tokens whose audience is https://<Host><path>, the URL this
-    # request reached (the function cannot be told its own Function URL); OAUTH_RESOURCE pins it instead.
-    oauth_resource_from_host: bool = False
+    # The stack's own authorization server: the SSM parameter holding this endpoint's URL (the template writes
+    # it: the function cannot be told its own Function URL), the audience its tokens must name; read once.
+    # OAUTH_RESOURCE, when set, is used instead. Never the request's Host.
+    oauth_resource_parameter: str = ""
     oauth_algorithms: str = "RS256,ES256"
     oauth_leeway_seconds: float = Field(default=30.0, ge=0, le=300)
     oauth_jwks_cache_seconds: float = Field(default=3600.0, gt=0)
@@ -242,6 +248,9 @@ class McpSettings(ToolSettings):
     # Every synchronous fetch and analysis ends by this many seconds (CallDeadlineExceeded), well within the
     # function's timeout; a call slower than this belongs in a job (submit_analysis).
     sync_call_deadline_seconds: float = Field(default=60.0, gt=0)
+    # A 2025-11-25 tasks/result answers a task still working after this many seconds (never past the synchronous
+    # deadline): it holds a calls-in-flight slot while it waits, and the client polls tasks/get meanwhile.
+    task_result_wait_seconds: float = Field(default=5.0, gt=0)
     # The largest request body served (413 past it): far below the 6 MB a Function URL takes.
     mcp_max_body_bytes: int = Field(default=256 * 1024, ge=1024, le=6 * 1024 * 1024)
     sse_keepalive_seconds: float = Field(default=15.0, gt=0)
@@ -268,12 +277,17 @@ class McpSettings(ToolSettings):
         time left to answer, not as a Lambda timeout."""
         return min(self.sync_call_deadline_seconds, self.function_timeout_seconds * 0.8)
 
+    @property
+    def task_result_wait(self) -> float:
+        """How long a tasks/result waits for a task still working: the setting, within the synchronous deadline."""
+        return min(self.task_result_wait_seconds, self.sync_call_deadline)
+
     @model_validator(mode="after")
     def _oauth_is_configured(self) -> McpSettings:
         if self.auth_mode != "apikey" and not self.oauth_issuer:
             raise ValueError("AUTH_MODE oauth/both needs OAUTH_ISSUER")
         # The audience is configured, never the request's Host: with none of these no token could be bound here.
-        bound = self.oauth_resource or self.oauth_audiences or self.oauth_client_ids or self.oauth_resource_from_host
+        bound = self.oauth_resource or self.oauth_audiences or self.oauth_client_ids or self.oauth_resource_parameter
         if self.auth_mode != "apikey" and not bound:
             raise ValueError("AUTH_MODE oauth/both needs OAUTH_RESOURCE (or OAUTH_AUDIENCES / OAUTH_CLIENT_IDS)")
         # Asymmetric algorithms only: `none` and HS* (a shared secret, or a public key misused as one) never.
@@ -361,16 +375,20 @@ class AuthorizationServerSettings(Settings):
     authorization_table_name: str = Field(min_length=1)
     # An ECC_NIST_P256 SIGN_VERIFY KMS key (id, ARN or alias): it signs every access token.
     authorization_signing_key_id: str = Field(min_length=1)
-    # The issuer; empty: https://<Host> (the Function URL's own host, which the function cannot be told).
+    # The issuer as is (tests); empty: the value of the SSM parameter below, which the template writes (the
+    # function's own URL, which it cannot be told). Neither: every request is refused (503). Never the Host.
     authorization_issuer: str = ""
+    authorization_issuer_parameter: str = ""
+    # Who runs this server, named on the consent page; empty: "the operator of this MCP endpoint".
+    authorization_operator_name: str = ""
     aws_region: str = "us-east-1"
-    authorization_allowed_hosts: str = ""  # extra Host values besides the region's Function URL hosts
     # RFC 8707 resources tokens may be issued for (comma-separated); empty: the endpoint's URL, read from the
     # parameter below (mcp_backend.authorization.resource).
     authorization_resources: str = ""
     # The SSM parameter holding the endpoint's URL (the template writes it); empty: any https resource.
     authorization_resource_parameter: str = ""
-    # Hosts an https redirect URI may name (comma-separated); empty: any. Loopback http is always allowed.
+    # Hosts an https redirect URI may name (comma-separated); empty: none (the template's default lists the
+    # hosted clients'). Loopback http is always allowed.
     authorization_redirect_hosts: str = ""
     # Private-use scheme redirect URIs (RFC 8252 section 7.1) accepted exactly as listed, comma-separated: native
     # clients that register one (Cursor) besides their https and loopback ones. PKCE S256 binds the code to
@@ -408,7 +426,7 @@ class AuthorizationServerSettings(Settings):
         return tier_map(self.upstream_tier_map, "UPSTREAM_TIER_MAP")
 
     def listed(self, name: str) -> tuple[str, ...]:
-        """A comma-separated setting (allowed_hosts, resources, redirect_hosts, native_redirect_uris) as a tuple."""
+        """A comma-separated setting (resources, redirect_hosts, native_redirect_uris) as a tuple."""
         value: str = getattr(self, f"authorization_{name}")
         return tuple(item.strip() for item in value.split(",") if item.strip())
 

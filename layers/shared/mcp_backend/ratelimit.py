@@ -273,8 +273,9 @@ def in_background(lease: Callable[[], None]) -> None:
 
 
 # -- calls in flight ---------------------------------------------------------------------------------------------
-# How long past its call's deadline a slot stays held when its holder never gives it back (a crashed instance, or
-# one frozen before it wrote the release): the most a lost release costs its principal.
+# Added to the hold a call asks for (its longest run): instances' clocks may differ by up to this without a slot
+# freeing while its call runs. A slot whose holder never gives it back (a crashed instance, or one frozen before it
+# wrote the release) is free once the hold and this margin have passed.
 SLOT_HOLD_MARGIN_SECONDS = 10
 # A refused call may retry once a running one ends; calls that hold slots end within their deadline.
 SLOT_RETRY_AFTER_SECONDS = 5
@@ -314,7 +315,7 @@ class InFlightSlots:
 
     A call's slot stays with its instance for `SLOT_LINGER_SECONDS` after the call ends (the give-back writes
     that shorter hold instead of freeing it), and the principal's next call on that instance starts on it with
-    no DynamoDB request: the write that extends the hold to the call's deadline runs off the request path
+    no DynamoDB request: the write that extends the hold to the call's longest run runs off the request path
     (`extend_off_path`), before the call's give-back, which waits for it. Bounded error: a slot nobody uses stays
     held by its instance for at most `SLOT_LINGER_SECONDS`; a kept slot is started on only while its last
     written hold has `SLOT_REUSE_MARGIN_SECONDS` left, so a table that cannot be reached refuses an instance's
@@ -408,7 +409,7 @@ class InFlightSlots:
         return None
 
     def _extend(self, principal_id: str, kept: _KeptSlot, until: int) -> None:
-        """Hold a kept slot until the new call's deadline; releases the slot's write lock the take acquired."""
+        """Hold a kept slot until the new call's longest run ends; releases the slot's write lock the take acquired."""
         try:
             self._client.update_item(
                 TableName=self.table_name,

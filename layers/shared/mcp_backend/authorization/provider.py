@@ -21,6 +21,7 @@ import secrets
 import time
 import urllib.parse
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import anyio.to_thread
@@ -56,6 +57,9 @@ from mcp_backend.observability import logger
 
 TRANSACTION_SECONDS = 600  # from /authorize to the consent form's answer
 SUPPORTED_GRANTS = frozenset({"authorization_code", "refresh_token"})
+# The hash of the browser binding cookie of the /authorize request being handled (mcp_backend.authorization.app
+# sets it around the SDK's handler, which calls `authorize` with the SDK's arguments only).
+BROWSER: ContextVar[str | None] = ContextVar("browser", default=None)
 
 
 class StoredCode(AuthorizationCode):
@@ -156,6 +160,7 @@ class Provider:
                 "resource": resource,
                 "upstream_verifier": verifier,
                 "nonce": nonce,
+                "browser": BROWSER.get(),  # none: /callback refuses it (fail closed)
             },
             TRANSACTION_SECONDS,
         )

@@ -12,6 +12,7 @@ Everything else (406, parse errors, both protocol eras, 202 for notifications) i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -29,6 +30,7 @@ from mcp_backend.mcp.request_body import BODY_SCOPE_KEY, BodyTooLarge, ClientDis
 from mcp_backend.mcp.scopes import METADATA_PATH, required_access
 from mcp_backend.observability import count_limit_refusal, count_refusal, logger
 from mcp_backend.ratelimit import SLOT_RETRY_AFTER_SECONDS, RateDecision, RateLimitUnavailable
+from mcp_backend.stack_urls import StackUrl, StackUrlUnavailable
 from mcp_backend.tools.table import Access
 from mcp_backend.tracing import annotate, span
 
@@ -151,7 +153,7 @@ class McpHttpGuard:
         rate_limit: PrincipalRateLimit | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         call_slots: PrincipalCallSlots | None = None,
-        resource_from_host: bool = False,
+        pinned_resource: StackUrl | None = None,
     ) -> None:
         self.app = app
         self.path = path.rstrip("/") or "/"
@@ -163,14 +165,15 @@ class McpHttpGuard:
         # audiences or client ids only, and https://<Host><path> names the endpoint in metadata and challenges,
         # never as an accepted audience (every Function URL host of the region passes the Host check).
         self.resource = resource
-        # The stack's own authorization server only: https://<Host><path> is the accepted audience when no
-        # resource is configured (the Host is the Function URL's own; OAUTH_RESOURCE pins it instead).
-        self.resource_from_host = resource_from_host
+        # The stack's own authorization server only: this endpoint's URL as the template wrote it to a parameter
+        # (read at the first token, off the event loop), the accepted audience when no resource is configured.
+        self.pinned_resource = pinned_resource
         self.tool_access = dict(tool_access or {})
         # Counts each authenticated request against the principal's tier (mcp_backend.ratelimit).
         self.rate_limit = rate_limit
         self.max_body_bytes = max_body_bytes
-        # Holds one of the principal's slots while a call that reaches the network runs (429 at the cap).
+        # Holds one of the principal's slots while a call that reaches the network, or a request that waits for a
+        # task, runs (429 at the cap).
         self.call_slots = call_slots
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -239,7 +242,7 @@ class McpHttpGuard:
         """The RFC 9728 metadata (OAuth mode), 404 for other paths, 405 for other methods: answered here."""
         path = scope["path"].rstrip("/")
         if path in (METADATA_PATH, METADATA_PATH + self.path) and scope["method"] in ("GET", "HEAD"):
-            document = self.authenticator.metadata(self._resource(headers))
+            document = self.authenticator.metadata(await self._named_resource(headers))
             if document is not None:  # RFC 9728: public, no credentials
                 await _json(send, 200, document)
                 return True
@@ -272,7 +275,7 @@ class McpHttpGuard:
         token = token.strip() if scheme.lower() == "bearer" else ""
         try:
             # Only the Authorization header counts: a token in the query string or body is never read.
-            audience = self.resource or (self._resource(headers) if self.resource_from_host else "")
+            audience = self.resource or (await self._pinned_resource() if self.pinned_resource and token else "")
             # A span per step that may wait (tracing on: mcp_backend.tracing), children of the request's.
             with span("guard authenticate"):
                 principal = await self.authenticator.authenticate(token, audience) if token else None
@@ -291,7 +294,7 @@ class McpHttpGuard:
             annotate({"app.principal.tier": principal.tier})
         else:
             count_refusal("InvalidToken" if token else "NoToken")
-            challenge = self.authenticator.challenge(self._resource(headers), bool(token)).encode()
+            challenge = self.authenticator.challenge(await self._named_resource(headers), bool(token)).encode()
             await _json(send, 401, _rpc_error(-32001, "Unauthorized"), [(b"www-authenticate", challenge)])
         return principal
 
@@ -359,15 +362,16 @@ class McpHttpGuard:
         if not missing:
             return True
         count_refusal("InsufficientScope")
-        challenge = self.authenticator.insufficient_scope(self._resource(headers), missing[0]).encode()
+        challenge = self.authenticator.insufficient_scope(await self._named_resource(headers), missing[0]).encode()
         await _json(send, 403, _rpc_error(-32001, "Forbidden: insufficient scope"), [(b"www-authenticate", challenge)])
         return False
 
     async def serve_in_a_call_slot(
         self, principal: Principal, body: bytes, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        """Serve the request; a call that needs a slot takes one of the principal's first, and gives it back when
-        it ends: 429 with Retry-After at the tier's cap, 503 when the slots cannot be read (fail closed)."""
+        """Serve the request; a call that needs a slot (a network tool's, or a tasks/result that waits) takes one
+        of the principal's first, and gives it back when it ends: 429 with Retry-After at the tier's cap, 503 when
+        the slots cannot be read (fail closed)."""
         slots = self.call_slots
         if slots is None or not slots.needed(body):
             await self._serve(scope, receive, send)
@@ -397,9 +401,20 @@ class McpHttpGuard:
             with anyio.CancelScope(shield=True):  # a client that hung up still frees its slot
                 await anyio.to_thread.run_sync(slots.give_back, lease)
 
-    def _resource(self, headers: dict[str, str]) -> str:
-        """This endpoint's URL as metadata and challenges name it."""
-        return self.resource or f"https://{headers.get('host', '')}{self.path}"
+    async def _pinned_resource(self) -> str:
+        assert self.pinned_resource is not None
+        cached = self.pinned_resource.cached
+        return cached if cached is not None else await anyio.to_thread.run_sync(self.pinned_resource.value)
+
+    async def _named_resource(self, headers: dict[str, str]) -> str:
+        """This endpoint's URL as metadata and challenges name it: the configured or pinned one; the Host's only
+        without either, or while the pinned one cannot be read (named, never accepted as an audience)."""
+        if self.resource:
+            return self.resource
+        if self.pinned_resource is not None:
+            with contextlib.suppress(StackUrlUnavailable):  # logged where it was read
+                return await self._pinned_resource()
+        return f"https://{headers.get('host', '')}{self.path}"
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the SDK app; an event stream gets proxy-safe headers, an opening comment, keepalives and an end."""
@@ -544,10 +559,13 @@ async def _body_too_large(send: Send, max_bytes: int) -> None:
     await _json(send, 413, _rpc_error(-32600, message), [(b"connection", b"close")])
 
 
-def calls_any_tool(body: bytes, names: frozenset[str]) -> bool:
-    """Whether a JSON-RPC body (one message or a batch) calls one of `names`, as either parser the SDK uses reads
-    it. A body that names none of them, and has no \\u escape that could spell one, is not parsed."""
-    if not names or (b"\\u" not in body and not any(name.encode() in body for name in names)):
+def holds_a_call_slot(body: bytes, tools: frozenset[str], methods: frozenset[str]) -> bool:
+    """Whether a JSON-RPC body (one message or a batch) calls one of `tools` or is a request of one of `methods`,
+    as either parser the SDK uses reads it. A body that names none of them, and has no escape that could spell one
+    (\\u, or \\/ in a method), is not parsed."""
+    escaped = b"\\u" in body or b"\\/" in body
+    named = any(name.encode() in body for names in (tools, methods) for name in names)
+    if not (tools or methods) or not (escaped or named):
         return False
     for parse in (pydantic_core.from_json, json.loads):
         try:
@@ -556,10 +574,15 @@ def calls_any_tool(body: bytes, names: frozenset[str]) -> bool:
             continue  # the SDK refuses it before any tool runs
         messages = parsed if isinstance(parsed, list) else [parsed]
         for message in messages:
-            if not isinstance(message, dict) or message.get("method") != "tools/call":
+            if not isinstance(message, dict):
+                continue
+            method = message.get("method")
+            if isinstance(method, str) and method in methods:
+                return True
+            if method != "tools/call":
                 continue
             name = message["params"].get("name") if isinstance(message.get("params"), dict) else None
-            if isinstance(name, str) and name in names:
+            if isinstance(name, str) and name in tools:
                 return True
     return False
 

@@ -41,7 +41,7 @@ from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import McpSettings, Tier, load_settings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
-from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard, calls_any_tool
+from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard, holds_a_call_slot
 from mcp_backend.mcp.internal_errors import InternalErrorsWithoutText
 from mcp_backend.mcp.request_spans import TracedRequests
 from mcp_backend.mcp.response_modes import ResponseModes
@@ -49,12 +49,13 @@ from mcp_backend.mcp.restore_hook import with_after_restore_hook
 from mcp_backend.mcp.single_exchange import SingleExchange
 from mcp_backend.mcp.table_server import table_server
 from mcp_backend.mcp.tasks import JobTasks, task_extensions
-from mcp_backend.mcp.tasks_2025 import LegacyJobTasks
+from mcp_backend.mcp.tasks_2025 import WAITING_METHODS, LegacyJobTasks
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.observability import CurrentStdoutHandler, logger, tool_runs
 from mcp_backend.ratelimit import InFlightSlots, LeaseAhead, RateDecision, RequestRateLimiter, SlotLease, in_background
+from mcp_backend.stack_urls import StackUrl
 from mcp_backend.tools.services import ToolServices
-from mcp_backend.tools.table import TOOLS, Tool
+from mcp_backend.tools.table import TOOLS, Tool, servable_tools
 from mcp_backend.tracing import configure as configure_tracing
 
 if TYPE_CHECKING:
@@ -65,10 +66,12 @@ CALL_LOG_SHUTDOWN_BUDGET_SECONDS = 0.25
 
 
 def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str, Tool] = TOOLS) -> ToolBindings:
-    """The table's MCP tools, with the services each declares (AWS clients built on first use)."""
+    """The table's MCP tools this deployment can serve (a part that is off offers none of its tools), with the
+    services each declares (AWS clients built on first use)."""
     services = ToolServices.from_settings(settings, clients)
-    services.require([tool for tool in table.values() if tool.runs_sync], "McpServer")
-    return ToolBindings(table, services, settings.sync_call_deadline)
+    offered = servable_tools(table, services.available())
+    services.require([tool for tool in offered.values() if tool.runs_sync], "McpServer")
+    return ToolBindings(offered, services, settings.sync_call_deadline)
 
 
 class TierRateLimit:
@@ -100,8 +103,9 @@ class TierRateLimit:
 
 
 class TierCallSlots:
-    """Calls of tools that reach the network, per principal, at once across every instance (RateLimitTable's
-    slots, mcp_backend.ratelimit.InFlightSlots), within the tier's `calls_in_flight`."""
+    """Calls of tools that reach the network, and requests that wait for a task (tasks/result), per principal, at
+    once across every instance (RateLimitTable's slots, mcp_backend.ratelimit.InFlightSlots), within the tier's
+    `calls_in_flight`."""
 
     def __init__(
         self,
@@ -116,11 +120,13 @@ class TierCallSlots:
             settings.rate_limit_table_name, LazyClient("dynamodb", clients), extend_off_path=extend_off_path
         )
         self.network_tools = network_tools
-        # A slot is held at most as long as the call may run.
-        self.hold_seconds = settings.sync_call_deadline
+        # A slot is held until its call ends: a call may outlive its synchronous deadline (a tool that stops only
+        # at its next check, a slow answer), never the function's timeout, which ends the invocation and resets
+        # its environment. So the hold is the timeout: a slot never frees while its call runs.
+        self.hold_seconds = settings.function_timeout_seconds
 
     def needed(self, body: bytes) -> bool:
-        return calls_any_tool(body, self.network_tools)
+        return holds_a_call_slot(body, self.network_tools, WAITING_METHODS)
 
     def limit(self, principal: Principal) -> int:
         return self.settings.tier_limits(principal.tier).calls_in_flight
@@ -188,16 +194,21 @@ def create_app(
     bindings = tool_bindings(settings, clients)
     if authenticator is None:
         authenticator = default_authenticator(settings, clients)
-    call_log = RecordShipper(
-        CallLogWriter(settings.call_log_stream_name, cast("KinesisClient", LazyClient("kinesis", clients))),
-        name="mcp-call-log",
+    # CallLog Disabled leaves the stream's name unset: no shipper, no call-log records.
+    call_log = (
+        RecordShipper(
+            CallLogWriter(settings.call_log_stream_name, cast("KinesisClient", LazyClient("kinesis", clients))),
+            name="mcp-call-log",
+        )
+        if settings.call_log_stream_name
+        else None
     )
     log_library_records_as_json()
     extensions = task_extensions(bindings.submissions)
-    # The 2025-11-25 task-augmented calls, on the extension's JobTable tasks; tasks/result waits at most as long
-    # as a synchronous call may run.
+    # The 2025-11-25 task-augmented calls, on the extension's JobTable tasks; tasks/result waits a few seconds
+    # for a task still working, in a calls-in-flight slot.
     legacy_tasks = [
-        LegacyJobTasks(extension, settings.sync_call_deadline)
+        LegacyJobTasks(extension, settings.task_result_wait)
         for extension in extensions
         if isinstance(extension, JobTasks)
     ]
@@ -233,7 +244,7 @@ def create_app(
         authenticator=authenticator,
         keepalive_seconds=settings.sse_keepalive_seconds,
         resource=settings.oauth_resource,
-        resource_from_host=settings.oauth_resource_from_host,
+        pinned_resource=StackUrl(settings.oauth_resource_parameter) if settings.oauth_resource_parameter else None,
         tool_access=bindings.access,
         rate_limit=TierRateLimit(settings, clients, rate_limit_clock, lease_ahead),
         call_slots=TierCallSlots(settings, clients, bindings.network_tools, lease_ahead),
@@ -245,7 +256,8 @@ def create_app(
     app = RequestTelemetry(
         # With tracing off (the default) no span middleware is in the request's path at all.
         TracedRequests(guarded) if configure_tracing() else guarded,
-        on_shutdown=[tool_runs.flush, lambda: call_log.close(CALL_LOG_SHUTDOWN_BUDGET_SECONDS)],
+        on_shutdown=[tool_runs.flush]
+        + ([lambda: call_log.close(CALL_LOG_SHUTDOWN_BUDGET_SECONDS)] if call_log is not None else []),
     )
     resume_collection_after_startup()
     return app

@@ -7,10 +7,12 @@ submit_<tool> and the extension's calls are) and answered at once with a CreateT
 `tasks/result` and `tasks/cancel` read and write the job's JobTable item, so any Lambda environment answers for
 any task. A task belongs to its principal: another principal's id is "not found".
 `tasks/list` is not served: JobTable has no index of a principal's jobs, and a scan is neither bounded nor cheap.
-`tasks/result` waits at most the synchronous-call deadline (under the function's timeout); a task still working
-then is answered with an error that carries the task, so the client polls `tasks/get` and asks again. While it
-waits, its answer is an event stream (mcp/response_modes.py) and each status change it sees is sent on it as
-`notifications/tasks/status` before the result.
+The spec has `tasks/result` block until its task is terminal; a Lambda request cannot outlive the function's
+timeout, and each waiting request holds an environment. So it waits a few seconds (TASK_RESULT_WAIT_SECONDS), in
+one of its principal's calls-in-flight slots (the guard takes it, as for a synchronous network call), and a task
+still working then is answered with the SDKs' "request timed out" error carrying the task: the client polls
+`tasks/get` and asks again. While it waits, its answer is an event stream (mcp/response_modes.py) and each status
+change it sees is sent on it as `notifications/tasks/status` before the result.
 The SDK's 2025-11-25 surface leaves `tasks/*` out and sieves a `tools/call` result to a CallToolResult, so the
 task's answers are made here (the SDK's middleware contract: a middleware that answers owns its result).
 Specification: https://modelcontextprotocol.io/specification/2025-11-25/basic/utilities/tasks
@@ -54,6 +56,9 @@ RELATED_TASK = "io.modelcontextprotocol/related-task"
 # task: the client polls tasks/get and asks again.
 TASK_STILL_WORKING = REQUEST_TIMEOUT
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
+# The methods whose answer waits for a task: each request holds a calls-in-flight slot while it runs. The Tasks
+# extension (mcp/tasks.py) has none: its tasks/get, tasks/cancel and tasks/update answer at once.
+WAITING_METHODS = frozenset({"tasks/result"})
 
 
 def tasks_capability() -> dict[str, Any]:
