@@ -150,7 +150,7 @@ def test_make_delete_lists_every_store_the_stack_keeps_with_its_removal():
         for logical_id, resource in template["Resources"].items()
         if resource.get("DeletionPolicy") == "Retain" and resource["Type"] != "AWS::Lambda::Version"
     }
-    assert kept == {"JobTable", "MonitorTable", "ApiKeysSecret", "EndpointTokenKey"}
+    assert kept == {"JobTable", "MonitorTable", "ApiKeysSecret", "EndpointTokenKey", "AuthorizationTable"}
     # Then `make delete` reads each one's name from an output and prints how to remove it
     recipe = (ROOT / "Makefile").read_text().split("\ndelete:")[1].split("\n\n")[0]
     for logical_id in kept:

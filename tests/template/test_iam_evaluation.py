@@ -726,7 +726,8 @@ def sealed_with(stack: Stack, server_id: str, owner_id: str) -> dict[str, Any]:
 
 def authorization_server_calls(stack: Stack) -> list[Call]:
     """AuthorizationServer's calls (mcp_backend/authorization): its records, its signing key, and the upstream
-    login's client id (the stack's pool) or client secret (another provider's), whichever the stack has."""
+    login's client id and the re-check of each refresh (the stack's pool) or client secret (another provider's),
+    whichever the stack has."""
     arn = stack.arn
     signing_key = arn("AuthorizationSigningKey")
     on_the_key = {"kms:ResourceAliases": stack.key_aliases("AuthorizationSigningKey")}
@@ -742,6 +743,9 @@ def authorization_server_calls(stack: Stack) -> list[Call]:
     ]
     if "AuthorizationLoginClientId" in stack.resources:  # upstream.py: the pool's login client's id
         calls.append(("ssm:GetParameter", arn("AuthorizationLoginClientId"), {}))
+        # upstream.py: each refresh checks the pool's user again (enabled, groups)
+        pool, tags = arn("McpUserPool"), stack.resource_tags("McpUserPool")
+        calls += [(a, pool, tags) for a in ("cognito-idp:AdminGetUser", "cognito-idp:AdminListGroupsForUser")]
     secret = stack.parameters.get("UpstreamClientSecretArn")
     if secret:  # upstream.py: the upstream client's secret, read once
         calls.append(("secretsmanager:GetSecretValue", secret, {}))

@@ -9,6 +9,7 @@ import base64
 import hashlib
 import json
 import secrets
+import time
 import urllib.parse
 from typing import Any
 
@@ -19,12 +20,13 @@ import jwt
 import pytest
 from starlette.testclient import TestClient
 
+import mcp_backend.authorization.__main__ as authorization_cli
 from devstack.wired_stack import LocalEnvironment
 from mcp_backend.authorization.app import AuthorizationServer, documents_for
 from mcp_backend.authorization.clients import FAILURE_CACHE_SECONDS, SCOPES, MetadataDocuments
 from mcp_backend.authorization.signing import KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore
-from mcp_backend.authorization.upstream import Identity, UpstreamLoginFailed, tier_of
+from mcp_backend.authorization.upstream import Identity, UpstreamLoginFailed, UpstreamUnavailable, UserGone, tier_of
 from mcp_backend.config import AuthorizationServerSettings, load_settings
 from mcp_backend.netsafety import PrivateAddress
 from mcp_backend.probes.errors import ProbeProtocolError
@@ -37,7 +39,20 @@ CIMD_URL = "https://client.example/oauth/client.json"
 
 
 class StandInUpstream:
-    """The upstream OIDC provider: any code but "refused" and "unavailable" signs in alice (group paying -> pro)."""
+    """The upstream OIDC provider: any code but "refused" and "unavailable" signs in alice (group paying -> pro).
+    `now` is what a refresh's re-check finds: her tier, "gone" (deleted or disabled) or "unavailable"."""
+
+    def __init__(self) -> None:
+        self.now = "pro"
+        self.checked: list[tuple[str, str]] = []
+
+    async def current_tier(self, subject: str, username: str) -> str:
+        self.checked.append((subject, username))
+        if self.now == "gone":
+            raise UserGone
+        if self.now == "unavailable":
+            raise UpstreamUnavailable("the user pool cannot be asked")
+        return self.now
 
     async def login_url(self, redirect_uri: str, state: str, nonce: str, challenge: str) -> str:
         return f"https://idp.example/login?{urllib.parse.urlencode({'state': state, 'redirect_uri': redirect_uri})}"
@@ -47,7 +62,7 @@ class StandInUpstream:
             raise UpstreamLoginFailed("the provider refused the code (HTTP 400)")
         if code == "unavailable":  # e.g. the upstream client's secret cannot be read
             raise botocore.exceptions.ClientError({"Error": {"Code": "AccessDeniedException"}}, "GetSecretValue")
-        return Identity(subject="alice-sub", tier="pro", name="alice@example.com")
+        return Identity(subject="alice-sub", tier="pro", name="alice@example.com", username="alice")
 
 
 class Documents:
@@ -74,18 +89,34 @@ def environment(aws) -> LocalEnvironment:
     )
 
 
+class Clock:
+    """The server's clock: the real one, moved forward by the test (never a pinned instant)."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.ahead
+
+
 def build(
-    environment: LocalEnvironment, documents: Documents, issuer: str = ISSUER, **overrides: str
+    environment: LocalEnvironment,
+    documents: Documents,
+    issuer: str = ISSUER,
+    clock: Clock | None = None,
+    **overrides: str,
 ) -> tuple[TestClient, Any]:
     variables = environment.stack.function("AuthorizationServer").environment
     stack_urls_are(variables, issuer)
     settings = load_settings(AuthorizationServerSettings, {**variables, **overrides})
+    clock = clock or Clock()
     server = AuthorizationServer(
         settings,
-        AuthorizationStore(settings.authorization_table_name, boto3.client("dynamodb")),
+        AuthorizationStore(settings.authorization_table_name, boto3.client("dynamodb"), clock=clock),
         KmsSigner(settings.authorization_signing_key_id, boto3.client("kms")),
         StandInUpstream(),
         documents_for(settings, documents),
+        clock=clock,
     )
     return TestClient(server, base_url=issuer, follow_redirects=False), server
 
@@ -210,6 +241,8 @@ def test_the_metadata_names_the_endpoints_s256_only_public_clients_and_metadata_
     assert set(metadata["grant_types_supported"]) == {"authorization_code", "refresh_token"}
     assert "none" in metadata["token_endpoint_auth_methods_supported"]
     assert metadata["client_id_metadata_document_supported"] is True
+    # And it says every authorization response names the issuer (RFC 9207; sign_in checks the `iss` it gets)
+    assert metadata["authorization_response_iss_parameter_supported"] is True
 
 
 def test_a_registered_client_signs_a_user_in_and_gets_an_es256_token_bound_to_the_resource(client):
@@ -279,7 +312,9 @@ def test_pkce_is_required_s256_only_and_a_wrong_verifier_gets_no_token(client):
     # Then: the two requests are refused back at the redirect URI, the exchanges with invalid_grant/invalid_request
     for refused in (missing, plain):
         assert refused.status_code == 302
-        assert "error=invalid_request" in refused.headers["location"]
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(refused.headers["location"]).query)
+        # (an error answer names the issuer too: RFC 9207 section 2)
+        assert (query["error"], query["iss"]) == (["invalid_request"], [ISSUER])
     assert (wrong.status_code, wrong.json()["error"]) == (400, "invalid_grant")
     assert (no_verifier.status_code, no_verifier.json()["error"]) == (400, "invalid_request")
 
@@ -322,6 +357,213 @@ def test_refresh_tokens_rotate_and_a_reused_one_revokes_the_family(client):
     assert claims_of(client, rotated.json()["access_token"])["sub"] == "alice-sub"
     assert (reused.status_code, reused.json()["error"]) == (400, "invalid_grant")
     assert (after.status_code, after.json()["error"]) == (400, "invalid_grant")
+
+
+def signed_in(environment: LocalEnvironment, documents: Documents) -> tuple[TestClient, Any, str, dict[str, Any]]:
+    """A server, and a registered client that signed alice in: (client, server, its client id, its tokens)."""
+    client, server = build(environment, documents)
+    client_id = register(client)["client_id"]
+    code, verifier = sign_in(client, client_id)
+    return client, server, client_id, exchange(client, client_id, code, verifier).json()
+
+
+def test_a_grant_ends_its_lifetime_after_consent_however_often_it_was_refreshed(environment, documents):
+    # Given a sign-in under the default grant lifetime (30 days)
+    clock = Clock()
+    client, _ = build(environment, documents, clock=clock)
+    client_id = register(client)["client_id"]
+    code, verifier = sign_in(client, client_id)
+    token = exchange(client, client_id, code, verifier).json()["refresh_token"]
+
+    # When the client refreshes on day 15 and on day 29, then on day 30 and a minute
+    answers = []
+    for day in (15, 29):
+        clock.ahead = day * 86400
+        answers.append(refresh(client, client_id, token))
+        token = answers[-1].json().get("refresh_token", token)
+    clock.ahead = 30 * 86400 + 60
+    ended = refresh(client, client_id, token)
+
+    # Then the refreshes within the lifetime rotate, and the one past it is invalid_grant: rotation never
+    # extended the grant
+    assert [answer.status_code for answer in answers] == [200, 200]
+    assert (ended.status_code, ended.json()["error"]) == (400, "invalid_grant")
+    assert "access_token" not in ended.json()
+
+
+def test_the_grant_lifetime_is_the_template_parameter(aws, documents):
+    # Given a stack deployed with AuthorizationGrantDays 2
+    parameters = {
+        "AuthMode": "oauth",
+        "AuthorizationServerMode": "builtin",
+        "UpstreamIssuer": "https://idp.example",
+        "AuthorizationGrantDays": "2",
+    }
+    clock = Clock()
+    client, _ = build(LocalEnvironment(boto3.client, parameters=parameters, on_demand=True), documents, clock=clock)
+    client_id = register(client)["client_id"]
+    code, verifier = sign_in(client, client_id)
+    token = exchange(client, client_id, code, verifier).json()["refresh_token"]
+
+    # When the client refreshes on the second day, then two days and a minute after consent
+    clock.ahead = 86400 + 3600
+    within = refresh(client, client_id, token)
+    clock.ahead = 2 * 86400 + 60
+    after = refresh(client, client_id, within.json()["refresh_token"])
+
+    # Then the grant lasted the two days, no longer
+    assert within.status_code == 200
+    assert (after.status_code, after.json()["error"]) == (400, "invalid_grant")
+
+
+def test_each_refresh_rechecks_the_user_and_issues_the_tier_found_upstream(environment, documents):
+    # Given alice signed in as pro
+    client, server, client_id, first = signed_in(environment, documents)
+    assert claims_of(client, first["access_token"])["tier"] == "pro"
+
+    # When she leaves the paying group upstream, and the client refreshes
+    server.upstream.now = "free"
+    refreshed = refresh(client, client_id, first["refresh_token"])
+
+    # Then the provider was asked about her (by her upstream username) and the new token says free
+    assert refreshed.status_code == 200
+    assert claims_of(client, refreshed.json()["access_token"])["tier"] == "free"
+    assert server.upstream.checked == [("alice-sub", "alice")]
+
+
+@pytest.mark.parametrize(
+    ("upstream", "status", "error", "retried_status"),
+    [("gone", 400, "invalid_grant", 400), ("unavailable", 503, "temporarily_unavailable", 200)],
+    ids=["deleted or disabled: the grant is revoked", "the pool cannot be asked: the token is not spent"],
+)
+def test_a_refresh_whose_user_cannot_be_confirmed_issues_nothing(environment, documents, upstream, status, error,
+                                                                 retried_status):  # fmt: skip
+    # Given alice signed in
+    client, server, client_id, tokens = signed_in(environment, documents)
+
+    # When the re-check finds her deleted or disabled, or cannot ask the pool; then she is fine and it retries
+    server.upstream.now = upstream
+    refused = refresh(client, client_id, tokens["refresh_token"])
+    server.upstream.now = "pro"
+    retried = refresh(client, client_id, tokens["refresh_token"])
+
+    # Then nothing is issued, with the RFC's error and a short reason (503 with Retry-After, never a 500); a
+    # gone user's grant stays revoked, while after an unanswered check the same refresh token still works
+    assert (refused.status_code, refused.json()["error"]) == (status, error)
+    assert "access_token" not in refused.json()
+    assert refused.json()["error_description"] in ("the user can no longer sign in", "the user cannot be checked now")
+    assert status == 400 or "retry-after" in refused.headers
+    assert retried.status_code == retried_status
+
+
+def operator(client: TestClient, capsys: Any, *argv: str) -> tuple[int, str]:
+    """`python -m mcp_backend.authorization` on the server's table: (exit status, what it printed)."""
+    table = client.app.store.table_name
+    status = authorization_cli.main(["--table", table, *argv])
+    return status, capsys.readouterr().out
+
+
+def printed(out: str, name: str) -> str:
+    return next(line.split(": ", 1)[1].split()[0] for line in out.splitlines() if line.startswith(f"{name}: "))
+
+
+def test_an_operator_lists_a_users_grants_and_revokes_them_all(environment, documents, capsys):
+    # Given alice signed in through two clients (two grants)
+    client, _ = build(environment, documents)
+    tokens = []
+    for _ in range(2):
+        client_id = register(client)["client_id"]
+        code, verifier = sign_in(client, client_id)
+        tokens.append((client_id, exchange(client, client_id, code, verifier).json()["refresh_token"]))
+
+    # When the operator lists her grants, revokes them, and lists them again
+    _, listed = operator(client, capsys, "grants", "list", "--subject", "alice-sub")
+    status, revoked = operator(client, capsys, "grants", "revoke", "--subject", "alice-sub")
+    _, after = operator(client, capsys, "grants", "list", "--subject", "alice-sub")
+
+    # Then both were active and are now revoked, and neither refresh token works any more
+    assert listed.count(" active") == 2
+    assert (status, revoked.strip()) == (0, "revoked 2 grant(s)")
+    assert after.count("revoked (revoked by the operator)") == 2
+    for client_id, token in tokens:
+        assert refresh(client, client_id, token).json()["error"] == "invalid_grant"
+
+
+@pytest.mark.parametrize("method", ["client_secret_basic", "client_secret_post"])
+def test_an_operators_confidential_client_signs_in_with_its_secret_shown_once_and_kept_hashed(client, capsys, method):
+    # Given a confidential client the operator added, with its fixed redirect URI
+    status, out = operator(client, capsys, "clients", "add", "--name", "Ops", "--redirect-uri", REDIRECT,
+                           "--auth-method", method)  # fmt: skip
+    client_id, secret = printed(out, "client_id"), printed(out, "client_secret")
+
+    def exchange_with(presented: str) -> Any:
+        code, verifier = sign_in(client, client_id)
+        if method == "client_secret_post":
+            return exchange(client, client_id, code, verifier, client_secret=presented)
+        basic = base64.b64encode(f"{client_id}:{presented}".encode()).decode()
+        form = {"grant_type": "authorization_code", "code": code, "redirect_uri": REDIRECT,
+                "code_verifier": verifier, "resource": RESOURCE, "client_id": client_id}  # fmt: skip
+        return client.post("/token", data=form, headers={"authorization": f"Basic {basic}"})
+
+    # When it exchanges a code with its secret, and another with a wrong one
+    good, wrong = exchange_with(secret), exchange_with("not-the-secret")
+
+    # Then the right secret gets tokens, the wrong one 401 invalid_client; the table holds only the hash
+    assert status == 0 and client_id.startswith("op-")
+    assert good.status_code == 200, good.text
+    assert (wrong.status_code, wrong.json()["error"]) == (401, "invalid_client")
+    assert secret not in json.dumps(client.app.store.get(f"client#{client_id}"))
+
+
+def test_an_operators_public_client_is_listed_signs_in_and_is_gone_once_removed(client, capsys):
+    # Given a public client the operator added (no secret printed)
+    _, out = operator(client, capsys, "clients", "add", "--name", "Desk", "--redirect-uri", REDIRECT, "--public")
+    client_id = printed(out, "client_id")
+    assert "client_secret" not in out
+
+    # When it signs in, the operator lists the clients, removes it, and it tries again
+    code, verifier = sign_in(client, client_id)
+    signed = exchange(client, client_id, code, verifier)
+    _, listed = operator(client, capsys, "clients", "list")
+    removed, _ = operator(client, capsys, "clients", "remove", "--client-id", client_id)
+    again = exchange(client, client_id, *sign_in_code_only(client))
+    missing, _ = operator(client, capsys, "clients", "remove", "--client-id", client_id)
+
+    # Then it got tokens while listed, and once removed it is an unknown client (401 invalid_client)
+    assert signed.status_code == 200
+    assert client_id in listed and "none" in listed and REDIRECT in listed
+    assert (removed, missing) == (0, 1)
+    assert (again.status_code, again.json()["error"]) == (401, "invalid_client")
+
+
+def sign_in_code_only(client: TestClient) -> tuple[str, str]:
+    """A code and verifier of another, registered client: something to present as a removed client's."""
+    return sign_in(client, register(client)["client_id"])
+
+
+def test_an_operator_client_with_an_unsafe_redirect_uri_is_refused(client, capsys):
+    # When the operator adds a client with a plain http redirect off loopback
+    with pytest.raises(SystemExit) as exit_status:
+        operator(client, capsys, "clients", "add", "--name", "X", "--redirect-uri", "http://evil.example/cb")
+
+    # Then the command refuses it with the reason, and no client is added
+    assert exit_status.value.code == 2
+    assert "https, or http on a loopback host" in capsys.readouterr().err
+    assert operator(client, capsys, "clients", "list")[1] == ""
+
+
+def test_a_dynamically_registered_confidential_client_keeps_working_with_its_secret_hashed(client):
+    # Given a client that registered for client_secret_post and was given a secret
+    registered = register(client, token_endpoint_auth_method="client_secret_post")
+    client_id, secret = registered["client_id"], registered["client_secret"]
+
+    # When it exchanges a code with that secret
+    code, verifier = sign_in(client, client_id)
+    answer = exchange(client, client_id, code, verifier, client_secret=secret)
+
+    # Then it gets tokens, and the table holds the secret's hash only
+    assert answer.status_code == 200, answer.text
+    assert secret not in json.dumps(client.app.store.get(f"client#{client_id}"))
 
 
 def test_revoking_a_refresh_or_access_token_ends_the_grant(client):

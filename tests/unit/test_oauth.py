@@ -14,6 +14,7 @@ import urllib.error
 from typing import Any
 
 import anyio
+import boto3
 import botocore.exceptions
 import httpx
 import jwt
@@ -22,6 +23,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from pydantic import ValidationError
 
+from devstack.wired_stack import LocalEnvironment
 from mcp_backend.api_keys import ReservedUserId, new_api_key
 from mcp_backend.config import McpSettings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator
@@ -696,6 +698,45 @@ def test_the_jwks_lock_is_not_held_while_the_keys_are_fetched():
     assert key is not None and lock_free_during_fetch == [True]
 
 
+def test_requests_arriving_during_one_slow_jwks_fetch_wait_for_it_and_are_all_answered():
+    # Given a cold JWKS cache whose first fetch blocks until every request has arrived
+    requests = 8
+    issuer = StubIssuer(jwk(RSA_KEY, "k1"))
+    arrived, release = threading.Barrier(requests + 1), threading.Event()
+
+    def slow_fetch(url: str) -> bytes:
+        release.wait(10)
+        return issuer(url)
+
+    cache = JwksCache(ISSUER, "https://issuer.example.com/jwks", slow_fetch, refresh_seconds=30, clock=Clock())
+    found: list[Any] = []
+
+    def look_up() -> None:
+        arrived.wait(10)
+        try:
+            found.append(cache.key_for("k1"))
+        except Exception as error:  # what a request was told, compared below
+            found.append(error)
+
+    threads = [threading.Thread(target=look_up) for _ in range(requests)]
+    for thread in threads:
+        thread.start()
+
+    # When they all arrive while the one fetch is under way (the fetch is released once the others have had
+    # their answer, or have had a moment to start waiting), and then it completes
+    arrived.wait(10)
+    settle = time.monotonic() + 1.0
+    while len(found) < requests - 1 and time.monotonic() < settle:
+        time.sleep(0.01)
+    release.set()
+    for thread in threads:
+        thread.join(15)
+
+    # Then the issuer was asked once and every request got the key (none was told 503)
+    assert len(issuer.fetched) == 1
+    assert len(found) == requests and all(getattr(key, "jwk", None) is not None for key in found), found
+
+
 class StaticSecret:
     def __init__(self, table: str) -> None:
         self.table = table
@@ -836,3 +877,37 @@ def test_a_jwks_fetch_ends_at_its_deadline_in_a_trickled_tls_handshake():
         with pytest.raises(DeadlinePassed, match=r"0\.5 s deadline"):
             fetch_url(f"https://127.0.0.1:{port}/jwks", timeout=0.5)
         assert closed_early.wait(10)
+
+
+@pytest.mark.parametrize(
+    ("presented", "tier"),
+    [("gold", "pro"), (["bronze", "staff"], "internal"), ("silver", "free"), (None, "free"), (7, "free")],
+    ids=["mapped", "the highest of several", "unmapped", "absent", "not a string"],
+)
+def test_an_external_issuers_claim_maps_to_a_tier_the_lowest_when_absent_or_unmapped(aws, presented, tier):
+    # Given a stack on an external issuer, told which claim carries the plan and how plans map to tiers
+    parameters = {
+        "AuthMode": "oauth",
+        "OAuthIssuer": ISSUER,
+        "OAuthJwksUrl": "https://issuer.example.com/jwks",
+        "OAuthTierClaim": "plan",
+        "OAuthTierMap": "gold=pro,staff=internal",
+    }
+    variables = LocalEnvironment(boto3.client, parameters=parameters, on_demand=True).stack.function("McpServer")
+    settings = McpSettings.model_validate({**variables.environment, "OAUTH_RESOURCE": RESOURCE})
+    authenticator = OAuthAuthenticator(
+        TokenPolicy.from_settings(settings), JwksCache(ISSUER, settings.oauth_jwks_url, StubIssuer(jwk(RSA_KEY, "k1")))
+    )
+
+    # When a token whose plan claim is mapped, several values, unmapped, absent or not a string is checked
+    principal = authenticator.verify(token(plan=presented), RESOURCE)
+
+    # Then the caller's tier is the highest mapped one, and the lowest tier otherwise
+    assert principal.tier == tier
+
+
+def test_a_tier_map_naming_no_tier_is_a_configuration_error():
+    environment = {"JOB_TABLE_NAME": "t", "JOB_QUEUE_URL": "q", "JOB_DEAD_LETTER_QUEUE_URL": "d"}
+    environment |= {"CALL_LOG_STREAM_NAME": "s", "API_KEYS_SECRET_ID": "k", "RATE_LIMIT_TABLE_NAME": "r"}
+    with pytest.raises(ValidationError, match="OAUTH_TIER_MAP"):
+        McpSettings.model_validate({**environment, "OAUTH_TIER_CLAIM": "plan", "OAUTH_TIER_MAP": "gold=platinum"})

@@ -6,13 +6,14 @@ import os
 import re
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SettingsT = TypeVar("SettingsT", bound=BaseModel)
 Tier = Literal["free", "pro", "internal"]
 LOWEST_TIER: Tier = "free"  # what a caller whose tier is unknown gets (OAuth callers: docs/security.md)
+TIER_ORDER: tuple[Tier, ...] = ("free", "pro", "internal")  # lowest first
 ASYMMETRIC_JWT_ALGORITHMS = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 )
@@ -226,8 +227,10 @@ class McpSettings(ToolSettings):
     oauth_scope_prefix: str = ""
     oauth_user_claim: str = "sub"  # the claim that becomes the caller's user id
     # The claim naming the caller's tier (the stack's own authorization server sets "tier"); empty: every OAuth
-    # caller is free.
+    # caller is free. With OAUTH_TIER_MAP (an external issuer: value=tier pairs, comma-separated), the claim's
+    # value, or any of its values, maps to a tier: the highest mapped, the lowest tier when absent or unmapped.
     oauth_tier_claim: str = ""
+    oauth_tier_map: str = ""
     # The stack's own authorization server: the SSM parameter holding this endpoint's URL (the template writes
     # it: the function cannot be told its own Function URL), the audience its tokens must name; read once.
     # OAUTH_RESOURCE, when set, is used instead. Never the request's Host.
@@ -291,6 +294,7 @@ class McpSettings(ToolSettings):
         unsafe = set(self._split(self.oauth_algorithms)) - ASYMMETRIC_JWT_ALGORITHMS
         if unsafe or not self._split(self.oauth_algorithms):
             raise ValueError(f"OAUTH_ALGORITHMS must be a non-empty subset of {sorted(ASYMMETRIC_JWT_ALGORITHMS)}")
+        tier_map(self.oauth_tier_map, "OAUTH_TIER_MAP")
         return self
 
     def oauth_list(self, name: str) -> list[str]:
@@ -391,7 +395,9 @@ class AuthorizationServerSettings(Settings):
     # the client that started the flow, so an app that intercepts the scheme cannot redeem it.
     authorization_native_redirect_uris: str = "cursor://anysphere.cursor-mcp/oauth/callback"
     access_token_seconds: int = Field(default=600, ge=60, le=3600)
-    refresh_token_seconds: int = Field(default=30 * 86400, ge=3600)
+    # A grant (the refresh tokens of one consent) ends this long after the consent, however often it is
+    # refreshed: the user signs in again. Template parameter AuthorizationGrantDays.
+    authorization_grant_days: int = Field(default=30, ge=1, le=365)
     authorization_code_seconds: int = Field(default=60, ge=10, le=600)
     # A registration not used for this long expires (its client then gets invalid_client and registers again).
     client_idle_seconds: int = Field(default=30 * 86400, ge=3600)
@@ -412,9 +418,12 @@ class AuthorizationServerSettings(Settings):
     # group=tier pairs, comma-separated (e.g. "paying=pro,staff=internal"); a user in no listed group is free.
     upstream_tier_map: str = ""
 
+    @property
+    def grant_seconds(self) -> int:
+        return self.authorization_grant_days * 86400
+
     def tier_map(self) -> dict[str, Tier]:
-        pairs = (item.partition("=") for item in self.upstream_tier_map.split(",") if item.strip())
-        return {group.strip(): tier.strip() for group, _, tier in pairs}  # type: ignore[misc]
+        return tier_map(self.upstream_tier_map, "UPSTREAM_TIER_MAP")
 
     def listed(self, name: str) -> tuple[str, ...]:
         """A comma-separated setting (resources, redirect_hosts, native_redirect_uris) as a tuple."""
@@ -423,11 +432,29 @@ class AuthorizationServerSettings(Settings):
 
     @model_validator(mode="after")
     def _tier_map_names_tiers(self) -> AuthorizationServerSettings:
-        for item in filter(str.strip, self.upstream_tier_map.split(",")):
-            group, _, tier = item.partition("=")
-            if not group.strip() or tier.strip() not in ("free", "pro", "internal"):
-                raise ValueError(f"UPSTREAM_TIER_MAP: {item!r} must be group=free|pro|internal")
+        self.tier_map()
         return self
+
+
+def tier_map(pairs: str, name: str) -> dict[str, Tier]:
+    """`value=tier` pairs, comma-separated, as a dict; ValueError naming the setting for a pair that is not one."""
+    mapped: dict[str, Tier] = {}
+    for item in filter(str.strip, pairs.split(",")):
+        value, _, tier = (part.strip() for part in item.partition("="))
+        if not value or tier not in TIER_ORDER:
+            raise ValueError(f"{name}: {item!r} must be value=free|pro|internal")
+        mapped[value] = tier
+    return mapped
+
+
+def highest_tier(values: Any, mapping: Mapping[str, Tier]) -> Tier:
+    """The highest tier any of the values maps to (a list, or a comma-separated string); the lowest otherwise."""
+    if isinstance(values, str):
+        values = values.split(",")
+    if not isinstance(values, list):
+        return LOWEST_TIER
+    tiers = {mapping[value] for value in values if isinstance(value, str) and value in mapping}
+    return max(tiers, key=TIER_ORDER.index, default=LOWEST_TIER)
 
 
 def load_settings(model: type[SettingsT], environ: Mapping[str, str] | None = None) -> SettingsT:

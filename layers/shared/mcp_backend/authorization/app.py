@@ -22,12 +22,15 @@ cookie set with the page, and the page may not be framed.
 
 from __future__ import annotations
 
+import base64
 import hmac
 import html
 import re
 import secrets
 import threading
+import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 import anyio.to_thread
@@ -44,13 +47,13 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import BaseRoute, Route, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_backend.authorization.clients import SCOPES, Fetch, MetadataDocuments, is_metadata_url
+from mcp_backend.authorization.clients import SCOPES, Fetch, MetadataDocuments, hashed_secret, is_metadata_url
 from mcp_backend.authorization.provider import BROWSER, TRANSACTION_SECONDS, Provider
-from mcp_backend.authorization.registration import RegistrationGate, replay
+from mcp_backend.authorization.registration import RegistrationGate, read_body, replay
 from mcp_backend.authorization.resource import Resources, issuer_of
 from mcp_backend.authorization.signing import KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore, digest
-from mcp_backend.authorization.upstream import Upstream, UpstreamLoginFailed
+from mcp_backend.authorization.upstream import Upstream, UpstreamLoginFailed, UpstreamUnavailable
 from mcp_backend.config import AuthorizationServerSettings, load_settings
 from mcp_backend.netsafety import is_loopback_host
 from mcp_backend.observability import logger
@@ -109,8 +112,10 @@ class AuthorizationServer:
         documents: MetadataDocuments,
         resources: Resources | None = None,
         issuer: StackUrl | str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
+        self.clock = clock
         self.store, self.signer, self.upstream, self.documents = store, signer, upstream, documents
         self.resources = resources or Resources(settings)
         self.issuer = issuer if issuer is not None else issuer_of(settings)
@@ -140,7 +145,14 @@ class AuthorizationServer:
             if self._app is None:
                 issuer = self.issuer if isinstance(self.issuer, str) else self.issuer.value().rstrip("/")
                 provider = Provider(
-                    issuer, self.settings, self.store, self.signer, self.upstream, self.documents, self.resources
+                    issuer,
+                    self.settings,
+                    self.store,
+                    self.signer,
+                    self.upstream,
+                    self.documents,
+                    self.resources,
+                    self.clock,
                 )
                 self._app = (issuer, issuer_app(provider))
             return self._app
@@ -165,6 +177,8 @@ def issuer_app(provider: Provider) -> Starlette:
             "token_endpoint_auth_methods_supported": methods,
             "revocation_endpoint_auth_methods_supported": methods,
             "client_id_metadata_document_supported": True,
+            # Every answer to /authorize, code or error, carries `iss` (Provider.redirect).
+            "authorization_response_iss_parameter_supported": True,
         }
     )
     sdk_routes = create_auth_routes(provider, issuer, None, registration, revocation)
@@ -193,16 +207,20 @@ def issuer_app(provider: Provider) -> Starlette:
             gate = RegistrationGate(route, provider.settings, provider.store)
             routes.append(Route(path, endpoint=gate, methods=["POST", "OPTIONS"]))
         elif path == "/revoke":
-            routes.append(Route(path, endpoint=PublicClientRevocation(route), methods=["POST", "OPTIONS"]))
+            revoke = HashedSecrets(PublicClientRevocation(route.app))
+            routes.append(Route(path, endpoint=revoke, methods=["POST", "OPTIONS"]))
+        elif path == "/token":
+            token = HashedSecrets(TokenEndpoint(route.app))
+            routes.append(Route(path, endpoint=token, methods=["POST", "OPTIONS"]))
         elif path not in ("/.well-known/oauth-authorization-server", "/authorize"):
             routes.append(route)
     return Starlette(routes=routes)
 
 
 class DocumentClientAuthorization:
-    """The SDK's /authorize, told why a client ID metadata document was refused: the SDK would only say
-    "not found". 400 `invalid_request` without a redirect (RFC 6749 section 4.1.2.1: no client, no redirect);
-    the lookup is cached, so the SDK's own lookup that follows fetches nothing."""
+    """The SDK's /authorize, its error redirects naming the issuer, told why a client ID metadata document was
+    refused: the SDK would only say "not found". 400 `invalid_request` without a redirect (RFC 6749 section
+    4.1.2.1: no client, no redirect); the lookup is cached, so the SDK's own lookup that follows fetches nothing."""
 
     def __init__(self, provider: Provider) -> None:
         self.provider = provider
@@ -237,32 +255,96 @@ class DocumentClientAuthorization:
                 httponly=True,
                 samesite="lax",
             )
+        return self.with_issuer(response)
+
+    def with_issuer(self, response: Response) -> Response:
+        """The SDK's error redirects to the client, with `iss` added (RFC 9207 section 2: every authorization
+        response names the issuer). Its other redirect goes to the upstream login, which carries no `error`."""
+        location = response.headers.get("location")
+        if response.status_code != 302 or location is None:
+            return response
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(location).query)
+        if "error" in query and "iss" not in query:
+            response.headers["location"] = f"{location}&{urllib.parse.urlencode({'iss': self.provider.issuer})}"
         return response
 
 
-class PublicClientRevocation:
-    """RFC 7009 for public clients: the SDK's revocation request model requires a `client_secret` field even
-    from a client that has none, so a form without one gets an empty one (which a public client's
-    authentication ignores and a confidential client's refuses)."""
+class TokenEndpoint:
+    """The SDK's /token; a refresh whose user cannot be checked upstream right now is 503
+    `temporarily_unavailable` with Retry-After (the refresh token stays unspent), never a 500."""
 
-    def __init__(self, route: Route) -> None:
-        self.inner = route.app
+    def __init__(self, inner: ASGIApp) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.inner(scope, receive, send)
+        except UpstreamUnavailable as error:
+            logger.warning("refresh re-check unavailable", extra={"reason": str(error)})
+            answer = {"error": "temporarily_unavailable", "error_description": "the user cannot be checked now"}
+            headers = {"Cache-Control": "no-store", "Retry-After": "5"}
+            await JSONResponse(answer, status_code=503, headers=headers)(scope, receive, send)
+
+
+class FormRewrite:
+    """A POST form handed to the SDK's handler rewritten (`rewrite`); a body over 64 KiB is 413."""
+
+    def __init__(self, inner: ASGIApp) -> None:
+        self.inner = inner
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("method") != "POST":
             await self.inner(scope, receive, send)
             return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > 64 * 1024:
-                await JSONResponse({"error": "invalid_request"}, status_code=413)(scope, receive, send)
-                return
+        body = await read_body(receive, 64 * 1024)
+        if body is None:
+            await JSONResponse({"error": "invalid_request"}, status_code=413)(scope, receive, send)
+            return
+        scope, body = self.rewrite(scope, body)
+        await self.inner(scope, replay(body, receive), send)
+
+    def rewrite(self, scope: Scope, body: bytes) -> tuple[Scope, bytes]:
+        raise NotImplementedError
+
+
+class PublicClientRevocation(FormRewrite):
+    """RFC 7009 for public clients: the SDK's revocation request model requires a `client_secret` field even
+    from a client that has none, so a form without one gets an empty one (which a public client's
+    authentication ignores and a confidential client's refuses)."""
+
+    def rewrite(self, scope: Scope, body: bytes) -> tuple[Scope, bytes]:
         if "client_secret" not in urllib.parse.parse_qs(body.decode("latin-1")):
             body += b"&client_secret=" if body else b"client_secret="
-        await self.inner(scope, replay(body, receive), send)
+        return scope, body
+
+
+class HashedSecrets(FormRewrite):
+    """The table keeps a client secret's sha256 only (clients.hashed_secret), and the SDK compares the stored
+    value with the presented one: so the presented secret, in the form or in HTTP Basic, reaches the SDK
+    hashed. A public client's empty secret stays empty."""
+
+    def rewrite(self, scope: Scope, body: bytes) -> tuple[Scope, bytes]:
+        form = urllib.parse.parse_qsl(body.decode("latin-1"), keep_blank_values=True)
+        if any(name == "client_secret" and value for name, value in form):
+            hashed = [(n, hashed_secret(v) if n == "client_secret" and v else v) for n, v in form]
+            body = urllib.parse.urlencode(hashed).encode("latin-1")
+        headers = [(k, basic_hashed(v) if k == b"authorization" else v) for k, v in scope.get("headers", [])]
+        return {**scope, "headers": headers}, body
+
+
+def basic_hashed(value: bytes) -> bytes:
+    """An HTTP Basic header with its password hashed (RFC 6749 section 2.3.1: both parts form-urlencoded);
+    anything else unchanged, for the SDK to refuse."""
+    if not value.startswith(b"Basic "):
+        return value
+    try:
+        client_id, separator, secret = base64.b64decode(value[6:], validate=True).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return value
+    if not separator or not secret:
+        return value
+    hashed = hashed_secret(urllib.parse.unquote(secret))
+    return b"Basic " + base64.b64encode(f"{client_id}:{hashed}".encode())
 
 
 class ConsentPages:

@@ -19,13 +19,18 @@ client's, and a document on one host sending codes to another would make that li
 `CACHE_SECONDS`; a refused or unreachable one is remembered, with the reason, for `FAILURE_CACHE_SECONDS`, so
 a failing host costs one fetch per instance and window.
 
+An operator's client (`python -m mcp_backend.authorization clients add`) has an `op-` id, fixed redirect URIs
+and never expires; a confidential one gets a secret, shown once and stored by its sha256 only.
+
 Scopes: a client is only ever granted scopes this server knows (`SCOPES`), whatever its registration or
 document lists; the rest are ignored (RFC 6749 section 3.3), and a request left with none is `invalid_scope`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import secrets
 import threading
 import time
 import urllib.parse
@@ -114,6 +119,35 @@ class Client(OAuthClientInformationFull):
         if not granted:
             raise InvalidScopeError(f"no requested scope is one this server grants this client ({' '.join(allowed)})")
         return granted
+
+
+OPERATOR_PREFIX = "op-"  # registration ids are the SDK's UUIDs: an operator's client never looks like one
+
+
+def operator_client(name: str, redirect_uris: list[str], auth_method: str) -> tuple[Client, str | None]:
+    """A new operator's client and its secret (None for a public client, auth_method `none`); the client holds
+    the secret's sha256 only. RejectedClient for a redirect URI no client may register."""
+    check_redirect_uris(redirect_uris, ())
+    secret = None if auth_method == "none" else secrets.token_urlsafe(32)
+    client = Client.model_validate(
+        {
+            "client_id": f"{OPERATOR_PREFIX}{secrets.token_urlsafe(16)}",
+            "client_name": name,
+            "redirect_uris": redirect_uris,
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "scope": " ".join(SCOPES),
+            "token_endpoint_auth_method": auth_method,
+            "client_secret": hashed_secret(secret) if secret else None,
+            "client_id_issued_at": int(time.time()),
+        }
+    )
+    return client, secret
+
+
+def hashed_secret(secret: str) -> str:
+    """What the table keeps of a client secret, and what a presented one is compared as (app.HashedSecrets)."""
+    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 def is_metadata_url(client_id: str) -> bool:
