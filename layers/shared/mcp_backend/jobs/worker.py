@@ -30,18 +30,18 @@ from functools import partial
 from typing import Any, Protocol
 
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-from aws_lambda_powertools.utilities.idempotency.exceptions import (
-    IdempotencyAlreadyInProgressError,
-    IdempotencyPersistenceLayerError,
-    IdempotencyValidationError,
-)
 from aws_lambda_powertools.utilities.parser import parse
 from pydantic import ValidationError
 
 from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import WorkerSettings
-from mcp_backend.idempotency import RunOnce
+from mcp_backend.idempotency import (
+    IdempotencyAlreadyInProgressError,
+    IdempotencyPersistenceLayerError,
+    IdempotencyValidationError,
+    RunOnce,
+)
 from mcp_backend.jobs.errors import (
     JobCancelled,
     JobOwnershipError,
