@@ -97,11 +97,11 @@ def span_record(span: ReadableSpan, resource: dict[str, Any]) -> dict[str, Any]:
 
 
 def start_recording(path: Path, mode: str) -> None:
-    """Spans of this process go to `path` from now on, and the functions' tracing (mcp_backend.tracing) is on with
+    """Spans of this process go to `path` from now on, and the functions' tracing (mcp_backend.tracing.setup) is on with
     `mode`: the provider is set once per process (OpenTelemetry allows one), the file per stack."""
     shared_layer.put_on_path()  # the functions' tracing lives in the layer, not on make dev's own path
-    from mcp_backend import tracing
     from mcp_backend.config import TracingSettings
+    from mcp_backend.tracing import setup as tracing
 
     global _attached
     with _INSTALLED:
@@ -120,7 +120,7 @@ def start_recording(path: Path, mode: str) -> None:
 
 
 def stop_recording() -> None:
-    from mcp_backend import tracing
+    from mcp_backend.tracing import setup as tracing
 
     _LINES.path = None
     tracing.reset()

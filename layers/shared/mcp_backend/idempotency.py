@@ -5,9 +5,9 @@ Jobs are keyed on jobId and validated against the job's fingerprint, with the jo
 (jobs/run_records.py); stream records on their position in the stream, in IdempotencyTable.
 
 Every other module takes Powertools' idempotency names from here: the package's `__init__` imports its DynamoDB
-persistence layer, and with it boto3, which is most of a worker's import (docs/benchmarks.md, "Cold start by
-function"). Here it is deferred: the submodules below import without it, and the DynamoDB layer loads with the
-first record a consumer runs once.
+persistence layer, and with it boto3, which is most of a worker's import (docs/benchmarks.md, "Functions: cold
+import and what each loads"). Here it is deferred: the submodules below import without it, and the DynamoDB
+layer loads with the first record a consumer runs once.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ from mcp_backend.observability import CurrentStdoutHandler, logger, tool_runs
 from mcp_backend.ratelimit import InFlightSlots, LeaseAhead, RateDecision, RequestRateLimiter, SlotLease, in_background
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.table import TOOLS, Tool
-from mcp_backend.tracing import configure as configure_tracing
+from mcp_backend.tracing.setup import configure as configure_tracing
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
