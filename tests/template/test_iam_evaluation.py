@@ -683,7 +683,7 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             ("logs:PutLogEvents", f"{log_group}:log-stream:x", {}),
         ]
         found += [("xray:PutTraceSegments", "*", {}), ("xray:PutTelemetryRecords", "*", {})]
-    if stack.parameters.get("Tracing") == "xray":  # mcp_backend/tracing.py: spans to X-Ray's OTLP endpoint
+    if stack.parameters.get("Tracing") == "xray":  # mcp_backend/tracing/otlp_export.py: spans to X-Ray's OTLP endpoint
         for function in TRACED_FUNCTIONS:
             calls[function].append(("xray:PutSpans", "*", {}))
     return without_absent_parts(stack, calls)

@@ -33,7 +33,7 @@ from mcp_backend.jobs.results import ResultObjects, result_text
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.observability import count_limit_refusal, logger
 from mcp_backend.quotas import JobQuota, QuotaExceeded
-from mcp_backend.tracing import annotate, span
+from mcp_backend.tracing.spans import annotate, span
 
 SEND_BATCH_LIMIT = 10  # SendMessageBatch entries per call
 SEND_RETRY_BASE_SECONDS = 0.05

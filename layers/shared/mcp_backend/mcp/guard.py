@@ -32,7 +32,7 @@ from mcp_backend.observability import count_limit_refusal, count_refusal, logger
 from mcp_backend.ratelimit import SLOT_RETRY_AFTER_SECONDS, RateDecision, RateLimitUnavailable
 from mcp_backend.stack_urls import StackUrl, StackUrlUnavailable
 from mcp_backend.tools.table import Access
-from mcp_backend.tracing import annotate, span
+from mcp_backend.tracing.spans import annotate, span
 
 PRINCIPAL_SCOPE_KEY = "mcp_backend.principal"
 HEADERS_SCOPE_KEY = "mcp_backend.headers"

@@ -61,7 +61,7 @@ from mcp_backend.tools.prompts import PROMPTS
 from mcp_backend.tools.resources import RESOURCES
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.table import TOOLS, Tool, servable_tools
-from mcp_backend.tracing import configure as configure_tracing
+from mcp_backend.tracing.setup import configure as configure_tracing
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
