@@ -23,6 +23,7 @@ from botocore.credentials import Credentials
 from starlette.responses import JSONResponse
 
 from devstack.front_doors.function_urls import REQUEST_CONTEXT_HEADER
+from devstack.stack.resources import LOCAL_ACCOUNT
 
 _AUTHORIZATION = re.compile(
     r"^AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/(?P<service>[^/]+)/aws4_request,"
@@ -52,6 +53,18 @@ class IamCaller:
                 "userId": self.caller_id,
             }
         }
+
+
+# The stack's test credentials (access key and secret "local", as every local client is given) sign as one local
+# agent role.
+LOCAL_IAM_CALLERS = {
+    "local": IamCaller(
+        secret_key="local",  # noqa: S106 - the local stack's fixed test credentials, not a secret
+        account_id=LOCAL_ACCOUNT,
+        user_arn=f"arn:aws:sts::{LOCAL_ACCOUNT}:assumed-role/local-agent/local",
+        caller_id="AROALOCALAGENT:local",
+    )
+}
 
 
 class SigV4Verified:

@@ -80,7 +80,9 @@ def test_a_signed_request_reaches_the_app_as_the_callers_role_with_its_mapped_ti
 
 
 @pytest.mark.parametrize(
-    "auth", [None, SigV4("AKIDLOCALAGENT", "wrong-secret"), SigV4("AKIDUNKNOWN", "agent-secret")], ids=str
+    "auth",
+    [None, SigV4("AKIDLOCALAGENT", "wrong-secret"), SigV4("AKIDUNKNOWN", "agent-secret")],
+    ids=["unsigned", "wrong-secret", "unknown-key"],
 )
 def test_an_unsigned_or_wrongly_signed_request_is_refused_with_403(auth):
     # Given no signature, a signature with the wrong secret, or an unknown key
