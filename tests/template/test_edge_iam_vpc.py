@@ -61,7 +61,7 @@ def test_without_the_options_none_of_their_resources_exist():
     assert {"EdgeOriginSecret", "McpServerIamUrl", "DataKeyUse", "EdgeDnsRecord"}.isdisjoint(created)
     # And the endpoint checks no origin header and knows no IAM callers
     variables = mcp_variables(Evaluation())
-    assert "EDGE_ORIGIN_SECRET_ID" not in variables and "IAM_CALLER_TIERS" not in variables
+    assert {"EDGE_ORIGIN_SECRET_ID", "IAM_CALLERS", "IAM_CALLER_TIERS"}.isdisjoint(variables)
 
 
 def test_the_edge_streams_uncached_through_the_web_acl_with_the_secret_origin_header():
@@ -145,6 +145,7 @@ def test_iam_callers_get_an_aws_iam_url_on_its_own_alias_open_to_the_named_princ
     assert grants[0]["FunctionUrlAuthType"] == "AWS_IAM" and grants[1]["InvokedViaFunctionUrl"] is True
     # And the endpoint gets the tier map
     assert mcp_variables(evaluation)["IAM_CALLER_TIERS"] == IAM["IamCallerTiers"]
+    assert mcp_variables(evaluation)["IAM_CALLERS"] == "true"
 
 
 def test_every_function_runs_in_the_given_subnets_and_security_groups():
