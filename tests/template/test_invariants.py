@@ -407,8 +407,12 @@ def test_mcp_server_streams_through_the_web_adapter_on_a_function_url():
     assert variables["PORT"]
     urls = {logical_id: u["Properties"] for logical_id, u in of_type("AWS::Lambda::Url").items()}
     assert (urls["McpServerUrl"]["AuthType"], urls["McpServerUrl"]["InvokeMode"]) == ("NONE", "RESPONSE_STREAM")
+    # IamCallers=Enabled: the same endpoint on its AWS_IAM URL, streaming as well.
+    iam_url = urls["McpServerIamUrl"]
+    assert (iam_url["AuthType"], iam_url["InvokeMode"]) == ("AWS_IAM", "RESPONSE_STREAM")
     # The other (the optional authorization server's) answers small pages and JSON: buffered.
-    assert {u["InvokeMode"] for name, u in urls.items() if name != "McpServerUrl"} <= {"BUFFERED"}
+    endpoint_urls = {"McpServerUrl", "McpServerIamUrl"}
+    assert {u["InvokeMode"] for name, u in urls.items() if name not in endpoint_urls} <= {"BUFFERED"}
 
 
 def test_one_architecture_parameter_sets_every_function_the_layer_and_the_published_layers():
@@ -438,6 +442,8 @@ def test_the_api_key_secret_is_read_by_the_mcp_server_and_written_only_by_the_de
         if "secretsmanager:GetSecretValue" in as_list(statement["Action"])
         # the authorization server reads only the upstream client's secret, named by its own parameter
         and statement["Resource"] != {"Ref": "UpstreamClientSecretArn"}
+        # Edge=CloudFront: the endpoint reads the origin header's value (mcp_backend.mcp.edge_origin)
+        and statement["Resource"] != {"Ref": "EdgeOriginSecret"}
     ]
     assert sorted(role for role, _ in readers) == ["McpServerRole", "SelfProbeKeyIssuerRole"]
     assert all(statement["Resource"] == {"Ref": "ApiKeysSecret"} for _, statement in readers)
@@ -561,7 +567,8 @@ DISPOSABLE_STORES = {
     "IdempotencyTable",
     "RateLimitTable",
     "AlertWindowTable",
-}  # dedup records, counters, alert windows: TTL
+    "EdgeOriginSecret",
+}  # dedup records, counters, alert windows: TTL; the origin header's value, made anew with the edge
 
 
 def test_every_data_store_survives_deleting_or_replacing_the_stack():
@@ -590,6 +597,7 @@ def test_every_parameter_is_in_exactly_one_group_and_the_groups_follow_the_templ
         "Call log and event streams",
         "Probes",
         "MCP endpoint",
+        "Edge, IAM callers, VPC and keys",
         "Alarms and alerts",
     ]
 

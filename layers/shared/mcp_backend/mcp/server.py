@@ -1,6 +1,7 @@
 """The MCP endpoint as one ASGI app: `uvicorn --factory mcp_backend.mcp.server:create_app`.
 
-Layers, outermost first: RequestTelemetry (correlation id, cold start) -> McpHttpGuard (host, origin,
+Layers, outermost first: RequestTelemetry (correlation id, cold start) -> EdgeOnly (Edge=CloudFront: 403 for a
+request that did not come through the distribution) -> McpHttpGuard (host, origin,
 405, auth, 415, event-stream hygiene) -> ResponseModes (JSON for answers ready at once, a tools/list alike
 but for its id answered as before, an event stream for calls that report progress) -> the SDK's stateless
 Streamable HTTP apps (both protocol eras) -> SDK middleware StrictArguments and ToolCallTelemetry -> the SDK's
@@ -39,8 +40,10 @@ from mcp_backend.aws import AwsClients, ClientFactory, LazyClient
 from mcp_backend.calllog.shipper import RecordShipper
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import McpSettings, Tier, load_settings
+from mcp_backend.mcp import edge_origin
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
+from mcp_backend.mcp.edge_origin import EdgeOnly, EdgeOriginCheck
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard, holds_a_call_slot
 from mcp_backend.mcp.icons import SERVER_ICONS
 from mcp_backend.mcp.internal_errors import InternalErrorsWithoutText
@@ -190,6 +193,7 @@ def create_app(
     *,
     rate_limit_clock: Callable[[], float] = time.time,
     lease_ahead: LeaseAhead = in_background,
+    edge_check: EdgeOriginCheck | None = None,
 ) -> ASGIApp:
     """Build the endpoint. Settings default to the environment (the McpServer function's template entry);
     AWS clients are created on first use, from `client_factory` when given, else boto3. The rate limiter's clock
@@ -262,7 +266,11 @@ def create_app(
     )
     # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached
     # (https://github.com/aws-samples/graceful-shutdown-with-aws-lambda): pending call-log records go out then.
-    guarded = with_after_restore_hook(guard, settings.aws_lwa_snapstart_after_restore_path, authenticator)
+    # Edge=CloudFront: off-edge requests are refused before the guard (mcp_backend.mcp.edge_origin).
+    if edge_check is None:
+        edge_check = edge_origin.from_settings(settings.edge_origin_secret_id, settings.api_keys_cache_seconds)
+    edge_only = EdgeOnly(guard, edge_check)
+    guarded = with_after_restore_hook(edge_only, settings.aws_lwa_snapstart_after_restore_path, authenticator)
     app = RequestTelemetry(
         # With tracing off (the default) no span middleware is in the request's path at all.
         TracedRequests(guarded) if configure_tracing() else guarded,
