@@ -73,6 +73,9 @@ class Tool:
     reaches_network: bool = False
     # Checks a job's input for its caller before the job is queued (raises a ToolError): a refusal writes nothing.
     admit: Callable[[Any, ToolContext], None] | None = None
+    # Before a job of it is queued: the question the user must confirm for this input (a large or costly run),
+    # or None to queue it at once. Asked through the 2026-07-28 multi-round-trip request (mcp_backend.mcp.asking).
+    confirm: Callable[[Any], str | None] | None = None
 
     def __post_init__(self) -> None:
         if self.access is Access.READ and self.effect is not Effect.NONE:
@@ -158,6 +161,7 @@ TOOLS: dict[str, Tool] = {
             services=frozenset(),
             effect=Effect.NONE,  # reads the dataset, writes nothing
             admit=analyze_dataset.admit,
+            confirm=analyze_dataset.confirmation_question,
         ),
         Tool(
             name="register_endpoint",
