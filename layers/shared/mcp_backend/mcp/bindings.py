@@ -172,6 +172,7 @@ class Binding:
     annotations: ToolAnnotations
     schema_model: type[BaseModel] | None = None  # the published inputSchema, when stricter than input_model
     execution: ToolExecution | None = None  # whether a 2025-11-25 client may call it as a task
+    ui_resource_uri: str | None = None  # the MCP Apps view of its result (`_meta.ui.resourceUri`)
 
 
 class ToolBindings:
@@ -232,6 +233,7 @@ class ToolBindings:
                         annotations=binding.annotations,
                         execution=binding.execution,
                         icons=TOOL_ICONS,
+                        meta={"ui": {"resourceUri": binding.ui_resource_uri}} if binding.ui_resource_uri else None,
                     )
                     for binding in self.bindings
                 ],
@@ -310,6 +312,7 @@ class ToolBindings:
             tool.output_model,
             tool_annotations(name, tool.access, tool.effect, tool.reaches_network),
             execution=task_execution(tool),
+            ui_resource_uri=tool.ui_resource_uri,
         )
 
     def _submit_bindings(self, tool: Tool) -> list[Binding]:
