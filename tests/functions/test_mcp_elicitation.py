@@ -6,6 +6,7 @@ tampered, expired or foreign state and an answer that does not fit the form are 
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 import anyio
@@ -22,6 +23,7 @@ from tests.unit.endpoint_fakes import EveryoneIs, ServedInProcess
 STATELESS_ERA = "2026-07-28"
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 ALICE = "user-alice"
+TASKS = "io.modelcontextprotocol/tasks"
 LARGE = {"dataset_url": "https://data.example.com/big.csv", "options": {"max_rows": 500_000}}
 SMALL = {"dataset_url": "https://data.example.com/small.csv", "options": {"max_rows": 1_000}}
 ACCEPTED = {"confirm": {"action": "accept", "content": {"confirm": True}}}
@@ -43,9 +45,21 @@ def call(arguments: dict[str, Any], extra: dict[str, Any] | None = None, version
     return {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}
 
 
+def task_request(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A 2026-07-28 request of a client that declares the Tasks extension."""
+    capabilities: dict[str, Any] = {"extensions": {TASKS: {}}}
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": STATELESS_ERA,
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    }
+    return {"jsonrpc": "2.0", "id": 9, "method": method, "params": {**params, "_meta": meta}}
+
+
 async def post(app: ASGIApp, body: dict[str, Any], version: str = STATELESS_ERA) -> tuple[int, dict[str, Any]]:
     headers = {**HEADERS, "authorization": "Bearer key", "mcp-protocol-version": version}
-    headers |= {"mcp-method": "tools/call", "mcp-name": body["params"]["name"]}
+    headers["mcp-method"] = body["method"]
+    if body["method"] == "tools/call":
+        headers["mcp-name"] = body["params"]["name"]
     async with ServedInProcess(app) as client:
         response = await client.post("/mcp", json=body, headers=headers)
     return response.status_code, response.json()
@@ -192,3 +206,75 @@ def test_without_a_readable_key_the_tool_that_asks_answers_a_clear_error(setting
     assert status == 200 and answer["result"]["isError"] is True
     assert "cannot ask" in answer["result"]["content"][0]["text"]
     assert replay_status == 400 and replayed["error"]["code"] == -32602
+
+
+def acknowledged(answer: dict[str, Any]) -> bool:
+    """An empty result: nothing but the envelope every 2026-07-28 result carries."""
+    return "result" in answer and set(answer["result"]) <= {"resultType", "_meta"}
+
+
+def queued_messages(settings: McpSettings) -> list[str]:
+    """The job ids of the messages in JobQueue now."""
+    sqs = boto3.client("sqs")
+    received = sqs.receive_message(
+        QueueUrl=settings.job_queue_url, MaxNumberOfMessages=10, VisibilityTimeout=0, WaitTimeSeconds=0
+    )
+    return [json.loads(message["Body"])["jobId"] for message in received.get("Messages", [])]
+
+
+def test_a_task_that_asks_waits_in_input_required_until_tasks_update_confirms_it(settings):
+    # Given a client that declares the Tasks extension, calling the large analysis as a task
+    [(_, created)] = exchange(
+        (app_of(settings), task_request("tools/call", {"name": "analyze_dataset", "arguments": LARGE}))
+    )
+    task_id = created["result"]["taskId"]
+
+    # When it reads the task, on another environment
+    [(_, waiting)] = exchange((app_of(settings), task_request("tasks/get", {"taskId": task_id})))
+    queued_before = queued_messages(settings)
+    # And answers the question with tasks/update (on a third), and reads the task again
+    update = task_request("tasks/update", {"taskId": task_id, "inputResponses": ACCEPTED})
+    [(_, updated), (_, working)] = exchange(
+        (app_of(settings), update), (app_of(settings), task_request("tasks/get", {"taskId": task_id}))
+    )
+    # And answers it once more
+    [(_, again)] = exchange((app_of(settings), update))
+
+    # Then the task waited in input_required with the form question, and no job message was queued
+    assert created["result"]["resultType"] == "task"
+    task = waiting["result"]
+    assert task["status"] == "input_required"
+    form = task["inputRequests"]["confirm"]
+    assert form["method"] == "elicitation/create" and "500,000 rows" in form["params"]["message"]
+    assert form["params"]["requestedSchema"]["properties"]["confirm"]["type"] == "boolean"
+    assert task_id not in queued_before
+    # And the answer was acknowledged, the task went on working and its job was queued exactly once
+    assert acknowledged(updated) and acknowledged(again)
+    assert working["result"]["status"] == "working"
+    assert queued_messages(settings).count(task_id) == 1
+
+
+def test_a_declined_task_is_cancelled_and_a_bad_answer_is_invalid_params(settings):
+    # Given two tasks waiting for their user's answer
+    body = task_request("tools/call", {"name": "analyze_dataset", "arguments": LARGE})
+    [(_, first), (_, second)] = exchange((app_of(settings), body), (app_of(settings), body))
+    declined, malformed = first["result"]["taskId"], second["result"]["taskId"]
+
+    # When the user declines one, and answers the other with a value that does not fit the form
+    no = {"confirm": {"action": "decline"}}
+    bad = {"confirm": {"action": "accept", "content": {"confirm": "yes"}}}
+    answers = exchange(
+        (app_of(settings), task_request("tasks/update", {"taskId": declined, "inputResponses": no})),
+        (app_of(settings), task_request("tasks/update", {"taskId": malformed, "inputResponses": bad})),
+        (app_of(settings), task_request("tasks/get", {"taskId": declined})),
+        (app_of(settings), task_request("tasks/get", {"taskId": malformed})),
+    )
+
+    # Then the declined task is cancelled, the bad answer is -32602 and its task still waits
+    (_, ack), (bad_status, refused), (_, cancelled), (_, waiting) = answers
+    assert acknowledged(ack)
+    assert bad_status == 400 and refused["error"]["code"] == -32602
+    assert "inputResponses.confirm" in refused["error"]["message"]
+    assert cancelled["result"]["status"] == "cancelled"
+    assert waiting["result"]["status"] == "input_required"
+    assert declined not in queued_messages(settings) and malformed not in queued_messages(settings)

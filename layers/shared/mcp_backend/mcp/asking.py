@@ -51,6 +51,27 @@ class _Confirmation(BaseModel):
     confirm: bool
 
 
+def confirm_request(question: str) -> ElicitRequest:
+    """The form elicitation that asks `question`: one required boolean, `confirm`."""
+    return ElicitRequest(params=ElicitRequestFormParams(message=question, requested_schema=CONFIRM_SCHEMA))
+
+
+def confirmed(responses: Any) -> bool:
+    """Whether `inputResponses` confirm (accept with `confirm: true`); False when declined, cancelled or
+    `confirm: false`. MCPError -32602 when the answer is missing or does not match the requested schema."""
+    answer = responses.get(CONFIRM) if isinstance(responses, Mapping) else None
+    try:
+        result = ElicitResult.model_validate(answer)
+        accepted = result.action == "accept" and _Confirmation.model_validate(result.content or {}).confirm
+    except ValidationError:
+        raise MCPError(
+            INVALID_PARAMS,
+            f"inputResponses.{CONFIRM} must be an elicitation result whose content matches the requested schema "
+            f'(an object with a boolean "{CONFIRM}")',
+        ) from None
+    return accepted
+
+
 def confirmation(
     ctx_params: Mapping[str, Any] | None, protocol_version: str | None, question: str, key: SharedRequestStateKey
 ) -> InputRequiredResult | None:
@@ -63,28 +84,9 @@ def confirmation(
     if state is None:
         if not key.available():
             raise NotConfirmed("This analysis needs your confirmation, and the endpoint cannot ask for it now.")
-        return InputRequiredResult(
-            input_requests={
-                CONFIRM: ElicitRequest(
-                    params=ElicitRequestFormParams(message=question, requested_schema=CONFIRM_SCHEMA)
-                )
-            },
-            request_state=CONFIRM_STATE,
-        )
+        return InputRequiredResult(input_requests={CONFIRM: confirm_request(question)}, request_state=CONFIRM_STATE)
     if state != CONFIRM_STATE:  # sealed by this endpoint, yet not a question this tool asks
         raise MCPError(INVALID_PARAMS, "Invalid or expired requestState", data={"reason": "invalid_request_state"})
-    responses = params.get("inputResponses")
-    answer = responses.get(CONFIRM) if isinstance(responses, Mapping) else None
-    try:
-        result = ElicitResult.model_validate(answer)
-        if result.action == "accept":
-            accepted = _Confirmation.model_validate(result.content or {}).confirm
-    except ValidationError:
-        raise MCPError(
-            INVALID_PARAMS,
-            f"inputResponses.{CONFIRM} must be an elicitation result whose content matches the requested schema "
-            f'(an object with a boolean "{CONFIRM}")',
-        ) from None
-    if result.action != "accept" or not accepted:
+    if not confirmed(params.get("inputResponses")):
         raise NotConfirmed("Not confirmed: no job was queued.")
     return None
