@@ -278,3 +278,25 @@ def test_a_declined_task_is_cancelled_and_a_bad_answer_is_invalid_params(setting
     assert cancelled["result"]["status"] == "cancelled"
     assert waiting["result"]["status"] == "input_required"
     assert declined not in queued_messages(settings) and malformed not in queued_messages(settings)
+
+
+def test_a_2025_era_client_is_not_asked_and_its_large_analysis_is_queued(settings):
+    # Given a 2025-11-25 client (no multi-round-trip request, no back channel on this stateless endpoint)
+    body = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {"name": "submit_analysis", "arguments": LARGE},
+    }
+
+    # When it submits a large analysis
+    async def scenario() -> tuple[int, dict[str, Any]]:
+        return await post(app_of(settings), body, version="2025-11-25")
+
+    status, answer = anyio.run(scenario)
+
+    # Then the job is queued as before, without a question
+    assert status == 200
+    assert answer["result"].get("resultType", "complete") == "complete"
+    assert answer["result"]["structuredContent"]["status"] == "PENDING"
+    assert answer["result"]["structuredContent"]["jobId"] in queued_messages(settings)
