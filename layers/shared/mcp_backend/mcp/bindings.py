@@ -320,7 +320,7 @@ class ToolBindings:
 
         async def submit(ctx: ServerContext, arguments: dict[str, Any]) -> dict[str, Any]:
             caller = _caller(ctx)
-            self._confirmed(ctx, self.submissions.tools[name], one, arguments)
+            await self._confirmed(ctx, self.submissions.tools[name], one, arguments)
             return await run_in_worker_thread(reported, self.submissions.submit, caller, name, arguments)
 
         async def submit_many(ctx: ServerContext, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -355,7 +355,9 @@ class ToolBindings:
             ),
         ]
 
-    def _confirmed(self, ctx: ServerContext, tool: Tool, model: type[BaseModel], arguments: dict[str, Any]) -> None:
+    async def _confirmed(
+        self, ctx: ServerContext, tool: Tool, model: type[BaseModel], arguments: dict[str, Any]
+    ) -> None:
         """Returns once the call may go on: nothing to confirm, or its user confirmed. Else AskUser (the question
         still to ask), ToolCallFailed (declined, or the endpoint cannot ask) or MCPError (a malformed answer)."""
         if tool.confirm is None:
@@ -367,7 +369,10 @@ class ToolBindings:
         if question is None:
             return
         try:
-            asked = confirmation(ctx.params, ctx.protocol_version, question, self.request_state_key)
+            # In a worker thread: the first ask of an environment reads the shared key (a network call).
+            asked = await run_in_worker_thread(
+                confirmation, ctx.params, ctx.protocol_version, question, self.request_state_key
+            )
         except NotConfirmed as refused:
             raise ToolCallFailed(f"NotConfirmed: {refused}") from None
         if asked is not None:
