@@ -79,6 +79,7 @@ EXCEPTIONS = {
     "ArtifactsBucketStack": "DescribeStacks of SAM's shared bootstrap stack, to find the artifacts bucket",
     "ValidateTemplates": "cloudformation:ValidateTemplate has no resource type",
     "ListStacks": "cloudformation:ListStacks has no resource type; make deploy checks stack names with it",
+    "GenerateSecretValues": "secretsmanager:GetRandomPassword has no resource type (GenerateSecretString)",
     "VerifyDeployedReads": "make verify-deployed: iam:ListRoles has no resource type, a key's ARN is random; read only",
     "ArtifactsBucketLocation": "s3:GetBucketLocation reads the shared bucket's region, no object",
     "ReadEventSourceMappings": "Get/ListEventSourceMappings have no resource type or condition key",
@@ -247,6 +248,7 @@ def test_only_actions_without_resource_types_are_granted_on_every_resource_witho
     assert unscoped == {
         "ValidateTemplates",
         "ListStacks",
+        "GenerateSecretValues",
         "VerifyDeployedReads",
         "ReadEventSourceMappings",
         "DescribeLogGroups",
@@ -257,8 +259,11 @@ def test_only_actions_without_resource_types_are_granted_on_every_resource_witho
 def test_the_secret_and_the_artifacts_are_this_stacks_only():
     # The API key secret is named <stack>/api-keys by the template; the role matches it and its 6-character suffix
     assert RESOURCES["ApiKeysSecret"]["Properties"]["Name"] == {"Fn::Sub": "${AWS::StackName}/api-keys"}
+    # (and the request-state key, <stack>/request-state-key, alike)
+    names = (":secret:${StackName}/api-keys-??????", ":secret:${StackName}/request-state-key-??????")
     for statement in granted("secretsmanager:PutSecretValue") + granted("secretsmanager:UpdateSecret"):
-        assert statement["Resource"]["Fn::Sub"].endswith(":secret:${StackName}/api-keys-??????")
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        assert all(resource["Fn::Sub"].endswith(names) for resource in resources)
     # And S3 objects only under the stack's prefix, which samconfig.toml sets to the stack name
     [upload] = granted("s3:PutObject")
     assert upload["Resource"]["Fn::Sub"].endswith("-*/${StackName}/*")

@@ -587,6 +587,7 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             ("sqs:SendMessage", arn("JobQueue"), {}),  # jobs/queue.py
             call_log,
             ("secretsmanager:GetSecretValue", arn("ApiKeysSecret"), {}),  # api_keys.py
+            ("secretsmanager:GetSecretValue", arn("RequestStateSecret"), {}),  # mcp/request_state_key.py
             *[(a, arn("MonitorTable"), {}) for a in ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")],
             ("dynamodb:Query", arn("MonitorTable"), {}),  # monitor/table.py: probe results of an endpoint
             ("dynamodb:Query", f"{arn('MonitorTable')}/index/EndpointsByOwner", {}),

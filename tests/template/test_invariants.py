@@ -444,6 +444,7 @@ def test_the_api_key_secret_is_read_by_the_mcp_server_and_written_only_by_the_de
         and statement["Resource"] != {"Ref": "UpstreamClientSecretArn"}
         # Edge=CloudFront: the endpoint reads the origin header's value (mcp_backend.mcp.edge_origin)
         and statement["Resource"] != {"Ref": "EdgeOriginSecret"}
+        and statement["Resource"] != {"Ref": "RequestStateSecret"}
     ]
     assert sorted(role for role, _ in readers) == ["McpServerRole", "SelfProbeKeyIssuerRole"]
     assert all(statement["Resource"] == {"Ref": "ApiKeysSecret"} for _, statement in readers)
@@ -454,6 +455,23 @@ def test_the_api_key_secret_is_read_by_the_mcp_server_and_written_only_by_the_de
     assert resolve(RESOURCES["SelfProbeKey"]["Properties"]["ServiceToken"]) == "arn:SelfProbeKeyIssuer.Arn"
     assert not any(role == "ProbeDispatcherRole" and "secretsmanager" in json.dumps(s) for role, s in all_statements())
     assert "ApiKeysSecretArn" in EXPANDED["Outputs"] and "McpServerUrl" in EXPANDED["Outputs"]
+
+
+def test_the_request_state_key_is_generated_at_deploy_and_read_by_the_mcp_server_only():
+    # Given the secret every McpServer environment seals requestState with, and every grant naming it
+    secret = RESOURCES["RequestStateSecret"]["Properties"]
+    grants = [
+        (role, statement) for role, statement in all_statements() if "RequestStateSecret" in json.dumps(statement)
+    ]
+    # Then CloudFormation generates it (no value in the template), long enough for the SDK's codec (>= 32 bytes)
+    assert "SecretString" not in secret and secret["GenerateSecretString"]["PasswordLength"] >= 32
+    # And only McpServer may read it, and nothing may write it
+    assert [(role, as_list(statement["Action"])) for role, statement in grants] == [
+        ("McpServerRole", ["secretsmanager:GetSecretValue"])
+    ]
+    # And McpServer is told its id
+    variables = RESOURCES["McpServer"]["Properties"]["Environment"]["Variables"]
+    assert variables["REQUEST_STATE_SECRET_ID"] == {"Ref": "RequestStateSecret"}
 
 
 def test_the_mcp_server_only_sends_jobs_and_never_reads_the_shared_dlq():
@@ -568,6 +586,8 @@ DISPOSABLE_STORES = {
     "RateLimitTable",
     "AlertWindowTable",
     "EdgeOriginSecret",
+    # The request-state key: a new stack generates a new one, and only questions open for minutes are lost.
+    "RequestStateSecret",
 }  # dedup records, counters, alert windows: TTL; the origin header's value, made anew with the edge
 
 

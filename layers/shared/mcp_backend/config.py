@@ -211,6 +211,9 @@ class McpSettings(ToolSettings):
     """The McpServer function's environment (template.yaml sets every variable)."""
 
     api_keys_secret_id: str
+    # RequestStateSecret: the key every execution environment seals and opens a multi-round-trip requestState
+    # with (mcp_backend.mcp.request_state_key); empty: no tool can ask its user anything (fail closed).
+    request_state_secret_id: str = ""
     # Per-principal request counters (mcp_backend.ratelimit); required: the endpoint does not start unlimited.
     rate_limit_table_name: str = Field(min_length=1)
     # apikey: bearer API keys only; oauth: JWT access tokens only; both: either (mcp_backend.mcp.auth).

@@ -49,6 +49,7 @@ from mcp_backend.mcp.icons import SERVER_ICONS
 from mcp_backend.mcp.internal_errors import InternalErrorsWithoutText
 from mcp_backend.mcp.prompts import PromptBindings
 from mcp_backend.mcp.request_spans import TracedRequests
+from mcp_backend.mcp.request_state_key import SharedRequestStateKey
 from mcp_backend.mcp.resources import ResourceBindings
 from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.restore_hook import with_after_restore_hook
@@ -79,7 +80,21 @@ def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str
     services = ToolServices.from_settings(settings, clients)
     offered = servable_tools(table, services.available())
     services.require([tool for tool in offered.values() if tool.runs_sync], "McpServer")
-    return ToolBindings(offered, services, settings.sync_call_deadline)
+    return ToolBindings(offered, services, settings.sync_call_deadline, request_state_key(settings, clients))
+
+
+def request_state_key(settings: McpSettings, clients: AwsClients) -> SharedRequestStateKey:
+    """RequestStateSecret, read at the first need (no part of a cold start), as ApiKeysSecret is; no secret named:
+    no key, and no tool asks (fail closed)."""
+    if not settings.request_state_secret_id:
+        return SharedRequestStateKey(None)
+    return SharedRequestStateKey(
+        SecretReader(
+            settings.request_state_secret_id,
+            settings.parameters_secrets_extension_http_port,
+            client_factory=lambda: clients("secretsmanager"),
+        )
+    )
 
 
 class TierRateLimit:
@@ -238,6 +253,7 @@ def create_app(
         resources=(resources := ResourceBindings(RESOURCES, bindings.services)),
         prompts=PromptBindings(PROMPTS, bindings.services, resources),
         icons=SERVER_ICONS,
+        request_state=bindings.request_state_key.security(SERVER_NAME),
     )
     # Host and Origin are checked by McpHttpGuard, which also knows the Function URL's wildcard host.
     transport_security = TransportSecuritySettings(enable_dns_rebinding_protection=False)

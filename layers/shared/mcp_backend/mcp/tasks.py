@@ -4,8 +4,13 @@ A client that declares the extension in a tools/call's `params._meta` clientCapa
 job-capable tool under its own name gets a task handle (`resultType: "task"`) at once: the job is enqueued
 exactly once, as submit_<tool> does, and the handle is answered only after the job's record is written (a
 consistent read finds it), so tasks/get for it succeeds from any instance. tasks/get, tasks/cancel and
-tasks/update read and write JobTable only: nothing about a task lives in the memory of the instance that
-created it, so any Lambda environment answers for any task.
+tasks/update read and write JobTable only (a confirmed task's job is then queued): nothing about a task lives in
+the memory of the instance that created it, so any Lambda environment answers for any task.
+
+A tool that wants a large run confirmed (its table entry's `confirm`) makes a task that waits in
+`input_required`: its job is recorded but held, unqueued, with the question (`inputRequests.confirm`, a form
+elicitation) on its JobTable item. tasks/update with the answer queues it (once: the write that takes the held
+message is conditional) or, declined, cancels it.
 
 A task belongs to the principal that created it: another principal's task id is "not found". A client that
 does not declare the extension gets today's behaviour (the result of the synchronous tool, or -32021 for a
@@ -33,6 +38,7 @@ from pydantic import ConfigDict, Field
 from mcp_backend.api_keys import Principal
 from mcp_backend.jobs.errors import JobAlreadyFinished, JobNotFound
 from mcp_backend.jobs.models import JOB_ID_PATTERN, JobStatus
+from mcp_backend.mcp.asking import CONFIRM, confirm_request, confirmed
 from mcp_backend.mcp.auth import ScopedPrincipal
 from mcp_backend.mcp.bindings import REPORTED_ERRORS
 from mcp_backend.mcp.guard import principal_of
@@ -159,8 +165,9 @@ class JobTasks(Extension):
         caller = task_caller(ctx)
         try:
             # The one submission policy every door applies: validation, the tool's admission, the tier's quota.
+            # A job its tool wants confirmed waits in `input_required` until tasks/update answers.
             submitted = await run_in_worker_thread(
-                self.submissions.submit, caller, tool.name, dict(params.arguments or {})
+                self.submissions.submit, caller, tool.name, dict(params.arguments or {}), True
             )
         except InvalidToolInput as error:
             raise MCPError(INVALID_PARAMS, f"{tool.name}: {error}") from None
@@ -188,10 +195,22 @@ class JobTasks(Extension):
         return {}
 
     async def update(self, ctx: ServerRequestContext[Any, Any], params: TaskUpdateParams) -> dict[str, Any]:
+        """The answer to a task's outstanding question: confirmed, its job is queued (once, whichever instance
+        answers); declined, the task is cancelled. A task with no question outstanding ignores the responses
+        and acknowledges, as the spec has it; an answer that does not fit the form is -32602."""
         _require_tasks(ctx)
-        await run_in_worker_thread(self.owned, task_caller(ctx), params.task_id)
-        # These tasks never ask for input: no key is outstanding, and the spec has the server ignore responses
-        # for keys that are not, and acknowledge.
+        caller = task_caller(ctx)
+        item = await run_in_worker_thread(self.owned, caller, params.task_id)
+        if "awaitingInput" not in item or CONFIRM not in params.input_responses:
+            return {}
+        if confirmed(params.input_responses):
+            await run_in_worker_thread(self.jobs.release, caller.user_id, params.task_id)
+            logger.info("task confirmed", extra={"job_id": params.task_id})
+        else:
+            try:
+                await run_in_worker_thread(self.jobs.cancel, caller.user_id, params.task_id)
+            except JobAlreadyFinished:  # cancelled meanwhile: nothing left to decline
+                pass
         return {}
 
     # -- the task as JobTable holds it ------------------------------------------
@@ -229,7 +248,14 @@ class JobTasks(Extension):
             "ttlMs": max(0, round((float(item["expiresAt"]) - _epoch(created)) * 1000)),
             "pollIntervalMs": POLL_INTERVAL_MS,
         }
-        if status == JobStatus.SUCCEEDED:
+        if status == JobStatus.PENDING and "awaitingInput" in item:
+            question = str(item["awaitingInput"])
+            task.update(
+                status="input_required",
+                statusMessage="Waiting for your confirmation (tasks/update).",
+                inputRequests={CONFIRM: confirm_request(question).model_dump(by_alias=True, exclude_none=True)},
+            )
+        elif status == JobStatus.SUCCEEDED:
             # The result whole when it fits one page; else its first page (one ranged read, never the whole
             # object on every poll), with the cursor get_job reads the rest with.
             first = self.jobs.page(user_id, task_id)
