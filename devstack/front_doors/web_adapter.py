@@ -20,6 +20,7 @@ concurrency answers 429 when every environment is busy (a throttle); otherwise t
 
 from __future__ import annotations
 
+import http.cookiejar
 import logging
 import socket
 import time
@@ -49,7 +50,10 @@ class FunctionUrl:
     def __init__(self, pool: FunctionPool) -> None:
         self.pool = pool
         self.settings = AdapterSettings.from_environment(pool.function.environment)
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None), follow_redirects=False)
+        # A relay keeps no cookies, as the Web Adapter keeps none: one browser's Set-Cookie must never reach the
+        # next caller's request (httpx's client would store it in its jar and send it with every later request).
+        no_cookies = http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None), follow_redirects=False, cookies=no_cookies)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
