@@ -25,7 +25,7 @@ def run_now(extend: Callable[[], None]) -> None:
 
 def instance(settings: McpSettings) -> TierCallSlots:
     """One endpoint instance's slots (DynamoDB is what instances share)."""
-    return TierCallSlots(settings, AwsClients(boto3.client), frozenset(), extend_off_path=run_now)
+    return TierCallSlots(settings, AwsClients(boto3.client), extend_off_path=run_now)
 
 
 def test_a_call_that_outlives_its_deadline_keeps_its_slot_until_it_ends(local):

@@ -78,13 +78,25 @@ PACKAGES = pytest.mark.parametrize("package", [SHARED, LOCAL_STACK], ids=["mcp_b
 # layer or below (docs/architecture.md, "Layering"). A new part goes into one of them.
 LAYERS: list[set[str]] = [
     # entry points: the MCP endpoint, the call-log telemetry extension, the authorization server
-    {"mcp", "telemetry_extension", "authorization"},
+    {"mcp", "telemetry_extension", "authorization", "doors"},
     {"tools"},  # the tool table, the tools, the job worker generated from it
     {"jobs", "probes"},  # the job pipeline's service and JobTable; probes and the endpoint registry
     {"monitor", "api_keys", "ratelimit"},  # MonitorTable's owner and consumers; the API-key and rate-limit tables
     {"calllog"},  # call-log records, the writer and shipper, the analyzer
     {"streams", "batch", "idempotency", "custom_resource"},  # handler plumbing: records, CloudFormation requests
-    {"config", "quotas", "aws", "lazy_imports", "observability", "netsafety", "validation", "snapstart", "tracing"},
+    {
+        "config",
+        "quotas",
+        "aws",
+        "lazy_imports",
+        "observability",
+        "netsafety",
+        "validation",
+        "snapstart",
+        "tracing",
+        "tiers",
+        "refusals",
+    },
 ]
 
 

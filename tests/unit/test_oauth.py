@@ -23,8 +23,8 @@ from pydantic import ValidationError
 
 from mcp_backend.api_keys import ReservedUserId, new_api_key
 from mcp_backend.config import McpSettings
-from mcp_backend.mcp.auth import ApiKeyAuthenticator
-from mcp_backend.mcp.guard import MAX_JSON_DEPTH, HostPolicy, McpHttpGuard, json_nesting_exceeds, principal_of
+from mcp_backend.mcp.auth import ApiKeyAuthenticator, current_caller
+from mcp_backend.mcp.guard import MAX_JSON_DEPTH, HostPolicy, McpHttpGuard, json_nesting_exceeds
 from mcp_backend.mcp.oauth import (
     EitherAuthenticator,
     JwksCache,
@@ -91,7 +91,7 @@ def policy(**overrides: Any) -> TokenPolicy:
 async def echo(scope, receive, send) -> None:
     """The SDK's place: answers with who the guard said is calling and what body it received."""
     body, _ = await buffered_body(receive)
-    principal = principal_of(scope)
+    principal = current_caller()
     payload = json.dumps({"userId": principal.user_id, "body": json.loads(body)}).encode()
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": payload})

@@ -10,9 +10,9 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mcp_backend.tiers import LOWEST_TIER, TIERS, Tier
+
 SettingsT = TypeVar("SettingsT", bound=BaseModel)
-Tier = Literal["free", "pro", "internal"]
-LOWEST_TIER: Tier = "free"  # what a caller whose tier is unknown gets (OAuth callers: docs/security.md)
 ASYMMETRIC_JWT_ALGORITHMS = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 )
@@ -87,8 +87,8 @@ class TierLimitSettings(Settings):
 
 
 # Each tier's settings fields, in TierLimits' order; every request asks for its caller's row.
-_LIMIT_FIELDS = {
-    tier: tuple(f"limit_{tier}_{field}" for field in TierLimits.model_fields) for tier in ("free", "pro", "internal")
+_LIMIT_FIELDS: dict[str, tuple[str, ...]] = {
+    tier: tuple(f"limit_{tier}_{field}" for field in TierLimits.model_fields) for tier in TIERS
 }
 
 
@@ -415,8 +415,8 @@ class AuthorizationServerSettings(Settings):
     def _tier_map_names_tiers(self) -> AuthorizationServerSettings:
         for item in filter(str.strip, self.upstream_tier_map.split(",")):
             group, _, tier = item.partition("=")
-            if not group.strip() or tier.strip() not in ("free", "pro", "internal"):
-                raise ValueError(f"UPSTREAM_TIER_MAP: {item!r} must be group=free|pro|internal")
+            if not group.strip() or tier.strip() not in TIERS:
+                raise ValueError(f"UPSTREAM_TIER_MAP: {item!r} must be group=" + "|".join(TIERS))
         return self
 
 

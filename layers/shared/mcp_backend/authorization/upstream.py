@@ -24,11 +24,12 @@ import httpx
 import jwt
 
 from mcp_backend.aws import botocore_errors, client_or_lazy
-from mcp_backend.config import AuthorizationServerSettings, Tier
+from mcp_backend.config import AuthorizationServerSettings
 from mcp_backend.mcp.oauth import Fetch, JwksCache, fetch_url
 from mcp_backend.netsafety import DeadlinePassed, OutboundDeadline
+from mcp_backend.tiers import TIERS, Tier
 
-TIER_ORDER: tuple[Tier, ...] = ("free", "pro", "internal")
+TIER_ORDER: tuple[Tier, ...] = TIERS
 # The token exchange as a whole (connect, TLS, headers, body): the user waits on it.
 TOKEN_DEADLINE_SECONDS = 5.0
 

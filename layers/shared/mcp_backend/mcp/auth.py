@@ -8,6 +8,7 @@ from __future__ import annotations
 import hmac
 import threading
 import time
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 import anyio.to_thread
@@ -22,6 +23,15 @@ from mcp_backend.api_keys import (
     hash_api_key,
 )
 from mcp_backend.observability import logger
+
+# Who is calling, for everything the request runs after the guard authenticated it (the SDK's handlers included:
+# their tasks start in the request's context), as the SDK's own `auth_context_var`. Set by the guard for the
+# request's serving only; None outside a request.
+CALLER: ContextVar[Principal | None] = ContextVar("mcp_backend_caller", default=None)
+
+
+def current_caller() -> Principal | None:
+    return CALLER.get()
 
 
 class Authenticator(Protocol):

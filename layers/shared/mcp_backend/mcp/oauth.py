@@ -37,12 +37,13 @@ from mcp.shared.auth import ProtectedResourceMetadata
 from pydantic import ValidationError
 
 from mcp_backend.api_keys import API_KEY_PREFIX, Principal
-from mcp_backend.config import LOWEST_TIER, McpSettings, Tier
+from mcp_backend.config import McpSettings
 from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
 from mcp_backend.mcp.scopes import METADATA_PATH
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
 from mcp_backend.netsafety import DeadlinePassed, OutboundDeadline, is_loopback_host
 from mcp_backend.observability import logger
+from mcp_backend.tiers import LOWEST_TIER, Tier
 from mcp_backend.tools.table import Access
 
 if TYPE_CHECKING:

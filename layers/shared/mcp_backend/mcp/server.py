@@ -29,7 +29,7 @@ package_init_deferred("mcp.server")
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, cast, get_args
+from typing import TYPE_CHECKING, cast
 
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
@@ -38,10 +38,10 @@ from mcp_backend.api_keys import Principal, SecretReader
 from mcp_backend.aws import AwsClients, ClientFactory, LazyClient
 from mcp_backend.calllog.shipper import RecordShipper
 from mcp_backend.calllog.writer import CallLogWriter
-from mcp_backend.config import McpSettings, Tier, load_settings
+from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
-from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard, holds_a_call_slot
+from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 from mcp_backend.mcp.internal_errors import InternalErrorsWithoutText
 from mcp_backend.mcp.request_spans import TracedRequests
 from mcp_backend.mcp.response_modes import ResponseModes
@@ -49,10 +49,11 @@ from mcp_backend.mcp.restore_hook import with_after_restore_hook
 from mcp_backend.mcp.single_exchange import SingleExchange
 from mcp_backend.mcp.table_server import table_server
 from mcp_backend.mcp.tasks import JobTasks, task_extensions
-from mcp_backend.mcp.tasks_2025 import WAITING_METHODS, LegacyJobTasks
+from mcp_backend.mcp.tasks_2025 import LegacyJobTasks
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.observability import CurrentStdoutHandler, logger, tool_runs
 from mcp_backend.ratelimit import InFlightSlots, LeaseAhead, RateDecision, RequestRateLimiter, SlotLease, in_background
+from mcp_backend.tiers import TIERS
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.table import TOOLS, Tool
 from mcp_backend.tracing import configure as configure_tracing
@@ -86,7 +87,7 @@ class TierRateLimit:
             settings.rate_limit_table_name, LazyClient("dynamodb", clients), clock, lease_ahead=lease_ahead
         )
         # Read once: every request asks for its caller's row, and the settings do not change while the app runs.
-        self._per_minute = {tier: settings.tier_limits(tier).requests_per_minute for tier in get_args(Tier)}
+        self._per_minute = {tier: settings.tier_limits(tier).requests_per_minute for tier in TIERS}
 
     def admit_locally(self, principal: Principal) -> RateDecision | None:
         return self.limiter.admit_locally(principal.user_id, self._limit(principal))
@@ -100,15 +101,14 @@ class TierRateLimit:
 
 
 class TierCallSlots:
-    """Calls of tools that reach the network, and requests that wait for a task (tasks/result), per principal, at
-    once across every instance (RateLimitTable's slots, mcp_backend.ratelimit.InFlightSlots), within the tier's
-    `calls_in_flight`."""
+    """The requests of the doors that hold a slot (mcp_backend.doors: tools that reach the network, requests that
+    wait for a task), per principal, at once across every instance (RateLimitTable's slots,
+    mcp_backend.ratelimit.InFlightSlots), within the tier's `calls_in_flight`."""
 
     def __init__(
         self,
         settings: McpSettings,
         clients: AwsClients,
-        network_tools: frozenset[str],
         extend_off_path: LeaseAhead = in_background,
     ) -> None:
         self.settings = settings
@@ -116,14 +116,10 @@ class TierCallSlots:
         self.slots = InFlightSlots(
             settings.rate_limit_table_name, LazyClient("dynamodb", clients), extend_off_path=extend_off_path
         )
-        self.network_tools = network_tools
         # A slot is held until its call ends: a call may outlive its synchronous deadline (a tool that stops only
         # at its next check, a slow answer), never the function's timeout, which ends the invocation and resets
         # its environment. So the hold is the timeout: a slot never frees while its call runs.
         self.hold_seconds = settings.function_timeout_seconds
-
-    def needed(self, body: bytes) -> bool:
-        return holds_a_call_slot(body, self.network_tools, WAITING_METHODS)
 
     def limit(self, principal: Principal) -> int:
         return self.settings.tier_limits(principal.tier).calls_in_flight
@@ -237,9 +233,8 @@ def create_app(
         keepalive_seconds=settings.sse_keepalive_seconds,
         resource=settings.oauth_resource,
         resource_from_host=settings.oauth_resource_from_host,
-        tool_access=bindings.access,
         rate_limit=TierRateLimit(settings, clients, rate_limit_clock, lease_ahead),
-        call_slots=TierCallSlots(settings, clients, bindings.network_tools, lease_ahead),
+        call_slots=TierCallSlots(settings, clients, lease_ahead),
         max_body_bytes=settings.mcp_max_body_bytes,
     )
     # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached
