@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mcp_backend.api_keys import Principal
 from mcp_backend.doors import HEALTH_PATH, MCP_POST, METADATA_PATH, METHODS, TOOL_DOORS, Door, DoorTable
 from mcp_backend.mcp.auth import CALLER, AuthenticationUnavailable, Authenticator, ScopedPrincipal
-from mcp_backend.mcp.request_body import BODY_SCOPE_KEY, BodyTooLarge, ClientDisconnected, buffered_body
+from mcp_backend.mcp.request_body import GUARDED_BODY, BodyTooLarge, ClientDisconnected, GuardedBody, buffered_body
 from mcp_backend.observability import count_limit_refusal, count_refusal, logger
 from mcp_backend.ratelimit import SLOT_RETRY_AFTER_SECONDS, RateDecision, RateLimitUnavailable
 from mcp_backend.refusals import (
@@ -123,6 +123,7 @@ class GuardedRequest:
     principal: Principal | None = None
     body: bytes = b""
     door: Door | None = None
+    message: Any = None  # the body's reading, when the door table made one every parser agrees on
     lease: Any = None
 
 
@@ -235,13 +236,13 @@ class McpHttpGuard:
         if self.on_principal is not None:
             self.on_principal(principal)
         inner = dict(scope)
-        inner[BODY_SCOPE_KEY] = request.body
         inner["path"] = self.path  # `/mcp/` is the same endpoint, not a 307
         inner["raw_path"] = self.path.encode()
-        caller = CALLER.set(principal)
+        caller, guarded = CALLER.set(principal), GUARDED_BODY.set(GuardedBody(request.body, request.message))
         try:
             await self.serve_in_a_call_slot(request, inner)
         finally:
+            GUARDED_BODY.reset(guarded)
             CALLER.reset(caller)
 
     @staticmethod
@@ -361,7 +362,7 @@ class McpHttpGuard:
 
     async def find_the_door(self, request: GuardedRequest) -> Refusal | None:
         """The request's door from the door table (mcp_backend.doors): a method with no entry is refused."""
-        door = self.doors.decide(request.body)
+        door, request.message = self.doors.read(request.body)
         if isinstance(door, Refusal):
             count_refusal("NoSuchDoor")
             return door
