@@ -96,6 +96,7 @@ LAYERS: list[set[str]] = [
         "tracing",
         "tiers",
         "refusals",
+        "block_leases",
     },
 ]
 
@@ -245,3 +246,23 @@ def test_every_part_of_the_local_stack_is_in_a_layer():
 
     # Then each has its place in the layering
     assert {name for name in parts if not any(name in members for members in LOCAL_STACK_LAYERS)} == set()
+
+
+def test_the_job_store_only_reads_and_writes():
+    # Given JobTable's owner and what it imports
+    store = SHARED.modules["mcp_backend.jobs.store"]
+    imported = {name for name, _ in SHARED.imports_of("mcp_backend.jobs.store")}
+
+    # Then job admission (the quota's leases, its refusals) is decided above it, not in it
+    assert "mcp_backend.jobs.quota_leases" not in imported
+    assert "concurrent_refused" not in store.read_text() and "daily_refused" not in store.read_text()
+
+
+def test_the_block_lease_algorithm_is_written_once():
+    # Given the modules that keep a shared count in blocks (the request rate, the daily job quota)
+    users = [SHARED.modules["mcp_backend.ratelimit"], SHARED.modules["mcp_backend.jobs.store"]]
+
+    # Then each leases through mcp_backend.block_leases, and none writes the conditional lease itself
+    for path in users:
+        text = path.read_text()
+        assert "lease_block(" in text and ":room" not in text, path.name

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_backend.aws import botocore_errors, client_or_lazy
+from mcp_backend.block_leases import lease_block
 from mcp_backend.observability import logger
 
 WINDOW_SECONDS = 60
@@ -229,33 +230,23 @@ class RequestRateLimiter:
     def _lease(self, principal_id: str, window_start: int, limit: int, block: int) -> int | None:
         """Lease up to `block` of the window's requests: how many were leased (0: the window is spent;
         None: the count kept moving under concurrent leases, this request is refused)."""
-        for _ in range(MAX_LEASE_ATTEMPTS):
-            try:
-                self._client.update_item(
-                    TableName=self.table_name,
-                    Key={"id": {"S": f"requests#{principal_id}#{window_start}"}},
-                    UpdateExpression="ADD requests :block SET expiresAt = if_not_exists(expiresAt, :expires)",
-                    ConditionExpression="attribute_not_exists(requests) OR requests <= :room",
-                    ExpressionAttributeValues={
-                        ":block": {"N": str(block)},
-                        ":room": {"N": str(limit - block)},
-                        ":expires": {"N": str(window_start + ITEM_TTL_SECONDS)},
-                    },
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
-            except botocore_errors.ClientError as error:
-                if error.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                    raise RateLimitUnavailable(error.response.get("Error", {}).get("Code", "ClientError")) from None
-                old_item: dict[str, Any] = error.response.get("Item") or {}  # type: ignore[assignment]
-                counted = int(old_item.get("requests", {}).get("N", limit))
-                block = limit - counted  # less than a block is left: lease what is left, if anything
-                if block <= 0:
-                    return 0
-                continue
-            except botocore_errors.BotoCoreError as error:
-                raise RateLimitUnavailable(type(error).__name__) from None
-            return block
-        return None
+        try:
+            leased = lease_block(
+                self._client,
+                self.table_name,
+                {"id": {"S": f"requests#{principal_id}#{window_start}"}},
+                "requests",
+                limit,
+                block,
+                window_start + ITEM_TTL_SECONDS,
+                lambda counted: limit - counted,  # less than a block is left: lease what is left, if anything
+                MAX_LEASE_ATTEMPTS,
+            )
+        except botocore_errors.ClientError as error:
+            raise RateLimitUnavailable(error.response.get("Error", {}).get("Code", "ClientError")) from None
+        except botocore_errors.BotoCoreError as error:
+            raise RateLimitUnavailable(type(error).__name__) from None
+        return None if leased is None else leased.taken
 
 
 def _window_start(now: float) -> int:
