@@ -12,9 +12,9 @@ import time_machine
 
 from mcp_backend.api_keys import Principal
 from mcp_backend.aws import AwsClients
+from mcp_backend.call_slots import SLOT_HOLD_MARGIN_SECONDS
 from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.mcp.server import TierCallSlots
-from mcp_backend.ratelimit import SLOT_HOLD_MARGIN_SECONDS
 
 BOB = Principal(user_id="user-bob", tier="free")
 

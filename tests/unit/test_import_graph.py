@@ -81,7 +81,12 @@ LAYERS: list[set[str]] = [
     {"mcp", "telemetry_extension", "authorization", "doors"},
     {"tools"},  # the tool table, the tools, the job worker generated from it
     {"jobs", "probes"},  # the job pipeline's service and JobTable; probes and the endpoint registry
-    {"monitor", "api_keys", "ratelimit"},  # MonitorTable's owner and consumers; the API-key and rate-limit tables
+    {
+        "monitor",
+        "api_keys",
+        "request_rate",
+        "call_slots",
+    },  # MonitorTable, API keys, RateLimitTable
     {"calllog"},  # call-log records, the writer and shipper, the analyzer
     {"streams", "batch", "idempotency", "custom_resource"},  # handler plumbing: records, CloudFormation requests
     {
@@ -260,7 +265,7 @@ def test_the_job_store_only_reads_and_writes():
 
 def test_the_block_lease_algorithm_is_written_once():
     # Given the modules that keep a shared count in blocks (the request rate, the daily job quota)
-    users = [SHARED.modules["mcp_backend.ratelimit"], SHARED.modules["mcp_backend.jobs.store"]]
+    users = [SHARED.modules["mcp_backend.request_rate"], SHARED.modules["mcp_backend.jobs.store"]]
 
     # Then each leases through mcp_backend.block_leases, and none writes the conditional lease itself
     for path in users:

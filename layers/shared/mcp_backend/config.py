@@ -205,7 +205,7 @@ class McpSettings(ToolSettings):
     """The McpServer function's environment (template.yaml sets every variable)."""
 
     api_keys_secret_id: str
-    # Per-principal request counters (mcp_backend.ratelimit); required: the endpoint does not start unlimited.
+    # Per-principal request counters (mcp_backend.request_rate); required: the endpoint does not start unlimited.
     rate_limit_table_name: str = Field(min_length=1)
     # apikey: bearer API keys only; oauth: JWT access tokens only; both: either (mcp_backend.mcp.auth).
     auth_mode: Literal["apikey", "oauth", "both"] = "apikey"

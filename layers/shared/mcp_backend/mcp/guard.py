@@ -23,11 +23,11 @@ import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_backend.api_keys import Principal
+from mcp_backend.call_slots import SLOT_RETRY_AFTER_SECONDS
 from mcp_backend.doors import HEALTH_PATH, MCP_POST, METADATA_PATH, METHODS, TOOL_DOORS, Door, DoorTable
 from mcp_backend.mcp.auth import CALLER, AuthenticationUnavailable, Authenticator, ScopedPrincipal
 from mcp_backend.mcp.request_body import GUARDED_BODY, BodyTooLarge, ClientDisconnected, GuardedBody, buffered_body
 from mcp_backend.observability import count_limit_refusal, count_refusal, logger
-from mcp_backend.ratelimit import SLOT_RETRY_AFTER_SECONDS, RateDecision, RateLimitUnavailable
 from mcp_backend.refusals import (
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -38,6 +38,7 @@ from mcp_backend.refusals import (
     TooLarge,
     Unavailable,
 )
+from mcp_backend.request_rate import RateDecision, RateLimitUnavailable
 from mcp_backend.tools.table import Access
 from mcp_backend.tracing import annotate, span
 
@@ -89,7 +90,7 @@ UNTIL_A_CALL_ENDS = ", when one of your running calls has ended"
 
 
 class PrincipalRateLimit(Protocol):
-    """A principal's requests per window (mcp_backend.ratelimit, with the principal's tier limit)."""
+    """A principal's requests per window (mcp_backend.request_rate, with the principal's tier limit)."""
 
     def admit_locally(self, principal: Principal) -> RateDecision | None:
         """The decision without I/O, or None when `take` must ask the shared counter."""
@@ -99,7 +100,7 @@ class PrincipalRateLimit(Protocol):
 
 
 class PrincipalCallSlots(Protocol):
-    """A principal's calls that may run at once across instances (mcp_backend.ratelimit.InFlightSlots, with the
+    """A principal's calls that may run at once across instances (mcp_backend.call_slots.InFlightSlots, with the
     principal's tier limit), for the doors that hold a slot (mcp_backend.doors)."""
 
     def limit(self, principal: Principal) -> int:
@@ -199,7 +200,7 @@ class McpHttpGuard:
         self.resource_from_host = resource_from_host
         tool_doors = {**TOOL_DOORS, **{name: replace(MCP_POST, access=a) for name, a in (tool_access or {}).items()}}
         self.doors = doors or DoorTable(METHODS, tool_doors)
-        # Counts each authenticated request against the principal's tier (mcp_backend.ratelimit).
+        # Counts each authenticated request against the principal's tier (mcp_backend.request_rate).
         self.rate_limit = rate_limit
         self.max_body_bytes = max_body_bytes
         # Holds one of the principal's slots while a call that reaches the network, or a request that waits for a

@@ -36,6 +36,7 @@ from starlette.types import ASGIApp
 
 from mcp_backend.api_keys import Principal, SecretReader
 from mcp_backend.aws import AwsClients, ClientFactory, LazyClient
+from mcp_backend.call_slots import InFlightSlots, SlotLease
 from mcp_backend.calllog.shipper import RecordShipper
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import McpSettings, load_settings
@@ -52,7 +53,7 @@ from mcp_backend.mcp.tasks import JobTasks, task_extensions
 from mcp_backend.mcp.tasks_2025 import LegacyJobTasks
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.observability import CurrentStdoutHandler, logger, tool_runs
-from mcp_backend.ratelimit import InFlightSlots, LeaseAhead, RateDecision, RequestRateLimiter, SlotLease, in_background
+from mcp_backend.request_rate import LeaseAhead, RateDecision, RequestRateLimiter, in_background
 from mcp_backend.tiers import TIERS
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.table import TOOLS, Tool
@@ -103,7 +104,7 @@ class TierRateLimit:
 class TierCallSlots:
     """The requests of the doors that hold a slot (mcp_backend.doors: tools that reach the network, requests that
     wait for a task), per principal, at once across every instance (RateLimitTable's slots,
-    mcp_backend.ratelimit.InFlightSlots), within the tier's `calls_in_flight`."""
+    mcp_backend.call_slots.InFlightSlots), within the tier's `calls_in_flight`."""
 
     def __init__(
         self,
