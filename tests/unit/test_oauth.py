@@ -23,15 +23,10 @@ from pydantic import ValidationError
 
 from mcp_backend.api_keys import ReservedUserId, new_api_key
 from mcp_backend.config import McpSettings
+from mcp_backend.jwks import JwksCache, fetch_url
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, current_caller
 from mcp_backend.mcp.guard import MAX_JSON_DEPTH, HostPolicy, McpHttpGuard, json_nesting_exceeds
-from mcp_backend.mcp.oauth import (
-    EitherAuthenticator,
-    JwksCache,
-    OAuthAuthenticator,
-    TokenPolicy,
-    fetch_url,
-)
+from mcp_backend.mcp.oauth import EitherAuthenticator, OAuthAuthenticator, TokenPolicy
 from mcp_backend.mcp.request_body import buffered_body
 from mcp_backend.mcp.scopes import required_access
 from mcp_backend.netsafety import DeadlinePassed, is_loopback_host

@@ -18,6 +18,18 @@ INTERNAL_ERROR = -32603
 UNAVAILABLE_RETRY_AFTER_SECONDS = 5
 
 
+class AuthenticationUnavailable(RuntimeError):
+    """Credentials cannot be checked right now: the endpoint answers 503 with Retry-After, never 401 or 500.
+
+    `logged` says the cause was already logged (once per interval), so the guard does not log it per request."""
+
+    logged = False
+
+    def __init__(self, message: str, retry_after_seconds: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """A response the guard sends itself: `body` as text/plain (or `payload` as JSON when given)."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hmac
 import html
-import re
 import secrets
 import threading
 import urllib.parse
@@ -44,6 +43,7 @@ from mcp_backend.authorization.signing import KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore, digest
 from mcp_backend.authorization.upstream import Upstream, UpstreamLoginFailed
 from mcp_backend.config import AuthorizationServerSettings, load_settings
+from mcp_backend.hosts import HostPolicy
 from mcp_backend.observability import logger
 
 SCOPE_TEXT = {
@@ -94,8 +94,7 @@ class AuthorizationServer:
         self.resources = resources or Resources(settings)
         self._apps: dict[str, ASGIApp] = {}
         self._lock = threading.Lock()
-        region = re.escape(settings.aws_region)
-        self._function_url_host = re.compile(rf"^[a-z0-9]+\.lambda-url\.{region}\.on\.aws$")
+        self._function_url_hosts = HostPolicy.for_region(settings.aws_region)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -110,7 +109,7 @@ class AuthorizationServer:
         host = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), "").lower()
         if self.settings.authorization_issuer:
             return self.settings.authorization_issuer.rstrip("/")
-        if self._function_url_host.match(host) or host in self.settings.listed("allowed_hosts"):
+        if self._function_url_hosts.host_allowed(host) or host in self.settings.listed("allowed_hosts"):
             return f"https://{host}"
         return None
 

@@ -25,7 +25,7 @@ import jwt
 
 from mcp_backend.aws import botocore_errors, client_or_lazy
 from mcp_backend.config import AuthorizationServerSettings
-from mcp_backend.mcp.oauth import Fetch, JwksCache, fetch_url
+from mcp_backend.jwks import Fetch, JwksCache, fetch_url
 from mcp_backend.netsafety import DeadlinePassed, OutboundDeadline
 from mcp_backend.tiers import TIERS, Tier
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import anyio
@@ -25,7 +25,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mcp_backend.api_keys import Principal
 from mcp_backend.call_slots import SLOT_RETRY_AFTER_SECONDS
 from mcp_backend.doors import HEALTH_PATH, MCP_POST, METADATA_PATH, METHODS, TOOL_DOORS, Door, DoorTable
-from mcp_backend.mcp.auth import CALLER, AuthenticationUnavailable, Authenticator, ScopedPrincipal
+from mcp_backend.hosts import HostPolicy
+from mcp_backend.mcp.auth import CALLER, Authenticator, ScopedPrincipal
 from mcp_backend.mcp.request_body import GUARDED_BODY, BodyTooLarge, ClientDisconnected, GuardedBody, buffered_body
 from mcp_backend.observability import count_limit_refusal, count_refusal, logger
 from mcp_backend.refusals import (
@@ -33,6 +34,7 @@ from mcp_backend.refusals import (
     PARSE_ERROR,
     UNAUTHORIZED,
     Answer,
+    AuthenticationUnavailable,
     OverLimit,
     Refusal,
     TooLarge,
@@ -129,39 +131,6 @@ class GuardedRequest:
 
 
 Step = Callable[[GuardedRequest], Awaitable[Answer | Refusal | None]]
-
-
-@dataclass(frozen=True)
-class HostPolicy:
-    """Allowed Host and Origin values: exact, `name:*` (any port) or `*.suffix` (one DNS label deep)."""
-
-    hosts: tuple[str, ...]
-    origins: tuple[str, ...] = ()
-    _host_patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
-    _origin_patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_host_patterns", tuple(_pattern(h) for h in self.hosts))
-        object.__setattr__(self, "_origin_patterns", tuple(_pattern(o) for o in self.origins))
-
-    @classmethod
-    def for_region(cls, region: str, extra_hosts: Iterable[str] = (), origins: Iterable[str] = ()) -> HostPolicy:
-        # A function cannot read its own URL (the URL resource depends on it): allow the region's URL form.
-        return cls(hosts=(f"*.lambda-url.{region}.on.aws", *extra_hosts), origins=tuple(origins))
-
-    def host_allowed(self, host: str | None) -> bool:
-        return bool(host) and any(p.fullmatch(host.lower()) for p in self._host_patterns)  # type: ignore[union-attr]
-
-    def origin_allowed(self, origin: str | None) -> bool:
-        # Origin is absent for non-browser clients; when a browser sends one it must be allowed.
-        return origin is None or any(p.fullmatch(origin.lower()) for p in self._origin_patterns)
-
-
-def _pattern(allowed: str) -> re.Pattern[str]:
-    text = re.escape(allowed.lower())
-    text = text.replace(r"\*\.", r"[a-z0-9-]+\.")  # *.suffix: one label
-    text = re.sub(r":\\\*$", r":[0-9]+", text)  # name:* -> any port
-    return re.compile(text)
 
 
 class McpHttpGuard:
