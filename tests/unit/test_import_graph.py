@@ -104,6 +104,7 @@ LAYERS: list[set[str]] = [
         "block_leases",
         "jwks",
         "hosts",
+        "pinned_transport",
     },
 ]
 
@@ -275,14 +276,6 @@ def test_the_block_lease_algorithm_is_written_once():
         assert "lease_block(" in text and ":room" not in text, path.name
 
 
-# What the authorization server may still take from another entry point or service, each with its reason.
-AUTHORIZATION_BORROWS = {
-    # Client metadata documents are fetched over the probes' pinned transport (public addresses only, pinned
-    # connection, total deadline); it raises the probes' error types, which the envelope contract names.
-    "mcp_backend.probes.pinning",
-}
-
-
 def test_the_authorization_server_imports_nothing_of_the_endpoint():
     # Given every import of the authorization server's modules
     imported = {
@@ -292,7 +285,6 @@ def test_the_authorization_server_imports_nothing_of_the_endpoint():
         for name, _ in SHARED.imports_of(module)
     }
 
-    # Then none is of the MCP endpoint (what both use, the JWKS cache and the host rule, lives in the foundations),
-    # and none of the probes but what is listed with its reason
-    assert {name for name in imported if part(name) == "mcp_backend.mcp"} == set()
-    assert {name for name in imported if part(name) == "mcp_backend.probes"} <= AUTHORIZATION_BORROWS
+    # Then none is of the MCP endpoint or the probes: what they share (the JWKS cache, the host rule, the pinned
+    # transport) lives in the foundations
+    assert {name for name in imported if part(name) in ("mcp_backend.mcp", "mcp_backend.probes")} == set()
