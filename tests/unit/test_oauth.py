@@ -11,6 +11,7 @@ import json
 import threading
 import time
 import urllib.error
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -23,12 +24,12 @@ from pydantic import ValidationError
 
 from mcp_backend.api_keys import ReservedUserId, new_api_key
 from mcp_backend.config import McpSettings
+from mcp_backend.doors import MCP_POST, METHODS, TOOL_DOORS, Door, DoorTable
 from mcp_backend.jwks import JwksCache, fetch_url
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, current_caller
 from mcp_backend.mcp.guard import MAX_JSON_DEPTH, HostPolicy, McpHttpGuard, json_nesting_exceeds
 from mcp_backend.mcp.oauth import EitherAuthenticator, OAuthAuthenticator, TokenPolicy
 from mcp_backend.mcp.request_body import buffered_body
-from mcp_backend.mcp.scopes import required_access
 from mcp_backend.netsafety import DeadlinePassed, is_loopback_host
 from mcp_backend.tools.table import Access
 from tests.loopback_http import trickling, trickling_tls_handshake
@@ -442,6 +443,14 @@ def test_both_mode_accepts_an_api_key_or_a_token():
     assert call(app, key, tool="submit_analysis").json()["userId"] == "apikey:user-alice"
     assert call(app, token()).json()["userId"] == f"oauth:{ISSUER}:user-carol"
     assert_unauthorized(call(app, "not-a-token"))
+
+
+def required_access(body: bytes, tool_access: dict[str, Access]) -> frozenset[Access]:
+    """The scopes the guard's door table asks of a body (the test's tools' scopes over the table's)."""
+    tools = {**TOOL_DOORS, **{name: replace(MCP_POST, access=access) for name, access in tool_access.items()}}
+    door = DoorTable(METHODS, tools).decide(body)
+    assert isinstance(door, Door)
+    return door.access
 
 
 def test_required_access_reads_each_tools_call():

@@ -30,9 +30,9 @@ from pydantic import ValidationError
 
 from mcp_backend.api_keys import API_KEY_PREFIX, Principal
 from mcp_backend.config import McpSettings
+from mcp_backend.doors import METADATA_PATH
 from mcp_backend.jwks import Fetch, JwksCache, fetch_url
 from mcp_backend.mcp.auth import Authenticator, ScopedPrincipal
-from mcp_backend.mcp.scopes import METADATA_PATH
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
 from mcp_backend.observability import logger
 from mcp_backend.tiers import LOWEST_TIER, Tier
