@@ -27,7 +27,7 @@ from mcp_backend.call_slots import SLOT_RETRY_AFTER_SECONDS
 from mcp_backend.doors import HEALTH_PATH, MCP_POST, METADATA_PATH, METHODS, TOOL_DOORS, Door, DoorTable
 from mcp_backend.hosts import HostPolicy
 from mcp_backend.mcp.auth import CALLER, Authenticator, ScopedPrincipal
-from mcp_backend.mcp.request_body import GUARDED_BODY, BodyTooLarge, ClientDisconnected, GuardedBody, buffered_body
+from mcp_backend.mcp.request_body import GUARDED_BODY, BodyTooLarge, ClientDisconnected, buffered_body
 from mcp_backend.observability import count_limit_refusal, count_refusal, logger
 from mcp_backend.refusals import (
     INVALID_REQUEST,
@@ -208,7 +208,7 @@ class McpHttpGuard:
         inner = dict(scope)
         inner["path"] = self.path  # `/mcp/` is the same endpoint, not a 307
         inner["raw_path"] = self.path.encode()
-        caller, guarded = CALLER.set(principal), GUARDED_BODY.set(GuardedBody(request.body, request.message))
+        caller, guarded = CALLER.set(principal), GUARDED_BODY.set((request.body, request.message))
         try:
             await self.serve_in_a_call_slot(request, inner)
         finally:

@@ -4,23 +4,16 @@ response-mode switch to pick a transport, and the SDK's transport reads it again
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import Any, NamedTuple
+from typing import Any
 
 from starlette.types import Message, Receive, Scope
 
 from mcp_backend.doors import UNREAD
 
-
-class GuardedBody(NamedTuple):
-    """The body the HTTP guard read (and already replays to the next app), and its reading when the guard made one
-    that every parser agrees on (else UNREAD)."""
-
-    body: bytes
-    message: Any
-
-
-# Set by the guard while the apps behind it serve the request.
-GUARDED_BODY: ContextVar[GuardedBody | None] = ContextVar("mcp_backend_guarded_body", default=None)
+# The body the HTTP guard read (and already replays to the next app), and its reading when the guard made one that
+# every parser agrees on (else UNREAD): set by the guard while the apps behind it serve the request. A plain tuple:
+# one is made per request.
+GUARDED_BODY: ContextVar[tuple[bytes, Any] | None] = ContextVar("mcp_backend_guarded_body", default=None)
 
 
 class ClientDisconnected(Exception):
@@ -68,6 +61,6 @@ async def request_body(scope: Scope, receive: Receive) -> tuple[bytes, Any, Rece
     read now, unread."""
     guarded = GUARDED_BODY.get()
     if guarded is not None:
-        return guarded.body, guarded.message, receive
+        return guarded[0], guarded[1], receive
     body, replay = await buffered_body(receive)
     return body, UNREAD, replay
