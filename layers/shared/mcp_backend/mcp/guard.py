@@ -186,7 +186,7 @@ class McpHttpGuard:
             self.read_json_body,
             self.find_the_door,
             self.scope_allows,
-            self.take_a_call_slot,
+            self.take_a_call_slot,  # last: a slot it takes is given back by serving, so no step may refuse after it
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
