@@ -15,6 +15,7 @@ import asyncio
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -44,7 +45,8 @@ from mcp_backend.request_rate import RateDecision, RateLimitUnavailable
 from mcp_backend.tools.table import Access
 from mcp_backend.tracing import annotate, span
 
-HEADERS_SCOPE_KEY = "mcp_backend.headers"
+# The last request's decoded headers in this context, with its scope (each request runs in a context of its own).
+_HEADERS: ContextVar[tuple[Scope, dict[str, str]] | None] = ContextVar("mcp_backend_headers", default=None)
 # The largest request body served: a batch of 100 submissions is a few tens of KiB, and the Function URL itself
 # takes 6 MB. Configurable (MCP_MAX_BODY_BYTES); a longer body is a 413 before anything parses it.
 DEFAULT_MAX_BODY_BYTES = 256 * 1024
@@ -522,12 +524,13 @@ def json_nesting_exceeds(body: bytes, limit: int) -> bool:
 
 def request_headers(scope: Scope) -> dict[str, str]:
     """The request's headers by lower-cased name (the last of a repeated one), decoded once per request: the
-    telemetry around the guard and the guard read the same dict (kept in the scope, never changed)."""
-    headers = scope.get(HEADERS_SCOPE_KEY)
-    if headers is None:
-        headers = scope[HEADERS_SCOPE_KEY] = {
-            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
-        }
+    telemetry around the guard and the guard read the same dict (never changed), kept in the request's context
+    with the scope it was decoded from."""
+    decoded = _HEADERS.get()
+    if decoded is not None and decoded[0] is scope:
+        return decoded[1]
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    _HEADERS.set((scope, headers))
     return headers
 
 
