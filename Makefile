@@ -288,14 +288,15 @@ smoke-deployed: ## ENV=default|prod: the deployed stack end to end with a throwa
 	PYTHONPATH=layers/shared:. $(SMOKE_PYTHON) -m tests.deployed.key_session $(ENV)
 
 # Deletes the stack ENV (sam asks first). What the stack keeps is listed, with the commands that remove it on
-# purpose: the tables and the key secret are DeletionPolicy Retain (docs/deploy.md "Deleting everything").
+# purpose: the tables and the key secret are DeletionPolicy Retain (docs/deploy.md "Deleting everything"). A profile
+# without a part (docs/deploy.md "Profiles") has no output for its stores: they are listed as none.
 delete: $(SAM) ## ENV=default|prod: delete the stack and list what it keeps
 	@grep -q "^\[$(ENV).global.parameters\]" samconfig.toml || { echo "samconfig.toml has no [$(ENV)]" >&2; exit 2; }
 	@stack=$$(sed -n '/^\[$(ENV).global.parameters\]/,/^\[/s/^stack_name = "\(.*\)"/\1/p' samconfig.toml); \
 	outputs=$$($(SAM) list stack-outputs --stack-name "$$stack" --config-env $(ENV) --output json) || exit 1; \
-	value() { echo "$$outputs" | $(SAM_PYTHON) -c 'import json,sys; print(next(o["OutputValue"] for o in json.load(sys.stdin) if o["OutputKey"] == sys.argv[1]))' "$$1"; }; \
+	value() { echo "$$outputs" | $(SAM_PYTHON) -c 'import json,sys; print(next((o["OutputValue"] for o in json.load(sys.stdin) if o["OutputKey"] == sys.argv[1]), "(none: its part is off)"))' "$$1"; }; \
 	jobs=$$(value JobTableName) monitor=$$(value MonitorTableName) keys=$$(value ApiKeysSecretArn) \
-		tokens=$$(value EndpointTokenKeyId); \
+		tokens=$$(value EndpointTokenKeyId) grants=$$(value AuthorizationTableName); \
 	$(SAM) delete --stack-name "$$stack" --config-env $(ENV) || exit 1; \
 	echo "Deleted $$stack. It keeps, on purpose (DeletionPolicy Retain), until you remove them:"; \
 	echo "  JobTable        $$jobs      aws dynamodb delete-table --table-name $$jobs"; \
@@ -305,7 +306,9 @@ delete: $(SAM) ## ENV=default|prod: delete the stack and list what it keeps
 	echo "  The secret's name ($$stack/api-keys) stays taken until it is gone: to deploy $$stack again at once,"; \
 	echo "  delete it with --force-delete-without-recovery instead (its keys are lost)."; \
 	echo "  EndpointTokenKey $$tokens (MonitorTable's endpoint tokens are sealed with it: delete the table first)"; \
-	echo "                  aws kms schedule-key-deletion --key-id $$tokens --pending-window-in-days 7"
+	echo "                  aws kms schedule-key-deletion --key-id $$tokens --pending-window-in-days 7"; \
+	echo "  AuthorizationTable $$grants (AuthorizationServerMode builtin: its clients and grants)"; \
+	echo "                  aws dynamodb delete-table --table-name $$grants"
 
 clean: ## remove builds, environments and caches
 	rm -rf .aws-sam build .venv .pytest_cache .ruff_cache

@@ -28,7 +28,7 @@ from devstack.runtime.runtime_image import LambdaRuntimeUnavailable
 from devstack.server import DevStack, DevStackOptions, install_log_prefixes
 from devstack.stack.cognito import machine_clients
 from devstack.stack.cognito_login import seed_login_user
-from devstack.traces import DEFAULT_TRACE_FILE, find_traces, read_trace, tree_lines
+from devstack.traces import DEFAULT_TRACE_FILE, find_traces, read_trace, tree_header, tree_lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,7 +99,8 @@ def print_trace(path: Path, trace_id: str | None, job_id: str | None) -> int:
     if not spans:
         print(f"error: no span of trace {trace_id} in {path}", file=sys.stderr)
         return 1
-    print(f"trace {spans[0]['traceId']}: {len(spans)} spans\n  duration          start  span")
+    print(f"trace {spans[0]['traceId']}: {len(spans)} spans")
+    print(tree_header(spans))
     print("\n".join(tree_lines(spans)))
     return 0
 

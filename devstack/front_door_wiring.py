@@ -71,7 +71,7 @@ def serve_function_urls(
                 "MCP_ALLOWED_HOSTS": f"{host},localhost:{port}",
                 "MCP_ALLOWED_ORIGINS": ",".join(origin for origin in origins if origin),
                 **oauth,
-                **_authorization_server_overrides(spec.environment, f"http://{host}", settings.lambda_url),
+                **_authorization_server_overrides(spec.environment, settings.lambda_url),
             }
             lambda_runtime = environment.lambda_runtime
             if lambda_runtime is not None:
@@ -83,6 +83,14 @@ def serve_function_urls(
             if _is_authorization_server(environment, function):
                 issuers[created.attributes["FunctionUrl"].rstrip("/")] = web.url
                 set_callback_urls(environment.client("cognito-idp"), LOGIN_CLIENT_NAME, f"{web.url}/callback")
+                # The template wrote the placeholder Function URL as the issuer; the server's is the loopback one
+                # (read at its first request, so written before any).
+                environment.client("ssm").put_parameter(
+                    Name=spec.environment["AUTHORIZATION_ISSUER_PARAMETER"],
+                    Value=web.url,
+                    Type="String",
+                    Overwrite=True,
+                )
                 resource_parameters.append(spec.environment.get("AUTHORIZATION_RESOURCE_PARAMETER", ""))
             if "OAUTH_RESOURCE" in oauth:
                 # The template wrote the endpoint's placeholder URL; its tokens are for the loopback one.
@@ -104,12 +112,12 @@ def _is_authorization_server(environment: LocalEnvironment, function: str) -> bo
         return False
 
 
-def _authorization_server_overrides(environment: dict[str, str], url: str, lambda_url: str) -> dict[str, str]:
-    """The authorization server: its issuer is this loopback URL, client metadata documents may be on loopback,
-    and the stack's pool signs users in at the local managed login (devstack.stack.cognito_login)."""
+def _authorization_server_overrides(environment: dict[str, str], lambda_url: str) -> dict[str, str]:
+    """The authorization server: client metadata documents may be on loopback, and the stack's pool signs users
+    in at the local managed login (devstack.stack.cognito_login). Its issuer is written to its parameter."""
     if "AUTHORIZATION_TABLE_NAME" not in environment:
         return {}
-    overrides = {"AUTHORIZATION_ISSUER": url, "AUTHORIZATION_ALLOW_LOOPBACK_HOSTS": "true"}
+    overrides = {"AUTHORIZATION_ALLOW_LOOPBACK_HOSTS": "true"}
     pool = environment.get("UPSTREAM_USER_POOL_ID")
     if pool:
         overrides["UPSTREAM_ISSUER"] = f"{lambda_url}/{pool}"

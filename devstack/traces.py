@@ -1,9 +1,10 @@
 """Spans of the local stack (`make dev`, Tracing not off) as JSON lines, and `make trace ID=...`.
 
 The in-process runtime runs every function in this process, so one OpenTelemetry tracer provider, set here, serves
-them all: each span ended is written at once (a simple span processor: no batching to wait for) as one JSON line
-to the running stack's trace file, `.devstack/traces.jsonl` for `make dev`. `make trace` reads that file back and
-prints one trace as a tree with each span's duration. The Lambda runtime's sandboxes have no OpenTelemetry SDK
+them all: each span ended is written at once (no batching to wait for) as one JSON line to the running stack's
+trace file, `.devstack/traces.jsonl` for `make dev`, with the resource of the function it ran in (`service.name`
+its logical id, `faas.name`, `cloud.resource_id`). `make trace` reads that file back and prints one trace as a
+tree, each line the span's duration, start and function. The Lambda runtime's sandboxes have no OpenTelemetry SDK
 (on AWS the ADOT layer brings it), so there the functions record no spans (docs/local-stack.md).
 """
 
@@ -11,45 +12,68 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
 from devstack import shared_layer
+from devstack.runtime.running_function import resource_attributes, running_function
 
 DEFAULT_TRACE_FILE = Path(".devstack") / "traces.jsonl"
 
 
-class JsonLinesExporter(SpanExporter):
-    """Writes each span to the file `path` names while a stack is running (nothing otherwise)."""
+class JsonLines(SpanProcessor):
+    """Writes each span, as it ends, to the file `path` names while a stack is running (nothing otherwise), with
+    the resource of the function it ran in. Every in-process function shares this process's one tracer provider,
+    and so its one resource: a span takes its function's when it starts (devstack.runtime.running_function), else
+    its local parent's (a span started where no function is marked, in a thread that did not copy the context)."""
 
     def __init__(self) -> None:
         self.path: Path | None = None
         self._lock = threading.Lock()
+        self._resources: dict[int, dict[str, Any]] = {}
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        context = span.get_span_context()
+        if self.path is None or context is None:
+            return
+        spec = running_function()
+        if spec is not None:
+            function = resource_attributes(spec)
+        else:
+            parent = span.parent
+            local = parent is not None and not parent.is_remote
+            function = self._resources.get(parent.span_id, {}) if local and parent is not None else {}
         with self._lock:
+            self._resources[context.span_id] = {**dict(span.resource.attributes), **function}
+
+    def on_end(self, span: ReadableSpan) -> None:
+        context = span.get_span_context()
+        with self._lock:
+            resource = self._resources.pop(context.span_id, None) if context is not None else None
             if self.path is None:
-                return SpanExportResult.SUCCESS
+                return
+            record = span_record(span, resource if resource is not None else dict(span.resource.attributes))
             with self.path.open("a", encoding="utf-8") as out:
-                for span in spans:
-                    out.write(json.dumps(span_record(span), sort_keys=True) + "\n")
-        return SpanExportResult.SUCCESS
+                out.write(json.dumps(record, sort_keys=True) + "\n")
 
     def shutdown(self) -> None:
         self.path = None
 
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
 
-_EXPORTER = JsonLinesExporter()
+
+_LINES = JsonLines()
 _INSTALLED = threading.Lock()
 _attached = False
 
 
-def span_record(span: ReadableSpan) -> dict[str, Any]:
+def span_record(span: ReadableSpan, resource: dict[str, Any]) -> dict[str, Any]:
     context = span.get_span_context()
     assert context is not None
     start, end = span.start_time or 0, span.end_time or 0
@@ -63,6 +87,7 @@ def span_record(span: ReadableSpan) -> dict[str, Any]:
         "endTimeUnixNano": end,
         "durationMs": round((end - start) / 1e6, 3),
         "status": span.status.status_code.name.lower(),
+        "resource": {key: value for key, value in resource.items() if isinstance(value, str | bool | int | float)},
         "attributes": dict(span.attributes or {}),
         "links": [
             {"traceId": f"{link.context.trace_id:032x}", "spanId": f"{link.context.span_id:016x}"}
@@ -72,11 +97,11 @@ def span_record(span: ReadableSpan) -> dict[str, Any]:
 
 
 def start_recording(path: Path, mode: str) -> None:
-    """Spans of this process go to `path` from now on, and the functions' tracing (mcp_backend.tracing) is on with
+    """Spans of this process go to `path` from now on, and the functions' tracing (mcp_backend.tracing.setup) is on with
     `mode`: the provider is set once per process (OpenTelemetry allows one), the file per stack."""
     shared_layer.put_on_path()  # the functions' tracing lives in the layer, not on make dev's own path
-    from mcp_backend import tracing
     from mcp_backend.config import TracingSettings
+    from mcp_backend.tracing import setup as tracing
 
     global _attached
     with _INSTALLED:
@@ -85,19 +110,19 @@ def start_recording(path: Path, mode: str) -> None:
             provider = TracerProvider()  # every trace sampled: a developer's stack records what it runs
             trace.set_tracer_provider(provider)
         if not _attached:  # a provider someone else set (a test's) gets this exporter too
-            provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+            provider.add_span_processor(_LINES)
             _attached = True
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("")  # each stack starts the file afresh: it never grows across runs
-        _EXPORTER.path = path
+        _LINES.path = path
     tracing.reset()
     tracing.configure(TracingSettings(tracing_mode=mode))  # type: ignore[arg-type]
 
 
 def stop_recording() -> None:
-    from mcp_backend import tracing
+    from mcp_backend.tracing import setup as tracing
 
-    _EXPORTER.path = None
+    _LINES.path = None
     tracing.reset()
     tracing.configure(tracing_off())
 
@@ -137,9 +162,16 @@ def find_traces(path: Path, attribute: str, value: str) -> list[str]:
     return found
 
 
+def tree_header(spans: Iterable[dict[str, Any]]) -> str:
+    """The column titles above `tree_lines`."""
+    width = function_width(spans)
+    return f"{'duration':>10}    {'start':>10}     {'function':<{width}} | span"
+
+
 def tree_lines(spans: Iterable[dict[str, Any]]) -> list[str]:
-    """The trace as an indented tree, children in start order, each line the span's duration, name and the
-    attributes an operator reads first."""
+    """The trace as an indented tree, children in start order, each line the span's duration, its start after the
+    trace's first span, the function it ran in (its resource's `service.name`), its name and the attributes an
+    operator reads first."""
     spans = sorted(spans, key=lambda span: span["startTimeUnixNano"])
     ids = {span["spanId"] for span in spans}
     children: dict[str | None, list[dict[str, Any]]] = {}
@@ -147,6 +179,7 @@ def tree_lines(spans: Iterable[dict[str, Any]]) -> list[str]:
         parent = span["parentSpanId"] if span["parentSpanId"] in ids else None
         children.setdefault(parent, []).append(span)
     origin = spans[0]["startTimeUnixNano"] if spans else 0
+    width = function_width(spans)
     lines: list[str] = []
 
     def visit(span: dict[str, Any], depth: int) -> None:
@@ -154,8 +187,8 @@ def tree_lines(spans: Iterable[dict[str, Any]]) -> list[str]:
         notes = [f"{key}={span['attributes'][key]}" for key in SHOWN_ATTRIBUTES if key in span["attributes"]]
         error = " ERROR" if span["status"] == "error" else ""
         lines.append(
-            f"{span['durationMs']:>10.1f} ms {offset:>+10.1f} ms  {'  ' * depth}{span['name']}{error}"
-            + (f"  [{', '.join(notes)}]" if notes else "")
+            f"{span['durationMs']:>10.1f} ms {offset:>+10.1f} ms  {function_of(span):<{width}} | "
+            f"{'  ' * depth}{span['name']}{error}" + (f"  [{', '.join(notes)}]" if notes else "")
         )
         for child in children.get(span["spanId"], []):
             visit(child, depth + 1)
@@ -163,6 +196,16 @@ def tree_lines(spans: Iterable[dict[str, Any]]) -> list[str]:
     for root in children.get(None, []):
         visit(root, 0)
     return lines
+
+
+def function_width(spans: Iterable[dict[str, Any]]) -> int:
+    return max([len("function"), *(len(function_of(span)) for span in spans)])
+
+
+def function_of(span: dict[str, Any]) -> str:
+    """The function a recorded span ran in: its resource's service name (a file written before spans kept their
+    resource: "-")."""
+    return str(span.get("resource", {}).get("service.name") or "-")
 
 
 SHOWN_ATTRIBUTES = (

@@ -28,6 +28,7 @@ from typing import Any
 import uvicorn
 
 from devstack.runtime.in_process import function_environment
+from devstack.runtime.running_function import running
 from devstack.stack.resources import FunctionSpec
 
 _UVICORN_TARGET = re.compile(r"uvicorn\s+(?P<flags>(?:--?\S+\s+)*)(?P<target>[\w.]+:[\w]+)")
@@ -98,15 +99,23 @@ def with_request_context(scope: dict[str, Any], request_id: str) -> list[tuple[b
 
 
 class InvocationPerRequest:
-    """ASGI: every HTTP request is one invocation with a request id of its own, as behind a Function URL."""
+    """ASGI: every HTTP request is one invocation with a request id of its own, as behind a Function URL, run
+    as `spec`'s (its spans carry the function's resource: devstack.runtime.running_function)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, spec: FunctionSpec | None = None) -> None:
         self.app = app
+        self.spec = spec
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            scope = {**scope, "headers": with_request_context(scope, str(uuid.uuid4()))}
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope = {**scope, "headers": with_request_context(scope, str(uuid.uuid4()))}
+        if self.spec is None:
+            await self.app(scope, receive, send)
+            return
+        with running(self.spec):
+            await self.app(scope, receive, send)
 
 
 def app_target(spec: FunctionSpec) -> tuple[str, bool]:
@@ -127,10 +136,10 @@ def serve(spec: FunctionSpec, listener: socket.socket, region: str, overrides: d
         if str(layer) not in sys.path:
             sys.path.insert(0, str(layer))
     local_spec = FunctionSpec(**{**spec.__dict__, "environment": {**spec.environment, **overrides}})
-    with function_environment(local_spec, region):  # settings are read when the app is built
+    with function_environment(local_spec, region), running(spec):  # settings are read when the app is built
         app = getattr(importlib.import_module(module_name), attribute)
         app = app() if factory else app
-    return serve_app(spec, InvocationPerRequest(app), listener)
+    return serve_app(spec, InvocationPerRequest(app, spec), listener)
 
 
 def serve_app(spec: FunctionSpec, app: Any, listener: socket.socket) -> WebFunction:

@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from devstack.runtime.logs import function_scope
+from devstack.runtime.running_function import running
 from devstack.stack.resources import FunctionSpec
 
 # One invocation at a time per process: functions share os.environ and module state.
@@ -98,7 +99,12 @@ class FunctionRuntime:
 
     def handler(self) -> Callable[[Any, Any], Any]:
         if self._handler is None:
-            with _INVOKE_LOCK, function_environment(self.spec, self.region), function_scope(self.spec.logical_id):
+            with (
+                _INVOKE_LOCK,
+                function_environment(self.spec, self.region),
+                function_scope(self.spec.logical_id),
+                running(self.spec),
+            ):
                 self._handler = self._load()
         return self._handler
 
@@ -110,7 +116,12 @@ class FunctionRuntime:
             memory_limit_in_mb=self.spec.memory_size,
             timeout_seconds=self.spec.timeout,
         )
-        with _INVOKE_LOCK, function_environment(self.spec, self.region), function_scope(self.spec.logical_id):
+        with (
+            _INVOKE_LOCK,
+            function_environment(self.spec, self.region),
+            function_scope(self.spec.logical_id),
+            running(self.spec),
+        ):
             result = handler(event, context)
         if context.get_remaining_time_in_millis() == 0:
             # Lambda would have stopped the invocation; its result never reaches the caller.

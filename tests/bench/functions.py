@@ -1,13 +1,16 @@
 """Every function's cold import, each in a fresh interpreter of the deploy's runtime with its template
 environment and only its built code and layers on the path: what it loads (top-level packages, for the
 structural check in tests/template/test_bench_figures.py) and how long it takes, against a bare handler
-that imports boto3 and creates its one client; and what each ships: its code and each of its layers."""
+that imports boto3 and creates its one client and against the previous release's handler module; and what each
+ships: its code and each of its layers."""
 
 from __future__ import annotations
 
 import io
 import os
 import statistics
+import subprocess
+import tarfile
 import zipfile
 from collections.abc import Sequence
 from functools import cache
@@ -39,11 +42,52 @@ PROBE = (
 # What the runtime sets beside the template's Environment (devstack.runtime.in_process.function_environment).
 RUNTIME_NAMES = ("AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_REGION", "_HANDLER")
 BARE_HANDLER = "import boto3\nclient = boto3.client('sqs')\ndef handler(event, context):\n    return None\n"
+# The release the cold-start column compares with: the last commit of 2026-12-01. Its handlers and shared package
+# (from git, .pyc precompiled for the runtime as the build does) are imported on the same built dependencies, in
+# the same run, alternating with the current build.
+PREVIOUS_RELEASE = "fce14789d58269ffc53ca45ccf2617653ff1c27f"
+# Variables the previous release's worker settings required and the template no longer sets.
+PREVIOUS_RELEASE_ENVIRONMENT = {
+    "JOB_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/JobQueue",
+    "JOB_QUEUE_VISIBILITY_TIMEOUT_SECONDS": "900",
+}
 
 
 def _import(python: Path, module: str, environment: dict[str, str]) -> tuple[float, list[str]]:
     found = probe_in_new_interpreter(python, PROBE, [module], environment)
     return found["seconds"], found["packages"]
+
+
+def previous_release(python: Path) -> Path:
+    """The previous release's `functions/` and shared package, unpacked from git once per commit and compiled for
+    the runtime's interpreter."""
+    folder = ROOT / "build" / f"bench-release-{PREVIOUS_RELEASE[:12]}"
+    if not (folder / ".ready").exists():
+        archive = subprocess.run(
+            ["git", "archive", PREVIOUS_RELEASE, "functions", "layers/shared/mcp_backend"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        ).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(folder, filter="data")
+        subprocess.run([str(python), "-m", "compileall", "-q", str(folder)], check=True)
+        (folder / ".ready").write_text(PREVIOUS_RELEASE)
+    return folder
+
+
+def _previous_environment(
+    deployed: DeployedPython, release: Path, code_dir: Path, layer_ids: list[str], variables: dict[str, str]
+) -> dict[str, str] | None:
+    """The previous release's handler folder and shared package ahead of the built layers (their mcp_backend is
+    shadowed, their dependencies used), or None for a function that release did not have."""
+    code = release / code_dir.relative_to(ROOT)
+    if not code.is_dir():
+        return None
+    environment = deployed.environment(None, layer_ids, **{**PREVIOUS_RELEASE_ENVIRONMENT, **variables})
+    ahead = [str(code), str(release / "layers" / "shared")]
+    environment["PYTHONPATH"] = os.pathsep.join([*ahead, environment["PYTHONPATH"]])
+    return environment
 
 
 def _files(folder: Path) -> list[Path]:
@@ -123,30 +167,38 @@ def run() -> list[str]:
     bare_environment = deployed.environment(bare_dir, [], **credentials)
 
     build_dir = deployed.build_dir
-    rows, size_rows, figures, bare_samples, imported = [], [], {}, [], {}
+    release = previous_release(deployed.python)
+    rows, size_rows, figures, bare_samples, imported, previous = [], [], {}, [], {}, {}
     for spec in specs:
         module = "mcp_backend.mcp.server" if spec.handler.endswith(".sh") else spec.handler.rsplit(".", 1)[0]
         layer_ids = deployed.layer_ids(spec.layer_refs)
         with function_environment(spec, stack.region):
             environment = {name: os.environ[name] for name in (*spec.environment, *RUNTIME_NAMES)}
         samples: list[float] = []
+        previous_samples: list[float] = []
         packages: list[str] = []
-        for _ in range(RUNS):  # alternate with the baseline, so drift on a shared machine hits both
+        variables = {**credentials, **environment}
+        previous_environment = _previous_environment(deployed, release, spec.code_dir, layer_ids, variables)
+        for _ in range(RUNS):  # alternate with the baselines, so drift on a shared machine hits them all
             bare_samples.append(_import(deployed.python, "bare", bare_environment)[0])
-            variables = {**credentials, **environment}
             seconds, packages = _import(
                 deployed.python, module, deployed.environment(build_dir / spec.logical_id, layer_ids, **variables)
             )
             samples.append(seconds)
+            if previous_environment is not None:
+                previous_samples.append(_import(deployed.python, module, previous_environment)[0])
         imported[spec.logical_id] = (module, statistics.median(samples), packages, layer_ids)
+        previous[spec.logical_id] = statistics.median(previous_samples) if previous_samples else None
     bare = statistics.median(bare_samples)
     for spec in specs:
         module, seconds, packages, layer_ids = imported[spec.logical_id]
         loaded = [name for name in WATCHED if name in packages]
         shipped = _shipped(build_dir / spec.logical_id, layer_ids, [build_dir / layer_id for layer_id in layer_ids])
+        before = previous[spec.logical_id]
         figures[spec.logical_id] = {
             "handler": spec.handler,
             "import_ms": seconds * 1000,
+            "previous_release_import_ms": before * 1000 if before is not None else None,
             "packages": packages,
             "layers": layer_ids,
             "imports_mcp": bool(MCP_STACK & set(packages)),
@@ -161,11 +213,16 @@ def run() -> list[str]:
             f"| {spec.logical_id} | {shipped['code_bytes'] / 1024:.1f} KB | {layer_text} | "
             f"{shipped['total_bytes'] / MB:.1f} MB ({shipped['total_zipped_bytes'] / MB:.1f} zipped) |"
         )
+        against = f"{before * 1000:.0f} ms | {seconds / before:.2f}x" if before is not None else "- | -"
         rows.append(
-            f"| {spec.logical_id} | `{module}` | {seconds * 1000:.0f} ms | {seconds / bare:.2f}x | "
+            f"| {spec.logical_id} | `{module}` | {seconds * 1000:.0f} ms | {against} | {seconds / bare:.2f}x | "
             f"{', '.join(loaded) or '-'} |"
         )
-    RESULTS["functions"] = {"bare_handler_import_ms": bare * 1000, "functions": figures}
+    RESULTS["functions"] = {
+        "bare_handler_import_ms": bare * 1000,
+        "previous_release": PREVIOUS_RELEASE,
+        "functions": figures,
+    }
     layer_size_row = _tool_worker_layers_row(build_dir, figures["ToolWorker"]["layers"])
     return [
         "## Functions: cold import and what each loads",
@@ -175,12 +232,22 @@ def run() -> list[str]:
         f"environment and only its built code and layers on the path (`{build_dir.relative_to(ROOT)}`, "
         f".pyc precompiled for that runtime), median of {RUNS}; baseline, alternating with each function's runs: "
         f"a bare handler that imports boto3 and creates its one client ({bare * 1000:.0f} ms, same runtime). "
-        f"Loaded: the packages of interest found in `sys.modules` afterwards (the full list is in "
-        f"`docs/benchmarks.json`).",
+        f"Previous release: commit `{PREVIOUS_RELEASE[:7]}` (the last of 2026-12-01), its handler and shared "
+        f"package (.pyc precompiled) on the same built dependencies, measured in the same run, alternating; `-` "
+        f"where it had no such function. Loaded: the packages of interest found in `sys.modules` afterwards (the "
+        f"full list is in `docs/benchmarks.json`).",
         "",
-        "| function | module | cold import | vs bare boto3 handler | loaded |",
-        "|---|---|---|---|---|",
+        "| function | module | cold import | previous release | now / previous | vs bare boto3 handler | loaded |",
+        "|---|---|---|---|---|---|---|",
         *rows,
+        "",
+        "No worker's handler module imports the AWS SDK. Powertools' idempotency package re-exports its DynamoDB "
+        "persistence layer, which imports boto3: about two thirds of a worker's import at the previous release. "
+        "`mcp_backend.idempotency` defers that package's `__init__` until the first record builds its persistence "
+        "layer (`tests/unit/test_worker_cold_import.py`), so the first batch pays for the SDK instead of the init "
+        "(about the bare handler's figure). A worker's batch is not a caller's request; McpServer loads no SDK at "
+        "import either. To see where an import goes: `python -X importtime -c 'import app'` in the runtime's "
+        "interpreter with the function's build folder and layers on `PYTHONPATH`.",
         "",
         "What each function ships (the same build, with its .pyc): its code "
         "and each of the stack's layers it lists, unzipped and as deflated zips; published layers (the Web Adapter, "

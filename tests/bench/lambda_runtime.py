@@ -21,6 +21,7 @@ from devstack.runtime.in_process import FunctionRuntime
 from devstack.runtime.lambda_runtime import FunctionPool, LambdaRuntime
 from devstack.server import DevStack
 from devstack.stack.resources import FunctionSpec
+from tests.bench.functions import PREVIOUS_RELEASE, PREVIOUS_RELEASE_ENVIRONMENT, previous_release
 from tests.bench.measure import ROOT, lambda_runtime_stack
 from tests.e2e.conftest import BUILD_DIR
 
@@ -52,13 +53,18 @@ def run() -> list[str]:
         f"process start to the runtime's first `invocation/next` (McpServer: to the web adapter's readiness "
         f"check answering), median of {COLD_STARTS}, each in a new environment; the layer read-only in both "
         "columns, once as built (`.pyc` precompiled for python3.13) and once with every `__pycache__` removed. "
-        "Absolute cold starts on this shared two-core machine vary between runs; read the ratio.",
+        f"Previous release: commit `{PREVIOUS_RELEASE[:7]}`'s handler and shared package (.pyc precompiled) on "
+        "the same built dependencies and environment, alternating with the other two in the same run (`-`: no "
+        "such function then). Absolute cold starts on this shared two-core machine vary between runs; read the "
+        "ratios.",
         "",
-        "| function | cold start, no .pyc | cold start, .pyc precompiled | ratio |",
-        "|---|---|---|---|",
+        "| function | cold start, no .pyc | cold start, .pyc precompiled | ratio | previous release, .pyc "
+        "| now / previous |",
+        "|---|---|---|---|---|---|",
     ]
-    for logical_id, (plain, compiled) in sorted(cold.items()):
-        lines.append(f"| {logical_id} | {plain:.0f} ms | {compiled:.0f} ms | {compiled / plain:.2f}x |")
+    for logical_id, (plain, compiled, before) in sorted(cold.items()):
+        against = f"{before:.0f} ms | {compiled / before:.2f}x" if before else "- | -"
+        lines.append(f"| {logical_id} | {plain:.0f} ms | {compiled:.0f} ms | {compiled / plain:.2f}x | {against} |")
     lines += extension_lines(extension)
     lines += [
         "",
@@ -94,25 +100,55 @@ def run() -> list[str]:
     return lines
 
 
-def cold_starts(runtime: LambdaRuntime, scratch: Path) -> dict[str, tuple[float, float]]:
+def cold_starts(runtime: LambdaRuntime, scratch: Path) -> dict[str, tuple[float, float, float | None]]:
+    """Per function, the median init without .pyc, as built, and of the previous release's handler and shared
+    package (.pyc precompiled) on the same built dependencies and environment (None: that release had no such
+    function), the three alternating."""
     layer = BUILD_DIR / "SharedLayer"
     plain = scratch / "SharedLayer"
     shutil.copytree(layer, plain, ignore=shutil.ignore_patterns("__pycache__"))
+    release = previous_release(Path(runtime.image.python))
+    released_layer = scratch / "SharedLayer-previous-release"
+    shutil.copytree(layer, released_layer, ignore=shutil.ignore_patterns("mcp_backend"))
+    shutil.copytree(release / "layers" / "shared" / "mcp_backend", released_layer / "python" / "mcp_backend")
     results = {}
     for logical_id, function in runtime.functions.items():
-        medians = []
+        variants: list[LambdaFunction | None] = []
         for variant in (plain, layer):
             layers = tuple(variant if path == layer else path for path in function.layer_dirs)
-            variant_function = dataclasses.replace(function, layer_dirs=layers)
-            samples = []
-            for _ in range(COLD_STARTS):
+            variants.append(dataclasses.replace(function, layer_dirs=layers))
+        variants.append(_previous_release_function(function, release, layer, released_layer, scratch))
+        samples: list[list[float]] = [[], [], []]
+        for _ in range(COLD_STARTS):
+            for index, variant_function in enumerate(variants):
+                if variant_function is None:
+                    continue
                 pool = FunctionPool(variant_function, runtime.image, io.StringIO())
                 with pool.environment() as env:
-                    samples.append(env.init_duration_ms or 0.0)
+                    samples[index].append(env.init_duration_ms or 0.0)
                 _stop(pool)
-            medians.append(statistics.median(samples))
-        results[logical_id] = (medians[0], medians[1])
+        medians = [statistics.median(figures) if figures else None for figures in samples]
+        assert medians[0] is not None and medians[1] is not None
+        results[logical_id] = (medians[0], medians[1], medians[2])
     return results
+
+
+def _previous_release_function(
+    function: LambdaFunction, release: Path, layer: Path, released_layer: Path, scratch: Path
+) -> LambdaFunction | None:
+    """`function` with the previous release's handler folder (over its built one) and shared package, or None."""
+    code = release / function.spec.code_dir.relative_to(ROOT)
+    if not code.is_dir():
+        return None
+    task = scratch / f"task-{function.spec.logical_id}"
+    shutil.copytree(function.task_dir, task, ignore=shutil.ignore_patterns(*(item.name for item in code.iterdir())))
+    shutil.copytree(code, task, dirs_exist_ok=True)
+    return dataclasses.replace(
+        function,
+        task_dir=task,
+        layer_dirs=tuple(released_layer if path == layer else path for path in function.layer_dirs),
+        environment={**PREVIOUS_RELEASE_ENVIRONMENT, **function.environment},
+    )
 
 
 @dataclasses.dataclass

@@ -166,42 +166,77 @@ def total(items: list[LineItem]) -> tuple[float, list[LineItem]]:
     return priced, [item for item in items if item.usd is None]
 
 
-def idle_line_items(measurement: Measurement, prices: dict[str, Price]) -> list[LineItem]:
-    """What the stack costs in a month with no traffic, at the parameters it ran with."""
-    resources = measurement.resources
-    streams = resources["AWS::Kinesis::Stream"]
-    shards = int(measurement.parameters.get("CallLogShardCount", 0))
+@dataclass(frozen=True)
+class IdleShape:
+    """What a stack with no traffic is billed for in a month, for one set of parameters."""
+
+    resources: dict[str, int]  # resources with a monthly charge of their own, by type, as created
+    parameters: dict[str, Any]
+    schedule_firings_per_hour: float
+    long_polls_per_hour: float
+
+
+def measured_shape(measurement: Measurement) -> IdleShape:
+    """The idle shape of the stack `make cost` ran (its parameters, the resources and pollers it created)."""
+    return IdleShape(
+        resources=measurement.resources,
+        parameters=measurement.parameters,
+        schedule_firings_per_hour=measurement.units["idle schedule"].per_hour,
+        long_polls_per_hour=measurement.idle_long_polls_per_hour,
+    )
+
+
+def idle_line_items(
+    measurement: Measurement, prices: dict[str, Price], shape: IdleShape | None = None
+) -> list[LineItem]:
+    """What the stack costs in a month with no traffic: at the parameters it ran with, or those of `shape` (a
+    profile); a firing of the schedule is priced as measured."""
+    shape = shape or measured_shape(measurement)
+    resources = shape.resources
+    streams = resources.get("AWS::Kinesis::Stream", 0)
     items: list[LineItem] = []
-    if shards:
+    if streams and shape.parameters.get("CallLogStreamMode", "ON_DEMAND") == "PROVISIONED":
+        shards = int(shape.parameters.get("CallLogShardCount", 1))
         items.append(
             LineItem(
-                f"Kinesis shard-hours ({shards} shards)",
+                f"Kinesis shard-hours (provisioned, {shards} shard{'s' if shards > 1 else ''})",
                 shards * streams * HOURS_PER_MONTH,
                 prices["kinesis_shard_hour"],
             )
         )
-    else:
+    elif streams:
         items.append(
             LineItem(
-                "Kinesis on-demand stream-hours", streams * HOURS_PER_MONTH, prices["kinesis_on_demand_stream_hour"]
+                "Kinesis stream-hours (on-demand)", streams * HOURS_PER_MONTH, prices["kinesis_on_demand_stream_hour"]
             )
         )
     items.append(
         LineItem(
-            "Secrets Manager secrets", resources["AWS::SecretsManager::Secret"], prices["secrets_manager_secret_month"]
+            "Secrets Manager secrets",
+            resources.get("AWS::SecretsManager::Secret", 0),
+            prices["secrets_manager_secret_month"],
         )
     )
-    items.append(LineItem("KMS keys", resources["AWS::KMS::Key"], prices["kms_key_month"]))
-    items.append(LineItem("CloudWatch alarms", resources["AWS::CloudWatch::Alarm"], prices["cloudwatch_alarm_month"]))
+    items.append(LineItem("KMS keys", resources.get("AWS::KMS::Key", 0), prices["kms_key_month"]))
     items.append(
-        LineItem("CloudWatch dashboards", resources["AWS::CloudWatch::Dashboard"], prices["cloudwatch_dashboard_month"])
+        LineItem("CloudWatch alarms", resources.get("AWS::CloudWatch::Alarm", 0), prices["cloudwatch_alarm_month"])
     )
-    schedule = measurement.units["idle schedule"]
-    firings = schedule.per_hour * HOURS_PER_MONTH
-    items.append(LineItem("schedule firings (EventBridge)", firings, prices["eventbridge_scheduled_rule_invocation"]))
-    for item in unit_line_items(schedule, measurement, prices):
-        items.append(LineItem(f"{item.what}, per firing x {firings:,.0f}", item.quantity * firings, item.price))
-    polls = measurement.idle_long_polls_per_hour * HOURS_PER_MONTH
+    items.append(
+        LineItem(
+            "CloudWatch dashboards",
+            resources.get("AWS::CloudWatch::Dashboard", 0),
+            prices["cloudwatch_dashboard_month"],
+        )
+    )
+    firings = shape.schedule_firings_per_hour * HOURS_PER_MONTH
+    if firings:
+        schedule = measurement.units["idle schedule"]
+        items.append(
+            LineItem("schedule firings (EventBridge)", firings, prices["eventbridge_scheduled_rule_invocation"])
+        )
+        for item in unit_line_items(schedule, measurement, prices):
+            items.append(LineItem(f"{item.what}, per firing x {firings:,.0f}", item.quantity * firings, item.price))
+    polls = shape.long_polls_per_hour * HOURS_PER_MONTH
     items.append(LineItem("SQS empty long polls of the event source mappings", polls, prices["sqs_request"]))
     return items
 

@@ -8,6 +8,7 @@ from mcp_backend.jobs.quota_leases import daily_block
 from mcp_backend.request_rate import block_size
 from tests.cost.figures import Measurement
 from tests.cost.model import GB, HOURS_PER_MONTH, LineItem, Price, idle_line_items, total, unit_line_items
+from tests.cost.profiles import profile_idle
 
 MILLION = 1_000_000
 
@@ -111,6 +112,7 @@ def render(
         "",
         f"Not priced (no page with the figure found): {unpriced_names(missing)}.",
         "",
+        *per_profile(measurement, prices),
     ]
     lines += what_changes(measurement, prices, log_bytes_at)
     lines += tracing(prices, spans)
@@ -131,6 +133,45 @@ def render(
     return "\n".join(lines) + "\n"
 
 
+def column_of(item: LineItem) -> str:
+    """The per-profile table's column of an idle line: the schedule's lines together, the others by kind."""
+    if ", per firing" in item.what or item.what.startswith("schedule firings"):
+        return "schedule (firings, ProbeDispatcher)"
+    return item.what.split(" (")[0]
+
+
+def per_profile(measurement: Measurement, prices: dict[str, Price]) -> list[str]:
+    """The idle month of each profile samconfig.toml names and of each documented option on top of the full one."""
+    rows = profile_idle(measurement, prices)
+    kinds = [column_of(item) for _, _, _, items, _ in rows for item in items]
+    columns = sorted(dict.fromkeys(kinds), key=lambda kind: not kind.startswith("Kinesis"))  # the stream first
+    lines = [
+        "## Idle, per profile",
+        "",
+        "The same month for each profile `samconfig.toml` names, and for each option of docs/deploy.md on top of "
+        "the full profile: the template's resources as each would create them, priced as above (a schedule firing "
+        "as measured). $ per month; a part that is off has no line.",
+        "",
+        "| setup | " + " | ".join(columns) + " | **total priced** | not priced |",
+        "|---|" + "---|" * (len(columns) + 2),
+    ]
+    for name, _, priced, items, missing in rows:
+        by_kind: dict[str, float] = {}
+        for item in items:
+            kind = column_of(item)
+            by_kind[kind] = by_kind.get(kind, 0.0) + (item.usd or 0.0)
+        cells = [money(by_kind[kind]) if kind in by_kind else "-" for kind in columns]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | **{money(priced)}** | {unpriced_names(missing)} |")
+    waf = prices["waf_web_acl_month"]
+    lines += [
+        "",
+        f"Not in the template: a WAF web ACL in front of the endpoint (when on) would add {money(waf.usd)} a month "
+        f"per web ACL plus its rules and requests ({price_text(waf)}; {waf.note}).",
+        "",
+    ]
+    return lines
+
+
 def what_changes(
     measurement: Measurement, prices: dict[str, Price], log_bytes_at: dict[str, dict[str, float]]
 ) -> list[str]:
@@ -146,6 +187,7 @@ def what_changes(
             cells.append(f"{other / 1024:.1f} KB, {money(ingestion.of(other * MILLION / GB))}")
         level_rows.append(f"| {name} | " + " | ".join(cells) + " |")
     shard_month = prices["kinesis_shard_hour"].of(HOURS_PER_MONTH)
+    stream_month = prices["kinesis_on_demand_stream_hour"].of(HOURS_PER_MONTH)
     memory = ", ".join(f"{function} {mb} MB" for function, mb in sorted(measurement.memory_mb.items()))
     retention = sorted(set(measurement.log_retention_days))
     schedule = measurement.units["idle schedule"]
@@ -153,11 +195,11 @@ def what_changes(
     return [
         "## What changes the figures",
         "",
-        f"- **Kinesis shard mode** (`CallLogShardCount`, default {params.get('CallLogShardCount')}: on-demand). "
-        "On-demand bills each stream per hour whether or not it is written, plus data in per GB (each record "
-        "rounded up to 1 KB); neither figure was found, so the idle total above leaves the stream out. "
-        f"Provisioned bills each shard per hour: {money(shard_month)} a month per shard (unverified), plus PUT "
-        "payload units (25 KB each, price not found). Set a shard count when the call rate is steady.",
+        f"- **Call-log stream mode** (`CallLogStreamMode`, default {params.get('CallLogStreamMode')}; `CallLog` "
+        f"Disabled removes the stream). On-demand bills the stream per hour whether or not it is written: "
+        f"{money(stream_month)} a month (unverified), plus data in per GB (each record rounded up to 1 KB). "
+        f"Provisioned bills each shard per hour: {money(shard_month)} a month for one shard (unverified), plus PUT "
+        "payload units (25 KB each). One provisioned shard takes 1 MB/s or 1,000 records/s in.",
         f"- **Log level and volume** (`LogLevel`, default {params.get('LogLevel')}; `LogSampleRate` "
         f"{params.get('LogSampleRate')}: that share of invocations logs at DEBUG anyway). CloudWatch Logs bills "
         "ingestion per GB; measured per unit (log output per unit, ingestion $ per million units):",
@@ -312,7 +354,7 @@ def method() -> list[str]:
         "A global secondary index bills its own writes, which a request does not show "
         "(<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/GSI.html#GSI.Writes>): JobTable's "
         "`ActiveJobsByUser` adds two write units per job (the job put into it, and its end taking it out), "
-        "`FailedJobsByUser` one per failed job; not in the figures above.",
+        "`FailedJobsByUser` one per failed job, `JobsByUser` one per job (its put); not in the figures above.",
         "- Logs: the bytes the functions write to stdout while the unit runs (what CloudWatch Logs ingests), "
         "without the START/END/REPORT lines Lambda adds.",
         "",

@@ -4,6 +4,7 @@ system's chromium (Debian's package; `make browser` installs it in CI)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import http.server
@@ -90,14 +91,24 @@ class Browser:
             if message.get("method") == event and message.get("sessionId") == session:
                 return message["params"]
 
-    def open(self, url: str) -> str:
-        """A new page at `url`, loaded; its session id."""
-        target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+    def open(self, url: str, *, isolated: bool = False, phone: tuple[int, int] | None = None) -> str:
+        """A new page at `url`, loaded; its session id. `isolated`: in a new browser context (its own cookies, as
+        another browser would have); `phone`: a mobile viewport of that many CSS pixels (width, height)."""
+        context = self.send("Target.createBrowserContext")["browserContextId"] if isolated else None
+        create = {"url": "about:blank", **({"browserContextId": context} if context else {})}
+        target = self.send("Target.createTarget", create)["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         self.send("Page.enable", session=session)
+        if phone is not None:
+            metrics = {"width": phone[0], "height": phone[1], "deviceScaleFactor": 3, "mobile": True}
+            self.send("Emulation.setDeviceMetricsOverride", metrics, session=session)
         self.send("Page.navigate", {"url": url}, session=session)
         self.wait_for("Page.loadEventFired", session)
         return session
+
+    def screenshot(self, session: str) -> bytes:
+        """The page's viewport as a PNG."""
+        return base64.b64decode(self.send("Page.captureScreenshot", {"format": "png"}, session=session)["data"])
 
     def evaluate(self, session: str, expression: str) -> Any:
         """The value of `expression` in the page (a promise is awaited)."""

@@ -5,6 +5,7 @@ lands on the client's loopback redirect URI with a code the client exchanges for
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import secrets
@@ -46,19 +47,28 @@ def submit_after_load(browser: Browser, session: str, script: str) -> None:
     browser.wait_for("Page.loadEventFired", session)
 
 
-def test_a_user_signs_in_and_consents_in_a_real_browser(browser, start_stack, redirect_listener):
-    # Given the stack with its own authorization server, the test user, and a client registered for a loopback URI
+@dataclasses.dataclass(frozen=True)
+class SignIn:
+    issuer: str
+    endpoint: str
+    user: tuple[str, str]
+    client_id: str
+    redirect_uri: str
+    verifier: str
+    url: str  # the authorization URL the client opens in the browser
+
+
+def started_sign_in(start_stack, listener: LoopbackServer) -> SignIn:
+    """The stack with its own authorization server and the test user, a client registered for a loopback URI,
+    and the authorization URL it opens."""
     stack = start_stack(parameters={"AuthMode": "oauth", "AuthorizationServerMode": "builtin"})
     webs = {web.spec.logical_id: web for web in stack.web_functions.values()}
     issuer, endpoint = webs["AuthorizationServer"].url, f"{webs['McpServer'].url}/mcp"
-    user, password = seed_login_user(stack.client("cognito-idp")) or ("", "")
+    user = seed_login_user(stack.client("cognito-idp")) or ("", "")
+    redirect_uri = f"{listener.origin}/callback"
     registered = httpx.post(
         f"{issuer}/register",
-        json={
-            "client_name": "Browser client",
-            "redirect_uris": [f"{redirect_listener.origin}/callback"],
-            "token_endpoint_auth_method": "none",
-        },
+        json={"client_name": "Browser client", "redirect_uris": [redirect_uri], "token_endpoint_auth_method": "none"},
         timeout=60,
     ).json()
     verifier = secrets.token_urlsafe(48)
@@ -66,23 +76,35 @@ def test_a_user_signs_in_and_consents_in_a_real_browser(browser, start_stack, re
     query = {
         "response_type": "code",
         "client_id": registered["client_id"],
-        "redirect_uri": f"{redirect_listener.origin}/callback",
+        "redirect_uri": redirect_uri,
         "code_challenge": challenge,
         "code_challenge_method": "S256",
         "state": "browser-state",
         "scope": "read submit",
         "resource": endpoint,
     }
+    url = f"{issuer}/authorize?{urllib.parse.urlencode(query)}"
+    return SignIn(issuer, endpoint, user, registered["client_id"], redirect_uri, verifier, url)
 
-    # When the browser opens the authorization URL, the user signs in and approves
-    session = browser.open(f"{issuer}/authorize?{urllib.parse.urlencode(query)}")
-    login_text = browser.evaluate(session, "document.body.innerText")
+
+def log_in(browser: Browser, session: str, user: tuple[str, str]) -> None:
+    """Fill and send the local Cognito login form on the page shown; wait for the page it leads to."""
     fill = (
-        f"document.getElementById('username').value = {json.dumps(user)};"
-        f"document.getElementById('password').value = {json.dumps(password)};"
+        f"document.getElementById('username').value = {json.dumps(user[0])};"
+        f"document.getElementById('password').value = {json.dumps(user[1])};"
         "document.querySelector('form').submit();"
     )
     submit_after_load(browser, session, fill)
+
+
+def test_a_user_signs_in_and_consents_in_a_real_browser(browser, start_stack, redirect_listener):
+    # Given the stack with its own authorization server, the test user, and a client registered for a loopback URI
+    sign_in = started_sign_in(start_stack, redirect_listener)
+
+    # When the browser opens the authorization URL, the user signs in and approves
+    session = browser.open(sign_in.url)
+    login_text = browser.evaluate(session, "document.body.innerText")
+    log_in(browser, session, sign_in.user)
     consent_text = browser.evaluate(session, "document.body.innerText")
     submit_after_load(browser, session, "document.getElementById('approve').click();")
 
@@ -90,20 +112,63 @@ def test_a_user_signs_in_and_consents_in_a_real_browser(browser, start_stack, re
     assert "Sign in (local Cognito)" in login_text
     assert "Browser client" in consent_text and "127.0.0.1" in consent_text and "submit" in consent_text
     [answer] = queries(redirect_listener)
-    assert answer["state"] == "browser-state" and answer["iss"] == issuer
+    assert answer["state"] == "browser-state" and answer["iss"] == sign_in.issuer
 
     # And the code is worth a token the endpoint accepts
     tokens = httpx.post(
-        f"{issuer}/token",
+        f"{sign_in.issuer}/token",
         data={
             "grant_type": "authorization_code",
             "code": answer["code"],
-            "redirect_uri": f"{redirect_listener.origin}/callback",
-            "client_id": registered["client_id"],
-            "code_verifier": verifier,
+            "redirect_uri": sign_in.redirect_uri,
+            "client_id": sign_in.client_id,
+            "code_verifier": sign_in.verifier,
         },
         timeout=60,
     )
     assert tokens.status_code == 200, tokens.text
-    listed = tools_list(endpoint, tokens.json()["access_token"])
+    listed = tools_list(sign_in.endpoint, tokens.json()["access_token"])
     assert listed.status_code == 200
+
+
+def test_the_consent_page_fits_a_phone_screen(browser, start_stack, redirect_listener, tmp_path):
+    # Given a sign-in opened on a phone-sized screen (390 x 844 CSS pixels)
+    sign_in = started_sign_in(start_stack, redirect_listener)
+    session = browser.open(sign_in.url, phone=(390, 844))
+
+    # When the user signs in and reaches the consent page
+    log_in(browser, session, sign_in.user)
+    layout = browser.evaluate(
+        session,
+        "JSON.stringify({scroll: document.documentElement.scrollWidth, viewport: window.innerWidth,"
+        " headline: document.querySelector('h1').innerText,"
+        " buttons: ['approve', 'deny'].map(id => document.getElementById(id).getBoundingClientRect())"
+        ".map(r => ({left: r.left, right: r.right, bottom: r.bottom, height: r.height}))})",
+    )
+    (tmp_path / "consent-390x844.png").write_bytes(browser.screenshot(session))
+
+    # Then nothing scrolls sideways, the headline names where access goes, and both buttons are on screen at a
+    # size a thumb can hit (48 CSS pixels is Android's and WCAG's usual target)
+    found = json.loads(layout)
+    assert found["viewport"] == 390 and found["scroll"] <= 390
+    assert "127.0.0.1" in found["headline"]
+    for button in found["buttons"]:
+        assert 0 <= button["left"] and button["right"] <= 390 and button["bottom"] <= 844 and button["height"] >= 44
+
+
+def test_a_login_link_finished_in_another_browser_issues_nothing(browser, start_stack, redirect_listener):
+    # Given a sign-in started in one browser: it shows the login page, whose URL carries the sign-in
+    sign_in = started_sign_in(start_stack, redirect_listener)
+    started = browser.open(sign_in.url)
+    login_url = browser.evaluate(started, "location.href")
+
+    # When that login URL is opened in another browser (its own cookies) and the user signs in there
+    other = browser.open(login_url, isolated=True)
+    log_in(browser, other, sign_in.user)
+    text = browser.evaluate(other, "document.body.innerText")
+
+    # Then that browser is told the sign-in was started elsewhere, no consent form is shown, and the client's
+    # redirect URI got nothing
+    assert "started in another browser" in text
+    assert browser.evaluate(other, "document.forms.length") == 0
+    assert queries(redirect_listener) == []

@@ -325,3 +325,18 @@ def test_the_banner_names_the_authorization_server_and_the_test_user(builtin_sta
     assert f"{endpoint_url}/mcp" in text and f"authorization server: {issuer}" in text
     assert user[0] in text and user[1] in text
     assert "grant_type=client_credentials" not in text
+
+
+def test_the_local_server_answers_on_localhost_and_127_0_0_1_with_its_one_issuer(builtin_stack):
+    # Given the local stack: the issuer it wrote to the server's parameter is the 127.0.0.1 URL
+    _, _, issuer, _ = builtin_stack
+    assert issuer.startswith("http://127.0.0.1:")
+    on_localhost = issuer.replace("127.0.0.1", "localhost")
+
+    # When a client reads the metadata and starts a sign-in through localhost
+    metadata = httpx.get(f"{on_localhost}/.well-known/oauth-authorization-server", timeout=30)
+    authorize = httpx.get(f"{on_localhost}/authorize?client_id=c&state=s", timeout=30)
+
+    # Then the metadata names the one issuer, and the sign-in is sent there (cookies and pages on one origin)
+    assert metadata.status_code == 200 and metadata.json()["issuer"] == issuer
+    assert authorize.status_code == 307 and authorize.headers["location"] == f"{issuer}/authorize?client_id=c&state=s"

@@ -29,8 +29,9 @@ CLIENT_SPAN_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{CLIENT_TRACE_ID}-{CLIENT_SPAN_ID}-01"
 DATASET = "s3://local-datasets/apikey%3Adev-user/sales.csv"
 ROOT = Path(__file__).resolve().parents[2]
-# A line of `make trace`: duration, start after the trace's first span, the span's name indented by its depth.
-TREE_LINE = re.compile(r"^\s*[\d.]+ ms\s+[+-][\d.]+ ms  ( *)([^\[]+?)(?:  \[.*)?$")
+# A line of `make trace`: duration, start after the trace's first span, the function it ran in, the span's name
+# indented by its depth.
+TREE_LINE = re.compile(r"^\s*[\d.]+ ms\s+[+-][\d.]+ ms  (\S+) *\| ( *)([^\[]+?)(?:  \[.*)?$")
 
 
 @pytest.fixture
@@ -152,7 +153,11 @@ def test_a_job_submitted_with_a_traceparent_is_one_trace_from_the_request_to_the
             assert devstack_main([*argv, "--file", str(trace_file)]) == 0
         tree = out.getvalue()
         assert tree.startswith(f"trace {CLIENT_TRACE_ID}: {len(spans)} spans")
-        depth = {match[2]: len(match[1]) // 2 for match in map(TREE_LINE.match, tree.splitlines()) if match}
+        lines = [match for match in map(TREE_LINE.match, tree.splitlines()) if match]
+        depth = {match[3]: len(match[2]) // 2 for match in lines}
+        function = {match[3]: match[1] for match in lines}
+        assert function["POST /mcp"] == function["send JobQueue"] == "McpServer"
+        assert function["process JobQueue"] == function["execute_tool analyze_dataset"] == "ToolWorker"
         assert depth["POST /mcp"] == depth["tools/call submit_analysis"] == 0  # both children of the client's span
         assert depth["execute_tool analyze_dataset"] == depth["process JobQueue"] + 1 > depth["send JobQueue"]
 

@@ -104,10 +104,12 @@ class RecordedNonces(Upstream):
 
 def authorization_server(environment: LocalEnvironment) -> TestClient:
     """The function's app as create_app builds it, on the local stack; only the provider's HTTP is stood in."""
-    variables = {**environment.stack.function("AuthorizationServer").environment, "AUTHORIZATION_ISSUER": server.ISSUER}
-    server.endpoint_is_resource(variables)
+    variables = environment.stack.function("AuthorizationServer").environment
+    server.stack_urls_are(variables)
     settings = load_settings(AuthorizationServerSettings, variables)
     issuer = settings.upstream_issuer
+    if settings.upstream_user_pool_id:  # the ID token's user, whom each refresh checks in the pool
+        boto3.client("cognito-idp").admin_create_user(UserPoolId=settings.upstream_user_pool_id, Username="ann")
 
     def documents(url: str) -> bytes:  # the provider's discovery document and keys, for whichever issuer
         return provider.provider_documents(url).replace(provider.ISSUER.encode(), issuer.encode())
@@ -155,4 +157,5 @@ def test_every_call_the_authorization_server_makes_on_the_local_stack_is_in_the_
     expected = {"kms:Sign", "kms:GetPublicKey", "dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:UpdateItem"}
     expected |= {"ssm:GetParameter"}  # the endpoint's URL; the stack's pool's login client id too
     expected |= {"secretsmanager:GetSecretValue"} if secret_arn else set()
+    expected |= set() if secret_arn else {"cognito-idp:AdminGetUser", "cognito-idp:AdminListGroupsForUser"}
     assert recorded >= expected

@@ -139,11 +139,24 @@ class Stack:
         props = self.resources[role_id]["Properties"]
         documents = [policy["PolicyDocument"] for policy in self.resolved(props.get("Policies", []))]
         for resource in self.resources.values():
-            if resource["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in resource["Properties"]["Roles"]:
+            if resource["Type"] != "AWS::IAM::Policy":
+                continue
+            if {"Ref": role_id} in self.chosen(resource["Properties"]["Roles"]):
                 documents.append(self.resolved(resource["Properties"]["PolicyDocument"]))
         for managed in self.resolved(props.get("ManagedPolicyArns", [])):
             documents.append(AWS_MANAGED[managed.split("/")[-1]])
         return documents
+
+    def chosen(self, expressions: list[Any]) -> list[Any]:
+        """A list as written, each Fn::If replaced by the branch its condition picks (AWS::NoValue dropped)."""
+        picked = []
+        for expression in expressions:
+            while isinstance(expression, dict) and "Fn::If" in expression:
+                name, when_true, when_false = expression["Fn::If"]
+                expression = when_true if self.scope().condition(name) else when_false
+            if expression != {"Ref": "AWS::NoValue"}:
+                picked.append(expression)
+        return picked
 
     @property
     def function_roles(self) -> dict[str, str]:

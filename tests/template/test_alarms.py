@@ -15,6 +15,7 @@ from tests.template.test_invariants import (
     of_type,
     referenced_resource,
     resolve,
+    scope,
 )
 from tests.template.test_mcp_concurrency import public_functions
 
@@ -128,9 +129,10 @@ def test_the_dashboard_shows_every_function_queue_and_stream_consumer_it_should(
     # Given the dashboard body as CloudFormation would render it (Ref -> "ref:<id>", GetAtt -> "arn:<id>.<attr>")
     # Then every function's errors, every end-of-the-line queue, every stream consumer's lag and the endpoint's
     # traffic, throttles and p50/p99 latency are on it, and the per-tool and uptime panels are metric math
+    defaults = scope()
     for function_id, function in FUNCTIONS.items():
-        if "Condition" in function:
-            continue  # an optional function: the body cannot name a resource that may not exist; its alarm watches it
+        if "Condition" in function and not defaults.condition(function["Condition"]):
+            continue  # off by default (the authorization server): its alarms watch it
         assert on_dashboard("AWS/Lambda", "Errors", f"ref:{function_id}"), function_id
     for queue_id in end_of_the_line_queues() | {"JobQueue"}:
         assert on_dashboard("AWS/SQS", "ApproximateNumberOfMessagesVisible", f"arn:{queue_id}.QueueName"), queue_id

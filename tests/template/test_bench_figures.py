@@ -12,7 +12,7 @@ import pytest
 
 from devstack.stack.template import load_template
 from tests.bench.functions import layers_unzipped_bytes
-from tests.template.test_invariants import resolve
+from tests.template.test_invariants import resolve, scope
 
 FIGURES = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.json"
 MCP_STACK = {"mcp", "mcp_types", "starlette", "uvicorn", "sse_starlette"}
@@ -27,7 +27,12 @@ def functions_of_template() -> dict[str, dict]:
     # The default stack's functions: an optional one (a parameter creates it, e.g. the authorization server) is
     # not in the bench's stack.
     functions = load_template().resources("AWS::Lambda::Function")
-    return {logical_id: function for logical_id, function in functions.items() if "Condition" not in function}
+    defaults = scope()
+    return {
+        logical_id: function
+        for logical_id, function in functions.items()
+        if "Condition" not in function or defaults.condition(function["Condition"])
+    }
 
 
 def serves_mcp(function: dict) -> bool:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 
 import boto3
 import pytest
@@ -130,8 +132,13 @@ def test_the_makefile_runs_the_preflight_before_sam_deploy_and_stops_on_its_refu
 
 
 def test_every_environment_deploys_a_stack_name_the_preflight_accepts():
-    for environment in ("default", "prod"):
-        deploy_parameters.check_stack_name(deploy_parameters.stack_name(environment), Stacks())
+    # Given every samconfig.toml environment (the profiles minimal and full among them), all in one account
+    environments = ("default", "prod", "minimal", "full")
+    names = [deploy_parameters.stack_name(environment) for environment in environments]
+    # Then each stack name passes the preflight beside the others
+    for name in names:
+        others = [other for other in names if other != name]
+        deploy_parameters.check_stack_name(name, Stacks(*others))
 
 
 def test_make_delete_lists_every_store_the_stack_keeps_with_its_removal():
@@ -143,7 +150,7 @@ def test_make_delete_lists_every_store_the_stack_keeps_with_its_removal():
         for logical_id, resource in template["Resources"].items()
         if resource.get("DeletionPolicy") == "Retain" and resource["Type"] != "AWS::Lambda::Version"
     }
-    assert kept == {"JobTable", "MonitorTable", "ApiKeysSecret", "EndpointTokenKey"}
+    assert kept == {"JobTable", "MonitorTable", "ApiKeysSecret", "EndpointTokenKey", "AuthorizationTable"}
     # Then `make delete` reads each one's name from an output and prints how to remove it
     recipe = (ROOT / "Makefile").read_text().split("\ndelete:")[1].split("\n\n")[0]
     for logical_id in kept:
@@ -151,3 +158,22 @@ def test_make_delete_lists_every_store_the_stack_keeps_with_its_removal():
         assert f"value {output}" in recipe, logical_id
     assert "delete-table" in recipe and "delete-secret" in recipe and "schedule-key-deletion" in recipe
     assert "$(SAM) delete" in recipe
+
+
+def test_make_delete_reads_an_output_a_profile_leaves_out_as_none():
+    # Given the output lookup of `make delete`, and a minimal stack's outputs (no MonitorTableName: probes are off)
+    recipe = (ROOT / "Makefile").read_text().split("\ndelete:")[1].split("\n\n")[0]
+    lookup = recipe.split("-c '")[1].split('\' "$$1"')[0]
+    outputs = json.dumps([{"OutputKey": "JobTableName", "OutputValue": "jobs"}])
+
+    # When it looks up a present and an absent output
+    def value(name: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", lookup, name], input=outputs, capture_output=True, text=True, check=False
+        )
+
+    # Then the present one is its value and the absent one says none, without a traceback
+    assert value("JobTableName").stdout.strip() == "jobs"
+    absent = value("MonitorTableName")
+    assert (absent.returncode, absent.stderr) == (0, "")
+    assert absent.stdout.strip() == "(none: its part is off)"

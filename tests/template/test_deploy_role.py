@@ -196,6 +196,8 @@ BOUNDARY_EXCEPTIONS = {
     # decides who may encrypt or decrypt, always with a context.
     "EndpointTokens": "kms:Encrypt/Decrypt only on the key behind alias/<stack>-endpoint-tokens, with a context",
     "AccessTokenSigning": "kms:Sign/GetPublicKey only on the key behind alias/<stack>-token-signing",
+    # A pool's id is random: the boundary names the stack's pool by the stack's tag on it.
+    "Pool": "cognito-idp:AdminGetUser/AdminListGroupsForUser only on the pool tagged with the stack's name",
 }
 
 

@@ -31,6 +31,7 @@ from mcp_backend.probes.registry import SELF_OWNER_ID, SELF_SERVER_ID
 from tests.iam.simulator import SIMULATOR_DIR, Request, decide
 from tests.iam.stacks import ACCOUNT, REGION, TEMPLATE, Stack
 from tests.node_packages import installed_node
+from tests.profiles import profile_parameters
 
 DEV, PROD = Stack("mcp"), Stack("mcp-prod")
 # A stack that reads tenants' s3:// datasets (the local stack has such a bucket): its functions' calls include it.
@@ -582,6 +583,7 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             *[(a, arn("JobTable"), {}) for a in ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")],
             ("dynamodb:BatchGetItem", arn("JobTable"), {}),  # jobs/store.py: a refused submission's slot holders
             ("dynamodb:Query", f"{arn('JobTable')}/index/FailedJobsByUser", {}),  # list_failed_jobs
+            ("dynamodb:Query", f"{arn('JobTable')}/index/JobsByUser", {}),  # resources/list, completion
             ("sqs:SendMessage", arn("JobQueue"), {}),  # jobs/queue.py
             call_log,
             ("secretsmanager:GetSecretValue", arn("ApiKeysSecret"), {}),  # api_keys.py
@@ -672,6 +674,8 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
     }
     if "AuthorizationServer" in stack.resources:
         calls["AuthorizationServer"] = authorization_server_calls(stack)
+        # stack_urls.py: the endpoint's own URL, the audience the server's tokens name
+        calls["McpServer"].append(("ssm:GetParameter", arn("AuthorizationEndpointResource"), {}))
     for function, found in calls.items():  # the Lambda runtime, for every function
         log_group = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/lambda/{stack.physical_name(function)}"
         found += [
@@ -679,10 +683,33 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             ("logs:PutLogEvents", f"{log_group}:log-stream:x", {}),
         ]
         found += [("xray:PutTraceSegments", "*", {}), ("xray:PutTelemetryRecords", "*", {})]
-    if stack.parameters.get("Tracing") == "xray":  # mcp_backend/tracing.py: spans to X-Ray's OTLP endpoint
+    if stack.parameters.get("Tracing") == "xray":  # mcp_backend/tracing/otlp_export.py: spans to X-Ray's OTLP endpoint
         for function in TRACED_FUNCTIONS:
             calls[function].append(("xray:PutSpans", "*", {}))
-    return calls
+    return without_absent_parts(stack, calls)
+
+
+# The kinds of resource a part that is off takes away, and which the remaining functions would otherwise call.
+PART_STORES = ("AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::Kinesis::Stream", "AWS::S3::Bucket", "AWS::KMS::Key")
+
+
+def without_absent_parts(stack: Stack, calls: dict[str, list[Call]]) -> dict[str, list[Call]]:
+    """A part that is off (docs/deploy.md "Profiles") has no functions, and nothing calls its stores: their
+    variables are unset, so the code reaches for none of them."""
+    absent = [
+        stack.arn(logical_id)
+        for logical_id, resource in TEMPLATE.expanded["Resources"].items()
+        if resource["Type"] in PART_STORES and logical_id not in stack.resources
+    ]
+
+    def on_absent(resource: str) -> bool:
+        return any(resource == arn or resource.startswith((f"{arn}/", f"{arn}:")) for arn in absent)
+
+    return {
+        function: [call for call in found if not on_absent(call[1])]
+        for function, found in calls.items()
+        if function in stack.resources
+    }
 
 
 def sealed_with(stack: Stack, server_id: str, owner_id: str) -> dict[str, Any]:
@@ -699,7 +726,8 @@ def sealed_with(stack: Stack, server_id: str, owner_id: str) -> dict[str, Any]:
 
 def authorization_server_calls(stack: Stack) -> list[Call]:
     """AuthorizationServer's calls (mcp_backend/authorization): its records, its signing key, and the upstream
-    login's client id (the stack's pool) or client secret (another provider's), whichever the stack has."""
+    login's client id and the re-check of each refresh (the stack's pool) or client secret (another provider's),
+    whichever the stack has."""
     arn = stack.arn
     signing_key = arn("AuthorizationSigningKey")
     on_the_key = {"kms:ResourceAliases": stack.key_aliases("AuthorizationSigningKey")}
@@ -711,9 +739,13 @@ def authorization_server_calls(stack: Stack) -> list[Call]:
         ("kms:Sign", signing_key, on_the_key),  # signing.py: each access token
         ("kms:GetPublicKey", signing_key, on_the_key),  # signing.py: the JWKS
         ("ssm:GetParameter", arn("AuthorizationEndpointResource"), {}),  # resource.py: the endpoint's URL
+        ("ssm:GetParameter", arn("AuthorizationIssuer"), {}),  # resource.py: its own URL, the issuer
     ]
     if "AuthorizationLoginClientId" in stack.resources:  # upstream.py: the pool's login client's id
         calls.append(("ssm:GetParameter", arn("AuthorizationLoginClientId"), {}))
+        # upstream.py: each refresh checks the pool's user again (enabled, groups)
+        pool, tags = arn("McpUserPool"), stack.resource_tags("McpUserPool")
+        calls += [(a, pool, tags) for a in ("cognito-idp:AdminGetUser", "cognito-idp:AdminListGroupsForUser")]
     secret = stack.parameters.get("UpstreamClientSecretArn")
     if secret:  # upstream.py: the upstream client's secret, read once
         calls.append(("secretsmanager:GetSecretValue", secret, {}))
@@ -738,13 +770,23 @@ UNUSED_AND_WHY = {
 
 @pytest.mark.parametrize(
     "parameters",
-    [{}, DATASETS, BUILTIN, BUILTIN_UPSTREAM, {**DATASETS, **TRACING_TO_XRAY}],
+    [
+        {},
+        DATASETS,
+        BUILTIN,
+        BUILTIN_UPSTREAM,
+        {**DATASETS, **TRACING_TO_XRAY},
+        {**DATASETS, **profile_parameters("minimal")},
+        {**DATASETS, **profile_parameters("full"), "JobPipeline": "Disabled"},
+    ],
     ids=[
         "no dataset bucket",
         "a dataset bucket",
         "the authorization server",
         "it with another provider",
         "tracing to X-Ray",
+        "the minimal profile",
+        "no job pipeline",
     ],
 )
 def test_every_call_each_function_makes_is_allowed_by_its_role_the_boundary_and_the_resource_policy(node, parameters):

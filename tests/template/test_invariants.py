@@ -79,7 +79,9 @@ def resolve(value: Any, **parameters: Any) -> Any:
 
 
 def referenced_resource(expression: Any) -> str:
-    """The logical id behind a Ref or GetAtt."""
+    """The logical id behind a Ref or GetAtt, or behind the Fn::If that names it only while its part is on."""
+    if "Fn::If" in expression:
+        return referenced_resource(expression["Fn::If"][1])
     if "Ref" in expression:
         return expression["Ref"]
     target = expression["Fn::GetAtt"]
@@ -553,19 +555,19 @@ def test_no_probe_endpoint_index_projects_the_auth_token():
 
 
 # Stores whose loss would lose users' data; everything else can be rebuilt by a deploy.
-# AuthorizationTable: registrations, logins and grants; losing it makes clients register and users sign in again.
+# AuthorizationTable is kept too: it holds the clients an operator registered and users' grants (losing it
+# signs every user out and drops those clients).
 DISPOSABLE_STORES = {
     "IdempotencyTable",
     "RateLimitTable",
     "AlertWindowTable",
-    "AuthorizationTable",
-}  # dedup records, counters, alert windows, sign-in state: TTL
+}  # dedup records, counters, alert windows: TTL
 
 
 def test_every_data_store_survives_deleting_or_replacing_the_stack():
     stores = {**of_type("AWS::DynamoDB::Table"), **of_type("AWS::SecretsManager::Secret")}
     kept = set(stores) - DISPOSABLE_STORES
-    assert {"JobTable", "MonitorTable", "ApiKeysSecret"} <= kept
+    assert {"JobTable", "MonitorTable", "ApiKeysSecret", "AuthorizationTable"} <= kept
     for logical_id in kept:
         assert stores[logical_id].get("DeletionPolicy") == "Retain", logical_id
         assert stores[logical_id].get("UpdateReplacePolicy") == "Retain", logical_id

@@ -9,6 +9,7 @@ import base64
 import hashlib
 import json
 import secrets
+import time
 import urllib.parse
 from typing import Any
 
@@ -19,12 +20,13 @@ import jwt
 import pytest
 from starlette.testclient import TestClient
 
+import mcp_backend.authorization.__main__ as authorization_cli
 from devstack.wired_stack import LocalEnvironment
-from mcp_backend.authorization.app import AuthorizationServer
+from mcp_backend.authorization.app import AuthorizationServer, documents_for
 from mcp_backend.authorization.clients import FAILURE_CACHE_SECONDS, SCOPES, MetadataDocuments
 from mcp_backend.authorization.signing import KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore
-from mcp_backend.authorization.upstream import Identity, UpstreamLoginFailed, tier_of
+from mcp_backend.authorization.upstream import Identity, UpstreamLoginFailed, UpstreamUnavailable, UserGone, tier_of
 from mcp_backend.config import AuthorizationServerSettings, load_settings
 from mcp_backend.netsafety import PrivateAddress
 from mcp_backend.probes.errors import ProbeProtocolError
@@ -37,7 +39,20 @@ CIMD_URL = "https://client.example/oauth/client.json"
 
 
 class StandInUpstream:
-    """The upstream OIDC provider: any code but "refused" and "unavailable" signs in alice (group paying -> pro)."""
+    """The upstream OIDC provider: any code but "refused" and "unavailable" signs in alice (group paying -> pro).
+    `now` is what a refresh's re-check finds: her tier, "gone" (deleted or disabled) or "unavailable"."""
+
+    def __init__(self) -> None:
+        self.now = "pro"
+        self.checked: list[tuple[str, str]] = []
+
+    async def current_tier(self, subject: str, username: str) -> str:
+        self.checked.append((subject, username))
+        if self.now == "gone":
+            raise UserGone
+        if self.now == "unavailable":
+            raise UpstreamUnavailable("the user pool cannot be asked")
+        return self.now
 
     async def login_url(self, redirect_uri: str, state: str, nonce: str, challenge: str) -> str:
         return f"https://idp.example/login?{urllib.parse.urlencode({'state': state, 'redirect_uri': redirect_uri})}"
@@ -47,7 +62,7 @@ class StandInUpstream:
             raise UpstreamLoginFailed("the provider refused the code (HTTP 400)")
         if code == "unavailable":  # e.g. the upstream client's secret cannot be read
             raise botocore.exceptions.ClientError({"Error": {"Code": "AccessDeniedException"}}, "GetSecretValue")
-        return Identity(subject="alice-sub", tier="pro", name="alice@example.com")
+        return Identity(subject="alice-sub", tier="pro", name="alice@example.com", username="alice")
 
 
 class Documents:
@@ -74,25 +89,44 @@ def environment(aws) -> LocalEnvironment:
     )
 
 
-def build(environment: LocalEnvironment, documents: Documents, **overrides: str) -> tuple[TestClient, Any]:
-    variables = {**environment.stack.function("AuthorizationServer").environment, "AUTHORIZATION_ISSUER": ISSUER}
-    endpoint_is_resource(variables)
+class Clock:
+    """The server's clock: the real one, moved forward by the test (never a pinned instant)."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.ahead
+
+
+def build(
+    environment: LocalEnvironment,
+    documents: Documents,
+    issuer: str = ISSUER,
+    clock: Clock | None = None,
+    **overrides: str,
+) -> tuple[TestClient, Any]:
+    variables = environment.stack.function("AuthorizationServer").environment
+    stack_urls_are(variables, issuer)
     settings = load_settings(AuthorizationServerSettings, {**variables, **overrides})
+    clock = clock or Clock()
     server = AuthorizationServer(
         settings,
-        AuthorizationStore(settings.authorization_table_name, boto3.client("dynamodb")),
+        AuthorizationStore(settings.authorization_table_name, boto3.client("dynamodb"), clock=clock),
         KmsSigner(settings.authorization_signing_key_id, boto3.client("kms")),
         StandInUpstream(),
-        MetadataDocuments((), fetch=documents),
+        documents_for(settings, documents),
+        clock=clock,
     )
-    return TestClient(server, base_url=ISSUER, follow_redirects=False), server
+    return TestClient(server, base_url=issuer, follow_redirects=False), server
 
 
-def endpoint_is_resource(variables: dict[str, str]) -> None:
-    """The endpoint's URL, which the template writes to the server's parameter, is RESOURCE here (the local
-    stack writes its loopback URL the same way)."""
-    name = variables["AUTHORIZATION_RESOURCE_PARAMETER"]
-    boto3.client("ssm").put_parameter(Name=name, Value=RESOURCE, Type="String", Overwrite=True)
+def stack_urls_are(variables: dict[str, str], issuer: str = ISSUER) -> None:
+    """The server's URL and the endpoint's, which the template writes to the server's parameters, are ISSUER and
+    RESOURCE here (the local stack writes its loopback URLs the same way)."""
+    ssm = boto3.client("ssm")
+    ssm.put_parameter(Name=variables["AUTHORIZATION_ISSUER_PARAMETER"], Value=issuer, Type="String", Overwrite=True)
+    ssm.put_parameter(Name=variables["AUTHORIZATION_RESOURCE_PARAMETER"], Value=RESOURCE, Type="String", Overwrite=True)
 
 
 @pytest.fixture
@@ -207,6 +241,8 @@ def test_the_metadata_names_the_endpoints_s256_only_public_clients_and_metadata_
     assert set(metadata["grant_types_supported"]) == {"authorization_code", "refresh_token"}
     assert "none" in metadata["token_endpoint_auth_methods_supported"]
     assert metadata["client_id_metadata_document_supported"] is True
+    # And it says every authorization response names the issuer (RFC 9207; sign_in checks the `iss` it gets)
+    assert metadata["authorization_response_iss_parameter_supported"] is True
 
 
 def test_a_registered_client_signs_a_user_in_and_gets_an_es256_token_bound_to_the_resource(client):
@@ -276,7 +312,9 @@ def test_pkce_is_required_s256_only_and_a_wrong_verifier_gets_no_token(client):
     # Then: the two requests are refused back at the redirect URI, the exchanges with invalid_grant/invalid_request
     for refused in (missing, plain):
         assert refused.status_code == 302
-        assert "error=invalid_request" in refused.headers["location"]
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(refused.headers["location"]).query)
+        # (an error answer names the issuer too: RFC 9207 section 2)
+        assert (query["error"], query["iss"]) == (["invalid_request"], [ISSUER])
     assert (wrong.status_code, wrong.json()["error"]) == (400, "invalid_grant")
     assert (no_verifier.status_code, no_verifier.json()["error"]) == (400, "invalid_request")
 
@@ -319,6 +357,213 @@ def test_refresh_tokens_rotate_and_a_reused_one_revokes_the_family(client):
     assert claims_of(client, rotated.json()["access_token"])["sub"] == "alice-sub"
     assert (reused.status_code, reused.json()["error"]) == (400, "invalid_grant")
     assert (after.status_code, after.json()["error"]) == (400, "invalid_grant")
+
+
+def signed_in(environment: LocalEnvironment, documents: Documents) -> tuple[TestClient, Any, str, dict[str, Any]]:
+    """A server, and a registered client that signed alice in: (client, server, its client id, its tokens)."""
+    client, server = build(environment, documents)
+    client_id = register(client)["client_id"]
+    code, verifier = sign_in(client, client_id)
+    return client, server, client_id, exchange(client, client_id, code, verifier).json()
+
+
+def test_a_grant_ends_its_lifetime_after_consent_however_often_it_was_refreshed(environment, documents):
+    # Given a sign-in under the default grant lifetime (30 days)
+    clock = Clock()
+    client, _ = build(environment, documents, clock=clock)
+    client_id = register(client)["client_id"]
+    code, verifier = sign_in(client, client_id)
+    token = exchange(client, client_id, code, verifier).json()["refresh_token"]
+
+    # When the client refreshes on day 15 and on day 29, then on day 30 and a minute
+    answers = []
+    for day in (15, 29):
+        clock.ahead = day * 86400
+        answers.append(refresh(client, client_id, token))
+        token = answers[-1].json().get("refresh_token", token)
+    clock.ahead = 30 * 86400 + 60
+    ended = refresh(client, client_id, token)
+
+    # Then the refreshes within the lifetime rotate, and the one past it is invalid_grant: rotation never
+    # extended the grant
+    assert [answer.status_code for answer in answers] == [200, 200]
+    assert (ended.status_code, ended.json()["error"]) == (400, "invalid_grant")
+    assert "access_token" not in ended.json()
+
+
+def test_the_grant_lifetime_is_the_template_parameter(aws, documents):
+    # Given a stack deployed with AuthorizationGrantDays 2
+    parameters = {
+        "AuthMode": "oauth",
+        "AuthorizationServerMode": "builtin",
+        "UpstreamIssuer": "https://idp.example",
+        "AuthorizationGrantDays": "2",
+    }
+    clock = Clock()
+    client, _ = build(LocalEnvironment(boto3.client, parameters=parameters, on_demand=True), documents, clock=clock)
+    client_id = register(client)["client_id"]
+    code, verifier = sign_in(client, client_id)
+    token = exchange(client, client_id, code, verifier).json()["refresh_token"]
+
+    # When the client refreshes on the second day, then two days and a minute after consent
+    clock.ahead = 86400 + 3600
+    within = refresh(client, client_id, token)
+    clock.ahead = 2 * 86400 + 60
+    after = refresh(client, client_id, within.json()["refresh_token"])
+
+    # Then the grant lasted the two days, no longer
+    assert within.status_code == 200
+    assert (after.status_code, after.json()["error"]) == (400, "invalid_grant")
+
+
+def test_each_refresh_rechecks_the_user_and_issues_the_tier_found_upstream(environment, documents):
+    # Given alice signed in as pro
+    client, server, client_id, first = signed_in(environment, documents)
+    assert claims_of(client, first["access_token"])["tier"] == "pro"
+
+    # When she leaves the paying group upstream, and the client refreshes
+    server.upstream.now = "free"
+    refreshed = refresh(client, client_id, first["refresh_token"])
+
+    # Then the provider was asked about her (by her upstream username) and the new token says free
+    assert refreshed.status_code == 200
+    assert claims_of(client, refreshed.json()["access_token"])["tier"] == "free"
+    assert server.upstream.checked == [("alice-sub", "alice")]
+
+
+@pytest.mark.parametrize(
+    ("upstream", "status", "error", "retried_status"),
+    [("gone", 400, "invalid_grant", 400), ("unavailable", 503, "temporarily_unavailable", 200)],
+    ids=["deleted or disabled: the grant is revoked", "the pool cannot be asked: the token is not spent"],
+)
+def test_a_refresh_whose_user_cannot_be_confirmed_issues_nothing(environment, documents, upstream, status, error,
+                                                                 retried_status):  # fmt: skip
+    # Given alice signed in
+    client, server, client_id, tokens = signed_in(environment, documents)
+
+    # When the re-check finds her deleted or disabled, or cannot ask the pool; then she is fine and it retries
+    server.upstream.now = upstream
+    refused = refresh(client, client_id, tokens["refresh_token"])
+    server.upstream.now = "pro"
+    retried = refresh(client, client_id, tokens["refresh_token"])
+
+    # Then nothing is issued, with the RFC's error and a short reason (503 with Retry-After, never a 500); a
+    # gone user's grant stays revoked, while after an unanswered check the same refresh token still works
+    assert (refused.status_code, refused.json()["error"]) == (status, error)
+    assert "access_token" not in refused.json()
+    assert refused.json()["error_description"] in ("the user can no longer sign in", "the user cannot be checked now")
+    assert status == 400 or "retry-after" in refused.headers
+    assert retried.status_code == retried_status
+
+
+def operator(client: TestClient, capsys: Any, *argv: str) -> tuple[int, str]:
+    """`python -m mcp_backend.authorization` on the server's table: (exit status, what it printed)."""
+    table = client.app.store.table_name
+    status = authorization_cli.main(["--table", table, *argv])
+    return status, capsys.readouterr().out
+
+
+def printed(out: str, name: str) -> str:
+    return next(line.split(": ", 1)[1].split()[0] for line in out.splitlines() if line.startswith(f"{name}: "))
+
+
+def test_an_operator_lists_a_users_grants_and_revokes_them_all(environment, documents, capsys):
+    # Given alice signed in through two clients (two grants)
+    client, _ = build(environment, documents)
+    tokens = []
+    for _ in range(2):
+        client_id = register(client)["client_id"]
+        code, verifier = sign_in(client, client_id)
+        tokens.append((client_id, exchange(client, client_id, code, verifier).json()["refresh_token"]))
+
+    # When the operator lists her grants, revokes them, and lists them again
+    _, listed = operator(client, capsys, "grants", "list", "--subject", "alice-sub")
+    status, revoked = operator(client, capsys, "grants", "revoke", "--subject", "alice-sub")
+    _, after = operator(client, capsys, "grants", "list", "--subject", "alice-sub")
+
+    # Then both were active and are now revoked, and neither refresh token works any more
+    assert listed.count(" active") == 2
+    assert (status, revoked.strip()) == (0, "revoked 2 grant(s)")
+    assert after.count("revoked (revoked by the operator)") == 2
+    for client_id, token in tokens:
+        assert refresh(client, client_id, token).json()["error"] == "invalid_grant"
+
+
+@pytest.mark.parametrize("method", ["client_secret_basic", "client_secret_post"])
+def test_an_operators_confidential_client_signs_in_with_its_secret_shown_once_and_kept_hashed(client, capsys, method):
+    # Given a confidential client the operator added, with its fixed redirect URI
+    status, out = operator(client, capsys, "clients", "add", "--name", "Ops", "--redirect-uri", REDIRECT,
+                           "--auth-method", method)  # fmt: skip
+    client_id, secret = printed(out, "client_id"), printed(out, "client_secret")
+
+    def exchange_with(presented: str) -> Any:
+        code, verifier = sign_in(client, client_id)
+        if method == "client_secret_post":
+            return exchange(client, client_id, code, verifier, client_secret=presented)
+        basic = base64.b64encode(f"{client_id}:{presented}".encode()).decode()
+        form = {"grant_type": "authorization_code", "code": code, "redirect_uri": REDIRECT,
+                "code_verifier": verifier, "resource": RESOURCE, "client_id": client_id}  # fmt: skip
+        return client.post("/token", data=form, headers={"authorization": f"Basic {basic}"})
+
+    # When it exchanges a code with its secret, and another with a wrong one
+    good, wrong = exchange_with(secret), exchange_with("not-the-secret")
+
+    # Then the right secret gets tokens, the wrong one 401 invalid_client; the table holds only the hash
+    assert status == 0 and client_id.startswith("op-")
+    assert good.status_code == 200, good.text
+    assert (wrong.status_code, wrong.json()["error"]) == (401, "invalid_client")
+    assert secret not in json.dumps(client.app.store.get(f"client#{client_id}"))
+
+
+def test_an_operators_public_client_is_listed_signs_in_and_is_gone_once_removed(client, capsys):
+    # Given a public client the operator added (no secret printed)
+    _, out = operator(client, capsys, "clients", "add", "--name", "Desk", "--redirect-uri", REDIRECT, "--public")
+    client_id = printed(out, "client_id")
+    assert "client_secret" not in out
+
+    # When it signs in, the operator lists the clients, removes it, and it tries again
+    code, verifier = sign_in(client, client_id)
+    signed = exchange(client, client_id, code, verifier)
+    _, listed = operator(client, capsys, "clients", "list")
+    removed, _ = operator(client, capsys, "clients", "remove", "--client-id", client_id)
+    again = exchange(client, client_id, *sign_in_code_only(client))
+    missing, _ = operator(client, capsys, "clients", "remove", "--client-id", client_id)
+
+    # Then it got tokens while listed, and once removed it is an unknown client (401 invalid_client)
+    assert signed.status_code == 200
+    assert client_id in listed and "none" in listed and REDIRECT in listed
+    assert (removed, missing) == (0, 1)
+    assert (again.status_code, again.json()["error"]) == (401, "invalid_client")
+
+
+def sign_in_code_only(client: TestClient) -> tuple[str, str]:
+    """A code and verifier of another, registered client: something to present as a removed client's."""
+    return sign_in(client, register(client)["client_id"])
+
+
+def test_an_operator_client_with_an_unsafe_redirect_uri_is_refused(client, capsys):
+    # When the operator adds a client with a plain http redirect off loopback
+    with pytest.raises(SystemExit) as exit_status:
+        operator(client, capsys, "clients", "add", "--name", "X", "--redirect-uri", "http://evil.example/cb")
+
+    # Then the command refuses it with the reason, and no client is added
+    assert exit_status.value.code == 2
+    assert "https, or http on a loopback host" in capsys.readouterr().err
+    assert operator(client, capsys, "clients", "list")[1] == ""
+
+
+def test_a_dynamically_registered_confidential_client_keeps_working_with_its_secret_hashed(client):
+    # Given a client that registered for client_secret_post and was given a secret
+    registered = register(client, token_endpoint_auth_method="client_secret_post")
+    client_id, secret = registered["client_id"], registered["client_secret"]
+
+    # When it exchanges a code with that secret
+    code, verifier = sign_in(client, client_id)
+    answer = exchange(client, client_id, code, verifier, client_secret=secret)
+
+    # Then it gets tokens, and the table holds the secret's hash only
+    assert answer.status_code == 200, answer.text
+    assert secret not in json.dumps(client.app.store.get(f"client#{client_id}"))
 
 
 def test_revoking_a_refresh_or_access_token_ends_the_grant(client):
@@ -851,3 +1096,245 @@ def test_a_refused_document_is_fetched_again_after_the_failure_window():
     # Then the failure is remembered for the window only
     assert first is None and within is None and after is not None
     assert documents.fetched == [CIMD_URL, CIMD_URL]
+
+
+def login_state(login: Any) -> str:
+    return urllib.parse.parse_qs(urllib.parse.urlsplit(login.headers["location"]).query)["state"][0]
+
+
+def headline(page: Any) -> str:
+    return str(page.text.split("<h1>")[1].split("</h1>")[0])
+
+
+def test_the_template_writes_the_servers_issuer_where_it_reads_it(environment):
+    # Given the stack as deployed: the issuer parameter the template writes for the server
+    variables = environment.stack.function("AuthorizationServer").environment
+    written = boto3.client("ssm").get_parameter(Name=variables["AUTHORIZATION_ISSUER_PARAMETER"])
+
+    # Then it holds the server's Function URL without the trailing slash: the issuer the endpoint trusts
+    function_url = environment.stack.ensure("AuthorizationServerUrl").attributes["FunctionUrl"]
+    assert written["Parameter"]["Value"] == function_url.rstrip("/")
+    assert environment.stack.function("McpServer").environment["OAUTH_ISSUER"] == function_url.rstrip("/")
+
+
+@pytest.mark.parametrize("host", ["auth.example", "abc123.lambda-url.us-east-1.on.aws", "attacker.example"])
+def test_the_issuer_is_the_pinned_one_whatever_host_the_request_names(client, host):
+    # When a client reads the metadata through any Host (another Function URL of the region included)
+    answer = client.get("/.well-known/oauth-authorization-server", headers={"host": host})
+
+    # Then it is told the pinned issuer and endpoints under it, never one made of the Host
+    assert answer.status_code == 200
+    metadata = answer.json()
+    assert (metadata["issuer"], metadata["token_endpoint"]) == (ISSUER, f"{ISSUER}/token")
+
+
+def test_authorize_on_another_host_is_sent_to_the_issuers_host_first(client):
+    # Given a registered client
+    client_id = register(client)["client_id"]
+
+    # When its authorization request reaches the server through another Host
+    answer = client.get(
+        "/authorize", params={"client_id": client_id, "state": "s"}, headers={"host": "abc.lambda-url.us-east-1.on.aws"}
+    )
+
+    # Then the browser is sent to the same request at the issuer, and no sign-in was started
+    assert answer.status_code == 307
+    assert answer.headers["location"] == f"{ISSUER}/authorize?client_id={client_id}&state=s"
+    assert "set-cookie" not in answer.headers
+
+
+def test_an_unreadable_issuer_is_503_temporarily_unavailable_then_read_once_it_is_there(environment, documents):
+    # Given a server whose issuer parameter cannot be read at its first request
+    client = build(environment, documents)[0]
+    name = environment.stack.function("AuthorizationServer").environment["AUTHORIZATION_ISSUER_PARAMETER"]
+    boto3.client("ssm").delete_parameter(Name=name)
+
+    # When a client reads the metadata, before and after the parameter is back
+    before = client.get("/.well-known/oauth-authorization-server")
+    boto3.client("ssm").put_parameter(Name=name, Value=ISSUER, Type="String")
+    after = client.get("/.well-known/oauth-authorization-server")
+
+    # Then it is first told temporarily_unavailable (no issuer guessed, no 500), then the pinned issuer
+    assert (before.status_code, before.json()["error"]) == (503, "temporarily_unavailable")
+    assert after.json()["issuer"] == ISSUER
+
+
+def test_by_default_https_redirects_may_go_only_to_the_hosted_clients(environment, documents):
+    # Given the template's defaults, no allow-list at all, and an operator's wider list
+    default = build(environment, documents)[0]
+    empty = build(environment, documents, AUTHORIZATION_REDIRECT_HOSTS="")[0]
+    widened = build(environment, documents, AUTHORIZATION_REDIRECT_HOSTS="claude.ai,mcp.example.org")[0]
+
+    def registered(client: TestClient, uri: str) -> int:
+        return int(client.post("/register", json={"redirect_uris": [uri]}).status_code)
+
+    # Then the hosted clients' redirects are accepted by default, look-alike hosts are not
+    for uri in (
+        "https://claude.ai/api/mcp/auth_callback",
+        "https://chatgpt.com/connector_platform_oauth_redirect",
+        "https://vscode.dev/redirect",
+    ):
+        assert registered(default, uri) == 201, uri
+    for uri in ("https://claude.ai.attacker.example/api/mcp/auth_callback", "https://attacker.example/cb"):
+        assert registered(default, uri) == 400, uri
+    # And an empty list allows no https redirect (loopback still), and an operator can widen the list
+    assert registered(empty, "https://claude.ai/api/mcp/auth_callback") == 400
+    assert registered(empty, "http://127.0.0.1:9/cb") == 201
+    assert registered(widened, "https://mcp.example.org/cb") == 201
+
+
+def test_the_consent_page_leads_with_the_redirect_host_and_shows_a_chosen_name_as_unverified(environment, documents):
+    # Given a registration calling itself "Claude" whose answer goes to another (allowed) host, and an operator
+    client = build(environment, documents, AUTHORIZATION_OPERATOR_NAME="Example Corp")[0]
+    chatgpt = "https://chatgpt.com/connector_platform_oauth_redirect"
+    client_id = register(client, client_name="Claude", redirect_uris=[chatgpt])["client_id"]
+
+    # When the user reaches the consent page
+    page, _ = consent_form(client, client_id, pkce()[1], redirect_uri=chatgpt)
+
+    # Then the headline names where the access goes, not the name the registrant chose; that name is marked
+    # as unverified, and the operator and the resource are named
+    assert "chatgpt.com" in headline(page) and "Claude" not in headline(page)
+    assert "<b>Claude</b> <span" in page.text and "not verified" in page.text
+    assert "Example Corp" in page.text and RESOURCE in page.text
+    assert 'content="width=device-width, initial-scale=1"' in page.text
+
+
+def test_a_loopback_redirect_is_named_as_an_app_on_this_device(client):
+    client_id = register(client, client_name="Claude")["client_id"]
+    page, _ = consent_form(client, client_id, pkce()[1])
+    assert "an app on this device" in headline(page) and "127.0.0.1" in headline(page)
+
+
+def test_a_document_sending_codes_to_another_host_than_its_own_is_refused(environment, documents):
+    # Given a server allowing both hosts, and a document at client.example whose redirect is on claude.ai
+    client = build(environment, documents, AUTHORIZATION_REDIRECT_HOSTS="client.example,claude.ai")[0]
+    claude = "https://claude.ai/api/mcp/auth_callback"
+    documents.answers[CIMD_URL] = json.dumps({"client_id": CIMD_URL, "redirect_uris": [claude]}).encode()
+    own = "https://client.example/oauth/other.json"
+    documents.answers[own] = json.dumps(
+        {"client_id": own, "redirect_uris": ["https://client.example/cb", REDIRECT]}
+    ).encode()
+
+    # When each is used to authorize
+    refused = authorize(client, CIMD_URL, pkce()[1], redirect_uri=claude)
+    accepted = authorize(client, own, pkce()[1])
+
+    # Then the first is refused without a redirect; the one on its own host (and loopback) goes on to sign in
+    assert (refused.status_code, refused.json()["error"]) == (400, "invalid_request")
+    assert "client_id's host" in refused.json()["error_description"]
+    assert accepted.status_code == 302 and accepted.headers["location"].startswith("https://idp.example/")
+
+
+def test_a_sign_in_finished_in_another_browser_issues_nothing(environment, documents):
+    # Given a sign-in started in one browser, and another browser (no cookies) and a third with its own cookie
+    client, server = build(environment, documents)
+    client_id = register(client)["client_id"]
+    state = login_state(authorize(client, client_id, pkce()[1]))
+    other = TestClient(server, base_url=ISSUER, follow_redirects=False)
+    third = TestClient(server, base_url=ISSUER, follow_redirects=False)
+    authorize(third, client_id, pkce()[1])
+
+    # When the login link comes back in the other browsers, then in the one that started it
+    answers = [b.get("/callback", params={"code": "upstream-code", "state": state}) for b in (other, third, client)]
+
+    # Then the others get a 400 page (no redirect, no code, no consent form) and the sign-in is spent
+    assert [a.status_code for a in answers] == [400, 400, 400]
+    assert "another browser" in answers[0].text and "location" not in answers[0].headers
+    assert all("<form" not in a.text for a in answers)
+
+
+def test_the_login_cookie_is_httponly_lax_and_secure_on_https(client):
+    answer = authorize(client, register(client)["client_id"], pkce()[1])
+    cookie = answer.headers["set-cookie"]
+    assert cookie.startswith("__Host-mcp_login=")
+    assert all(part in cookie for part in ("HttpOnly", "Secure", "SameSite=lax", "Path=/"))
+
+
+def test_on_loopback_http_the_login_cookie_is_not_secure_and_the_sign_in_finishes(environment, documents):
+    # Given the local stack's server: its issuer a loopback http URL
+    client = build(environment, documents, issuer="http://127.0.0.1:8790")[0]
+    client_id = register(client)["client_id"]
+
+    # When a user signs in
+    login = authorize(client, client_id, pkce()[1])
+    page = client.get("/callback", params={"code": "upstream-code", "state": login_state(login)})
+
+    # Then the cookie is set without Secure (http), and the browser that started the sign-in finishes it
+    assert login.headers["set-cookie"].startswith("mcp_login=") and "Secure" not in login.headers["set-cookie"]
+    assert page.status_code == 200 and "<form" in page.text
+
+
+def test_two_sign_ins_started_in_one_browser_both_reach_consent(client):
+    client_id = register(client)["client_id"]
+    states = [login_state(authorize(client, client_id, pkce()[1])) for _ in range(2)]
+    pages = [client.get("/callback", params={"code": "upstream-code", "state": s}) for s in states]
+    assert [p.status_code for p in pages] == [200, 200]
+
+
+# Each hosted client's registration as its documentation or traffic shows it (docs/clients.md), the redirect it
+# signs in with, and what the consent page's headline must name.
+HOSTED_CLIENTS = {
+    "Claude (claude.ai)": (
+        ["https://claude.ai/api/mcp/auth_callback"],
+        "https://claude.ai/api/mcp/auth_callback",
+        "claude.ai",
+    ),
+    "Claude (claude.com)": (
+        ["https://claude.com/api/mcp/auth_callback"],
+        "https://claude.com/api/mcp/auth_callback",
+        "claude.com",
+    ),
+    "ChatGPT": (
+        ["https://chatgpt.com/connector_platform_oauth_redirect", "https://chatgpt.com/connector/oauth/abc123"],
+        "https://chatgpt.com/connector/oauth/abc123",
+        "chatgpt.com",
+    ),
+    "VS Code": (["http://127.0.0.1:33418", "https://vscode.dev/redirect"], "https://vscode.dev/redirect", "vscode.dev"),
+    "Cursor": (
+        [
+            "cursor://anysphere.cursor-mcp/oauth/callback",
+            "https://www.cursor.com/agents/mcp/oauth/callback",
+            "http://localhost:8787/callback",
+        ],
+        "cursor://anysphere.cursor-mcp/oauth/callback",
+        "cursor://anysphere.cursor-mcp",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTED_CLIENTS))
+def test_each_hosted_clients_registration_reaches_consent_under_the_default_allow_list(client, name):
+    # Given the template's default redirect allow-list, and a hosted client's registration shape
+    uris, used, shown = HOSTED_CLIENTS[name]
+    client_id = register(client, client_name=name, redirect_uris=uris)["client_id"]
+
+    # When it sends a user to sign in with the redirect it uses
+    page, _ = consent_form(client, client_id, pkce()[1], redirect_uri=used)
+
+    # Then the consent page's headline names where the access goes
+    assert shown in headline(page)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [{}, {"state": ""}, {"state": "x" * 65}, {"state": "no-such-transaction", "code": "c"}],
+    ids=["no-state", "empty-state", "long-state", "unknown-state"],
+)
+def test_a_callback_that_names_no_live_sign_in_is_a_400_page_never_a_500(client, query):
+    answer = client.get("/callback", params=query)
+    assert answer.status_code == 400 and "<form" not in answer.text and "location" not in answer.headers
+
+
+def test_a_malformed_login_cookie_is_replaced_and_the_sign_in_still_finishes(client):
+    # Given a browser carrying a login cookie this server never set (wrong shape)
+    client.cookies.set("__Host-mcp_login", "not-a-value-this-server-sets", domain="auth.example")
+    client_id = register(client)["client_id"]
+
+    # When it signs in
+    login = authorize(client, client_id, pkce()[1])
+    page = client.get("/callback", params={"code": "upstream-code", "state": login_state(login)})
+
+    # Then /authorize set a value of its own, and the sign-in reaches consent
+    assert "not-a-value" not in login.headers["set-cookie"]
+    assert page.status_code == 200 and "<form" in page.text

@@ -17,7 +17,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 import mcp_backend.authorization.upstream
-from mcp_backend.authorization.upstream import Identity, Upstream, UpstreamLoginFailed
+from mcp_backend.authorization.upstream import Identity, Upstream, UpstreamLoginFailed, UpstreamUnavailable, UserGone
 from mcp_backend.config import AuthorizationServerSettings
 from tests.loopback_http import trickling
 
@@ -65,6 +65,7 @@ def id_token(key: Any = KEY, **overrides: Any) -> str:
         "nonce": "n-1",
         "email": "ann@example.com",
         "cognito:groups": ["paying"],
+        "cognito:username": "ann",
         **overrides,
     }
     return jwt.encode({k: v for k, v in claims.items() if v is not None}, key, algorithm="RS256", headers={"kid": "k1"})
@@ -92,8 +93,8 @@ def test_a_valid_id_token_signs_the_user_in_with_the_tier_of_their_groups():
     identity = sign_in(provider)
 
     # Then the user is the token's subject, shown by email, on the tier their group maps to; the exchange sent
-    # the verifier and the callback URL
-    assert identity == Identity(subject="user-1", tier="pro", name="ann@example.com")
+    # the verifier and the callback URL; the provider's username is kept for the re-check of each refresh
+    assert identity == Identity(subject="user-1", tier="pro", name="ann@example.com", username="ann")
     assert seen[0]["code_verifier"] == "verifier-1" and seen[0]["redirect_uri"] == "https://as.example/callback"
     assert "client_secret" not in seen[0]
 
@@ -213,3 +214,66 @@ def test_a_token_endpoint_that_trickles_its_answer_is_cut_at_the_exchanges_deadl
         with pytest.raises(UpstreamLoginFailed, match=r"0\.5 s deadline"):
             sign_in(provider)
         assert closed_early.wait(10)
+
+
+def pool_with_user(groups: list[str]) -> tuple[Any, str]:
+    cognito = boto3.client("cognito-idp")
+    pool = cognito.create_user_pool(PoolName="users")["UserPool"]["Id"]
+    cognito.admin_create_user(UserPoolId=pool, Username="ann")
+    for group in groups:
+        cognito.create_group(UserPoolId=pool, GroupName=group)
+        cognito.admin_add_user_to_group(UserPoolId=pool, Username="ann", GroupName=group)
+    return cognito, pool
+
+
+def recheck(pool: str, cognito: Any, username: str = "ann") -> Any:
+    checker = Upstream(settings(UPSTREAM_USER_POOL_ID=pool), fetch=provider_documents, cognito=cognito)
+    return anyio.run(checker.current_tier, "user-1", username)
+
+
+def test_a_refresh_rechecks_a_pool_user_and_finds_the_tier_of_their_groups_today(aws):
+    # Given a pool user in the paying group, who then also joins staff
+    cognito, pool = pool_with_user(["paying"])
+    before = recheck(pool, cognito)
+    cognito.create_group(UserPoolId=pool, GroupName="staff")
+    cognito.admin_add_user_to_group(UserPoolId=pool, Username="ann", GroupName="staff")
+
+    # When the user is checked again, then removed from both groups and checked once more
+    after = recheck(pool, cognito)
+    for group in ("paying", "staff"):
+        cognito.admin_remove_user_from_group(UserPoolId=pool, Username="ann", GroupName=group)
+    removed = recheck(pool, cognito)
+
+    # Then each check found the tier of the groups of the moment
+    assert (before, after, removed) == ("pro", "internal", "free")
+
+
+@pytest.mark.parametrize("change", ["disabled", "deleted"])
+def test_a_pool_user_disabled_or_deleted_is_gone(aws, change):
+    # Given a pool user who was disabled or deleted after signing in
+    cognito, pool = pool_with_user(["paying"])
+    if change == "disabled":
+        cognito.admin_disable_user(UserPoolId=pool, Username="ann")
+    else:
+        cognito.admin_delete_user(UserPoolId=pool, Username="ann")
+
+    # When a refresh checks the user, then they are gone
+    with pytest.raises(UserGone):
+        recheck(pool, cognito)
+
+
+def test_a_pool_that_cannot_be_asked_is_unavailable_not_gone(aws):
+    # Given a pool id that names no pool (an AWS error other than "no such user")
+    cognito, _ = pool_with_user([])
+
+    # When a refresh checks the user, then the check is unavailable (retry later), and nobody's grant ends
+    with pytest.raises(UpstreamUnavailable):
+        recheck("us-east-1_nosuchpool", cognito)
+
+
+def test_another_oidc_provider_is_not_asked_and_keeps_the_sign_in_tier():
+    # Given an upstream that is not the stack's pool (no pool id; its tokens are not kept)
+    checker = upstream(httpx.Response(500))
+
+    # When a refresh checks the user, then there is no answer to act on (None: keep the tier of the sign-in)
+    assert anyio.run(checker.current_tier, "user-1", "ann") is None

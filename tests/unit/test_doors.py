@@ -24,7 +24,7 @@ from mcp_backend.doors import (
 )
 from mcp_backend.mcp.server import create_app
 from tests.unit.endpoint_fakes import SETTINGS, EveryoneIs, ServedInProcess
-from tests.unit.test_authorization_server import ISSUER, build, documents, environment  # noqa: F401 - fixtures
+from tests.unit.test_authorization_server import build, documents, environment  # noqa: F401 - fixtures
 from tests.unit.test_import_graph import ROOT
 
 HEADERS = {
@@ -172,7 +172,8 @@ def test_every_route_the_guard_answers_has_a_door(app):
 def test_every_route_of_the_authorization_server_has_a_door(environment, documents):  # noqa: F811
     # Given the routes of the running authorization server's app for its issuer
     _, server = build(environment, documents)
-    routes = server.app_for(ISSUER).routes
+    _, app = server.build()
+    routes = app.routes
 
     # When each route's methods are listed (Starlette serves HEAD with every GET)
     doors = {(m, route.path) for route in routes for m in route.methods if m != "HEAD"}

@@ -93,6 +93,7 @@ LAYERS: list[set[str]] = [
         "config",
         "quotas",
         "aws",
+        "stack_urls",
         "lazy_imports",
         "observability",
         "netsafety",

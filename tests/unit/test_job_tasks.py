@@ -197,6 +197,9 @@ def test_a_task_with_a_large_result_answers_its_first_page_and_the_cursor_for_th
     assert len(first["resultChunk"]) == jobs.queues.result_page_bytes < len(text)
     assert first["resultChars"] == len(text) and "nextCursor" in first
     assert "get_job" in task["result"]["content"][0]["text"]
+    # And it links the result resource, which reads the whole result in pages
+    link = task["result"]["content"][1]
+    assert (link["type"], link["uri"], link["size"]) == ("resource_link", f"job://{job.job_id}/result", len(text))
 
 
 def test_a_checkpoint_stops_a_cancelled_run_and_is_free_elsewhere():

@@ -15,6 +15,8 @@ from dataclasses import replace
 from typing import Any
 
 import anyio
+import boto3
+import botocore.exceptions
 import httpx
 import jwt
 import pytest
@@ -22,6 +24,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from pydantic import ValidationError
 
+from devstack.wired_stack import LocalEnvironment
 from mcp_backend.api_keys import ReservedUserId, new_api_key
 from mcp_backend.config import McpSettings
 from mcp_backend.doors import MCP_POST, METHODS, TOOL_DOORS, Door, DoorTable
@@ -31,6 +34,7 @@ from mcp_backend.mcp.guard import MAX_JSON_DEPTH, HostPolicy, McpHttpGuard, json
 from mcp_backend.mcp.oauth import EitherAuthenticator, OAuthAuthenticator, TokenPolicy
 from mcp_backend.mcp.request_body import buffered_body
 from mcp_backend.netsafety import DeadlinePassed, is_loopback_host
+from mcp_backend.stack_urls import StackUrl
 from mcp_backend.tools.table import Access
 from tests.loopback_http import trickling, trickling_tls_handshake
 
@@ -466,6 +470,16 @@ def test_cancelling_a_task_needs_the_submit_scope_and_polling_it_the_read_one():
     assert required_access(b'{"method":"tasks/get","params":{"taskId":"t"}}', TOOL_ACCESS) == set()
 
 
+@pytest.mark.parametrize("method", ["resources/list", "resources/read", "prompts/get", "completion/complete"])
+def test_reading_resources_and_prompts_needs_the_read_scope_and_their_catalogs_none(method):
+    # Given a request that reads the caller's jobs (as a resource, a prompt or a completion of their ids)
+    body = json.dumps({"method": method, "params": {"uri": "job://j", "name": "p"}}).encode()
+    # Then it needs the read scope, as get_job does; the listings of templates and prompts need none
+    assert required_access(body, TOOL_ACCESS) == {Access.READ}
+    for catalog in ("resources/templates/list", "prompts/list"):
+        assert required_access(json.dumps({"method": catalog}).encode(), TOOL_ACCESS) == set()
+
+
 @pytest.mark.parametrize("algorithms", ["HS256", "none", "RS256,HS512", ""])
 def test_symmetric_or_no_algorithms_are_a_configuration_error(algorithms):
     environment = {"JOB_TABLE_NAME": "t", "JOB_QUEUE_URL": "q", "JOB_DEAD_LETTER_QUEUE_URL": "d"}
@@ -688,6 +702,45 @@ def test_the_jwks_lock_is_not_held_while_the_keys_are_fetched():
     assert key is not None and lock_free_during_fetch == [True]
 
 
+def test_requests_arriving_during_one_slow_jwks_fetch_wait_for_it_and_are_all_answered():
+    # Given a cold JWKS cache whose first fetch blocks until every request has arrived
+    requests = 8
+    issuer = StubIssuer(jwk(RSA_KEY, "k1"))
+    arrived, release = threading.Barrier(requests + 1), threading.Event()
+
+    def slow_fetch(url: str) -> bytes:
+        release.wait(10)
+        return issuer(url)
+
+    cache = JwksCache(ISSUER, "https://issuer.example.com/jwks", slow_fetch, refresh_seconds=30, clock=Clock())
+    found: list[Any] = []
+
+    def look_up() -> None:
+        arrived.wait(10)
+        try:
+            found.append(cache.key_for("k1"))
+        except Exception as error:  # what a request was told, compared below
+            found.append(error)
+
+    threads = [threading.Thread(target=look_up) for _ in range(requests)]
+    for thread in threads:
+        thread.start()
+
+    # When they all arrive while the one fetch is under way (the fetch is released once the others have had
+    # their answer, or have had a moment to start waiting), and then it completes
+    arrived.wait(10)
+    settle = time.monotonic() + 1.0
+    while len(found) < requests - 1 and time.monotonic() < settle:
+        time.sleep(0.01)
+    release.set()
+    for thread in threads:
+        thread.join(15)
+
+    # Then the issuer was asked once and every request got the key (none was told 503)
+    assert len(issuer.fetched) == 1
+    assert len(found) == requests and all(getattr(key, "jwk", None) is not None for key in found), found
+
+
 class StaticSecret:
     def __init__(self, table: str) -> None:
         self.table = table
@@ -732,25 +785,81 @@ def test_the_tier_comes_from_the_token_only_where_the_issuer_is_trusted_for_it(t
     assert principal.tier == tier
 
 
-def test_with_the_stacks_own_authorization_server_the_audience_is_the_url_the_request_reached():
-    # Given an endpoint with no configured resource that binds tokens to the URL it is reached at
-    host = "abc123.lambda-url.us-east-1.on.aws"
-    app = McpHttpGuard(
+class ParameterStore:
+    """SSM's GetParameter for the one parameter the template writes (None: unreadable, as without permission)."""
+
+    def __init__(self, value: str | None) -> None:
+        self.value = value
+        self.reads = 0
+
+    def get_parameter(self, Name: str) -> dict[str, Any]:
+        self.reads += 1
+        if self.value is None:
+            raise botocore.exceptions.ClientError({"Error": {"Code": "AccessDeniedException"}}, "GetParameter")
+        return {"Parameter": {"Name": Name, "Value": self.value}}
+
+
+def pinned_guard(parameters: ParameterStore) -> McpHttpGuard:
+    return McpHttpGuard(
         echo,
         path="/mcp",
         hosts=HostPolicy.for_region("us-east-1"),
         authenticator=oauth(StubIssuer(jwk(RSA_KEY, "k1"))),
         tool_access=TOOL_ACCESS,
-        resource_from_host=True,
+        pinned_resource=StackUrl("/stack/authorization/resource", parameters),
     )
 
-    # When a token for this URL, and one for another URL, reach it at this URL
-    mine = call_as_host(app, token(aud=f"https://{host}/mcp"), host)
-    other = call_as_host(app, token(aud="https://evil999.lambda-url.us-east-1.on.aws/mcp"), host)
 
-    # Then only the token for this URL passes
-    assert mine.status_code == 200
-    assert other.status_code == 401
+def test_with_the_stacks_own_authorization_server_the_audience_is_the_pinned_url_never_the_host():
+    # Given an endpoint whose URL the template wrote to its parameter, reached through another Function URL host
+    mine, theirs = "https://abc123.lambda-url.us-east-1.on.aws/mcp", "evil999.lambda-url.us-east-1.on.aws"
+    parameters = ParameterStore(mine)
+    app = pinned_guard(parameters)
+
+    # When a token for the pinned URL and one for the Host's URL are sent with that Host
+    pinned = call_as_host(app, token(aud=mine), theirs)
+    host_made = call_as_host(app, token(aud=f"https://{theirs}/mcp"), theirs)
+
+    # Then only the token for the pinned URL passes, and the parameter was read once
+    assert pinned.status_code == 200
+    assert host_made.status_code == 401
+    assert parameters.reads == 1
+
+
+def test_the_metadata_and_the_challenge_name_the_pinned_url_whatever_the_host():
+    # Given an endpoint whose URL the template wrote to its parameter, reached through another Function URL host
+    mine, theirs = "https://abc123.lambda-url.us-east-1.on.aws/mcp", "evil999.lambda-url.us-east-1.on.aws"
+    app = pinned_guard(ParameterStore(mine))
+
+    async def fetch() -> tuple[httpx.Response, httpx.Response]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=f"https://{theirs}") as client:
+            metadata = await client.get("/.well-known/oauth-protected-resource/mcp")
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            headers = {"accept": "application/json, text/event-stream"}
+            return metadata, await client.post("/mcp", json=body, headers=headers)
+
+    # When a client reads the RFC 9728 metadata and calls without a token
+    metadata, unauthorized = anyio.run(fetch)
+
+    # Then both name the pinned URL, never one made of the Host
+    assert metadata.json()["resource"] == mine
+    assert unauthorized.status_code == 401 and theirs not in unauthorized.headers["www-authenticate"]
+
+
+def test_an_unreadable_endpoint_parameter_is_503_and_read_again_later():
+    # Given an endpoint whose parameter cannot be read at first
+    mine = "https://abc123.lambda-url.us-east-1.on.aws/mcp"
+    parameters = ParameterStore(None)
+    app = pinned_guard(parameters)
+
+    # When a token arrives before and after the parameter becomes readable
+    before = call_as_host(app, token(aud=mine), "abc123.lambda-url.us-east-1.on.aws")
+    parameters.value = mine
+    after = call_as_host(app, token(aud=mine), "abc123.lambda-url.us-east-1.on.aws")
+
+    # Then the first is 503 with Retry-After (no audience guessed from the Host), the second passes
+    assert before.status_code == 503 and "retry-after" in before.headers
+    assert after.status_code == 200
 
 
 def test_a_jwks_fetch_ends_at_its_deadline_however_slowly_the_issuer_trickles():
@@ -772,3 +881,37 @@ def test_a_jwks_fetch_ends_at_its_deadline_in_a_trickled_tls_handshake():
         with pytest.raises(DeadlinePassed, match=r"0\.5 s deadline"):
             fetch_url(f"https://127.0.0.1:{port}/jwks", timeout=0.5)
         assert closed_early.wait(10)
+
+
+@pytest.mark.parametrize(
+    ("presented", "tier"),
+    [("gold", "pro"), (["bronze", "staff"], "internal"), ("silver", "free"), (None, "free"), (7, "free")],
+    ids=["mapped", "the highest of several", "unmapped", "absent", "not a string"],
+)
+def test_an_external_issuers_claim_maps_to_a_tier_the_lowest_when_absent_or_unmapped(aws, presented, tier):
+    # Given a stack on an external issuer, told which claim carries the plan and how plans map to tiers
+    parameters = {
+        "AuthMode": "oauth",
+        "OAuthIssuer": ISSUER,
+        "OAuthJwksUrl": "https://issuer.example.com/jwks",
+        "OAuthTierClaim": "plan",
+        "OAuthTierMap": "gold=pro,staff=internal",
+    }
+    variables = LocalEnvironment(boto3.client, parameters=parameters, on_demand=True).stack.function("McpServer")
+    settings = McpSettings.model_validate({**variables.environment, "OAUTH_RESOURCE": RESOURCE})
+    authenticator = OAuthAuthenticator(
+        TokenPolicy.from_settings(settings), JwksCache(ISSUER, settings.oauth_jwks_url, StubIssuer(jwk(RSA_KEY, "k1")))
+    )
+
+    # When a token whose plan claim is mapped, several values, unmapped, absent or not a string is checked
+    principal = authenticator.verify(token(plan=presented), RESOURCE)
+
+    # Then the caller's tier is the highest mapped one, and the lowest tier otherwise
+    assert principal.tier == tier
+
+
+def test_a_tier_map_naming_no_tier_is_a_configuration_error():
+    environment = {"JOB_TABLE_NAME": "t", "JOB_QUEUE_URL": "q", "JOB_DEAD_LETTER_QUEUE_URL": "d"}
+    environment |= {"CALL_LOG_STREAM_NAME": "s", "API_KEYS_SECRET_ID": "k", "RATE_LIMIT_TABLE_NAME": "r"}
+    with pytest.raises(ValidationError, match="OAUTH_TIER_MAP"):
+        McpSettings.model_validate({**environment, "OAUTH_TIER_CLAIM": "plan", "OAUTH_TIER_MAP": "gold=platinum"})

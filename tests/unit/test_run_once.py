@@ -6,9 +6,9 @@ import threading
 import time
 from typing import Any
 
+import aws_lambda_powertools.utilities.idempotency as powertools_idempotency
 import pytest
 
-from mcp_backend import idempotency
 from mcp_backend.idempotency import RunOnce
 
 
@@ -17,13 +17,13 @@ def test_records_arriving_at_once_share_one_persistence_layer(monkeypatch: pytes
     # DynamoDB client when none is injected, tens of ms of CPU
     built: list[Any] = []
 
-    class CountedPersistence(idempotency.DynamoDBPersistenceLayer):
+    class CountedPersistence(powertools_idempotency.DynamoDBPersistenceLayer):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             built.append(self)
             time.sleep(0.05)  # as long as building a client takes: the other records arrive meanwhile
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(idempotency, "DynamoDBPersistenceLayer", CountedPersistence)
+    monkeypatch.setattr(powertools_idempotency, "DynamoDBPersistenceLayer", CountedPersistence)
     run_once = RunOnce(
         lambda job: job,
         data_keyword_argument="job",

@@ -20,10 +20,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from devstack.__main__ import dev_parameters
-from mcp_backend import tracing
 from mcp_backend.config import TracingSettings
 from mcp_backend.mcp.server import create_app
 from mcp_backend.snapstart import refresh_after_restore
+from mcp_backend.tracing import propagation, state
+from mcp_backend.tracing import setup as tracing_setup
+from mcp_backend.tracing import spans as tracing_spans
+from mcp_backend.tracing.otlp_export import OtlpJsonExporter
 from tests.loopback_http import answer_empty, serving
 from tests.unit.endpoint_fakes import SETTINGS, EveryoneIsAlice, RoomyRateTable, ServedInProcess
 
@@ -45,18 +48,18 @@ def recorded() -> Iterator[InMemorySpanExporter]:
         provider.add_span_processor(SimpleSpanProcessor(_MEMORY))
         _attached.append(True)
     _MEMORY.clear()
-    tracing.reset()
-    tracing.configure(TracingSettings(tracing_mode="otlp"))
+    tracing_setup.reset()
+    tracing_setup.configure(TracingSettings(tracing_mode="otlp"))
     yield _MEMORY
-    tracing.reset()
-    tracing.configure(TracingSettings(tracing_mode="off"))
+    tracing_setup.reset()
+    tracing_setup.configure(TracingSettings(tracing_mode="off"))
 
 
 def test_with_tracing_off_the_worker_loads_no_opentelemetry_and_spans_are_one_shared_no_op():
     # Given a fresh interpreter and tracing off (the default)
     script = """
 import sys
-from mcp_backend import tracing
+from mcp_backend.tracing import aws_calls, propagation, spans
 from mcp_backend.calllog import analyzer
 from mcp_backend.jobs import worker
 from mcp_backend.observability import instrumented_handler
@@ -65,10 +68,10 @@ instrumented_handler()(lambda event, context: None)
 client = object()
 print(__import__("json").dumps({
     "loaded": sorted(name for name in sys.modules if name.split(".")[0] in ("opentelemetry", "httpx")),
-    "no_span": tracing.span("x") is tracing.NO_SPAN,
-    "attributes": tracing.sqs_message_attributes(),
-    "client": tracing.instrument_client(client) is client,
-    "context": tracing.extract({"traceparent": "00-TRACE-PARENT-01"}) is None,
+    "no_span": spans.span("x") is spans.NO_SPAN,
+    "attributes": propagation.sqs_message_attributes(),
+    "client": aws_calls.instrument_client(client) is client,
+    "context": propagation.extract({"traceparent": "00-TRACE-PARENT-01"}) is None,
 }))
 """.replace("TRACE", TRACE_ID).replace("PARENT", PARENT_ID)
     environment = {key: value for key, value in os.environ.items() if key != "TRACING_MODE"}
@@ -110,7 +113,7 @@ def test_a_malformed_traceparent_starts_a_new_trace(recorded, traceparent):
     carrier = {"traceparent": traceparent, "tracestate": "a=b"}
 
     # When a span starts with what the carrier names as its parent
-    with tracing.span("request", kind="server", parent=tracing.extract(carrier)):
+    with tracing_spans.span("request", kind="server", parent=propagation.extract(carrier)):
         pass
 
     # Then it is the root of a new trace, not an error
@@ -124,8 +127,8 @@ def test_a_wellformed_traceparent_is_the_parent(recorded):
     carrier = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
 
     # When a span starts under it, and a message is sent inside it
-    with tracing.span("request", kind="server", parent=tracing.extract(carrier)):
-        attributes = tracing.sqs_message_attributes()
+    with tracing_spans.span("request", kind="server", parent=propagation.extract(carrier)):
+        attributes = propagation.sqs_message_attributes()
 
     # Then the span is in the client's trace, a child of its span, and the message carries the span onward
     [span] = recorded.get_finished_spans()
@@ -139,10 +142,10 @@ def test_inside_an_unsampled_trace_nothing_is_recorded_and_the_trace_travels_on_
     carrier = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-00"}
 
     # When the request's span starts under it, a step's span inside that, and a message is sent inside the step
-    with tracing.span("request", kind="server", parent=tracing.extract(carrier)) as request:
-        with tracing.span("guard auth", attributes={"app.step": "auth"}) as step:
+    with tracing_spans.span("request", kind="server", parent=propagation.extract(carrier)) as request:
+        with tracing_spans.span("guard auth", attributes={"app.step": "auth"}) as step:
             step.set_attribute("app.principal.tier", "pro")
-            attributes = tracing.sqs_message_attributes()
+            attributes = propagation.sqs_message_attributes()
 
     # Then no span is recorded, and the message carries the client's trace, still not sampled
     assert len(recorded.get_finished_spans()) == 0
@@ -159,7 +162,7 @@ def test_a_worker_record_continues_the_senders_trace_from_its_attribute_or_the_a
 
     # When the worker's span starts under each record's context
     for record in (with_attribute, with_header):
-        with tracing.span("process", kind="consumer", parent=tracing.sqs_record_context(record)):
+        with tracing_spans.span("process", kind="consumer", parent=propagation.sqs_record_context(record)):
             pass
 
     # Then both continue the sender's trace under its span
@@ -171,11 +174,11 @@ def test_a_worker_record_continues_the_senders_trace_from_its_attribute_or_the_a
 
 
 def test_an_xray_trace_header_becomes_a_traceparent():
-    assert tracing.xray_header_to_traceparent(
+    assert propagation.xray_header_to_traceparent(
         "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=0"
     ) == ("00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-00")
-    assert tracing.xray_header_to_traceparent("Root=1-5759e988-bd862e3fe1be46a994272793") is None
-    assert tracing.xray_header_to_traceparent("nonsense") is None
+    assert propagation.xray_header_to_traceparent("Root=1-5759e988-bd862e3fe1be46a994272793") is None
+    assert propagation.xray_header_to_traceparent("nonsense") is None
 
 
 def test_span_attributes_never_hold_credentials_payloads_or_query_strings(recorded):
@@ -193,10 +196,10 @@ def test_span_attributes_never_hold_credentials_payloads_or_query_strings(record
     }
 
     # When they are set on a span, at its start and while it runs
-    with tracing.span("call", attributes=attributes) as span:
+    with tracing_spans.span("call", attributes=attributes) as span:
         span.set_attributes(attributes)
         span.set_attribute("url.full", "http://127.0.0.1:9/x?secret=1#frag")
-    tracing.annotate(attributes)  # outside a span: nothing to annotate, and no error
+    tracing_spans.annotate(attributes)  # outside a span: nothing to annotate, and no error
 
     # Then only the safe ones are kept: no credential by name, no query string or fragment, no structure
     [finished] = recorded.get_finished_spans()
@@ -209,7 +212,7 @@ def test_span_attributes_never_hold_credentials_payloads_or_query_strings(record
 
 def test_an_exception_in_a_span_records_its_type_not_its_text(recorded):
     # Given a block that fails with a message quoting a payload
-    with pytest.raises(ValueError), tracing.span("run"):
+    with pytest.raises(ValueError), tracing_spans.span("run"):
         raise ValueError("row 3: north,12,9.5,web")
 
     # Then the span is an error with the exception's type only
@@ -241,10 +244,10 @@ def collector() -> Iterator[str]:
 
 
 def finished_spans(recorded: InMemorySpanExporter) -> Any:
-    with tracing.span(
-        "POST /mcp", kind="server", parent=tracing.extract({"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"})
+    with tracing_spans.span(
+        "POST /mcp", kind="server", parent=propagation.extract({"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"})
     ):
-        with tracing.span("send JobQueue", kind="producer", attributes={"job.attempt": 1, "ok": True, "w": 0.5}):
+        with tracing_spans.span("send JobQueue", kind="producer", attributes={"job.attempt": 1, "ok": True, "w": 0.5}):
             pass
     return recorded.get_finished_spans()
 
@@ -254,7 +257,7 @@ def test_the_exporter_posts_otlp_json_signed_for_xray(recorded, collector, monke
     spans = finished_spans(recorded)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
-    exporter = tracing.OtlpJsonExporter(collector, region="eu-west-1", sign=True)
+    exporter = OtlpJsonExporter(collector, region="eu-west-1", sign=True)
 
     # When it exports them
     result = exporter.export(spans)
@@ -285,17 +288,17 @@ def test_a_failed_export_costs_the_batch_never_an_error(recorded, collector):
     _Collector.status = 503
 
     # When spans are exported to each
-    refused = tracing.OtlpJsonExporter(collector).export(spans)
-    unreachable = tracing.OtlpJsonExporter("http://127.0.0.1:9/v1/traces", timeout_seconds=1).export(spans)
+    refused = OtlpJsonExporter(collector).export(spans)
+    unreachable = OtlpJsonExporter("http://127.0.0.1:9/v1/traces", timeout_seconds=1).export(spans)
 
     # Then each export fails quietly (the spans are lost; nothing raises)
     assert (refused, unreachable) == (SpanExportResult.FAILURE, SpanExportResult.FAILURE)
 
 
 def test_xray_mode_exports_to_the_regions_otlp_endpoint():
-    exporter = tracing.OtlpJsonExporter.for_settings(TracingSettings(tracing_mode="xray", aws_region="eu-west-1"))
+    exporter = OtlpJsonExporter.for_settings(TracingSettings(tracing_mode="xray", aws_region="eu-west-1"))
     assert (exporter.endpoint, exporter.sign) == ("https://xray.eu-west-1.amazonaws.com/v1/traces", True)
-    otlp = tracing.OtlpJsonExporter.for_settings(
+    otlp = OtlpJsonExporter.for_settings(
         TracingSettings(tracing_mode="otlp", otel_exporter_otlp_traces_endpoint="http://localhost:4318/v1/traces")
     )
     assert (otlp.endpoint, otlp.sign) == ("http://localhost:4318/v1/traces", False)
@@ -313,11 +316,11 @@ def test_a_snapstart_restore_drops_the_exporters_connection_and_credentials(reco
     # Given tracing on with an exporter that exported before the snapshot (its credentials and connection cached)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
-    exporter = tracing.OtlpJsonExporter(kept_alive, "us-east-1", sign=True)
+    exporter = OtlpJsonExporter(kept_alive, "us-east-1", sign=True)
     spans = finished_spans(recorded)
     assert exporter.export(spans) == SpanExportResult.SUCCESS
     assert exporter._credentials is not None
-    monkeypatch.setattr(tracing._STATE, "exporter", exporter)
+    monkeypatch.setattr(state.STATE, "exporter", exporter)
 
     # When the environment is restored from the snapshot, and spans are exported again
     refresh_after_restore()
@@ -359,7 +362,7 @@ def kept_alive() -> Iterator[str]:
 def test_the_exporter_posts_every_batch_over_one_kept_alive_connection(recorded, kept_alive):
     # Given an exporter and a receiver that keeps connections open
     spans = finished_spans(recorded)
-    exporter = tracing.OtlpJsonExporter(kept_alive)
+    exporter = OtlpJsonExporter(kept_alive)
 
     # When it exports three batches
     results = [exporter.export(spans) for _ in range(3)]
@@ -378,7 +381,7 @@ def test_a_connection_the_receiver_dropped_while_idle_is_reopened_and_the_batch_
     # Given a receiver that drops each connection after one answer, without saying so, and an exporter that used one
     _KeptAlive.close_after = 1
     spans = finished_spans(recorded)
-    exporter = tracing.OtlpJsonExporter(kept_alive)
+    exporter = OtlpJsonExporter(kept_alive)
     assert exporter.export(spans) == SpanExportResult.SUCCESS
 
     # When it exports the next batch

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from mcp_backend.lazy_imports import loaded_on_first_use
-from mcp_backend.tracing import configure as configure_tracing
-from mcp_backend.tracing import instrument_client
+from mcp_backend.tracing.aws_calls import instrument_client
+from mcp_backend.tracing.setup import configure as configure_tracing
 
 # botocore's exception classes, for except clauses. They load with the first one such a clause evaluates (a clause
 # is evaluated only when an exception reaches it, and a botocore error has loaded them already), not with the

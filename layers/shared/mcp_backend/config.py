@@ -6,7 +6,7 @@ import os
 import re
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -103,10 +103,11 @@ class ToolSettings(TierLimitSettings):
     the worker both read these. A service whose variable is absent is not built, and a tool that declares it
     stops the function at start."""
 
-    job_table_name: str
+    # Empty with the job pipeline off (JobPipeline Disabled: the endpoint then offers no job tool).
+    job_table_name: str = ""
     # The jobs service (submitting, for tools that declare it) needs the queue; the worker only its DLQ.
     job_queue_url: str = ""
-    job_dead_letter_queue_url: str
+    job_dead_letter_queue_url: str = ""
     # The same template parameter sets the function's Timeout and this value.
     function_timeout_seconds: int = Field(default=120, gt=0)
     job_result_page_bytes: int = Field(default=256 * 1024, ge=64, le=4 * 1024 * 1024)  # far below the 20 MB stream cap
@@ -136,7 +137,8 @@ class ToolSettings(TierLimitSettings):
     dataset_shared_prefixes: str = ""
     # Only the local stack sets this: the fetcher may reach loopback (no other private address) and plain http.
     dataset_allow_loopback_hosts: bool = False
-    call_log_stream_name: str
+    # Empty: the call log is off (CallLog Disabled, docs/deploy.md "Profiles"); no record is written.
+    call_log_stream_name: str = ""
 
     def analyses_at_once(self) -> int:
         """How many analyses may share the function's memory: one per request on the endpoint (an environment
@@ -159,6 +161,9 @@ class ToolSettings(TierLimitSettings):
 
 
 class WorkerSettings(ToolSettings):
+    # The worker exists only with the job pipeline: its table and DLQ are required.
+    job_table_name: str = Field(min_length=1)
+    job_dead_letter_queue_url: str = Field(min_length=1)
     # The same template parameter sets the function's Timeout and this value: a run's claim on a job (its
     # RUNNING record, jobs/run_records.py) expires after it + 5 s.
     function_timeout_seconds: int = Field(gt=0)
@@ -221,11 +226,14 @@ class McpSettings(ToolSettings):
     oauth_scope_prefix: str = ""
     oauth_user_claim: str = "sub"  # the claim that becomes the caller's user id
     # The claim naming the caller's tier (the stack's own authorization server sets "tier"); empty: every OAuth
-    # caller is free.
+    # caller is free. With OAUTH_TIER_MAP (an external issuer: value=tier pairs, comma-separated), the claim's
+    # value, or any of its values, maps to a tier: the highest mapped, the lowest tier when absent or unmapped.
     oauth_tier_claim: str = ""
-    # The stack's own authorization server: accept tokens whose audience is https://<Host><path>, the URL this
-    # request reached (the function cannot be told its own Function URL); OAUTH_RESOURCE pins it instead.
-    oauth_resource_from_host: bool = False
+    oauth_tier_map: str = ""
+    # The stack's own authorization server: the SSM parameter holding this endpoint's URL (the template writes
+    # it: the function cannot be told its own Function URL), the audience its tokens must name; read once.
+    # OAUTH_RESOURCE, when set, is used instead. Never the request's Host.
+    oauth_resource_parameter: str = ""
     oauth_algorithms: str = "RS256,ES256"
     oauth_leeway_seconds: float = Field(default=30.0, ge=0, le=300)
     oauth_jwks_cache_seconds: float = Field(default=3600.0, gt=0)
@@ -278,13 +286,14 @@ class McpSettings(ToolSettings):
         if self.auth_mode != "apikey" and not self.oauth_issuer:
             raise ValueError("AUTH_MODE oauth/both needs OAUTH_ISSUER")
         # The audience is configured, never the request's Host: with none of these no token could be bound here.
-        bound = self.oauth_resource or self.oauth_audiences or self.oauth_client_ids or self.oauth_resource_from_host
+        bound = self.oauth_resource or self.oauth_audiences or self.oauth_client_ids or self.oauth_resource_parameter
         if self.auth_mode != "apikey" and not bound:
             raise ValueError("AUTH_MODE oauth/both needs OAUTH_RESOURCE (or OAUTH_AUDIENCES / OAUTH_CLIENT_IDS)")
         # Asymmetric algorithms only: `none` and HS* (a shared secret, or a public key misused as one) never.
         unsafe = set(self._split(self.oauth_algorithms)) - ASYMMETRIC_JWT_ALGORITHMS
         if unsafe or not self._split(self.oauth_algorithms):
             raise ValueError(f"OAUTH_ALGORITHMS must be a non-empty subset of {sorted(ASYMMETRIC_JWT_ALGORITHMS)}")
+        tier_map(self.oauth_tier_map, "OAUTH_TIER_MAP")
         return self
 
     def oauth_list(self, name: str) -> list[str]:
@@ -365,23 +374,29 @@ class AuthorizationServerSettings(Settings):
     authorization_table_name: str = Field(min_length=1)
     # An ECC_NIST_P256 SIGN_VERIFY KMS key (id, ARN or alias): it signs every access token.
     authorization_signing_key_id: str = Field(min_length=1)
-    # The issuer; empty: https://<Host> (the Function URL's own host, which the function cannot be told).
+    # The issuer as is (tests); empty: the value of the SSM parameter below, which the template writes (the
+    # function's own URL, which it cannot be told). Neither: every request is refused (503). Never the Host.
     authorization_issuer: str = ""
+    authorization_issuer_parameter: str = ""
+    # Who runs this server, named on the consent page; empty: "the operator of this MCP endpoint".
+    authorization_operator_name: str = ""
     aws_region: str = "us-east-1"
-    authorization_allowed_hosts: str = ""  # extra Host values besides the region's Function URL hosts
     # RFC 8707 resources tokens may be issued for (comma-separated); empty: the endpoint's URL, read from the
     # parameter below (mcp_backend.authorization.resource).
     authorization_resources: str = ""
     # The SSM parameter holding the endpoint's URL (the template writes it); empty: any https resource.
     authorization_resource_parameter: str = ""
-    # Hosts an https redirect URI may name (comma-separated); empty: any. Loopback http is always allowed.
+    # Hosts an https redirect URI may name (comma-separated); empty: none (the template's default lists the
+    # hosted clients'). Loopback http is always allowed.
     authorization_redirect_hosts: str = ""
     # Private-use scheme redirect URIs (RFC 8252 section 7.1) accepted exactly as listed, comma-separated: native
     # clients that register one (Cursor) besides their https and loopback ones. PKCE S256 binds the code to
     # the client that started the flow, so an app that intercepts the scheme cannot redeem it.
     authorization_native_redirect_uris: str = "cursor://anysphere.cursor-mcp/oauth/callback"
     access_token_seconds: int = Field(default=600, ge=60, le=3600)
-    refresh_token_seconds: int = Field(default=30 * 86400, ge=3600)
+    # A grant (the refresh tokens of one consent) ends this long after the consent, however often it is
+    # refreshed: the user signs in again. Template parameter AuthorizationGrantDays.
+    authorization_grant_days: int = Field(default=30, ge=1, le=365)
     authorization_code_seconds: int = Field(default=60, ge=10, le=600)
     # A registration not used for this long expires (its client then gets invalid_client and registers again).
     client_idle_seconds: int = Field(default=30 * 86400, ge=3600)
@@ -402,22 +417,43 @@ class AuthorizationServerSettings(Settings):
     # group=tier pairs, comma-separated (e.g. "paying=pro,staff=internal"); a user in no listed group is free.
     upstream_tier_map: str = ""
 
+    @property
+    def grant_seconds(self) -> int:
+        return self.authorization_grant_days * 86400
+
     def tier_map(self) -> dict[str, Tier]:
-        pairs = (item.partition("=") for item in self.upstream_tier_map.split(",") if item.strip())
-        return {group.strip(): tier.strip() for group, _, tier in pairs}  # type: ignore[misc]
+        return tier_map(self.upstream_tier_map, "UPSTREAM_TIER_MAP")
 
     def listed(self, name: str) -> tuple[str, ...]:
-        """A comma-separated setting (allowed_hosts, resources, redirect_hosts, native_redirect_uris) as a tuple."""
+        """A comma-separated setting (resources, redirect_hosts, native_redirect_uris) as a tuple."""
         value: str = getattr(self, f"authorization_{name}")
         return tuple(item.strip() for item in value.split(",") if item.strip())
 
     @model_validator(mode="after")
     def _tier_map_names_tiers(self) -> AuthorizationServerSettings:
-        for item in filter(str.strip, self.upstream_tier_map.split(",")):
-            group, _, tier = item.partition("=")
-            if not group.strip() or tier.strip() not in TIERS:
-                raise ValueError(f"UPSTREAM_TIER_MAP: {item!r} must be group=" + "|".join(TIERS))
+        self.tier_map()
         return self
+
+
+def tier_map(pairs: str, name: str) -> dict[str, Tier]:
+    """`value=tier` pairs, comma-separated, as a dict; ValueError naming the setting for a pair that is not one."""
+    mapped: dict[str, Tier] = {}
+    for item in filter(str.strip, pairs.split(",")):
+        value, _, tier = (part.strip() for part in item.partition("="))
+        if not value or tier not in TIERS:
+            raise ValueError(f"{name}: {item!r} must be value=" + "|".join(TIERS))
+        mapped[value] = tier
+    return mapped
+
+
+def highest_tier(values: Any, mapping: Mapping[str, Tier]) -> Tier:
+    """The highest tier any of the values maps to (a list, or a comma-separated string); the lowest otherwise."""
+    if isinstance(values, str):
+        values = values.split(",")
+    if not isinstance(values, list):
+        return LOWEST_TIER
+    tiers = {mapping[value] for value in values if isinstance(value, str) and value in mapping}
+    return max(tiers, key=TIERS.index, default=LOWEST_TIER)
 
 
 def load_settings(model: type[SettingsT], environ: Mapping[str, str] | None = None) -> SettingsT:

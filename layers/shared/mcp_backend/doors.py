@@ -35,6 +35,8 @@ SYNC_CALL_DEADLINE = "SyncCallDeadlineSeconds"
 TASK_RESULT_WAIT = "TaskResultWaitSeconds"
 OUTBOUND_DEADLINE = "outbound deadline (netsafety)"
 JOB_QUOTA = "daily_jobs, concurrent_jobs, batch_items"
+# The caller's jobs read from JobTable (resources, prompts, completion): bounded by the AWS SDK's timeouts.
+JOB_TABLE_READ = "JobTable read (AWS SDK timeouts)"
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,7 @@ AUTHORIZATION_ROUTES: Mapping[tuple[str, str], Controls] = {
     ("OPTIONS", "/revoke"): PUBLIC,
 }
 
+_READS_JOBS = replace(MCP_POST, deadline=JOB_TABLE_READ, access=Access.READ)
 # The JSON-RPC methods McpServer serves, both eras (2025-11-25 handshake, 2026-07-28 stateless) and both task
 # flavours (the Tasks extension, mcp/tasks.py; 2025-11-25 tasks, mcp/tasks_2025.py). One line per method.
 METHODS: Mapping[str, Controls] = {
@@ -102,11 +105,15 @@ METHODS: Mapping[str, Controls] = {
     "server/discover": MCP_POST,  # 2026-07-28
     "tools/list": MCP_POST,
     "tools/call": MCP_POST,  # and the called tool's door, below
+    # The catalog listings need no scope; listing and reading the caller's resources, getting a prompt (it reads
+    # the caller's jobs) and completing an argument (it lists the caller's job ids) read what get_job reads. Every
+    # resource kind and prompt is READ (their tables: tests/unit/test_capability_tables.py).
     "prompts/list": MCP_POST,
-    "prompts/get": MCP_POST,
-    "resources/list": MCP_POST,
+    "prompts/get": _READS_JOBS,
+    "resources/list": _READS_JOBS,
     "resources/templates/list": MCP_POST,
-    "resources/read": MCP_POST,
+    "resources/read": _READS_JOBS,
+    "completion/complete": _READS_JOBS,
     "tasks/get": MCP_POST,
     "tasks/update": MCP_POST,
     "tasks/cancel": replace(MCP_POST, access=Access.SUBMIT),  # stops the caller's queued work

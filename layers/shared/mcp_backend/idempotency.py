@@ -3,6 +3,11 @@ INPROGRESS expiry that follows the function's configured timeout (timeout + 5 s)
 
 Jobs are keyed on jobId and validated against the job's fingerprint, with the job item itself as the record
 (jobs/run_records.py); stream records on their position in the stream, in IdempotencyTable.
+
+Every other module takes Powertools' idempotency names from here: the package's `__init__` imports its DynamoDB
+persistence layer, and with it boto3, which is most of a worker's import (docs/benchmarks.md, "Functions: cold
+import and what each loads"). Here it is deferred: the submodules below import without it, and the DynamoDB
+layer loads with the first record a consumer runs once.
 """
 
 from __future__ import annotations
@@ -11,13 +16,40 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from aws_lambda_powertools.utilities.idempotency import (
-    DynamoDBPersistenceLayer,
-    IdempotencyConfig,
-    idempotent_function,
+import aws_lambda_powertools.utilities  # noqa: F401 - its parents' __init__ run as usual: only the one below waits
+
+from mcp_backend.lazy_imports import package_init_deferred
+
+# Its __init__ runs when the first RunOnce builds its DynamoDB persistence layer (a name only the __init__ binds).
+_powertools_idempotency = package_init_deferred("aws_lambda_powertools.utilities.idempotency")
+
+from aws_lambda_powertools.utilities.idempotency.config import IdempotencyConfig
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
+    IdempotencyItemAlreadyExistsError,
+    IdempotencyItemNotFoundError,
+    IdempotencyKeyError,
+    IdempotencyPersistenceLayerError,
+    IdempotencyValidationError,
 )
+from aws_lambda_powertools.utilities.idempotency.idempotency import idempotent_function
 from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
+from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import STATUS_CONSTANTS, DataRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
+
+__all__ = [
+    "STATUS_CONSTANTS",
+    "BasePersistenceLayer",
+    "DataRecord",
+    "IdempotencyAlreadyInProgressError",
+    "IdempotencyItemAlreadyExistsError",
+    "IdempotencyItemNotFoundError",
+    "IdempotencyKeyError",
+    "IdempotencyPersistenceLayerError",
+    "IdempotencyValidationError",
+    "RunOnce",
+    "run_once_or_none",
+]
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -98,7 +130,9 @@ class RunOnce:
             persistence = (
                 self._persistence()
                 if self._persistence is not None
-                else DynamoDBPersistenceLayer(table_name=self._table_name, boto3_client=self._client)
+                else _powertools_idempotency.DynamoDBPersistenceLayer(
+                    table_name=self._table_name, boto3_client=self._client
+                )
             )
             self._call = idempotent_function(
                 data_keyword_argument=self._data_keyword_argument, config=self.config, persistence_store=persistence

@@ -119,8 +119,9 @@ class JwksCache:
     """The issuer's signing keys by kid: cached for `cache_seconds`, fetched at most once per `refresh_seconds`.
 
     An unknown kid triggers one refresh (keys rotate), but a flood of made-up kids triggers at most one
-    fetch per interval. A failed refresh keeps serving the keys already held; with none held, or for an
-    unknown kid, the failure is JwksUnavailable (503). The cause is logged once per interval.
+    fetch per interval. Requests that need keys while that fetch is under way wait for it (single flight, up to
+    `wait_seconds`) rather than being told 503. A failed refresh keeps serving the keys already held; with none
+    held, or for an unknown kid, the failure is JwksUnavailable (503). The cause is logged once per interval.
     """
 
     def __init__(
@@ -131,8 +132,10 @@ class JwksCache:
         cache_seconds: float = 3600.0,
         refresh_seconds: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        wait_seconds: float = 10.0,  # past the fetch's own deadline (fetch_url: 3 s per document, two at most)
     ) -> None:
         self.issuer = issuer
+        self.wait_seconds = wait_seconds
         self.jwks_url = jwks_url
         self.fetch = fetch
         self.cache_seconds = cache_seconds
@@ -142,6 +145,7 @@ class JwksCache:
         self._fetched_at = float("-inf")
         self._attempted_at = float("-inf")
         self._lock = threading.Lock()
+        self._in_flight: threading.Event | None = None  # set when the fetch under way ends, either way
 
     def key_for(self, kid: str) -> SigningKey | None:
         # The lock guards the cache's state only: the fetch runs outside it, so a slow issuer never holds up
@@ -151,26 +155,48 @@ class JwksCache:
             keys = self._keys
             # Stale keys, or an unknown kid (a rotated key): fetch, at most once per refresh interval.
             wanted = keys is None or now - self._fetched_at > self.cache_seconds or kid not in keys
-            fetching = wanted and now - self._attempted_at >= self.refresh_seconds
+            in_flight = self._in_flight if wanted else None
+            fetching = wanted and in_flight is None and now - self._attempted_at >= self.refresh_seconds
             if fetching:
                 self._attempted_at = now
+                self._in_flight = threading.Event()
+        if in_flight is not None:
+            return self._after(in_flight, kid, now)
         if fetching:
             try:
-                loaded = self._load()
-            except Exception as error:
-                # Logged here, at most once per refresh interval, never per request; the type only, no URL contents.
-                logger.error("OAuth issuer keys unavailable", extra={"error_type": type(error).__name__})
+                return self._fetch_for(kid, now)
+            finally:
                 with self._lock:
-                    keys = self._keys
-                    if keys is None or kid not in keys:
-                        raise JwksUnavailable("the issuer's keys are unavailable", self._retry_after(now)) from error
-                    return keys[kid]  # keep serving the keys held
-            with self._lock:
-                self._keys, self._fetched_at = loaded, now
-                keys = loaded
+                    done, self._in_flight = self._in_flight, None
+                if done is not None:
+                    done.set()
         if keys is None:
             raise JwksUnavailable("the issuer's keys are unavailable", self._retry_after(now))
         return keys.get(kid)
+
+    def _after(self, in_flight: threading.Event, kid: str, now: float) -> SigningKey | None:
+        """Another request's fetch is under way: its outcome, once it ends (or the wait's bound passes)."""
+        in_flight.wait(self.wait_seconds)
+        with self._lock:
+            keys = self._keys
+        if keys is None or (kid not in keys and not in_flight.is_set()):
+            raise JwksUnavailable("the issuer's keys are unavailable", self._retry_after(now))
+        return keys.get(kid)
+
+    def _fetch_for(self, kid: str, now: float) -> SigningKey | None:
+        try:
+            loaded = self._load()
+        except Exception as error:
+            # Logged here, at most once per refresh interval, never per request; the type only, no URL contents.
+            logger.error("OAuth issuer keys unavailable", extra={"error_type": type(error).__name__})
+            with self._lock:
+                keys = self._keys
+                if keys is None or kid not in keys:
+                    raise JwksUnavailable("the issuer's keys are unavailable", self._retry_after(now)) from error
+                return keys[kid]  # keep serving the keys held
+        with self._lock:
+            self._keys, self._fetched_at = loaded, now
+        return loaded.get(kid)
 
     def _retry_after(self, now: float) -> int:
         return max(1, math.ceil(self._attempted_at + self.refresh_seconds - now))

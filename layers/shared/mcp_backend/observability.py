@@ -16,8 +16,9 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit, single_metric
 
-from mcp_backend import tracing
 from mcp_backend.snapstart import register_hooks as register_snapstart_hooks
+from mcp_backend.tracing.setup import configure as configure_tracing
+from mcp_backend.tracing.setup import flush as flush_spans
 
 Handler = Callable[[Any, Any], Any]
 
@@ -183,12 +184,12 @@ def instrumented_handler(correlation_id_path: str | None = None) -> Callable[[Ha
     - the invocation's tool runs (ToolRunMetrics) flushed at its end, raised or not, and with tracing on its
       spans exported (before Lambda may freeze the environment).
     Decorating also registers the SnapStart restore hook (mcp_backend.snapstart), during init as Lambda requires,
-    and configures tracing (mcp_backend.tracing: off unless TRACING_MODE says otherwise).
+    and configures tracing (mcp_backend.tracing.setup: off unless TRACING_MODE says otherwise).
     """
 
     def decorate(handler: Handler) -> Handler:
         register_snapstart_hooks()
-        tracing.configure()
+        configure_tracing()
 
         @functools.wraps(handler)
         def flushing_tool_runs(event: Any, context: Any) -> Any:
@@ -196,7 +197,7 @@ def instrumented_handler(correlation_id_path: str | None = None) -> Callable[[Ha
                 return handler(event, context)
             finally:
                 tool_runs.flush()
-                tracing.flush()
+                flush_spans()
 
         with_metrics = metrics.log_metrics(capture_cold_start_metric=True)(flushing_tool_runs)
         return logger.inject_lambda_context(clear_state=True, correlation_id_path=correlation_id_path, log_event=False)(

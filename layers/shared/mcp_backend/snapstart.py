@@ -7,7 +7,7 @@ not be shared:
   in step); `secrets`, `uuid.uuid4` and `os.urandom` read the kernel's entropy on each call and need nothing;
 - the cached boto3 clients and boto3's default session (mcp_backend.aws.forget_clients): they carry the
   credentials resolved and the connections opened before the snapshot; and, with tracing on, the span exporter's
-  connection and credentials (mcp_backend.tracing.forget_connections).
+  connection and credentials (mcp_backend.tracing.setup.forget_connections).
 
 Lambda's Python runtime runs the hooks registered with its `snapshot_restore_py` library
 (https://docs.aws.amazon.com/lambda/latest/dg/snapstart-runtime-hooks-python.html); the library comes with the
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp_backend.aws import forget_clients
-from mcp_backend.tracing import forget_connections
+from mcp_backend.tracing.setup import forget_connections
 
 HookRegistration = Callable[[Callable[[], None]], Any]
 _registered = False

@@ -5,23 +5,35 @@ Routes: the MCP SDK's (`/.well-known/oauth-authorization-server`, `/register`, `
 this server's own: `/jwks` (the signing key's public half), `/callback` (the upstream login's answer, which
 shows the consent form) and `/consent` (the form's answer), `/healthz` for the adapter.
 
-The issuer is `AUTHORIZATION_ISSUER`, or `https://<Host>` when that is empty (a function cannot be told its
-own Function URL): the Host must be a Function URL host of the function's region or an allowed host, and one
-app (provider, routes) is built per issuer. Registration is size-capped (400) and rate-limited per source
-address and per server (429): mcp_backend.authorization.registration.
-The consent page names the client, its redirect host, the resource and the scopes; its form carries a
-CSRF token bound to a cookie set with the page, and the page may not be framed.
+The issuer is pinned (mcp_backend.authorization.resource: `AUTHORIZATION_ISSUER`, else the SSM parameter the
+template writes, read once): the Host header decides nothing. A request on another Host is served with the
+pinned issuer in its metadata and answers; `/authorize` on another Host is redirected (307) to the issuer's, so
+the browser's cookies and the consent page are the issuer's. Registration is size-capped (400) and
+rate-limited per source address and per server (429): mcp_backend.authorization.registration.
+
+A login is bound to the browser that started it: `/authorize` sets a cookie holding a random value (HttpOnly,
+Secure except on loopback http, SameSite=Lax because the upstream's redirect to `/callback` is a top-level
+cross-site navigation) whose hash the transaction keeps; `/callback` without that cookie is a 400 page and the
+transaction is spent, so a login link sent to someone else issues nothing.
+The consent page leads with where the answer goes (the redirect host), names the operator, the resource and
+the scopes, and shows the client's own `client_name` as unverified; its form carries a CSRF token bound to a
+cookie set with the page, and the page may not be framed.
 """
 
 from __future__ import annotations
 
+import base64
 import hmac
 import html
+import re
 import secrets
 import threading
+import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
+import anyio.to_thread
 from mcp.server.auth.handlers.authorize import AuthorizationHandler
 from mcp.server.auth.handlers.metadata import MetadataHandler
 from mcp.server.auth.routes import build_metadata, cors_middleware, create_auth_routes
@@ -35,16 +47,17 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import BaseRoute, Route, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_backend.authorization.clients import SCOPES, MetadataDocuments, is_metadata_url
-from mcp_backend.authorization.provider import Provider
-from mcp_backend.authorization.registration import RegistrationGate, replay
-from mcp_backend.authorization.resource import Resources
+from mcp_backend.authorization.clients import SCOPES, Fetch, MetadataDocuments, hashed_secret, is_metadata_url
+from mcp_backend.authorization.provider import BROWSER, TRANSACTION_SECONDS, Provider
+from mcp_backend.authorization.registration import RegistrationGate, read_body, replay
+from mcp_backend.authorization.resource import Resources, issuer_of
 from mcp_backend.authorization.signing import KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore, digest
-from mcp_backend.authorization.upstream import Upstream, UpstreamLoginFailed
+from mcp_backend.authorization.upstream import Upstream, UpstreamLoginFailed, UpstreamUnavailable
 from mcp_backend.config import AuthorizationServerSettings, load_settings
-from mcp_backend.hosts import HostPolicy
+from mcp_backend.netsafety import is_loopback_host
 from mcp_backend.observability import logger
+from mcp_backend.stack_urls import StackUrl, StackUrlUnavailable
 
 SCOPE_TEXT = {
     "read": "read its jobs, results and registered endpoints",
@@ -59,6 +72,10 @@ PAGE_HEADERS = {
     "Referrer-Policy": "same-origin",
 }
 CSRF_COOKIE = "mcp_consent"
+# The browser binding: `__Host-` on https (host-only, Secure, Path=/: no sibling host can plant one); plain on
+# loopback http, where that prefix cannot be set.
+BROWSER_COOKIE, LOOPBACK_BROWSER_COOKIE = "__Host-mcp_login", "mcp_login"
+BROWSER_VALUE = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
 def create_app() -> ASGIApp:
@@ -69,16 +86,22 @@ def create_app() -> ASGIApp:
         AuthorizationStore(settings.authorization_table_name),
         KmsSigner(settings.authorization_signing_key_id),
         Upstream(settings),
-        MetadataDocuments(
-            tuple(host.lower() for host in settings.listed("redirect_hosts")),
-            native_redirect_uris=settings.listed("native_redirect_uris"),
-            allow_loopback_hosts=settings.authorization_allow_loopback_hosts,
-        ),
+        documents_for(settings),
+    )
+
+
+def documents_for(settings: AuthorizationServerSettings, fetch: Fetch | None = None) -> MetadataDocuments:
+    """Client ID metadata documents under the same redirect rules as registration."""
+    return MetadataDocuments(
+        tuple(host.lower() for host in settings.listed("redirect_hosts")),
+        native_redirect_uris=settings.listed("native_redirect_uris"),
+        allow_loopback_hosts=settings.authorization_allow_loopback_hosts,
+        fetch=fetch,
     )
 
 
 class AuthorizationServer:
-    """Checks the Host, then hands the request to that issuer's app."""
+    """Serves every request with the one pinned issuer's app (module docstring)."""
 
     def __init__(
         self,
@@ -88,39 +111,55 @@ class AuthorizationServer:
         upstream: Upstream,
         documents: MetadataDocuments,
         resources: Resources | None = None,
+        issuer: StackUrl | str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
+        self.clock = clock
         self.store, self.signer, self.upstream, self.documents = store, signer, upstream, documents
         self.resources = resources or Resources(settings)
-        self._apps: dict[str, ASGIApp] = {}
+        self.issuer = issuer if issuer is not None else issuer_of(settings)
+        self._app: tuple[str, ASGIApp] | None = None
         self._lock = threading.Lock()
-        self._function_url_hosts = HostPolicy.for_region(settings.aws_region)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        issuer = self.issuer_for(scope)
-        if issuer is None:
-            await PlainTextResponse("unknown host", status_code=421)(scope, receive, send)
+        try:
+            issuer, app = self._app if self._app is not None else await anyio.to_thread.run_sync(self.build)
+        except StackUrlUnavailable:
+            answer = {"error": "temporarily_unavailable", "error_description": "try again shortly"}
+            headers = {"Cache-Control": "no-store", "Retry-After": "5"}
+            await JSONResponse(answer, status_code=503, headers=headers)(scope, receive, send)
             return
-        await self.app_for(issuer)(scope, receive, send)
+        if scope.get("path") == "/authorize" and host_of(scope) != urllib.parse.urlsplit(issuer).netloc.lower():
+            query = scope.get("query_string", b"").decode("latin-1")
+            target = f"{issuer}/authorize{'?' + query if query else ''}"
+            await RedirectResponse(target, 307, headers={"Cache-Control": "no-store"})(scope, receive, send)
+            return
+        await app(scope, receive, send)
 
-    def issuer_for(self, scope: Scope) -> str | None:
-        host = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), "").lower()
-        if self.settings.authorization_issuer:
-            return self.settings.authorization_issuer.rstrip("/")
-        if self._function_url_hosts.host_allowed(host) or host in self.settings.listed("allowed_hosts"):
-            return f"https://{host}"
-        return None
-
-    def app_for(self, issuer: str) -> ASGIApp:
+    def build(self) -> tuple[str, ASGIApp]:
+        """The issuer's app, built once (the issuer's parameter is read here: off the event loop)."""
         with self._lock:
-            if issuer not in self._apps:
+            if self._app is None:
+                issuer = self.issuer if isinstance(self.issuer, str) else self.issuer.value().rstrip("/")
                 provider = Provider(
-                    issuer, self.settings, self.store, self.signer, self.upstream, self.documents, self.resources
+                    issuer,
+                    self.settings,
+                    self.store,
+                    self.signer,
+                    self.upstream,
+                    self.documents,
+                    self.resources,
+                    self.clock,
                 )
-                self._apps[issuer] = issuer_app(provider)
-            return self._apps[issuer]
+                self._app = (issuer, issuer_app(provider))
+            return self._app
+
+
+def host_of(scope: Scope) -> str:
+    return next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), "").lower()
 
 
 def issuer_app(provider: Provider) -> Starlette:
@@ -138,6 +177,8 @@ def issuer_app(provider: Provider) -> Starlette:
             "token_endpoint_auth_methods_supported": methods,
             "revocation_endpoint_auth_methods_supported": methods,
             "client_id_metadata_document_supported": True,
+            # Every answer to /authorize, code or error, carries `iss` (Provider.redirect).
+            "authorization_response_iss_parameter_supported": True,
         }
     )
     sdk_routes = create_auth_routes(provider, issuer, None, registration, revocation)
@@ -166,20 +207,26 @@ def issuer_app(provider: Provider) -> Starlette:
             gate = RegistrationGate(route, provider.settings, provider.store)
             routes.append(Route(path, endpoint=gate, methods=["POST", "OPTIONS"]))
         elif path == "/revoke":
-            routes.append(Route(path, endpoint=PublicClientRevocation(route), methods=["POST", "OPTIONS"]))
+            revoke = HashedSecrets(PublicClientRevocation(route.app))
+            routes.append(Route(path, endpoint=revoke, methods=["POST", "OPTIONS"]))
+        elif path == "/token":
+            token = HashedSecrets(TokenEndpoint(route.app))
+            routes.append(Route(path, endpoint=token, methods=["POST", "OPTIONS"]))
         elif path not in ("/.well-known/oauth-authorization-server", "/authorize"):
             routes.append(route)
     return Starlette(routes=routes)
 
 
 class DocumentClientAuthorization:
-    """The SDK's /authorize, told why a client ID metadata document was refused: the SDK would only say
-    "not found". 400 `invalid_request` without a redirect (RFC 6749 section 4.1.2.1: no client, no redirect);
-    the lookup is cached, so the SDK's own lookup that follows fetches nothing."""
+    """The SDK's /authorize, its error redirects naming the issuer, told why a client ID metadata document was
+    refused: the SDK would only say "not found". 400 `invalid_request` without a redirect (RFC 6749 section
+    4.1.2.1: no client, no redirect); the lookup is cached, so the SDK's own lookup that follows fetches nothing."""
 
     def __init__(self, provider: Provider) -> None:
         self.provider = provider
         self.inner = AuthorizationHandler(provider)
+        self.secure = provider.issuer.startswith("https://")
+        self.cookie = BROWSER_COOKIE if self.secure else LOOPBACK_BROWSER_COOKIE
 
     async def handle(self, request: Request) -> Response:
         params = request.query_params if request.method == "GET" else await request.form()
@@ -189,38 +236,123 @@ class DocumentClientAuthorization:
             if found is None:
                 answer = {"error": "invalid_request", "error_description": f"client_id refused: {reason}"}
                 return JSONResponse(answer, status_code=400, headers={"Cache-Control": "no-store"})
-        return await self.inner.handle(request)
+        # The browser's binding value: its own when it has one (two sign-ins in one browser both finish), else
+        # a new one; the transaction keeps its hash (Provider.authorize).
+        value = request.cookies.get(self.cookie, "")
+        value = value if BROWSER_VALUE.fullmatch(value) else secrets.token_urlsafe(32)
+        bound = BROWSER.set(digest(value))
+        try:
+            response = await self.inner.handle(request)
+        finally:
+            BROWSER.reset(bound)
+        if response.status_code == 302:
+            response.set_cookie(
+                self.cookie,
+                value,
+                max_age=TRANSACTION_SECONDS,
+                path="/",
+                secure=self.secure,
+                httponly=True,
+                samesite="lax",
+            )
+        return self.with_issuer(response)
+
+    def with_issuer(self, response: Response) -> Response:
+        """The SDK's error redirects to the client, with `iss` added (RFC 9207 section 2: every authorization
+        response names the issuer). Its other redirect goes to the upstream login, which carries no `error`."""
+        location = response.headers.get("location")
+        if response.status_code != 302 or location is None:
+            return response
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(location).query)
+        if "error" in query and "iss" not in query:
+            response.headers["location"] = f"{location}&{urllib.parse.urlencode({'iss': self.provider.issuer})}"
+        return response
 
 
-class PublicClientRevocation:
-    """RFC 7009 for public clients: the SDK's revocation request model requires a `client_secret` field even
-    from a client that has none, so a form without one gets an empty one (which a public client's
-    authentication ignores and a confidential client's refuses)."""
+class TokenEndpoint:
+    """The SDK's /token; a refresh whose user cannot be checked upstream right now is 503
+    `temporarily_unavailable` with Retry-After (the refresh token stays unspent), never a 500."""
 
-    def __init__(self, route: Route) -> None:
-        self.inner = route.app
+    def __init__(self, inner: ASGIApp) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.inner(scope, receive, send)
+        except UpstreamUnavailable as error:
+            logger.warning("refresh re-check unavailable", extra={"reason": str(error)})
+            answer = {"error": "temporarily_unavailable", "error_description": "the user cannot be checked now"}
+            headers = {"Cache-Control": "no-store", "Retry-After": "5"}
+            await JSONResponse(answer, status_code=503, headers=headers)(scope, receive, send)
+
+
+class FormRewrite:
+    """A POST form handed to the SDK's handler rewritten (`rewrite`); a body over 64 KiB is 413."""
+
+    def __init__(self, inner: ASGIApp) -> None:
+        self.inner = inner
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("method") != "POST":
             await self.inner(scope, receive, send)
             return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > 64 * 1024:
-                await JSONResponse({"error": "invalid_request"}, status_code=413)(scope, receive, send)
-                return
+        body = await read_body(receive, 64 * 1024)
+        if body is None:
+            await JSONResponse({"error": "invalid_request"}, status_code=413)(scope, receive, send)
+            return
+        scope, body = self.rewrite(scope, body)
+        await self.inner(scope, replay(body, receive), send)
+
+    def rewrite(self, scope: Scope, body: bytes) -> tuple[Scope, bytes]:
+        raise NotImplementedError
+
+
+class PublicClientRevocation(FormRewrite):
+    """RFC 7009 for public clients: the SDK's revocation request model requires a `client_secret` field even
+    from a client that has none, so a form without one gets an empty one (which a public client's
+    authentication ignores and a confidential client's refuses)."""
+
+    def rewrite(self, scope: Scope, body: bytes) -> tuple[Scope, bytes]:
         if "client_secret" not in urllib.parse.parse_qs(body.decode("latin-1")):
             body += b"&client_secret=" if body else b"client_secret="
-        await self.inner(scope, replay(body, receive), send)
+        return scope, body
+
+
+class HashedSecrets(FormRewrite):
+    """The table keeps a client secret's sha256 only (clients.hashed_secret), and the SDK compares the stored
+    value with the presented one: so the presented secret, in the form or in HTTP Basic, reaches the SDK
+    hashed. A public client's empty secret stays empty."""
+
+    def rewrite(self, scope: Scope, body: bytes) -> tuple[Scope, bytes]:
+        form = urllib.parse.parse_qsl(body.decode("latin-1"), keep_blank_values=True)
+        if any(name == "client_secret" and value for name, value in form):
+            hashed = [(n, hashed_secret(v) if n == "client_secret" and v else v) for n, v in form]
+            body = urllib.parse.urlencode(hashed).encode("latin-1")
+        headers = [(k, basic_hashed(v) if k == b"authorization" else v) for k, v in scope.get("headers", [])]
+        return {**scope, "headers": headers}, body
+
+
+def basic_hashed(value: bytes) -> bytes:
+    """An HTTP Basic header with its password hashed (RFC 6749 section 2.3.1: both parts form-urlencoded);
+    anything else unchanged, for the SDK to refuse."""
+    if not value.startswith(b"Basic "):
+        return value
+    try:
+        client_id, separator, secret = base64.b64decode(value[6:], validate=True).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return value
+    if not separator or not secret:
+        return value
+    hashed = hashed_secret(urllib.parse.unquote(secret))
+    return b"Basic " + base64.b64encode(f"{client_id}:{hashed}".encode())
 
 
 class ConsentPages:
     def __init__(self, provider: Provider) -> None:
         self.provider = provider
         self.secure_cookie = provider.issuer.startswith("https://")
+        self.browser_cookie = BROWSER_COOKIE if self.secure_cookie else LOOPBACK_BROWSER_COOKIE
+        self.operator = provider.settings.authorization_operator_name or "the operator of this MCP endpoint"
 
     async def jwks(self, request: Request) -> Response:
         return JSONResponse(self.provider.signer.jwks(), headers={"Cache-Control": "public, max-age=300"})
@@ -230,6 +362,16 @@ class ConsentPages:
         record = self.provider.transaction(transaction)
         if record is None or record.get("_used") or "subject" in record:
             return page("This sign-in has expired or was already used. Start again from your MCP client.", 400)
+        browser = request.cookies.get(self.browser_cookie, "")
+        if not browser or not hmac.compare_digest(digest(browser).encode(), str(record.get("browser", "")).encode()):
+            # Finished in another browser than the one that started it (a login link passed on): nothing issued.
+            logger.warning("sign-in refused: not the browser that started it")
+            self.provider.spend_transaction(transaction)
+            return page(
+                "This sign-in was started in another browser, or this browser's cookies were cleared. "
+                "Nothing was shared. Start again from your MCP client on this device.",
+                400,
+            )
         code = request.query_params.get("code")
         if not code:
             self.provider.spend_transaction(transaction)
@@ -256,25 +398,44 @@ class ConsentPages:
         return response
 
     def consent_page(self, transaction: str, record: dict[str, Any], csrf: str, client_name: str | None) -> Response:
+        """Leads with where the answer goes: the one thing a look-alike registration cannot choose freely (the
+        redirect allow-list bounds it). The client's name is its own claim, shown as such."""
         redirect_uri = urllib.parse.urlsplit(record["redirect_uri"])
         e = html.escape
         scopes = "".join(f"<li><b>{e(s)}</b>: {e(SCOPE_TEXT.get(s, s))}</li>" for s in record["scopes"])
-        name = client_name or record["client_id"]
+        host = redirect_uri.hostname or ""
+        if redirect_uri.scheme == "http" and is_loopback_host(host):
+            target = f"an app on this device (<b>{e(host)}</b>)"
+        elif redirect_uri.scheme == "https":
+            target = f"<b>{e(host)}</b>"
+        else:
+            target = f"the app that opens <b>{e(redirect_uri.scheme)}://{e(redirect_uri.netloc)}</b> links"
+        client_id = record["client_id"]
+        claimed = (
+            f'<p>It calls itself <b>{e(client_name)}</b> <span class="warn">(name chosen by the app, not '
+            "verified)</span>.</p>"
+            if client_name
+            else ""
+        )
+        document = urllib.parse.urlsplit(client_id).hostname if is_metadata_url(client_id) else None
+        origin = f"its description is published at <b>{e(document or '')}</b>" if document else "it registered itself"
         body = (
-            f"<h1>Allow {e(name)}?</h1>"
-            f"<p>Signed in as <b>{e(record['name'])}</b>.</p>"
-            f"<p><b>{e(name)}</b> (client <code>{e(record['client_id'])}</code>) asks to use "
-            f"<code>{e(record['resource'])}</code> as you, and will receive access at "
-            f"<b>{e(redirect_uri.hostname or '')}</b>. It may:</p><ul>{scopes}</ul>"
+            f"<h1>Give {target} access as you?</h1>"
+            f"{claimed}"
+            f'<p class="small">Client <code>{e(client_id)}</code>; {origin}. Access goes to '
+            f"<code>{e(record['redirect_uri'])}</code>.</p>"
+            f"<p>Signed in as <b>{e(record['name'])}</b> at <b>{e(self.operator)}</b>, for the MCP endpoint "
+            f"<code>{e(record['resource'])}</code>. It may:</p><ul>{scopes}</ul>"
+            "<p>Only allow this if you started it from an app you trust and the address above is that app's.</p>"
             '<form method="post" action="/consent">'
             f'<input type="hidden" name="transaction" value="{e(transaction)}">'
             f'<input type="hidden" name="csrf" value="{e(csrf)}">'
-            '<button type="submit" name="decision" value="approve" id="approve">Allow</button> '
-            '<button type="submit" name="decision" value="deny" id="deny">Deny</button></form>'
+            '<button type="submit" name="decision" value="deny" id="deny">Deny</button>'
+            '<button type="submit" name="decision" value="approve" id="approve">Allow</button></form>'
         )
         # form-action: this server, and the redirect's origin the answer's 302 goes to.
-        target = f"{redirect_uri.scheme}://{redirect_uri.netloc}"
-        return page(body, 200, form_action=f"'self' {target}")
+        target_origin = f"{redirect_uri.scheme}://{redirect_uri.netloc}"
+        return page(body, 200, form_action=f"'self' {target_origin}")
 
     async def consent(self, request: Request) -> Response:
         origin = request.headers.get("origin")
@@ -300,12 +461,22 @@ class ConsentPages:
         return redirect(self.provider.approve(transaction, record))
 
 
+STYLE = (
+    "body{font-family:system-ui,sans-serif;line-height:1.45;max-width:40em;margin:0 auto;padding:1em}"
+    "h1{font-size:1.35em;overflow-wrap:anywhere}code{overflow-wrap:anywhere;font-size:.9em}"
+    ".small{font-size:.9em;color:#444}.warn{color:#8a4b00}ul{padding-left:1.2em}"
+    "form{display:flex;flex-wrap:wrap;gap:.75em;margin-top:1.5em}"
+    "button{flex:1 1 10em;min-height:3em;font-size:1em;border-radius:.4em;border:1px solid #888;background:#fff}"
+    "#approve{background:#1a56db;color:#fff;border-color:#1a56db}"
+)
+
+
 def page(body: str, status: int, form_action: str = "'self'") -> HTMLResponse:
     csp = f"default-src 'none'; style-src 'unsafe-inline'; form-action {form_action}; frame-ancestors 'none'"
     document = (
-        '<!doctype html><html><head><meta charset="utf-8"><title>Sign in to the MCP endpoint</title>'
-        '<meta name="viewport" content="width=device-width"></head>'
-        f'<body style="font-family:sans-serif;max-width:40em;margin:2em auto">{body}</body></html>'
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Sign in to the MCP endpoint</title>'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>'
+        f"<body>{body}</body></html>"
     )
     return HTMLResponse(document, status_code=status, headers={**PAGE_HEADERS, "Content-Security-Policy": csp})
 

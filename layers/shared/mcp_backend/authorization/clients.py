@@ -5,16 +5,22 @@ A redirect URI is https, or http on a loopback host (RFC 8252 section 7.3: nativ
 127.0.0.1, [::1] or localhost); never a fragment or user info. A request's redirect URI must equal a
 registered one, except that a loopback http one may name any port (RFC 8252 section 7.3: the port is the
 app's, picked when it asks); host, path and query still match exactly, so `localhost` never stands in for
-`127.0.0.1` or the other way round. With an allow-list of redirect hosts, an
-https redirect's host must be on it (loopback stays allowed: it only ever reaches the user's own machine).
+`127.0.0.1` or the other way round. An https redirect's host must be on the allow-list of redirect hosts
+(the template's default: the hosted clients'; empty: none), so a registration cannot send the consent's answer
+to a look-alike host. Loopback stays allowed: it only ever reaches the user's own machine.
 A private-use scheme URI (RFC 8252 section 7.1, e.g. Cursor's) only when listed, exactly.
 
 A metadata document is fetched through the project's network-safety rules (https, every resolved address
 public, the connection pinned to the checked addresses, no redirects), read up to `MAX_DOCUMENT_BYTES`, and
-must be JSON client metadata naming the same `client_id` with redirect URIs allowed above. It is public
+must be JSON client metadata naming the same `client_id` with redirect URIs allowed above, each https one on
+the `client_id`'s own host (refused otherwise, not warned: the consent page shows the document's host as the
+client's, and a document on one host sending codes to another would make that line false). It is public
 (`token_endpoint_auth_method` none): a document cannot carry a secret. Documents are cached per process for
 `CACHE_SECONDS`; a refused or unreachable one is remembered, with the reason, for `FAILURE_CACHE_SECONDS`, so
 a failing host costs one fetch per instance and window.
+
+An operator's client (`python -m mcp_backend.authorization clients add`) has an `op-` id, fixed redirect URIs
+and never expires; a confidential one gets a secret, shown once and stored by its sha256 only.
 
 Scopes: a client is only ever granted scopes this server knows (`SCOPES`), whatever its registration or
 document lists; the rest are ignored (RFC 6749 section 3.3), and a request left with none is `invalid_scope`.
@@ -22,7 +28,9 @@ document lists; the rest are ignored (RFC 6749 section 3.3), and a request left 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import secrets
 import threading
 import time
 import urllib.parse
@@ -70,7 +78,7 @@ def check_redirect_uris(uris: list[str], allowed_hosts: tuple[str, ...], native:
             continue
         if parts.scheme != "https":
             raise RejectedClient("a redirect URI must be https, or http on a loopback host (RFC 8252)")
-        if allowed_hosts and host.lower() not in allowed_hosts:
+        if host.lower() not in allowed_hosts:
             raise RejectedClient("the redirect URI's host is not on this server's allow-list")
 
 
@@ -111,6 +119,35 @@ class Client(OAuthClientInformationFull):
         if not granted:
             raise InvalidScopeError(f"no requested scope is one this server grants this client ({' '.join(allowed)})")
         return granted
+
+
+OPERATOR_PREFIX = "op-"  # registration ids are the SDK's UUIDs: an operator's client never looks like one
+
+
+def operator_client(name: str, redirect_uris: list[str], auth_method: str) -> tuple[Client, str | None]:
+    """A new operator's client and its secret (None for a public client, auth_method `none`); the client holds
+    the secret's sha256 only. RejectedClient for a redirect URI no client may register."""
+    check_redirect_uris(redirect_uris, ())
+    secret = None if auth_method == "none" else secrets.token_urlsafe(32)
+    client = Client.model_validate(
+        {
+            "client_id": f"{OPERATOR_PREFIX}{secrets.token_urlsafe(16)}",
+            "client_name": name,
+            "redirect_uris": redirect_uris,
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "scope": " ".join(SCOPES),
+            "token_endpoint_auth_method": auth_method,
+            "client_secret": hashed_secret(secret) if secret else None,
+            "client_id_issued_at": int(time.time()),
+        }
+    )
+    return client, secret
+
+
+def hashed_secret(secret: str) -> str:
+    """What the table keeps of a client secret, and what a presented one is compared as (app.HashedSecrets)."""
+    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 def is_metadata_url(client_id: str) -> bool:
@@ -187,9 +224,13 @@ class MetadataDocuments:
             metadata = OAuthClientMetadata.model_validate({k: v for k, v in document.items() if k != "client_id"})
         except ValidationError:
             raise RejectedClient("the client metadata document is not valid client metadata") from None
-        check_redirect_uris(
-            [str(uri) for uri in metadata.redirect_uris or []], self.allowed_hosts, self.native_redirect_uris
-        )
+        uris = [str(uri) for uri in metadata.redirect_uris or []]
+        check_redirect_uris(uris, self.allowed_hosts, self.native_redirect_uris)
+        own_host = (urllib.parse.urlsplit(url).hostname or "").lower()
+        for uri in uris:
+            parts = urllib.parse.urlsplit(uri)
+            if parts.scheme == "https" and (parts.hostname or "").lower() != own_host:
+                raise RejectedClient("a redirect URI's host is not the client_id's host")
         # A document without `scope` may ask for every scope (registration defaults the same way); one that
         # lists scopes keeps those this server knows (Client.validate_scope applies the same rule).
         return Client.model_validate(

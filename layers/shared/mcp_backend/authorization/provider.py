@@ -4,9 +4,13 @@ the protocol (registration, authorize, token with PKCE S256, revoke); this class
 - Codes live `authorization_code_seconds`, are stored by hash, and are spent by one conditional update: a
   second exchange of the same code is refused and revokes every token issued from it (RFC 6749 section
   4.1.2, OAuth 2.1 section 4.1.3).
-- Each consent starts a family; every refresh token of it names the family. A refresh token is rotated on
+- Each consent starts a family (a grant) that ends `authorization_grant_days` after the consent; every refresh
+  token of it names the family and expires with it: rotation never extends it. A refresh token is rotated on
   every use (spent by one conditional update, a new one issued); presenting a spent one is reuse: the
   family is revoked, so the thief's and the user's tokens both stop (OAuth 2.1 section 4.3.1).
+- Each refresh checks the user upstream first (Upstream.current_tier) and issues the tier found: a user
+  deleted or disabled there gets `invalid_grant` and the family is revoked. A provider that cannot be
+  asked right now is UpstreamUnavailable (503 at /token), and the refresh token stays unspent.
 - Revocation (RFC 7009) of a refresh or access token revokes its family. Access tokens are JWTs the
   endpoint checks on its own: they stay valid until they expire (`access_token_seconds`, default 10 min).
 """
@@ -17,6 +21,7 @@ import secrets
 import time
 import urllib.parse
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import anyio.to_thread
@@ -35,21 +40,26 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import ValidationError
 
 from mcp_backend.authorization.clients import (
+    OPERATOR_PREFIX,
     Client,
     MetadataDocuments,
     RejectedClient,
     check_redirect_uris,
+    hashed_secret,
     is_metadata_url,
 )
 from mcp_backend.authorization.resource import Resources
 from mcp_backend.authorization.signing import ALGORITHM, KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore, digest
-from mcp_backend.authorization.upstream import Identity, Upstream, pkce_pair
+from mcp_backend.authorization.upstream import Identity, Upstream, UserGone, pkce_pair
 from mcp_backend.config import AuthorizationServerSettings
 from mcp_backend.observability import logger
 
 TRANSACTION_SECONDS = 600  # from /authorize to the consent form's answer
 SUPPORTED_GRANTS = frozenset({"authorization_code", "refresh_token"})
+# The hash of the browser binding cookie of the /authorize request being handled (mcp_backend.authorization.app
+# sets it around the SDK's handler, which calls `authorize` with the SDK's arguments only).
+BROWSER: ContextVar[str | None] = ContextVar("browser", default=None)
 
 
 class StoredCode(AuthorizationCode):
@@ -115,9 +125,12 @@ class Provider:
             raise RegistrationError("invalid_client_metadata", "grant_types: authorization_code, refresh_token")
         if set(client_info.response_types) != {"code"}:
             raise RegistrationError("invalid_client_metadata", "response_types: code only")
+        record = client_info.model_dump(mode="json", exclude_none=True)
+        if client_info.client_secret:  # the SDK answers the client with it; the table keeps its hash only
+            record["client_secret"] = hashed_secret(client_info.client_secret)
         self.store.put(
             f"client#{client_info.client_id}",
-            client_info.model_dump(mode="json", exclude_none=True),
+            record,
             self.settings.client_idle_seconds,
             new=True,
         )
@@ -147,6 +160,7 @@ class Provider:
                 "resource": resource,
                 "upstream_verifier": verifier,
                 "nonce": nonce,
+                "browser": BROWSER.get(),  # none: /callback refuses it (fail closed)
             },
             TRANSACTION_SECONDS,
         )
@@ -157,12 +171,25 @@ class Provider:
 
     def remember_login(self, transaction: str, record: dict[str, Any], identity: Identity, csrf: str) -> None:
         record.pop("_used", None)
-        record.update(subject=identity.subject, tier=identity.tier, name=identity.name, csrf=digest(csrf))
+        record.update(
+            subject=identity.subject,
+            tier=identity.tier,
+            name=identity.name,
+            username=identity.username,
+            csrf=digest(csrf),
+        )
         self.store.put(f"txn#{transaction}", record, TRANSACTION_SECONDS)
 
     def approve(self, transaction: str, record: dict[str, Any]) -> str:
         """The client's redirect URL with a new code (the caller has spent the transaction), in a new grant."""
         code, family = secrets.token_urlsafe(32), secrets.token_urlsafe(16)
+        self.store.start_grant(
+            family,
+            record["subject"],
+            record.get("username") or record["subject"],
+            record["client_id"],
+            self.settings.grant_seconds,
+        )
         stored = StoredCode(
             code="",  # only its hash is the key; the record never holds the code
             scopes=record["scopes"],
@@ -207,6 +234,7 @@ class Provider:
         if not self.store.mark_used(f"code#{digest(authorization_code.code)}"):
             self._revoke_family(authorization_code.family, "authorization code replayed")
             raise TokenError("invalid_grant", "authorization code already used")
+        grant = self._live_grant(authorization_code.family)
         return self._issue(
             client,
             authorization_code.subject or "",
@@ -214,6 +242,7 @@ class Provider:
             authorization_code.scopes,
             authorization_code.resource,
             authorization_code.family,
+            int(grant["ends"]),
         )
 
     # Refresh tokens
@@ -234,6 +263,9 @@ class Provider:
     async def exchange_refresh_token(
         self, client: OAuthClientInformationFull, refresh_token: StoredRefreshToken, scopes: list[str]
     ) -> OAuthToken:
+        grant = self._live_grant(refresh_token.family)
+        # Before the token is spent: a provider that cannot be asked (UpstreamUnavailable) leaves it usable.
+        tier = await self._current_tier(refresh_token, grant)
         if not self.store.mark_used(f"refresh#{digest(refresh_token.token)}"):
             self._revoke_family(refresh_token.family, "refresh token reused")
             raise TokenError("invalid_grant", "refresh token already used")
@@ -242,11 +274,28 @@ class Provider:
         return self._issue(
             client,
             refresh_token.subject or "",
-            refresh_token.tier,
+            tier,
             scopes,
             refresh_token.resource,
             refresh_token.family,
+            int(grant["ends"]),
         )
+
+    def _live_grant(self, family: str) -> dict[str, Any]:
+        grant = self.store.grant(family)
+        if grant is None:  # its lifetime is over (or it predates grant records): the user signs in again
+            raise TokenError("invalid_grant", "the grant has ended; sign in again")
+        if "revoked" in grant:
+            raise TokenError("invalid_grant", "refresh token revoked")
+        return grant
+
+    async def _current_tier(self, refresh_token: StoredRefreshToken, grant: dict[str, Any]) -> str:
+        try:
+            tier = await self.upstream.current_tier(refresh_token.subject or "", str(grant.get("username", "")))
+        except UserGone:
+            self._revoke_family(refresh_token.family, "the user was deleted or disabled upstream")
+            raise TokenError("invalid_grant", "the user can no longer sign in") from None
+        return refresh_token.tier if tier is None else tier
 
     # Access tokens and revocation
 
@@ -280,7 +329,7 @@ class Provider:
         raise TokenError("unsupported_grant_type", "the JWT bearer grant is not supported")
 
     def _revoke_family(self, family: str, reason: str) -> None:
-        self.store.put(f"revoked#{family}", {"reason": reason}, self.settings.refresh_token_seconds)
+        self.store.revoke_grant(family, reason, self.settings.grant_seconds)
         logger.warning("token family revoked", extra={"reason": reason})
 
     def _family_revoked(self, family: str) -> bool:
@@ -294,8 +343,11 @@ class Provider:
         scopes: list[str],
         resource: str | None,
         family: str,
+        ends: int,
     ) -> OAuthToken:
         now = int(self.clock())
+        if ends <= now:
+            raise TokenError("invalid_grant", "the grant has ended; sign in again")
         claims = {
             "iss": self.issuer,
             "sub": subject,
@@ -314,16 +366,14 @@ class Provider:
             token="",  # only its hash is the key
             client_id=client.client_id,
             scopes=scopes,
-            expires_at=now + self.settings.refresh_token_seconds,
+            expires_at=ends,  # the grant's end, never later
             resource=resource,
             subject=subject,
             tier=tier,
             family=family,
         )
-        self.store.put(
-            f"refresh#{digest(refresh_token)}", stored.model_dump(mode="json"), self.settings.refresh_token_seconds
-        )
-        if not is_metadata_url(client.client_id):
+        self.store.put(f"refresh#{digest(refresh_token)}", stored.model_dump(mode="json"), ends - now)
+        if not is_metadata_url(client.client_id) and not client.client_id.startswith(OPERATOR_PREFIX):
             self.store.touch(f"client#{client.client_id}", self.settings.client_idle_seconds)
         return OAuthToken(
             access_token=access_token,

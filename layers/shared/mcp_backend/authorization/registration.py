@@ -128,13 +128,21 @@ async def read_capped(scope: Scope, receive: Receive) -> bytes:
     declared = next((v for k, v in scope.get("headers", []) if k == b"content-length"), b"")
     if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise RegistrationRefused(f"the registration body is over {MAX_BODY_BYTES} bytes")
+    body = await read_body(receive, MAX_BODY_BYTES)
+    if body is None:
+        raise RegistrationRefused(f"the registration body is over {MAX_BODY_BYTES} bytes")
+    return body
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """A request's body, or None once it is past `limit` bytes (read no further)."""
     body, more = b"", True
     while more:
         message = await receive()
         body += message.get("body", b"")
         more = message.get("more_body", False)
-        if len(body) > MAX_BODY_BYTES:
-            raise RegistrationRefused(f"the registration body is over {MAX_BODY_BYTES} bytes")
+        if len(body) > limit:
+            return None
     return body
 
 

@@ -5,32 +5,41 @@ from the SSM parameter the template writes (`OAuthResource`, or the endpoint's F
 endpoint names this server's URL, so this server's configuration cannot name the endpoint's. The parameter is
 read once per instance. A request without `resource` (clients written to spec revisions before RFC 8707 was
 required) gets the endpoint's URL; a request naming any other resource is `invalid_target`.
+
+The issuer is pinned the same way: `AUTHORIZATION_ISSUER`, else the SSM parameter the template writes
+(`AuthorizationIssuer`: this server's Function URL, which it cannot be told). The Host header decides neither.
 """
 
 from __future__ import annotations
 
-import threading
 import urllib.parse
 from typing import Any
 
 from mcp.server.auth.provider import AuthorizeError
 
-from mcp_backend.aws import botocore_errors, client_or_lazy
 from mcp_backend.config import AuthorizationServerSettings
-from mcp_backend.observability import logger
+from mcp_backend.stack_urls import StackUrl, StackUrlUnavailable
+
+
+def issuer_of(settings: AuthorizationServerSettings, ssm: Any = None) -> StackUrl | str:
+    """The issuer as configured, or the parameter that holds it; ValueError when neither is set (fail closed)."""
+    if settings.authorization_issuer:
+        return settings.authorization_issuer.rstrip("/")
+    if settings.authorization_issuer_parameter:
+        return StackUrl(settings.authorization_issuer_parameter, ssm)
+    raise ValueError("AUTHORIZATION_ISSUER or AUTHORIZATION_ISSUER_PARAMETER must be set")
 
 
 class Resources:
     def __init__(self, settings: AuthorizationServerSettings, ssm: Any = None) -> None:
         self.settings = settings
-        self.ssm = client_or_lazy(ssm, "ssm") if settings.authorization_resource_parameter else None
-        self._endpoint: str | None = None
-        self._lock = threading.Lock()
+        parameter = settings.authorization_resource_parameter
+        self.endpoint = StackUrl(parameter, ssm) if parameter else None
 
     def allowed(self) -> tuple[str, ...]:
         """The resources tokens may be for; empty: any https URL (no list and no parameter: tests, a bare run)."""
         listed = self.settings.listed("resources")
-        return listed if listed else ((self._endpoint_url(),) if self.ssm is not None else ())
+        return listed if listed else ((self._endpoint_url(),) if self.endpoint is not None else ())
 
     def resolve(self, requested: str | None) -> str:
         """The resource a request's tokens are bound to, or the RFC error that refuses it."""
@@ -49,13 +58,8 @@ class Resources:
         return requested
 
     def _endpoint_url(self) -> str:
-        assert self.ssm is not None
-        with self._lock:
-            if self._endpoint is None:
-                try:
-                    answer = self.ssm.get_parameter(Name=self.settings.authorization_resource_parameter)
-                except (botocore_errors.ClientError, botocore_errors.BotoCoreError) as error:
-                    logger.error("endpoint resource unreadable", extra={"error_type": type(error).__name__})
-                    raise AuthorizeError("temporarily_unavailable", "try again shortly") from None
-                self._endpoint = str(answer["Parameter"]["Value"])
-            return self._endpoint
+        assert self.endpoint is not None
+        try:
+            return self.endpoint.value()
+        except StackUrlUnavailable:
+            raise AuthorizeError("temporarily_unavailable", "try again shortly") from None

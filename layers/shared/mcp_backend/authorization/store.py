@@ -2,12 +2,18 @@
 TTL (`expiresAt`, epoch seconds) so DynamoDB deletes what is no longer needed.
 
 Keys (`pk`) by record kind:
-- `client#<client id>`: a registered client's metadata; its TTL moves forward when the client gets tokens
-  (a registration unused for the idle period expires, and the client then gets `invalid_client`);
+- `client#<client id>`: a registered client's metadata (a secret by its sha256 only); its TTL moves forward
+  when the client gets tokens (a registration unused for the idle period expires, and the client then gets
+  `invalid_client`). An operator's client (`op-` id) does not expire;
+- `operator#clients`: the ids of the operator's clients (a string set), so they can be listed;
 - `txn#<id>`: an authorization request between /authorize, the upstream login and the consent form;
 - `code#<sha256 of the code>`: an authorization code, consumed once by a conditional update;
 - `refresh#<sha256 of the token>`: a refresh token, rotated once by a conditional update;
-- `family#<id>`: one login's grant: its refresh tokens all name it, and revoking it ends all of them;
+- `family#<id>`: one consent's grant (subject, client, when it started and ends): its refresh tokens all
+  name it and never outlive it; it expires at its absolute end, however often it was refreshed;
+- `revoked#<family id>`: a grant revoked (reuse, revocation, the user gone upstream, an operator);
+- `subject#<subject>`: the user's grants (a string set of family ids), so an operator can list and revoke
+  them; it lives as long as the newest grant;
 - `rate#<what>#<window>`: a fixed-window counter (registrations per source).
 
 Codes and refresh tokens are stored by their sha256: the table never holds a usable secret. TTL deletion
@@ -23,6 +29,10 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp_backend.aws import botocore_errors, client_or_lazy
+
+OPERATOR_CLIENTS = "operator#clients"
+# An operator's client stays until the operator removes it (TTL needs a number: a century).
+OPERATOR_CLIENT_SECONDS = 100 * 365 * 86400
 
 
 def digest(secret: str) -> str:
@@ -91,6 +101,87 @@ class AuthorizationStore:
                 ":one": {"N": "1"},
                 ":limit": {"N": str(limit)},
                 ":expires": {"N": str((window + 2) * window_seconds)},
+            },
+        )
+
+    # Grants
+
+    def start_grant(self, family: str, subject: str, username: str, client_id: str, seconds: int) -> int:
+        """Record a new grant ending `seconds` from now, indexed under its subject; its end (epoch seconds)."""
+        started = int(self.clock())
+        ends = started + seconds
+        grant = {"subject": subject, "username": username, "client_id": client_id, "started": started, "ends": ends}
+        self.put(f"family#{family}", grant, seconds)
+        self.dynamodb.update_item(
+            TableName=self.table_name,
+            Key={"pk": {"S": f"subject#{subject}"}},
+            UpdateExpression="ADD families :family SET expiresAt = :ends",
+            ExpressionAttributeValues={":family": {"SS": [family]}, ":ends": {"N": str(ends)}},
+        )
+        return ends
+
+    def grant(self, family: str) -> dict[str, Any] | None:
+        """A live grant's record (None once it ended), with `revoked` (the reason) when it was revoked."""
+        record = self.get(f"family#{family}")
+        if record is None:
+            return None
+        record.pop("_used", None)
+        revoked = self.get(f"revoked#{family}")
+        if revoked is not None:
+            record["revoked"] = revoked.get("reason", "revoked")
+        return record
+
+    def revoke_grant(self, family: str, reason: str, seconds: int) -> None:
+        """Revoke a grant for `seconds` (its lifetime: nothing of it outlives that)."""
+        self.put(f"revoked#{family}", {"reason": reason}, seconds)
+
+    def grants_of(self, subject: str) -> dict[str, dict[str, Any]]:
+        """The subject's grants that have not ended, by family id."""
+        item = self.dynamodb.get_item(
+            TableName=self.table_name, Key={"pk": {"S": f"subject#{subject}"}}, ConsistentRead=True
+        ).get("Item")
+        if item is None:
+            return {}
+        families = sorted(item.get("families", {}).get("SS", []))
+        return {family: grant for family in families if (grant := self.grant(family)) is not None}
+
+    def revoke_subject(self, subject: str, reason: str) -> list[str]:
+        """Revoke every live grant of the subject not revoked yet, each until its own end; their family ids."""
+        now = int(self.clock())
+        revoked = [(family, grant) for family, grant in self.grants_of(subject).items() if "revoked" not in grant]
+        for family, grant in revoked:
+            self.revoke_grant(family, reason, max(1, int(grant["ends"]) - now))
+        return [family for family, _ in revoked]
+
+    # The operator's clients
+
+    def add_operator_client(self, client_id: str, metadata: dict[str, Any]) -> None:
+        self.put(f"client#{client_id}", metadata, OPERATOR_CLIENT_SECONDS, new=True)
+        self._set(OPERATOR_CLIENTS, "ADD", client_id)
+
+    def operator_clients(self) -> dict[str, dict[str, Any]]:
+        item = self.dynamodb.get_item(
+            TableName=self.table_name, Key={"pk": {"S": OPERATOR_CLIENTS}}, ConsistentRead=True
+        ).get("Item")
+        ids = sorted(item.get("clients", {}).get("SS", [])) if item else []
+        return {client_id: record for client_id in ids if (record := self.get(f"client#{client_id}")) is not None}
+
+    def remove_operator_client(self, client_id: str) -> bool:
+        """Remove one of the operator's clients: False when there is none of that id."""
+        if client_id not in self.operator_clients():
+            return False
+        self.delete(f"client#{client_id}")
+        self._set(OPERATOR_CLIENTS, "DELETE", client_id)
+        return True
+
+    def _set(self, key: str, verb: str, client_id: str) -> None:
+        self.dynamodb.update_item(
+            TableName=self.table_name,
+            Key={"pk": {"S": key}},
+            UpdateExpression=f"{verb} clients :id SET expiresAt = :never",
+            ExpressionAttributeValues={
+                ":id": {"SS": [client_id]},
+                ":never": {"N": str(int(self.clock()) + OPERATOR_CLIENT_SECONDS)},
             },
         )
 

@@ -6,6 +6,12 @@ the code exchanged at the provider's token endpoint, the ID token verified with 
 JWKS (issuer, audience = our client id, expiry, nonce). The provider's endpoints come from its discovery
 document. The user's groups (a claim, `cognito:groups` for Cognito) map to a tier: the highest tier any
 group maps to, `free` otherwise.
+
+Every refresh checks the user again (`current_tier`). For the stack's pool: cognito-idp AdminGetUser (the
+user still exists and is enabled) and AdminListGroupsForUser (the tier from today's groups). Another provider
+is asked nothing: this server keeps none of its tokens (its refresh token would be a usable secret at rest),
+so its users keep the tier of their sign-in until the grant ends; an operator ends a grant sooner with
+`python -m mcp_backend.authorization grants revoke`.
 """
 
 from __future__ import annotations
@@ -24,12 +30,11 @@ import httpx
 import jwt
 
 from mcp_backend.aws import botocore_errors, client_or_lazy
-from mcp_backend.config import AuthorizationServerSettings
+from mcp_backend.config import AuthorizationServerSettings, highest_tier
 from mcp_backend.jwks import Fetch, JwksCache, fetch_url
 from mcp_backend.netsafety import DeadlinePassed, OutboundDeadline
-from mcp_backend.tiers import TIERS, Tier
+from mcp_backend.tiers import Tier
 
-TIER_ORDER: tuple[Tier, ...] = TIERS
 # The token exchange as a whole (connect, TLS, headers, body): the user waits on it.
 TOKEN_DEADLINE_SECONDS = 5.0
 
@@ -38,11 +43,20 @@ class UpstreamLoginFailed(Exception):
     """The provider's answer cannot be used (a refused code, a bad ID token): the message names the fault only."""
 
 
+class UserGone(Exception):
+    """The user was deleted or disabled upstream: their grants end."""
+
+
+class UpstreamUnavailable(Exception):
+    """The provider cannot be asked right now (throttled, unreachable): the caller may retry; nothing ends."""
+
+
 @dataclass(frozen=True)
 class Identity:
     subject: str
     tier: Tier
     name: str  # shown on the consent screen (email or username), never logged
+    username: str = ""  # the provider's own name for the user (Cognito: cognito:username), for the re-check
 
 
 def pkce_pair() -> tuple[str, str]:
@@ -52,12 +66,7 @@ def pkce_pair() -> tuple[str, str]:
 
 
 def tier_of(groups: Any, tier_map: dict[str, Tier]) -> Tier:
-    if isinstance(groups, str):
-        groups = groups.split(",")
-    if not isinstance(groups, list):
-        return "free"
-    tiers = {tier_map[group] for group in groups if isinstance(group, str) and group in tier_map}
-    return max(tiers, key=TIER_ORDER.index, default="free")
+    return highest_tier(groups, tier_map)
 
 
 class Upstream:
@@ -68,12 +77,14 @@ class Upstream:
         ssm: Any = None,
         secretsmanager: Any = None,
         transport: httpx.BaseTransport | None = None,
+        cognito: Any = None,
     ) -> None:
         self.settings = settings
         self.fetch = fetch
         self.transport = transport  # tests answer the token endpoint; None is the network
         self.ssm = client_or_lazy(ssm, "ssm") if settings.upstream_client_id_parameter else None
         self.secretsmanager = client_or_lazy(secretsmanager, "secretsmanager")
+        self.cognito = client_or_lazy(cognito, "cognito-idp")
         self._client_secret: str | None = None
         self._discovery: dict[str, Any] | None = None
         self._client_id = settings.upstream_client_id
@@ -169,7 +180,33 @@ class Upstream:
             raise UpstreamLoginFailed("the ID token has no subject")
         name = next((claims[c] for c in ("email", "cognito:username", "preferred_username") if c in claims), subject)
         tier = tier_of(claims.get(self.settings.upstream_groups_claim), self.settings.tier_map())
-        return Identity(subject=subject, tier=tier, name=str(name))
+        username = claims.get("cognito:username")
+        return Identity(subject=subject, tier=tier, name=str(name), username=str(username or subject))
+
+    async def current_tier(self, subject: str, username: str) -> Tier | None:
+        """The user's tier now, checked with the provider; None when the provider cannot be asked (another
+        OIDC provider: the module docstring). UserGone when the user was deleted or disabled."""
+        if not self.settings.upstream_user_pool_id:
+            return None
+        return await anyio.to_thread.run_sync(self._pool_tier, username or subject)
+
+    def _pool_tier(self, username: str) -> Tier:
+        pool = self.settings.upstream_user_pool_id
+        try:
+            user = self.cognito.admin_get_user(UserPoolId=pool, Username=username)
+            if user.get("Enabled") is not True:
+                raise UserGone
+            pages = self.cognito.get_paginator("admin_list_groups_for_user").paginate(
+                UserPoolId=pool, Username=username
+            )
+            groups = [group["GroupName"] for page in pages for group in page.get("Groups", [])]
+        except botocore_errors.ClientError as error:
+            if error.response.get("Error", {}).get("Code") == "UserNotFoundException":
+                raise UserGone from None
+            raise UpstreamUnavailable("the user pool cannot be asked") from None
+        except botocore_errors.BotoCoreError:
+            raise UpstreamUnavailable("the user pool cannot be reached") from None
+        return tier_of(groups, self.settings.tier_map())
 
     def _secret(self) -> str:
         """The upstream client's secret, read once from Secrets Manager (never from the environment)."""

@@ -96,6 +96,8 @@ class CallLogWriter:
 
     def put(self, records: Iterable[CallLogRecord]) -> PutOutcome:
         outcome = PutOutcome()
+        if not self.stream_name:  # the call log is off (CallLog Disabled): records are not kept, nor counted lost
+            return outcome
         entries = []
         for record in records:
             entry = _Entry(record.data(), record.partition_key)

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from mcp_backend.tracing import sqs_message_attributes
+from mcp_backend.tracing.propagation import sqs_message_attributes
 
 JOB_ID_PATTERN = r"^[A-Za-z0-9_-]{8,64}$"
 

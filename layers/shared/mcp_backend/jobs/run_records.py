@@ -21,15 +21,16 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from aws_lambda_powertools.utilities.idempotency.exceptions import (
+from pydantic import ValidationError
+
+from mcp_backend.idempotency import (
+    STATUS_CONSTANTS,
+    BasePersistenceLayer,
+    DataRecord,
     IdempotencyItemAlreadyExistsError,
     IdempotencyItemNotFoundError,
     IdempotencyKeyError,
 )
-from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
-from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import STATUS_CONSTANTS, DataRecord
-from pydantic import ValidationError
-
 from mcp_backend.jobs.models import JobOutcome, JobRun, JobStatus
 from mcp_backend.jobs.store import JobStore
 

@@ -33,7 +33,7 @@ from mcp_backend.jobs.results import ResultObjects, result_text
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.observability import count_limit_refusal, logger
 from mcp_backend.quotas import JobQuota, QuotaExceeded
-from mcp_backend.tracing import annotate, span
+from mcp_backend.tracing.spans import annotate, span
 
 SEND_BATCH_LIMIT = 10  # SendMessageBatch entries per call
 SEND_RETRY_BASE_SECONDS = 0.05
@@ -120,6 +120,35 @@ class FailedCursor(BaseModel):
     @classmethod
     def decode(cls, text: str) -> FailedCursor:
         return _decode_cursor(cls, text)
+
+
+class JobsCursor(BaseModel):
+    """What a job-listing cursor carries: the last job of the previous page (the user is always the caller's)."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, populate_by_name=True, defer_build=True)
+
+    job_id: str = Field(alias="j", pattern=JOB_ID_PATTERN)
+    created_at: str = Field(alias="c", min_length=1, max_length=64)
+
+    def position(self) -> dict[str, str]:
+        return {"jobId": self.job_id, "createdAt": self.created_at}
+
+    def encode(self) -> str:
+        return _encode_cursor(self)
+
+    @classmethod
+    def decode(cls, text: str) -> JobsCursor:
+        return _decode_cursor(cls, text)
+
+
+@dataclass(frozen=True)
+class ResultPage:
+    """One page of a finished job's result: bytes `page * page_bytes` on of its JSON text, and its whole size."""
+
+    text: str
+    page: int
+    pages: int
+    total_bytes: int
 
 
 class JobsService:
@@ -269,6 +298,41 @@ class JobsService:
             # Someone else's job is indistinguishable from no job.
             raise JobNotFound(f"no job {job_id}")
         return item
+
+    def jobs(self, user_id: str, limit: int, cursor_text: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        """The caller's jobs (jobId, tool, status, createdAt), newest first, `limit` per page, and the next page's
+        cursor; read from JobTable's JobsByUser index (eventually consistent: a job just submitted may show a
+        moment later)."""
+        after = JobsCursor.decode(cursor_text).position() if cursor_text is not None else None
+        items, position = self.store.jobs_page(user_id, limit, after)
+        keys = ("jobId", "tool", "status", "createdAt")
+        jobs: list[dict[str, Any]] = [{key: item[key] for key in keys if key in item} for item in items]
+        cursor = JobsCursor(job_id=position["jobId"], created_at=position["createdAt"]).encode() if position else None
+        return jobs, cursor
+
+    def state(self, user_id: str, job_id: str) -> dict[str, Any]:
+        """The caller's job without its result: status, tool, timestamps, error, and whether it has a result."""
+        item = self.owned(user_id, job_id)
+        view: dict[str, Any] = {"jobId": job_id, "status": item["status"], "tool": item.get("tool")}
+        for key in ("createdAt", "updatedAt", "completedAt", "error"):
+            if key in item:
+                view[key] = item[key]
+        view["hasResult"] = "result" in item or "resultKey" in item
+        return view
+
+    def result_page(self, user_id: str, job_id: str, page: int) -> ResultPage:
+        """Page `page` (from 0) of the caller's job's result JSON text, `result_page_bytes` at a time; a result in
+        the bucket is read with one ranged GetObject. JobNotFound for a job that is not the caller's, has no
+        result, or has fewer pages."""
+        item = self.owned(user_id, job_id)
+        if "result" not in item and "resultKey" not in item:
+            raise JobNotFound(f"job {job_id} has no result")
+        size = self.queues.result_page_bytes
+        text, total = self._result_bytes(item, page * size, size)
+        pages = max(1, -(-total // size))
+        if page >= pages:
+            raise JobNotFound(f"job {job_id}'s result has {pages} pages")
+        return ResultPage(text=text, page=page, pages=pages, total_bytes=total)
 
     def page(self, user_id: str, job_id: str, cursor_text: str | None = None) -> dict[str, Any]:
         """The caller's job, with its result whole when it fits one page, else one page of its JSON text by bytes

@@ -36,6 +36,9 @@ _NOT_CANCELLED = "(attribute_not_exists(#status) OR #status <> :cancelled)"
 _ITEM_TOO_LARGE = "exceeded the maximum allowed size"
 # The sparse index of failed jobs per user, newest first (template.yaml, JobTable).
 FAILED_JOBS_INDEX = "FailedJobsByUser"
+# Every job of a user by creation time (template.yaml, JobTable; KEYS_ONLY, so only a job's put writes it): the
+# caller's jobs as MCP resources. The day's count items carry no userId, so they are never in it.
+JOBS_BY_USER_INDEX = "JobsByUser"
 # A job may be taken for a run when it is new here, or its owner's, submitted with the same payload (or before
 # payloads were fingerprinted), and PENDING or RUNNING under a claim that expired (its invocation was killed) or
 # was given up (the run failed: its expiry is 0). A RUNNING job without a claim was started by a worker that
@@ -114,7 +117,11 @@ class JobStore:
         jobs = self._slot_holders(sorted(held))
         return sum(1 for job_id in held if _in_flight(jobs.get(job_id), user_id, oldest))
 
-    def _slot_holders(self, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+    def _slot_holders(
+        self, job_ids: list[str], projection: str = "jobId, userId, #status, updatedAt"
+    ) -> dict[str, dict[str, Any]]:
+        """The jobs' attributes in `projection` (by default only what decides a slot: never the result, which
+        may be large), consistently read, 100 keys per BatchGetItem."""
         jobs: dict[str, dict[str, Any]] = {}
         for start in range(0, len(job_ids), 100):  # BatchGetItem reads at most 100 keys
             keys = [{"jobId": {"S": job_id}} for job_id in job_ids[start : start + 100]]
@@ -122,8 +129,7 @@ class JobStore:
                 self.table_name: {
                     "Keys": keys,
                     "ConsistentRead": True,
-                    # Only what decides the slot: never the result, which may be large.
-                    "ProjectionExpression": "jobId, userId, #status, updatedAt",
+                    "ProjectionExpression": projection,
                     "ExpressionAttributeNames": {"#status": "status"},
                 }
             }
@@ -356,10 +362,29 @@ class JobStore:
     ) -> tuple[list[dict[str, Any]], dict[str, str] | None]:
         """Up to `limit` of the user's failed jobs, newest first, from the position `after` (jobId and
         failedAt of the last job of the previous page); returns them and the next position, if any."""
+        items, position = self._newest_of_user(FAILED_JOBS_INDEX, "failedUserId", "failedAt", user_id, limit, after)
+        return [_plain(item) for item in items], position
+
+    def jobs_page(
+        self, user_id: str, limit: int, after: dict[str, str] | None = None
+    ) -> tuple[list[dict[str, Any]], dict[str, str] | None]:
+        """Up to `limit` of the user's jobs (id, tool, status, createdAt), newest first, from the position
+        `after` (jobId and createdAt of the last job of the previous page); returns them and the next position.
+        The index holds keys only (a status change never writes it): tool and status are read from the jobs."""
+        items, position = self._newest_of_user(JOBS_BY_USER_INDEX, "userId", "createdAt", user_id, limit, after)
+        listed = [item["jobId"]["S"] for item in items]
+        jobs = self._slot_holders(listed, "jobId, userId, #status, tool, createdAt") if listed else {}
+        return [jobs[job_id] for job_id in listed if jobs.get(job_id, {}).get("userId") == user_id], position
+
+    def _newest_of_user(
+        self, index: str, user_key: str, time_key: str, user_id: str, limit: int, after: dict[str, str] | None
+    ) -> tuple[list[dict[str, Any]], dict[str, str] | None]:
+        """One page of a per-user index (hash `user_key`, range `time_key`), newest first, from `after` (jobId
+        and `time_key` of the previous page's last item): its raw items and the next position, if any."""
         request: dict[str, Any] = {
             "TableName": self.table_name,
-            "IndexName": FAILED_JOBS_INDEX,
-            "KeyConditionExpression": "failedUserId = :user",
+            "IndexName": index,
+            "KeyConditionExpression": f"{user_key} = :user",
             "ExpressionAttributeValues": {":user": {"S": user_id}},
             "ScanIndexForward": False,
             "Limit": limit,
@@ -367,13 +392,13 @@ class JobStore:
         if after is not None:
             request["ExclusiveStartKey"] = {
                 "jobId": {"S": after["jobId"]},
-                "failedUserId": {"S": user_id},
-                "failedAt": {"S": after["failedAt"]},
+                user_key: {"S": user_id},
+                time_key: {"S": after[time_key]},
             }
         response = self._client.query(**request)
         last = response.get("LastEvaluatedKey")
-        position = {"jobId": last["jobId"]["S"], "failedAt": last["failedAt"]["S"]} if last else None
-        return [_plain(item) for item in response.get("Items", [])], position
+        position = {"jobId": last["jobId"]["S"], time_key: last[time_key]["S"]} if last else None
+        return response.get("Items", []), position
 
     def _update(
         self,

@@ -30,18 +30,18 @@ from functools import partial
 from typing import Any, Protocol
 
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-from aws_lambda_powertools.utilities.idempotency.exceptions import (
-    IdempotencyAlreadyInProgressError,
-    IdempotencyPersistenceLayerError,
-    IdempotencyValidationError,
-)
 from aws_lambda_powertools.utilities.parser import parse
 from pydantic import ValidationError
 
 from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import WorkerSettings
-from mcp_backend.idempotency import RunOnce
+from mcp_backend.idempotency import (
+    IdempotencyAlreadyInProgressError,
+    IdempotencyPersistenceLayerError,
+    IdempotencyValidationError,
+    RunOnce,
+)
 from mcp_backend.jobs.errors import (
     JobCancelled,
     JobOwnershipError,
@@ -57,8 +57,9 @@ from mcp_backend.jobs.results import INLINE_RESULT_LIMIT_BYTES, ResultObjects, r
 from mcp_backend.jobs.run_records import RUN_KEY_JMESPATH, RUN_PAYLOAD_JMESPATH, JobRunRecords
 from mcp_backend.jobs.store import JOB_RETENTION_SECONDS, JobStore
 from mcp_backend.observability import logger, tool_runs
-from mcp_backend.tracing import annotate, span, sqs_record_context
-from mcp_backend.tracing import enabled as tracing_enabled
+from mcp_backend.tracing.propagation import sqs_record_context
+from mcp_backend.tracing.spans import annotate, span
+from mcp_backend.tracing.state import enabled as tracing_enabled
 from mcp_backend.validation import describe_validation_error
 
 

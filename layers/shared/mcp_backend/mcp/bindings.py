@@ -28,6 +28,7 @@ from mcp_types import (
     CallToolRequestParams,
     CallToolResult,
     ListToolsResult,
+    ResourceLink,
     TextContent,
     ToolAnnotations,
     ToolExecution,
@@ -40,6 +41,7 @@ from mcp_backend.api_keys import Principal
 from mcp_backend.jobs.errors import JobRequestError
 from mcp_backend.jobs.service import MAX_BATCH_ITEMS, JobsService
 from mcp_backend.mcp.auth import current_caller
+from mcp_backend.mcp.icons import TOOL_ICONS
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
 from mcp_backend.netsafety import UnsafeUrl
 from mcp_backend.observability import logger
@@ -83,6 +85,21 @@ def tool_result(value: dict[str, Any]) -> CallToolResult:
     content (the form the SDK's MCPServer gives a tool that returns a dict)."""
     text = pydantic_core.to_json(value, fallback=str, indent=2).decode()
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=value)
+
+
+def linked_result(value: dict[str, Any], links: list[ResourceLink]) -> CallToolResult:
+    """A tool's answer that names resources: the links follow the text. A page of a large result is not repeated
+    in the text (it is in structuredContent): the text says where the whole result is read."""
+    result = tool_result(value)
+    if "resultChunk" in value:
+        rest = {key: item for key, item in value.items() if key != "resultChunk"}
+        text = (
+            f"{pydantic_core.to_json(rest, fallback=str).decode()}\nThe result is {value.get('resultChars')} bytes "
+            "of JSON text: read it from the linked resource (in pages, _meta.nextUri) or with get_job's nextCursor."
+        )
+        result.content = [TextContent(type="text", text=text)]
+    result.content = [*result.content, *links]
+    return result
 
 
 def tool_failure(text: str) -> CallToolResult:
@@ -173,6 +190,9 @@ class ToolBindings:
         # Tools whose synchronous calls fetch from the network: each call holds one of the caller's slots.
         self.network_tools = frozenset(tool.name for tool in table.values() if tool.runs_sync and tool.reaches_network)
 
+        # Links to the resources a tool's answer names (a job's result); none until the resource table is bound.
+        self.result_links: Callable[[ServerContext, dict[str, Any]], list[ResourceLink]] = lambda ctx, value: []
+
         self._by_name = {binding.name: binding for binding in self.bindings}
         self._schemas: dict[str, dict[str, Any]] | None = None
         self._listed: ListToolsResult | None = None
@@ -194,6 +214,7 @@ class ToolBindings:
                         output_schema=binding.output_model.model_json_schema(),
                         annotations=binding.annotations,
                         execution=binding.execution,
+                        icons=TOOL_ICONS,
                     )
                     for binding in self.bindings
                 ],
@@ -222,7 +243,9 @@ class ToolBindings:
         if binding is None:
             return tool_failure(f"Unknown tool: {params.name}")
         try:
-            return tool_result(await binding.call(ctx, dict(params.arguments or {})))
+            value = await binding.call(ctx, dict(params.arguments or {}))
+            links = self.result_links(ctx, value)
+            return linked_result(value, links) if links else tool_result(value)
         except MCPError:
             raise
         except ToolCallFailed as failed:

@@ -12,6 +12,7 @@ Everything else (406, parse errors, both protocol eras, 202 for notifications) i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -42,8 +43,9 @@ from mcp_backend.refusals import (
     Unavailable,
 )
 from mcp_backend.request_rate import RateDecision, RateLimitUnavailable
+from mcp_backend.stack_urls import StackUrl, StackUrlUnavailable
 from mcp_backend.tools.table import Access
-from mcp_backend.tracing import annotate, span
+from mcp_backend.tracing.spans import annotate, span
 
 # The last request's decoded headers in this context, with its scope (each request runs in a context of its own).
 _HEADERS: ContextVar[tuple[Scope, dict[str, str]] | None] = ContextVar("mcp_backend_headers", default=None)
@@ -152,7 +154,7 @@ class McpHttpGuard:
         rate_limit: PrincipalRateLimit | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         call_slots: PrincipalCallSlots | None = None,
-        resource_from_host: bool = False,
+        pinned_resource: StackUrl | None = None,
         doors: DoorTable | None = None,
     ) -> None:
         """tool_access: tools' scopes over the tool table's doors (tests' own tools); doors: the endpoint's."""
@@ -166,9 +168,9 @@ class McpHttpGuard:
         # audiences or client ids only, and https://<Host><path> names the endpoint in metadata and challenges,
         # never as an accepted audience (every Function URL host of the region passes the Host check).
         self.resource = resource
-        # The stack's own authorization server only: https://<Host><path> is the accepted audience when no
-        # resource is configured (the Host is the Function URL's own; OAUTH_RESOURCE pins it instead).
-        self.resource_from_host = resource_from_host
+        # The stack's own authorization server only: this endpoint's URL as the template wrote it to a parameter
+        # (read at the first token, off the event loop), the accepted audience when no resource is configured.
+        self.pinned_resource = pinned_resource
         tool_doors = {**TOOL_DOORS, **{name: replace(MCP_POST, access=a) for name, a in (tool_access or {}).items()}}
         self.doors = doors or DoorTable(METHODS, tool_doors)
         # Counts each authenticated request against the principal's tier (mcp_backend.request_rate).
@@ -245,7 +247,7 @@ class McpHttpGuard:
         scope = request.scope
         path = scope["path"].rstrip("/")
         if path in (METADATA_PATH, METADATA_PATH + self.path) and scope["method"] in ("GET", "HEAD"):
-            document = self.authenticator.metadata(self._resource(request.headers))
+            document = self.authenticator.metadata(await self._named_resource(request.headers))
             if document is not None:  # RFC 9728: public, no credentials
                 return Answer(200, payload=document)
         if path != self.path:
@@ -274,7 +276,7 @@ class McpHttpGuard:
         token = token.strip() if scheme.lower() == "bearer" else ""
         try:
             # Only the Authorization header counts: a token in the query string or body is never read.
-            audience = self.resource or (self._resource(headers) if self.resource_from_host else "")
+            audience = self.resource or (await self._pinned_resource() if self.pinned_resource and token else "")
             # A span per step that may wait (tracing on: mcp_backend.tracing), children of the request's.
             with span("guard authenticate"):
                 principal = await self.authenticator.authenticate(token, audience) if token else None
@@ -285,7 +287,7 @@ class McpHttpGuard:
             return Unavailable.of("authentication", retry_after)
         if principal is None:
             count_refusal("InvalidToken" if token else "NoToken")
-            challenge = self.authenticator.challenge(self._resource(headers), bool(token)).encode()
+            challenge = self.authenticator.challenge(await self._named_resource(headers), bool(token)).encode()
             return Refusal(401, UNAUTHORIZED, "Unauthorized", headers=((b"www-authenticate", challenge),))
         annotate({"app.principal.tier": principal.tier})
         request.principal = principal
@@ -351,7 +353,9 @@ class McpHttpGuard:
         if not missing:
             return None
         count_refusal("InsufficientScope")
-        challenge = self.authenticator.insufficient_scope(self._resource(request.headers), missing[0]).encode()
+        challenge = self.authenticator.insufficient_scope(
+            await self._named_resource(request.headers), missing[0]
+        ).encode()
         return Refusal(403, UNAUTHORIZED, "Forbidden: insufficient scope", headers=((b"www-authenticate", challenge),))
 
     async def take_a_call_slot(self, request: GuardedRequest) -> Refusal | None:
@@ -383,9 +387,20 @@ class McpHttpGuard:
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(slots.give_back, lease)
 
-    def _resource(self, headers: dict[str, str]) -> str:
-        """This endpoint's URL as metadata and challenges name it."""
-        return self.resource or f"https://{headers.get('host', '')}{self.path}"
+    async def _pinned_resource(self) -> str:
+        assert self.pinned_resource is not None
+        cached = self.pinned_resource.cached
+        return cached if cached is not None else await anyio.to_thread.run_sync(self.pinned_resource.value)
+
+    async def _named_resource(self, headers: dict[str, str]) -> str:
+        """This endpoint's URL as metadata and challenges name it: the configured or pinned one; the Host's only
+        without either, or while the pinned one cannot be read (named, never accepted as an audience)."""
+        if self.resource:
+            return self.resource
+        if self.pinned_resource is not None:
+            with contextlib.suppress(StackUrlUnavailable):  # logged where it was read
+                return await self._pinned_resource()
+        return f"https://{headers.get('host', '')}{self.path}"
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the SDK app; an event stream gets proxy-safe headers, an opening comment, keepalives and an end."""

@@ -29,7 +29,7 @@ from mcp.shared.auth import ProtectedResourceMetadata
 from pydantic import ValidationError
 
 from mcp_backend.api_keys import API_KEY_PREFIX, Principal
-from mcp_backend.config import McpSettings
+from mcp_backend.config import McpSettings, highest_tier, tier_map
 from mcp_backend.doors import METADATA_PATH
 from mcp_backend.jwks import Fetch, JwksCache, fetch_url
 from mcp_backend.mcp.auth import Authenticator, ScopedPrincipal
@@ -59,8 +59,10 @@ class TokenPolicy:
     user_claim: str = "sub"
     leeway_seconds: float = 30.0
     # The claim naming the caller's tier; set only for an issuer whose tiers this stack trusts (its own
-    # authorization server). Empty, or a value that is no tier: free.
+    # authorization server), or with `tier_map` (an external issuer's values, mapped). Empty, absent, or a value
+    # that is no tier (unmapped): the lowest tier.
     tier_claim: str = ""
+    tier_map: tuple[tuple[str, Tier], ...] = ()
 
     @classmethod
     def from_settings(cls, settings: McpSettings) -> TokenPolicy:
@@ -73,6 +75,7 @@ class TokenPolicy:
             user_claim=settings.oauth_user_claim,
             leeway_seconds=settings.oauth_leeway_seconds,
             tier_claim=settings.oauth_tier_claim,
+            tier_map=tuple(tier_map(settings.oauth_tier_map, "OAUTH_TIER_MAP").items()),
         )
 
     def scope(self, access: Access | str) -> str:
@@ -165,6 +168,8 @@ class OAuthAuthenticator:
 
     def _tier(self, claims: dict[str, Any]) -> Tier:
         tier = claims.get(self.policy.tier_claim) if self.policy.tier_claim else None
+        if self.policy.tier_map:
+            return highest_tier(tier, dict(self.policy.tier_map))
         return next((known for known in get_args(Tier) if known == tier), LOWEST_TIER)
 
     def _check_audience(self, claims: dict[str, Any], scopes: set[str], resource: str) -> None:

@@ -14,8 +14,10 @@ from typing import Any
 import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mcp_backend import tracing
 from mcp_backend.mcp.guard import HEALTH_PATH
+from mcp_backend.tracing.propagation import extract
+from mcp_backend.tracing.setup import flush as flush_spans
+from mcp_backend.tracing.spans import link_with_current, span
 
 # The scope key under which the request's HTTP span is kept for the SDK middleware inside it.
 REQUEST_SPAN_KEY = "mcp_backend.request_span"
@@ -25,7 +27,7 @@ def link_to_request_span(scope: Scope) -> None:
     """Called inside the SDK's MCP span: link it with the request's HTTP span when they are in different traces."""
     request_span = scope.get(REQUEST_SPAN_KEY)
     if request_span is not None:
-        tracing.link_with_current(request_span)
+        link_with_current(request_span)
 
 
 class TracedRequests:
@@ -49,19 +51,19 @@ class TracedRequests:
             "url.path": scope["path"],
             "url.scheme": scope.get("scheme", "http"),
         }
-        with tracing.span(
-            f"{scope['method']} {scope['path']}", kind="server", parent=tracing.extract(carrier), attributes=attributes
-        ) as span:
-            scope[REQUEST_SPAN_KEY] = span
+        with span(
+            f"{scope['method']} {scope['path']}", kind="server", parent=extract(carrier), attributes=attributes
+        ) as request_span:
+            scope[REQUEST_SPAN_KEY] = request_span
 
             async def send_with_status(message: Message) -> None:
                 if message["type"] == "http.response.start":
-                    span.set_attribute("http.response.status_code", message["status"])
+                    request_span.set_attribute("http.response.status_code", message["status"])
                     if message["status"] >= 500:
-                        span.record_error(str(message["status"]))
+                        request_span.record_error(str(message["status"]))
                 await send(message)
 
             await self.app(scope, receive, send_with_status)
-            sampled = span.recording
+            sampled = request_span.recording
         if sampled:  # a request the sampler dropped has nothing to export
-            await anyio.to_thread.run_sync(tracing.flush)
+            await anyio.to_thread.run_sync(flush_spans)

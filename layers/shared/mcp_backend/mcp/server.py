@@ -4,7 +4,7 @@ Layers, outermost first: RequestTelemetry (correlation id, cold start) -> McpHtt
 405, auth, 415, event-stream hygiene) -> ResponseModes (JSON for answers ready at once, a tools/list alike
 but for its id answered as before, an event stream for calls that report progress) -> the SDK's stateless
 Streamable HTTP apps (both protocol eras) -> SDK middleware StrictArguments and ToolCallTelemetry -> the SDK's
-low-level server over the tool table (mcp_backend.mcp.table_server).
+low-level server over the tool, resource and prompt tables (mcp_backend.mcp.table_server).
 With SnapStart on, AfterRestoreHook (mcp_backend.mcp.restore_hook) sits between RequestTelemetry and the guard.
 """
 
@@ -43,8 +43,11 @@ from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
+from mcp_backend.mcp.icons import SERVER_ICONS
 from mcp_backend.mcp.internal_errors import InternalErrorsWithoutText
+from mcp_backend.mcp.prompts import PromptBindings
 from mcp_backend.mcp.request_spans import TracedRequests
+from mcp_backend.mcp.resources import ResourceBindings
 from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.restore_hook import with_after_restore_hook
 from mcp_backend.mcp.single_exchange import SingleExchange
@@ -54,10 +57,13 @@ from mcp_backend.mcp.tasks_2025 import LegacyJobTasks
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.observability import CurrentStdoutHandler, logger, tool_runs
 from mcp_backend.request_rate import LeaseAhead, RateDecision, RequestRateLimiter, in_background
+from mcp_backend.stack_urls import StackUrl
 from mcp_backend.tiers import TIERS
+from mcp_backend.tools.prompts import PROMPTS
+from mcp_backend.tools.resources import RESOURCES
 from mcp_backend.tools.services import ToolServices
-from mcp_backend.tools.table import TOOLS, Tool
-from mcp_backend.tracing import configure as configure_tracing
+from mcp_backend.tools.table import TOOLS, Tool, servable_tools
+from mcp_backend.tracing.setup import configure as configure_tracing
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -67,10 +73,12 @@ CALL_LOG_SHUTDOWN_BUDGET_SECONDS = 0.25
 
 
 def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str, Tool] = TOOLS) -> ToolBindings:
-    """The table's MCP tools, with the services each declares (AWS clients built on first use)."""
+    """The table's MCP tools this deployment can serve (a part that is off offers none of its tools), with the
+    services each declares (AWS clients built on first use)."""
     services = ToolServices.from_settings(settings, clients)
-    services.require([tool for tool in table.values() if tool.runs_sync], "McpServer")
-    return ToolBindings(table, services, settings.sync_call_deadline)
+    offered = servable_tools(table, services.available())
+    services.require([tool for tool in offered.values() if tool.runs_sync], "McpServer")
+    return ToolBindings(offered, services, settings.sync_call_deadline)
 
 
 class TierRateLimit:
@@ -188,9 +196,14 @@ def create_app(
     bindings = tool_bindings(settings, clients)
     if authenticator is None:
         authenticator = default_authenticator(settings, clients)
-    call_log = RecordShipper(
-        CallLogWriter(settings.call_log_stream_name, cast("KinesisClient", LazyClient("kinesis", clients))),
-        name="mcp-call-log",
+    # CallLog Disabled leaves the stream's name unset: no shipper, no call-log records.
+    call_log = (
+        RecordShipper(
+            CallLogWriter(settings.call_log_stream_name, cast("KinesisClient", LazyClient("kinesis", clients))),
+            name="mcp-call-log",
+        )
+        if settings.call_log_stream_name
+        else None
     )
     log_library_records_as_json()
     extensions = task_extensions(bindings.submissions)
@@ -213,6 +226,11 @@ def create_app(
             *legacy_tasks,
         ],
         methods=[method for legacy in legacy_tasks for method in legacy.methods()],
+        # The caller's jobs and results as resources, and the prompts, from their tables; only the kinds whose
+        # services this function has are served.
+        resources=(resources := ResourceBindings(RESOURCES, bindings.services)),
+        prompts=PromptBindings(PROMPTS, bindings.services, resources),
+        icons=SERVER_ICONS,
     )
     # Host and Origin are checked by McpHttpGuard, which also knows the Function URL's wildcard host.
     transport_security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -233,7 +251,7 @@ def create_app(
         authenticator=authenticator,
         keepalive_seconds=settings.sse_keepalive_seconds,
         resource=settings.oauth_resource,
-        resource_from_host=settings.oauth_resource_from_host,
+        pinned_resource=StackUrl(settings.oauth_resource_parameter) if settings.oauth_resource_parameter else None,
         rate_limit=TierRateLimit(settings, clients, rate_limit_clock, lease_ahead),
         call_slots=TierCallSlots(settings, clients, lease_ahead),
         max_body_bytes=settings.mcp_max_body_bytes,
@@ -244,7 +262,8 @@ def create_app(
     app = RequestTelemetry(
         # With tracing off (the default) no span middleware is in the request's path at all.
         TracedRequests(guarded) if configure_tracing() else guarded,
-        on_shutdown=[tool_runs.flush, lambda: call_log.close(CALL_LOG_SHUTDOWN_BUDGET_SECONDS)],
+        on_shutdown=[tool_runs.flush]
+        + ([lambda: call_log.close(CALL_LOG_SHUTDOWN_BUDGET_SECONDS)] if call_log is not None else []),
     )
     resume_collection_after_startup()
     return app

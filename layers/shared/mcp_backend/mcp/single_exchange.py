@@ -6,17 +6,17 @@ dispatcher over memory streams, a task group and a server task, then tears them 
 request here, more than the rest of a call's protocol handling. That machinery serves streams, server-to-client
 requests and cancellation, none of which a stateless JSON answer can carry (`can_send_request=False`, and
 notifications have no wire in JSON-response mode). The SDK serves its 2026-07-28 requests the direct way: a
-`Connection` born ready from the request's envelope and one `serve_one` call (`mcp.server.runner`). This module
-does the same for a 2025-era `tools/call`, with the connection the stateless transport would build (the header's
-protocol version, no client info or capabilities): the SDK's server runs the request (validation, the
-initialization gate, the middleware, the handler, the result's shape), and the answer is written as the JSON
-transport writes it.
+`Connection` born ready from the request's envelope and one `serve_one` call (`mcp.server.runner`). This module does
+the same for a 2025-era `tools/call`, with the connection the stateless transport would build (the header's protocol
+version, no client info or capabilities; the SDK modules it needs come through mcp_backend.mcp.sdk_internals): the
+SDK's server runs the request (validation, the initialization gate, the middleware, the handler, the result's
+shape), and the answer is written as the JSON transport writes it.
 
-Only a request the SDK's transport would pass to its server is taken: a POST whose body parses as the SDK parses
-it into one JSON-RPC `tools/call` request, within the SDK's body limit, with an Accept the JSON transport serves,
-a JSON Content-Type and no protocol-version header or one of the 2025 era's. Anything else, and every other
-method, goes to the SDK's transport, which answers it as before. `tests/unit/test_single_exchange.py` sends the
-same requests both ways and compares the answers.
+Only a request the SDK's transport would pass to its server is taken: a POST whose body parses as the SDK parses it
+into one JSON-RPC `tools/call` request, within the SDK's body limit, with an Accept the JSON transport serves, a
+JSON Content-Type and no protocol-version header or one of the 2025 era's. Anything else, and every other method,
+goes to the SDK's transport, which answers it as before. `tests/unit/test_single_exchange.py` sends the same
+requests both ways and compares the answers.
 """
 
 from __future__ import annotations
@@ -28,16 +28,7 @@ from typing import Any
 
 import anyio
 import pydantic_core
-from mcp.server.connection import Connection
-from mcp.server.lowlevel.server import Server
-from mcp.server.runner import serve_one
-from mcp.server.streamable_http import CONTENT_TYPE_JSON, check_accept_headers
-from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
-from mcp.shared.dispatcher import CallOptions
-from mcp.shared.exceptions import NoBackChannelError
-from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
-from mcp.shared.message import MessageMetadata, ServerMessageMetadata
-from mcp.shared.transport_context import TransportContext
+from mcp.server.lowlevel import Server
 from mcp_types import (
     DEFAULT_NEGOTIATED_VERSION,
     INTERNAL_ERROR,
@@ -48,11 +39,24 @@ from mcp_types import (
     RequestId,
     jsonrpc_message_adapter,
 )
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from mcp_backend.mcp.sdk_internals import (
+    CONTENT_TYPE_JSON,
+    DEFAULT_MAX_REQUEST_BODY_SIZE,
+    HANDSHAKE_PROTOCOL_VERSIONS,
+    CallOptions,
+    Connection,
+    MessageMetadata,
+    NoBackChannelError,
+    ServerMessageMetadata,
+    TransportContext,
+    check_accept_headers,
+    handler_exception_to_error_data,
+    serve_one,
+)
 from mcp_backend.observability import logger
 
 TAKEN_METHODS = frozenset({"tools/call"})

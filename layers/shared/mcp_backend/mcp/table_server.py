@@ -4,8 +4,9 @@ bound through the SDK's `Extension` contract, and middleware runs through `Serve
 
 The low-level server, not `MCPServer`: a table-driven server needs none of MCPServer's function introspection
 (a signature per tool turned into a schema and an argument model); the table has the models.
-The server has no prompts and no resources: it lists none, and a prompts/get or resources/read of any name is
-invalid params, as MCPServer answers for a name it does not have.
+Resources and prompts come from their own tables (mcp_backend.mcp.resources, mcp_backend.mcp.prompts); without
+them the server lists none, and a prompts/get or resources/read of any name is invalid params, as MCPServer
+answers for a name it does not have.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from mcp_types import (
     CallToolRequestParams,
     GetPromptRequestParams,
     GetPromptResult,
+    Icon,
     ListPromptsResult,
     ListResourcesResult,
     ListResourceTemplatesResult,
@@ -33,6 +35,8 @@ from mcp_types import (
 )
 
 from mcp_backend.mcp.bindings import ServerContext, ToolBindings
+from mcp_backend.mcp.prompts import PromptBindings
+from mcp_backend.mcp.resources import ResourceBindings
 
 
 def table_server(
@@ -42,6 +46,10 @@ def table_server(
     extensions: Sequence[Extension] = (),
     middleware: Sequence[ServerMiddleware[Any]] = (),
     methods: Sequence[MethodBinding] = (),
+    *,
+    resources: ResourceBindings | None = None,
+    prompts: PromptBindings | None = None,
+    icons: list[Icon] | None = None,
 ) -> Server[Any]:
     """A stateless-ready low-level server over `bindings`, with `extensions` applied, `methods` served beside
     theirs (a method may be bound once per protocol era) and `middleware` (outermost first) inside the SDK's own
@@ -52,12 +60,16 @@ def table_server(
         get_tool_input_schema=bindings.input_schema,
         on_list_tools=bindings.list_tools,
         on_call_tool=bindings.call_tool,
-        on_list_prompts=_no_prompts,
-        on_get_prompt=_unknown_prompt,
-        on_list_resources=_no_resources,
-        on_list_resource_templates=_no_resource_templates,
-        on_read_resource=_unknown_resource,
+        icons=icons,
+        on_list_prompts=prompts.list_prompts if prompts else _no_prompts,
+        on_get_prompt=prompts.get_prompt if prompts else _unknown_prompt,
+        on_completion=prompts.complete if prompts else None,
+        on_list_resources=resources.list_resources if resources else _no_resources,
+        on_list_resource_templates=resources.list_templates if resources else _no_resource_templates,
+        on_read_resource=resources.read_resource if resources else _unknown_resource,
     )
+    if resources is not None:
+        bindings.result_links = resources.result_links
     # The SDK's documented step for low-level servers: `requestState` sealed under a key held by this process.
     server.middleware.append(RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=name))
     server.middleware.extend(middleware)

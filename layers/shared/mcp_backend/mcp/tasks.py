@@ -39,6 +39,7 @@ from mcp_backend.mcp.worker_threads import run_in_worker_thread
 from mcp_backend.netsafety import UnsafeUrl
 from mcp_backend.observability import logger
 from mcp_backend.tools.errors import InvalidToolInput, ToolError
+from mcp_backend.tools.resources import result_uri
 from mcp_backend.tools.submissions import JobSubmissions
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
@@ -100,11 +101,20 @@ def paged_result(first_page: dict[str, Any]) -> dict[str, Any]:
     """A result too large for one answer: its first page as the structured content, and how to read the rest."""
     text = (
         f"The result is {first_page['resultChars']} bytes of JSON text; this is its first page (resultChunk). "
-        "Read the next pages with get_job(jobId, cursor=nextCursor) and join the chunks in order."
+        "Read it whole from the linked resource (in pages, _meta.nextUri), or the next pages with "
+        "get_job(jobId, cursor=nextCursor), and join the chunks in order."
     )
+    job_id = str(first_page["jobId"])
+    link = {
+        "type": "resource_link",
+        "uri": result_uri(job_id),
+        "name": f"{job_id}-result",
+        "mimeType": "application/json",
+        "size": first_page["resultChars"],
+    }
     return {
         "resultType": "complete",
-        "content": [{"type": "text", "text": text}],
+        "content": [{"type": "text", "text": text}, link],
         "structuredContent": first_page,
         "isError": False,
     }

@@ -25,13 +25,13 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp_types import CallToolResult
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_backend import tracing
 from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
 from mcp_backend.calllog.shipper import RecordShipper
 from mcp_backend.mcp.auth import current_caller
 from mcp_backend.mcp.guard import request_headers
 from mcp_backend.mcp.request_spans import link_to_request_span
 from mcp_backend.observability import logger, metrics, tool_runs
+from mcp_backend.tracing.state import enabled as tracing_enabled
 
 _CORRELATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 CLIENT_DISCONNECTED = "client_disconnected"
@@ -176,7 +176,7 @@ class ToolCallTelemetry:
         request = ctx.request
         scope = request.scope if request is not None and hasattr(request, "scope") else None
         principal = current_caller()
-        if scope is not None and tracing.enabled():
+        if scope is not None and tracing_enabled():
             link_to_request_span(scope)  # inside the SDK's MCP span, which a `_meta` traceparent may have moved
         if ctx.method != "tools/call":
             if principal is not None:

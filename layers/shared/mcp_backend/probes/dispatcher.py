@@ -26,7 +26,8 @@ from mcp_backend.monitor.table import MonitorTable
 from mcp_backend.observability import logger, metrics
 from mcp_backend.probes.registry import SELF_SERVER_ID, EndpointRegistry
 from mcp_backend.probes.worker import ProbeTarget
-from mcp_backend.tracing import TRACEPARENT, current_carrier, span
+from mcp_backend.tracing.propagation import TRACEPARENT, current_carrier
+from mcp_backend.tracing.spans import span
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -22,8 +22,9 @@ from mcp_backend.monitor.items import probe_result_item
 from mcp_backend.monitor.table import MonitorTable, item_identity
 from mcp_backend.observability import logger, metrics
 from mcp_backend.probes.envelope import DestinationEnvelope, MalformedEnvelope
-from mcp_backend.tracing import enabled as tracing_enabled
-from mcp_backend.tracing import extract, span
+from mcp_backend.tracing.propagation import extract
+from mcp_backend.tracing.spans import span
+from mcp_backend.tracing.state import enabled as tracing_enabled
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -23,7 +23,8 @@ from mcp_backend.observability import logger
 from mcp_backend.probes.client import ProbeRequest, probe
 from mcp_backend.probes.endpoint_tokens import EndpointTokenCipher
 from mcp_backend.probes.errors import EndpointUnregistered, ProbeFailed, ProbeRefused
-from mcp_backend.tracing import TRACEPARENT, current_carrier, extract, span
+from mcp_backend.tracing.propagation import TRACEPARENT, current_carrier, extract
+from mcp_backend.tracing.spans import span
 from mcp_backend.validation import describe_validation_error
 
 if TYPE_CHECKING:

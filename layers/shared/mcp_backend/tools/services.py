@@ -127,7 +127,7 @@ class ToolServices:
             for service in sorted(tool.services - available):
                 raise MissingToolService(
                     f"{function}: tool {tool.name!r} declares the {service} service, but the function's "
-                    f"environment has no {SERVICE_VARIABLES[service]} (docs/adding-a-tool.md)"
+                    f"environment has no {SERVICE_VARIABLES[service]} (docs/adding-a-capability.md)"
                 )
 
     def context_for(

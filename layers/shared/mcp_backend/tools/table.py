@@ -1,7 +1,7 @@
 """The tool table: every tool the backend offers, declared once. The MCP endpoint's tools
 (mcp_backend.mcp.bindings) and the worker's (mcp_backend.jobs.worker, given the table) run from it.
 
-Adding a tool (docs/adding-a-tool.md): a module with a strict input model, an output model and a
+Adding a tool (docs/adding-a-capability.md): a module with a strict input model, an output model and a
 `run(request, ctx)` function, plus one entry in TOOLS below. Every entry says what it may do (`access` and
 `effect`: there are no defaults, so a tool that writes cannot slip in as a read, nor one that deletes as
 harmless) and which services it uses (`services`: it gets those and no others, on the endpoint and in the
@@ -12,8 +12,8 @@ results are read back with get_job.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -206,3 +206,20 @@ TOOLS: dict[str, Tool] = {
 
 def job_tools(table: dict[str, Tool]) -> list[Tool]:
     return [tool for tool in table.values() if tool.runs_as_job]
+
+
+def servable_tools(table: Mapping[str, Tool], available: frozenset[Service]) -> dict[str, Tool]:
+    """The tools a function can offer with the services its environment builds. A part of the stack that is off
+    (JobPipeline or Probes Disabled: docs/deploy.md "Profiles") leaves its variables unset: a tool declaring its
+    service is not offered (a call to it is an unknown tool, never a 500), and a tool that also runs as a job is
+    offered synchronously only without the jobs service."""
+    offered = {}
+    for name, tool in table.items():
+        if tool.services - available:
+            continue
+        if tool.runs_as_job and Service.JOBS not in available:
+            if not tool.runs_sync:
+                continue
+            tool = replace(tool, mode=Mode.SYNC)
+        offered[name] = tool
+    return offered
