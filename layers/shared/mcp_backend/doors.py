@@ -72,8 +72,7 @@ MCP_ROUTES: Mapping[tuple[str, str], Controls] = {
 
 # AuthorizationServer's routes (authorization/app.py), by (method, path): its own controls
 # (docs/authorization-server.md); no McpServer control applies there.
-# Body caps: the SDK's 1 MB on its handlers and /authorize, 16 KiB on /register. /consent's form is read without
-# a cap of its own (the Function URL's 6 MB is its bound).
+# Body caps: the SDK's 1 MB on its handlers and /authorize, 16 KiB on /register and on /consent's form.
 _SDK_FORM = Controls(body_cap=True)
 AUTHORIZATION_ROUTES: Mapping[tuple[str, str], Controls] = {
     ("GET", "/.well-known/oauth-authorization-server"): PUBLIC,
@@ -81,7 +80,7 @@ AUTHORIZATION_ROUTES: Mapping[tuple[str, str], Controls] = {
     ("GET", "/jwks"): PUBLIC,
     ("GET", "/healthz"): PUBLIC,
     ("GET", "/callback"): Controls(deadline=OUTBOUND_DEADLINE),  # the upstream token exchange: 5 s in total
-    ("POST", "/consent"): PUBLIC,  # CSRF cookie and form token, Origin checked
+    ("POST", "/consent"): _SDK_FORM,  # CSRF cookie and form token, Origin checked
     ("GET", "/authorize"): Controls(deadline=OUTBOUND_DEADLINE),  # a client metadata document: 3 s in total
     ("POST", "/authorize"): replace(_SDK_FORM, deadline=OUTBOUND_DEADLINE),
     ("POST", "/register"): replace(_SDK_FORM, rate=True),  # per source address and per server, per hour
