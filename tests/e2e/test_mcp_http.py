@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -351,27 +352,19 @@ def test_streamed_responses_are_proxy_safe_and_open_with_an_event(endpoint):
     assert response.text.startswith(": stream open")
 
 
-def test_a_slow_tool_gets_keepalives_and_a_raising_tool_still_closes_its_stream(endpoint, monkeypatch):
-    # Given an analysis that works in silence for several keepalive periods, then raises
+def test_a_slow_tool_gets_keepalives_and_a_raising_tool_still_closes_its_stream(endpoint_factory, monkeypatch):
+    # Given an endpoint started with an analysis that works in silence for several keepalive periods, then raises
+    # (the endpoint offers the tools of the table as it was at its start)
     from mcp_backend.tools import table as tool_table
-    from mcp_backend.tools.table import Tool
 
     def silent_then_broken(request, context):
         time.sleep(float(TEST_KEEPALIVE_SECONDS) * 4)
         raise RuntimeError("secret-bearing internal detail")
 
-    original = tool_table.TOOLS["analyze_dataset"]
-    broken = Tool(
-        name="analyze_dataset",
-        description="test double",
-        input_model=original.input_model,
-        run=silent_then_broken,
-        access=original.access,
-        services=original.services,
-        effect=original.effect,
-        output_model=original.output_model,
-    )
+    # The tool as declared (it streams its progress, so its answer is an event stream), but for what it runs
+    broken = dataclasses.replace(tool_table.TOOLS["analyze_dataset"], run=silent_then_broken)
     monkeypatch.setitem(tool_table.TOOLS, "analyze_dataset", broken)
+    endpoint = endpoint_factory()
     call = {
         "jsonrpc": "2.0",
         "id": 9,
