@@ -7,10 +7,12 @@ from __future__ import annotations
 import dataclasses
 import socket
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from devstack.front_doors.function_urls import NotAWebFunction, WebFunction
 from devstack.front_doors.function_urls import serve as serve_web
+from devstack.front_doors.iam_urls import LOCAL_IAM_CALLERS, SigV4Verified
 from devstack.front_doors.web_adapter import serve_function_url
 from devstack.ports import listen_on
 from devstack.runtime.lambda_runtime import LambdaRuntime
@@ -74,8 +76,15 @@ def serve_function_urls(
                 **_authorization_server_overrides(spec.environment, settings.lambda_url),
             }
             lambda_runtime = environment.lambda_runtime
+            signed = template.resources()[logical_id]["Properties"].get("AuthType") == "AWS_IAM"
+            if signed and lambda_runtime is not None:
+                # Never served unchecked: the SigV4 door wraps the in-process app only.
+                raise NotAWebFunction("an AWS_IAM Function URL is served by the in-process runtime only")
             if lambda_runtime is not None:
                 web = _serve_in_lambda_runtime(lambda_runtime, function, listener, overrides)
+            elif signed:
+                door = partial(SigV4Verified, region="us-east-1", callers=LOCAL_IAM_CALLERS)
+                web = serve_web(spec, listener, "us-east-1", overrides, door)
             else:
                 web = serve_web(spec, listener, "us-east-1", overrides)
             served[logical_id] = web

@@ -45,6 +45,40 @@ OPTIONS: dict[str, Option] = {
         {"Tracing": "xray", "TracingSdkLayerArn": "arn:aws:lambda:us-east-1:123456789012:layer:otel-python:1"},
         "OpenTelemetry spans of the endpoint, the worker and the probes, sent to X-Ray (priced per span, docs/cost.md)",
     ),
+    "CloudFront edge": Option(
+        {"Edge": "CloudFront"},
+        "a CloudFront distribution and a WAF web ACL (per-source rate limit, AWS managed rules) in front of the "
+        "endpoint, which then refuses requests that go around it; us-east-1 only",
+    ),
+    "edge on a custom domain": Option(
+        {
+            "Edge": "CloudFront",
+            "CustomDomainName": "mcp.example.com",
+            "CertificateArn": "arn:aws:acm:us-east-1:123456789012:certificate/example",
+            "HostedZoneId": "Z0123456789ABC",
+        },
+        "the edge on your domain (an ACM certificate in us-east-1, the Route 53 alias records); the OAuth resource "
+        "follows the domain",
+    ),
+    "IAM callers": Option(
+        {"IamCallers": "Enabled", "IamCallerPrincipal": "123456789012"},
+        "a second Function URL (AWS_IAM) for agents signing with SigV4 and their own role",
+    ),
+    "VPC with endpoints": Option(
+        {
+            "VpcSubnetIds": "subnet-0a,subnet-0b",
+            "VpcSecurityGroupIds": "sg-01",
+            "CreateVpcEndpoints": "Enabled",
+            "VpcId": "vpc-01",
+            "VpcRouteTableIds": "rtb-01",
+        },
+        "every function in your subnets, with the DynamoDB and S3 gateway endpoints and 7 interface endpoints "
+        "(2 AZs here)",
+    ),
+    "customer-managed key": Option(
+        {"DataKmsKeyArn": "arn:aws:kms:us-east-1:123456789012:key/example"},
+        "your KMS key for the tables, queues, stream, bucket and log groups (the key is yours: not counted)",
+    ),
 }
 # What `make deploy` passes (deploy/deploy_parameters.py creates the boundary); the rules require one.
 DEPLOYED_BOUNDARY = "arn:aws:iam::123456789012:policy/boundaries/profiles-permissions-boundary"

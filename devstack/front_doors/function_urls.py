@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,7 +130,15 @@ def app_target(spec: FunctionSpec) -> tuple[str, bool]:
     return match.group("target"), "--factory" in match.group("flags")
 
 
-def serve(spec: FunctionSpec, listener: socket.socket, region: str, overrides: dict[str, str]) -> WebFunction:
+def serve(
+    spec: FunctionSpec,
+    listener: socket.socket,
+    region: str,
+    overrides: dict[str, str],
+    door: Callable[[Any], Any] = lambda app: app,
+) -> WebFunction:
+    """The function's app on the listener, each request an invocation; `door` wraps the app as the URL's AuthType
+    does (an AWS_IAM URL checks SigV4 first: devstack.front_doors.iam_urls)."""
     target, factory = app_target(spec)
     module_name, attribute = target.split(":")
     for layer in spec.layer_dirs:
@@ -139,7 +148,7 @@ def serve(spec: FunctionSpec, listener: socket.socket, region: str, overrides: d
     with function_environment(local_spec, region), running(spec):  # settings are read when the app is built
         app = getattr(importlib.import_module(module_name), attribute)
         app = app() if factory else app
-    return serve_app(spec, InvocationPerRequest(app, spec), listener)
+    return serve_app(spec, InvocationPerRequest(door(app), spec), listener)
 
 
 def serve_app(spec: FunctionSpec, app: Any, listener: socket.socket) -> WebFunction:

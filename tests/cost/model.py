@@ -228,6 +228,19 @@ def idle_line_items(
             prices["cloudwatch_dashboard_month"],
         )
     )
+    if resources.get("AWS::WAFv2::WebACL", 0):
+        items.append(LineItem("WAF web ACLs", resources["AWS::WAFv2::WebACL"], prices["waf_web_acl_month"]))
+        items.append(
+            LineItem("WAF rules (each rule or rule group)", resources.get("WAF rules", 0), prices["waf_rule_month"])
+        )
+    if resources.get("interface VPC endpoint AZs", 0):
+        items.append(
+            LineItem(
+                "VPC interface endpoint-hours (per AZ)",
+                resources["interface VPC endpoint AZs"] * HOURS_PER_MONTH,
+                prices["vpc_interface_endpoint_hour"],
+            )
+        )
     firings = shape.schedule_firings_per_hour * HOURS_PER_MONTH
     if firings:
         schedule = measurement.units["idle schedule"]

@@ -18,7 +18,12 @@ MONTHLY_TYPES = (
     "AWS::KMS::Key",
     "AWS::CloudWatch::Alarm",
     "AWS::CloudWatch::Dashboard",
+    "AWS::WAFv2::WebACL",
 )
+# Counted from the created resources' properties rather than by type: a web ACL's rules, and each interface VPC
+# endpoint once per AZ (one subnet of VpcSubnetIds per AZ assumed); gateway endpoints have no hourly charge.
+WAF_RULES = "WAF rules"
+INTERFACE_ENDPOINT_AZS = "interface VPC endpoint AZs"
 
 
 def idle_shape(parameters: dict[str, Any], firings_per_hour_when_scheduled: float) -> IdleShape:
@@ -36,8 +41,14 @@ def idle_shape(parameters: dict[str, Any], firings_per_hour_when_scheduled: floa
         and resource["Properties"]["EventSourceArn"].get("Fn::GetAtt", [""])[0] in queues
     ]
     scheduled = "AWS::Events::Rule" in types
+    web_acls = [scope.resolve(r["Properties"]) for r in created.values() if r["Type"] == "AWS::WAFv2::WebACL"]
+    endpoints = [scope.resolve(r["Properties"]) for r in created.values() if r["Type"] == "AWS::EC2::VPCEndpoint"]
     return IdleShape(
-        resources={kind: types.count(kind) for kind in MONTHLY_TYPES},
+        resources={
+            **{kind: types.count(kind) for kind in MONTHLY_TYPES},
+            WAF_RULES: sum(len(acl["Rules"]) for acl in web_acls),
+            INTERFACE_ENDPOINT_AZS: sum(len(e["SubnetIds"]) for e in endpoints if e["VpcEndpointType"] == "Interface"),
+        },
         parameters=dict(scope.parameters),
         schedule_firings_per_hour=firings_per_hour_when_scheduled if scheduled else 0.0,
         long_polls_per_hour=len(sqs_mappings) * 3600 / LONG_POLL_SECONDS,

@@ -165,8 +165,10 @@ def per_profile(measurement: Measurement, prices: dict[str, Price]) -> list[str]
     waf = prices["waf_web_acl_month"]
     lines += [
         "",
-        f"Not in the template: a WAF web ACL in front of the endpoint (when on) would add {money(waf.usd)} a month "
-        f"per web ACL plus its rules and requests ({price_text(waf)}; {waf.note}).",
+        f"The edge (Edge=CloudFront): its web ACL is {money(waf.usd)} a month plus each rule ({price_text(waf)}; "
+        f"{waf.note}); the distribution itself has no monthly charge, only per request and per byte out. Interface "
+        "VPC endpoints are billed per hour in each AZ (one subnet per AZ assumed); gateway endpoints (DynamoDB, S3) "
+        "are free. A customer-managed key is the customer's and is not counted.",
         "",
     ]
     return lines

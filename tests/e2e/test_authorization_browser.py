@@ -4,6 +4,7 @@ lands on the client's loopback redirect URI with a code the client exchanges for
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import hashlib
@@ -11,13 +12,18 @@ import json
 import secrets
 import urllib.parse
 from collections.abc import Iterator
+from typing import Any
 
+import anyio
 import httpx
+import jwt
 import pytest
+from mcp.client.auth import OAuthClientProvider
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata
 
 from devstack.stack.cognito_login import seed_login_user
 from tests.e2e.browser import Browser, LoopbackServer, started_browser
-from tests.e2e.test_authorization_server import tools_list
+from tests.e2e.test_authorization_server import MemoryStorage, tools_list, with_sdk_client
 
 pytestmark = pytest.mark.e2e
 
@@ -172,3 +178,62 @@ def test_a_login_link_finished_in_another_browser_issues_nothing(browser, start_
     assert "started in another browser" in text
     assert browser.evaluate(other, "document.forms.length") == 0
     assert queries(redirect_listener) == []
+
+
+@pytest.mark.parametrize("sends_resource", [True, False], ids=["with-resource", "without-resource"])
+def test_the_sdk_client_signs_in_through_the_browser_on_a_loopback_port_it_never_registered(
+    browser, start_stack, redirect_listener, sends_resource
+):
+    # Given the stack with its own authorization server, and a client registered as Claude Code's metadata
+    # document registers it: a loopback redirect URI with no port (RFC 8252 section 7.3: any port matches)
+    stack = start_stack(parameters={"AuthMode": "oauth", "AuthorizationServerMode": "builtin"})
+    webs = {web.spec.logical_id: web for web in stack.web_functions.values()}
+    issuer, endpoint = webs["AuthorizationServer"].url, f"{webs['McpServer'].url}/mcp"
+    user = seed_login_user(stack.client("cognito-idp")) or ("", "")
+    registration = {
+        "client_name": "Loopback client",
+        "redirect_uris": ["http://127.0.0.1/callback"],
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "token_endpoint_auth_method": "none",
+    }
+    registered = httpx.post(f"{issuer}/register", json=registration, timeout=60)
+    assert registered.status_code == 201, registered.text
+    storage = MemoryStorage()
+    storage.client_info = OAuthClientInformationFull.model_validate(registered.json())
+
+    # When the SDK's OAuth client, redirecting to the port its listener happened to get (not the registered one),
+    # hands the authorization URL to a real browser (a client of an earlier revision sends no resource), and the
+    # user signs in and approves there
+    def sign_in_in_the_browser(url: str) -> None:
+        if not sends_resource:
+            parts = urllib.parse.urlsplit(url)
+            query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k != "resource"]
+            url = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+        session = browser.open(url)
+        log_in(browser, session, user)
+        submit_after_load(browser, session, "document.getElementById('approve').click();")
+
+    async def redirect(url: str) -> None:
+        await anyio.to_thread.run_sync(sign_in_in_the_browser, url)
+
+    async def callback() -> AuthorizationCodeResult:
+        [answer] = queries(redirect_listener)
+        return AuthorizationCodeResult(code=answer["code"], state=answer.get("state"), iss=answer.get("iss"))
+
+    metadata = OAuthClientMetadata.model_validate(
+        {**registration, "redirect_uris": [f"{redirect_listener.origin}/callback"]}
+    )
+    provider = OAuthClientProvider(endpoint, metadata, storage, redirect_handler=redirect, callback_handler=callback)
+
+    async def tools(client: Any) -> list[str]:
+        return [tool.name for tool in (await client.list_tools()).tools]
+
+    listed = asyncio.run(with_sdk_client(endpoint, provider, tools))
+
+    # Then the sign-in ended at the unregistered port with a code, and the token it bought is for this stack's
+    # endpoint (the audience the server gives a request without resource too) and lists the tools
+    assert redirect_listener.paths and redirect_listener.paths[0].startswith("/callback?")
+    claims = jwt.decode(storage.tokens.access_token, options={"verify_signature": False})
+    assert (claims["iss"], claims["aud"]) == (issuer, endpoint)
+    assert "submit_analysis" in listed

@@ -6,6 +6,7 @@ SDK's client sending the bearer token in both protocol eras."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -161,3 +162,45 @@ def test_both_mode_accepts_the_dev_api_key_and_a_token(start_stack):
     # Then both are accepted, and a 401 still points at the metadata
     assert [answer.status_code for answer in answers] == [200, 200]
     assert "resource_metadata=" in rpc(f"{web.url}/mcp", "mcpk_wrong", "tools/list").headers["www-authenticate"]
+
+
+def legacy_rpc(url: str, token: str, method: str, params: dict) -> httpx.Response:
+    """One 2025-11-25 request with a bearer token (stateless: no session)."""
+    headers = {
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+        "authorization": f"Bearer {token}",
+        "mcp-protocol-version": "2025-11-25",
+    }
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    return httpx.post(url, json=body, headers=headers, timeout=30)
+
+
+def answer_of(response: httpx.Response) -> dict:
+    assert response.status_code == 200, response.text
+    if response.headers["content-type"].startswith("application/json"):
+        return response.json()
+    return next(json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: "))
+
+
+def test_a_read_only_token_may_not_read_or_cancel_the_task_of_a_submit_tool(oauth_stack):
+    # Given a task of analyze_dataset (a submit tool) created with a full token, and the same client's read token
+    stack, web, client_id, secret = oauth_stack
+    full, reader = access_token(stack, client_id, secret), access_token(stack, client_id, secret, scope="mcp/read")
+    user_id = f"oauth:{stack.environment.stack.function('McpServer').environment['OAUTH_ISSUER']}:{client_id}"
+    [sales] = [url for url in stack.environment.seed_datasets(owners=(user_id,)) if url.endswith("/sales.csv")]
+    url = f"{web.url}/mcp"
+    call = {"name": "analyze_dataset", "arguments": {"dataset_url": sales}, "task": {"ttl": 60000}}
+    task_id = answer_of(legacy_rpc(url, full, "tools/call", call))["result"]["task"]["taskId"]
+
+    # When the read token asks for its status, its result and its cancellation, and the full token for its status
+    status, result = (answer_of(legacy_rpc(url, reader, m, {"taskId": task_id})) for m in ("tasks/get", "tasks/result"))
+    cancel = legacy_rpc(url, reader, "tasks/cancel", {"taskId": task_id})
+    allowed = answer_of(legacy_rpc(url, full, "tasks/get", {"taskId": task_id}))
+
+    # Then the read token's reads are refused naming the scope, its cancel is the guard's 403 (tasks/cancel always
+    # needs submit), and the full token reads the task
+    refusal = {"code": -32602, "message": "Forbidden: insufficient scope", "data": {"requiredScope": "submit"}}
+    assert status["error"] == refusal and result["error"] == refusal
+    assert cancel.status_code == 403 and 'error="insufficient_scope"' in cancel.headers["www-authenticate"]
+    assert allowed["result"]["taskId"] == task_id

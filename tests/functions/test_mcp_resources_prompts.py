@@ -147,7 +147,7 @@ def test_a_listing_longer_than_a_page_continues_from_its_cursor(app, stack, mode
 
 
 @pytest.mark.parametrize("mode", ERAS)
-def test_the_templates_name_a_job_and_its_result(app, mode):
+def test_the_templates_name_a_job_its_result_and_their_views(app, mode):
     async def scenario() -> Any:
         async with connected(app, mode) as client:
             return await client.list_resource_templates()
@@ -156,6 +156,8 @@ def test_the_templates_name_a_job_and_its_result(app, mode):
     assert {template.uri_template for template in templates.resource_templates} == {
         "job://{jobId}",
         "job://{jobId}/result{?page}",
+        "ui://analysis/result.html",  # MCP Apps views (tests/functions/test_mcp_apps.py)
+        "ui://jobs/{jobId}/result.html",
     }
     assert all(template.icons for template in templates.resource_templates)
 

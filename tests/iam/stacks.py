@@ -259,6 +259,27 @@ AWS_MANAGED = {
             }
         ],
     },
+    # SAM attaches it to every function role because Globals VpcConfig is present (an Fn::If, on with VpcSubnetIds).
+    "AWSLambdaVPCAccessExecutionRole": {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Action": [
+                    "logs:CreateLogGroup",
+                    "logs:CreateLogStream",
+                    "logs:PutLogEvents",
+                    "ec2:CreateNetworkInterface",
+                    "ec2:DescribeNetworkInterfaces",
+                    "ec2:DescribeSubnets",
+                    "ec2:DeleteNetworkInterface",
+                    "ec2:AssignPrivateIpAddresses",
+                    "ec2:UnassignPrivateIpAddresses",
+                ],
+                "Resource": "*",
+            }
+        ],
+    },
     "AWSXrayWriteOnlyAccess": {
         "Version": "2012-10-17",
         "Statement": [

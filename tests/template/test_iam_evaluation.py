@@ -587,6 +587,7 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             ("sqs:SendMessage", arn("JobQueue"), {}),  # jobs/queue.py
             call_log,
             ("secretsmanager:GetSecretValue", arn("ApiKeysSecret"), {}),  # api_keys.py
+            ("secretsmanager:GetSecretValue", arn("RequestStateSecret"), {}),  # mcp/request_state_key.py
             *[(a, arn("MonitorTable"), {}) for a in ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")],
             ("dynamodb:Query", arn("MonitorTable"), {}),  # monitor/table.py: probe results of an endpoint
             ("dynamodb:Query", f"{arn('MonitorTable')}/index/EndpointsByOwner", {}),
@@ -760,11 +761,21 @@ TRACING_TO_XRAY = {
 
 
 # Grants no listed call uses, and why each stays (c).
+VPC_ACCESS = (
+    "AWSLambdaVPCAccessExecutionRole (SAM attaches it for Globals VpcConfig); Lambda manages the ENIs with it when"
+    " VpcSubnetIds is set"
+)
 UNUSED_AND_WHY = {
     "logs:CreateLogGroup": "AWSLambdaBasicExecutionRole (SAM attaches it); the template creates every log group",
     "xray:GetSamplingRules": "AWSXrayWriteOnlyAccess (Tracing: Active); sampling rules are the X-Ray SDK's",
     "xray:GetSamplingTargets": "AWSXrayWriteOnlyAccess (Tracing: Active); sampling rules are the X-Ray SDK's",
     "xray:GetSamplingStatisticSummaries": "AWSXrayWriteOnlyAccess (Tracing: Active)",
+    "ec2:CreateNetworkInterface": VPC_ACCESS,
+    "ec2:DescribeNetworkInterfaces": VPC_ACCESS,
+    "ec2:DescribeSubnets": VPC_ACCESS,
+    "ec2:DeleteNetworkInterface": VPC_ACCESS,
+    "ec2:AssignPrivateIpAddresses": VPC_ACCESS,
+    "ec2:UnassignPrivateIpAddresses": VPC_ACCESS,
 }
 
 

@@ -407,8 +407,12 @@ def test_mcp_server_streams_through_the_web_adapter_on_a_function_url():
     assert variables["PORT"]
     urls = {logical_id: u["Properties"] for logical_id, u in of_type("AWS::Lambda::Url").items()}
     assert (urls["McpServerUrl"]["AuthType"], urls["McpServerUrl"]["InvokeMode"]) == ("NONE", "RESPONSE_STREAM")
+    # IamCallers=Enabled: the same endpoint on its AWS_IAM URL, streaming as well.
+    iam_url = urls["McpServerIamUrl"]
+    assert (iam_url["AuthType"], iam_url["InvokeMode"]) == ("AWS_IAM", "RESPONSE_STREAM")
     # The other (the optional authorization server's) answers small pages and JSON: buffered.
-    assert {u["InvokeMode"] for name, u in urls.items() if name != "McpServerUrl"} <= {"BUFFERED"}
+    endpoint_urls = {"McpServerUrl", "McpServerIamUrl"}
+    assert {u["InvokeMode"] for name, u in urls.items() if name not in endpoint_urls} <= {"BUFFERED"}
 
 
 def test_one_architecture_parameter_sets_every_function_the_layer_and_the_published_layers():
@@ -438,6 +442,9 @@ def test_the_api_key_secret_is_read_by_the_mcp_server_and_written_only_by_the_de
         if "secretsmanager:GetSecretValue" in as_list(statement["Action"])
         # the authorization server reads only the upstream client's secret, named by its own parameter
         and statement["Resource"] != {"Ref": "UpstreamClientSecretArn"}
+        # Edge=CloudFront: the endpoint reads the origin header's value (mcp_backend.mcp.edge_origin)
+        and statement["Resource"] != {"Ref": "EdgeOriginSecret"}
+        and statement["Resource"] != {"Ref": "RequestStateSecret"}
     ]
     assert sorted(role for role, _ in readers) == ["McpServerRole", "SelfProbeKeyIssuerRole"]
     assert all(statement["Resource"] == {"Ref": "ApiKeysSecret"} for _, statement in readers)
@@ -448,6 +455,23 @@ def test_the_api_key_secret_is_read_by_the_mcp_server_and_written_only_by_the_de
     assert resolve(RESOURCES["SelfProbeKey"]["Properties"]["ServiceToken"]) == "arn:SelfProbeKeyIssuer.Arn"
     assert not any(role == "ProbeDispatcherRole" and "secretsmanager" in json.dumps(s) for role, s in all_statements())
     assert "ApiKeysSecretArn" in EXPANDED["Outputs"] and "McpServerUrl" in EXPANDED["Outputs"]
+
+
+def test_the_request_state_key_is_generated_at_deploy_and_read_by_the_mcp_server_only():
+    # Given the secret every McpServer environment seals requestState with, and every grant naming it
+    secret = RESOURCES["RequestStateSecret"]["Properties"]
+    grants = [
+        (role, statement) for role, statement in all_statements() if "RequestStateSecret" in json.dumps(statement)
+    ]
+    # Then CloudFormation generates it (no value in the template), long enough for the SDK's codec (>= 32 bytes)
+    assert "SecretString" not in secret and secret["GenerateSecretString"]["PasswordLength"] >= 32
+    # And only McpServer may read it, and nothing may write it
+    assert [(role, as_list(statement["Action"])) for role, statement in grants] == [
+        ("McpServerRole", ["secretsmanager:GetSecretValue"])
+    ]
+    # And McpServer is told its id
+    variables = RESOURCES["McpServer"]["Properties"]["Environment"]["Variables"]
+    assert variables["REQUEST_STATE_SECRET_ID"] == {"Ref": "RequestStateSecret"}
 
 
 def test_the_mcp_server_only_sends_jobs_and_never_reads_the_shared_dlq():
@@ -561,7 +585,10 @@ DISPOSABLE_STORES = {
     "IdempotencyTable",
     "RateLimitTable",
     "AlertWindowTable",
-}  # dedup records, counters, alert windows: TTL
+    "EdgeOriginSecret",
+    # The request-state key: a new stack generates a new one, and only questions open for minutes are lost.
+    "RequestStateSecret",
+}  # dedup records, counters, alert windows: TTL; the origin header's value, made anew with the edge
 
 
 def test_every_data_store_survives_deleting_or_replacing_the_stack():
@@ -590,6 +617,7 @@ def test_every_parameter_is_in_exactly_one_group_and_the_groups_follow_the_templ
         "Call log and event streams",
         "Probes",
         "MCP endpoint",
+        "Edge, IAM callers, VPC and keys",
         "Alarms and alerts",
     ]
 

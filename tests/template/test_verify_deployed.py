@@ -65,6 +65,7 @@ def test_the_template_expects_service_trust_only_and_public_urls_only_on_the_mcp
     assert urls == {
         "url McpServerAliaslive": {("Allow", "url", "NONE")},
         "url AuthorizationServer": {("Allow", "url", "NONE")},  # an authorization server is public by definition
+        "url McpServerIamAlias": {("Allow", "url", "AWS_IAM")},  # IamCallers=Enabled: SigV4 callers only
     }
     assert ("Allow", "role:ProbeWorkerRole", "kms:decrypt") in EXPECTED["key EndpointTokenKey"]
 

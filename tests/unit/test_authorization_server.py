@@ -31,6 +31,7 @@ from mcp_backend.config import AuthorizationServerSettings, load_settings
 from mcp_backend.netsafety import PrivateAddress
 from mcp_backend.probes.errors import ProbeProtocolError
 from mcp_backend.tools.table import Access
+from tests.unit.test_authorization_upstream import OidcProvider
 
 ISSUER = "https://auth.example"
 RESOURCE = "https://mcp.example/mcp"
@@ -104,6 +105,7 @@ def build(
     documents: Documents,
     issuer: str = ISSUER,
     clock: Clock | None = None,
+    upstream: Any = None,
     **overrides: str,
 ) -> tuple[TestClient, Any]:
     variables = environment.stack.function("AuthorizationServer").environment
@@ -114,7 +116,7 @@ def build(
         settings,
         AuthorizationStore(settings.authorization_table_name, boto3.client("dynamodb"), clock=clock),
         KmsSigner(settings.authorization_signing_key_id, boto3.client("kms")),
-        StandInUpstream(),
+        upstream or StandInUpstream(),
         documents_for(settings, documents),
         clock=clock,
     )
@@ -454,6 +456,77 @@ def test_a_refresh_whose_user_cannot_be_confirmed_issues_nothing(environment, do
     assert refused.json()["error_description"] in ("the user can no longer sign in", "the user cannot be checked now")
     assert status == 400 or "retry-after" in refused.headers
     assert retried.status_code == retried_status
+
+
+def signed_in_at(provider: OidcProvider, environment: LocalEnvironment, documents: Documents) -> tuple[Any, str, Any]:
+    """A server whose upstream is another OIDC provider, and a client that signed alice in: (client, its client id,
+    its tokens)."""
+    client, _ = build(environment, documents, upstream=provider.upstream())
+    client_id = register(client)["client_id"]
+    code, verifier = sign_in(client, client_id)
+    return client, client_id, exchange(client, client_id, code, verifier).json()
+
+
+def table_text(environment: LocalEnvironment) -> str:
+    table = environment.stack.function("AuthorizationServer").environment["AUTHORIZATION_TABLE_NAME"]
+    return json.dumps(boto3.client("dynamodb").scan(TableName=table)["Items"])
+
+
+def test_each_refresh_exchanges_another_providers_refresh_token_and_issues_the_tier_it_finds(
+    environment, documents, capsys
+):
+    # Given alice signed in as pro through another OIDC provider, which gave a refresh token
+    provider = OidcProvider()
+    client, client_id, first = signed_in_at(provider, environment, documents)
+
+    # When she moves to the staff group there and the client refreshes; then the provider is down for a refresh,
+    # and is back for the same refresh token
+    provider.groups = ["staff"]
+    second = refresh(client, client_id, first["refresh_token"])
+    provider.state = "down"
+    down = refresh(client, client_id, second.json()["refresh_token"])
+    provider.state = "up"
+    retried = refresh(client, client_id, second.json()["refresh_token"])
+
+    # Then the first refresh issued her tier today (the provider's answer to its refresh token), the one while
+    # it was down is 503 with nothing issued, and the same token then works: each exchange used the provider's
+    # latest (rotated) refresh token, and none of them reached the logs
+    assert tiers(client, first, second.json()) == ["pro", "internal"]
+    assert (down.status_code, down.json()["error"], "access_token" in down.json()) == (
+        503,
+        "temporarily_unavailable",
+        False,
+    )
+    assert retried.status_code == 200 and tiers(client, retried.json()) == ["internal"]
+    refreshes = [form["refresh_token"] for form in provider.seen if form["grant_type"] == "refresh_token"]
+    assert refreshes == [provider.issued[0], provider.issued[1], provider.issued[1]]
+    logged = capsys.readouterr()
+    assert "refresh re-check unavailable" in logged.out  # the logs were captured
+    assert not any(token in logged.out + logged.err for token in provider.issued)
+
+
+def tiers(client: TestClient, *tokens: dict[str, Any]) -> list[str]:
+    return [claims_of(client, token["access_token"])["tier"] for token in tokens]
+
+
+def test_another_providers_invalid_grant_revokes_the_grant_and_drops_its_refresh_token(environment, documents):
+    # Given alice signed in through another OIDC provider and refreshed once (her provider token rotated)
+    provider = OidcProvider()
+    client, client_id, first = signed_in_at(provider, environment, documents)
+    second = refresh(client, client_id, first["refresh_token"]).json()
+    assert provider.issued[-1] in table_text(environment)
+
+    # When her access ends at the provider, and the client refreshes; then the provider would answer again
+    provider.state = "ended"
+    ended = refresh(client, client_id, second["refresh_token"])
+    provider.state = "up"
+    after = refresh(client, client_id, second["refresh_token"])
+
+    # Then the refresh is invalid_grant, her grant stays revoked, and the table no longer holds the provider's
+    # refresh token
+    assert (ended.status_code, ended.json()["error"]) == (400, "invalid_grant")
+    assert (after.status_code, after.json()["error"]) == (400, "invalid_grant")
+    assert provider.issued[-1] not in table_text(environment)
 
 
 def operator(client: TestClient, capsys: Any, *argv: str) -> tuple[int, str]:

@@ -5,6 +5,7 @@ be trusted is UpstreamLoginFailed (the user goes back to the client with access_
 from __future__ import annotations
 
 import json
+import secrets
 import time
 import urllib.parse
 from typing import Any
@@ -271,9 +272,128 @@ def test_a_pool_that_cannot_be_asked_is_unavailable_not_gone(aws):
         recheck("us-east-1_nosuchpool", cognito)
 
 
-def test_another_oidc_provider_is_not_asked_and_keeps_the_sign_in_tier():
-    # Given an upstream that is not the stack's pool (no pool id; its tokens are not kept)
+def test_another_oidc_provider_without_a_kept_refresh_token_is_not_asked_and_keeps_the_sign_in_tier():
+    # Given an upstream that is not the stack's pool (no pool id), for a grant that kept none of its tokens
     checker = upstream(httpx.Response(500))
 
     # When a refresh checks the user, then there is no answer to act on (None: keep the tier of the sign-in)
     assert anyio.run(checker.current_tier, "user-1", "ann") is None
+
+
+class OidcProvider:
+    """Another OIDC provider (not the stack's pool), its token endpoint an httpx mock transport. A code answers an
+    ID token (with the nonce of the last login URL) and a refresh token; a refresh answers a new ID token with the
+    user's groups of the moment and a rotated refresh token, `invalid_grant` for any token but the latest or once
+    the user's access `ended`, and 503 while it is `down`."""
+
+    def __init__(self) -> None:
+        self.groups = ["paying"]
+        self.state = "up"
+        self.nonce = "n-1"  # the nonce sign_in() sends, until a login URL names another
+        self.issued: list[str] = []
+        self.seen: list[dict[str, str]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        form = dict(urllib.parse.parse_qsl(request.content.decode()))
+        self.seen.append(form)
+        if self.state == "down":
+            return httpx.Response(503)
+        refreshing = form["grant_type"] == "refresh_token"
+        if refreshing and (self.state == "ended" or form["refresh_token"] != self.issued[-1]):
+            return httpx.Response(400, json={"error": "invalid_grant"})
+        self.issued.append(f"provider-rt-{secrets.token_urlsafe(12)}")
+        token = id_token(nonce=None if refreshing else self.nonce, **{"cognito:groups": self.groups})
+        return httpx.Response(200, json={"id_token": token, "refresh_token": self.issued[-1], "token_type": "Bearer"})
+
+    @staticmethod
+    def documents(url: str) -> bytes:
+        document = json.loads(provider_documents(url))
+        if "issuer" in document:
+            document["scopes_supported"] = ["openid", "email", "offline_access"]
+        return json.dumps(document).encode()
+
+    def upstream(self, **overrides: str) -> Upstream:
+        """The authorization server's view of this provider; the nonce of each login URL is remembered, as the
+        provider's login page would."""
+        provider = Upstream(settings(**overrides), fetch=self.documents, transport=httpx.MockTransport(self))
+        login_url = provider.login_url
+
+        async def remembering(redirect_uri: str, state: str, nonce: str, challenge: str) -> str:
+            self.nonce = nonce
+            return await login_url(redirect_uri, state, nonce, challenge)
+
+        provider.login_url = remembering
+        return provider
+
+
+def login_scopes(provider: Upstream) -> list[str]:
+    url = anyio.run(provider.login_url, "https://as.example/callback", "s", "n-1", "c")
+    return urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["scope"][0].split()
+
+
+def test_another_provider_is_asked_for_offline_access_and_its_refresh_token_is_kept():
+    # Given another OIDC provider whose discovery lists offline_access, and the stack's pool behind the same
+    provider = OidcProvider()
+    other, pool = provider.upstream(), provider.upstream(UPSTREAM_USER_POOL_ID="us-east-1_pool")
+
+    # When each builds its login URL and signs the user in
+    scopes = (login_scopes(other), login_scopes(pool))
+    kept = (sign_in(other).refresh_token, sign_in(pool).refresh_token)
+
+    # Then only the other provider's login asks for offline_access, and only its refresh token is kept (the
+    # pool is re-checked by its admin API); the token never shows in the identity's repr
+    assert scopes == (["openid", "email", "profile", "offline_access"], ["openid", "email", "profile"])
+    assert kept == (provider.issued[0], "")
+    assert provider.issued[0] not in repr(sign_in(other))
+
+
+def test_a_refresh_at_another_provider_finds_the_tier_of_today_and_keeps_the_rotated_token():
+    # Given a user signed in through another provider as pro, who then moves to the staff group
+    provider = OidcProvider()
+    other = provider.upstream()
+    signed_in = sign_in(other)
+    provider.groups = ["staff"]
+
+    # When a refresh re-checks her with the kept refresh token
+    renewal = anyio.run(other.renewed, "user-1", signed_in.refresh_token)
+
+    # Then the provider was asked with the refresh grant and our client id, and answered her tier today and the
+    # refresh token to keep from now on
+    assert {k: provider.seen[-1][k] for k in ("grant_type", "refresh_token", "client_id")} == {
+        "grant_type": "refresh_token",
+        "refresh_token": signed_in.refresh_token,
+        "client_id": CLIENT_ID,
+    }
+    assert (renewal.tier, renewal.refresh_token) == ("internal", provider.issued[-1])
+    assert renewal.refresh_token != signed_in.refresh_token and renewal.refresh_token not in repr(renewal)
+
+
+@pytest.mark.parametrize(
+    ("state", "outcome"),
+    [("ended", UserGone), ("down", UpstreamUnavailable)],
+    ids=["invalid_grant: the user's access ended", "503: ask again later"],
+)
+def test_a_provider_that_ends_the_refresh_token_makes_the_user_gone_and_one_that_is_down_unavailable(state, outcome):
+    # Given a user signed in through another provider
+    provider = OidcProvider()
+    other = provider.upstream()
+    signed_in = sign_in(other)
+
+    # When the provider ends her access, or is down, and a refresh re-checks her
+    provider.state = state
+
+    # Then she is gone, or the check is unavailable (nobody's grant ends)
+    with pytest.raises(outcome):
+        anyio.run(other.renewed, "user-1", signed_in.refresh_token)
+
+
+def test_a_provider_that_cannot_be_reached_is_unavailable_not_gone():
+    # Given another provider whose token endpoint refuses connections
+    def unreachable(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    other = Upstream(settings(), fetch=OidcProvider.documents, transport=httpx.MockTransport(unreachable))
+
+    # When a refresh re-checks a user, then the check is unavailable
+    with pytest.raises(UpstreamUnavailable, match="cannot be reached"):
+        anyio.run(other.renewed, "user-1", "provider-rt-1")

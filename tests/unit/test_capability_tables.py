@@ -39,8 +39,9 @@ def test_kinds_and_prompts_whose_services_are_absent_are_not_served():
     # When its resources and prompts are bound
     resources = ResourceBindings(RESOURCES, services)
     prompts = PromptBindings(PROMPTS, services, resources)
-    # Then none that reads jobs is served: no template, no listing, no prompt
-    assert resources.kinds == [] and resources.listing is None
+    # Then none that reads jobs is served: no template, no listing, no prompt; only the analysis view, which
+    # reads nothing (analyze_dataset runs without jobs)
+    assert [served.kind.name for served in resources.kinds] == ["analysis-view"] and resources.listing is None
     assert prompts.prompts == {}
 
 
@@ -53,5 +54,10 @@ def test_two_listing_kinds_are_refused():
     # When they are bound, Then the table is refused
     with pytest.raises(ValueError, match="at most one"):
         ResourceBindings(table, services)
-    # And the real table, with the same services, serves both its kinds
-    assert [served.kind.name for served in ResourceBindings(RESOURCES, services).kinds] == ["job", "job-result"]
+    # And the real table, with the same services, serves all its kinds
+    assert [served.kind.name for served in ResourceBindings(RESOURCES, services).kinds] == [
+        "job",
+        "job-result",
+        "analysis-view",
+        "job-view",
+    ]

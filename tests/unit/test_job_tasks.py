@@ -17,20 +17,24 @@ from botocore.exceptions import ClientError
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams
 
+from mcp_backend.api_keys import Principal
 from mcp_backend.aws import AwsClients
 from mcp_backend.jobs.errors import JobAlreadyFinished, JobCancelled, JobNotFound, ResultTooLarge
 from mcp_backend.jobs.models import JobMessage, JobStatus
 from mcp_backend.jobs.service import JobQueues, JobsService
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.jobs.worker import is_permanent
+from mcp_backend.mcp.auth import CALLER, ScopedPrincipal
 from mcp_backend.mcp.tasks import JobTasks
+from mcp_backend.mcp.tasks_2025 import LegacyJobTasks
 from mcp_backend.tools.context import ToolContext
 from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.submissions import JobSubmissions
-from mcp_backend.tools.table import TOOLS, Mode, Tool
+from mcp_backend.tools.table import TOOLS, Access, Mode, Tool
 
 USER, OTHER = "user-alice", "user-bob"
+ALICE, BOB = Principal(user_id=USER), Principal(user_id=OTHER)
 
 
 @pytest.fixture
@@ -189,7 +193,7 @@ def test_a_task_with_a_large_result_answers_its_first_page_and_the_cursor_for_th
     job, text = large_result(jobs, local)
 
     # When its owner polls it
-    task = job_tasks(jobs).task(USER, job.job_id)
+    task = job_tasks(jobs).task(ALICE, job.job_id)
 
     # Then it is completed with the first page and a cursor, not the whole result
     assert task["status"] == "completed"
@@ -241,7 +245,7 @@ def test_a_job_reads_as_the_task_the_specification_describes(jobs, status, extra
     )
 
     # When it is read as a task
-    task = job_tasks(jobs).task(USER, job.job_id)
+    task = job_tasks(jobs).task(ALICE, job.job_id)
 
     # Then its status is the spec's; a tool's own failure is a completed call with an error result, a pipeline
     # failure a failed task with a JSON-RPC error
@@ -258,7 +262,7 @@ def test_a_task_is_not_found_for_another_user_and_expired_past_its_ttl(jobs):
     tasks = job_tasks(jobs)
 
     with pytest.raises(MCPError) as foreign:
-        tasks.task(OTHER, job.job_id)
+        tasks.task(BOB, job.job_id)
     boto3.client("dynamodb").update_item(
         TableName=jobs.queues.job_table_name,
         Key={"jobId": {"S": job.job_id}},
@@ -266,7 +270,7 @@ def test_a_task_is_not_found_for_another_user_and_expired_past_its_ttl(jobs):
         ExpressionAttributeValues={":t": {"N": str(int(time.time()) - 1)}},
     )
     with pytest.raises(MCPError) as expired:
-        tasks.task(USER, job.job_id)
+        tasks.task(ALICE, job.job_id)
 
     not_found = (-32602, "Failed to retrieve task: Task not found")
     assert (foreign.value.error.code, foreign.value.error.message) == not_found
@@ -306,3 +310,61 @@ def local_queue_is_empty(jobs: JobsService) -> bool:
         QueueUrl=jobs.queues.job_queue_url, AttributeNames=["ApproximateNumberOfMessages"]
     )["Attributes"]
     return attributes["ApproximateNumberOfMessages"] == "0"
+
+
+def token_caller(*scopes: Access) -> ScopedPrincipal:
+    return ScopedPrincipal(user_id=USER, access=frozenset(scope.value for scope in scopes))
+
+
+def as_caller(principal: Principal, handler: Any, params: Any) -> Any:
+    """A 2025-11-25 tasks/* handler run as the HTTP guard runs it: its caller in the request's context."""
+    token = CALLER.set(principal)
+    try:
+        return anyio.run(handler, SimpleNamespace(request=None), params)
+    finally:
+        CALLER.reset(token)
+
+
+def test_a_task_of_a_submit_tool_needs_the_submit_scope_to_be_read_or_cancelled(jobs):
+    # Given alice's finished task of analyze_dataset (a SUBMIT tool), served in both eras
+    job = recorded(jobs)
+    jobs.store.mark_succeeded(job, result_text='{"rowCount":1}')
+    tasks = job_tasks(jobs)
+    legacy = LegacyJobTasks(tasks, result_wait_seconds=0)
+    params: Any = SimpleNamespace(task_id=job.job_id)
+    reader, submitter = token_caller(Access.READ), token_caller(Access.READ, Access.SUBMIT)
+
+    # When her token with only `read` asks for its status, its result or its cancellation
+    refusals = []
+    for answer in (
+        lambda: tasks.task(reader, job.job_id),
+        lambda: tasks.owned(reader, job.job_id),
+        lambda: as_caller(reader, legacy.get, params),
+        lambda: as_caller(reader, legacy.result, params),
+    ):
+        with pytest.raises(MCPError) as refused:
+            answer()
+        refusals.append(refused.value.error)
+
+    # Then each is refused naming the missing scope; with `submit` (and with her API key) the task reads
+    assert {(e.code, e.message, json.dumps(e.data)) for e in refusals} == {
+        (-32602, "Forbidden: insufficient scope", '{"requiredScope": "submit"}')
+    }
+    assert tasks.task(submitter, job.job_id)["status"] == "completed"
+    assert as_caller(submitter, legacy.get, params)["status"] == "completed"
+    assert as_caller(submitter, legacy.result, params)["structuredContent"] == {"rowCount": 1}
+    assert tasks.task(ALICE, job.job_id)["status"] == "completed"
+
+
+def test_a_task_of_a_read_tool_is_readable_with_the_read_scope(jobs):
+    # Given a table whose READ tool also runs as a job, and alice's task of it
+    reading = dataclasses.replace(TOOLS["get_job"], mode=Mode.BOTH)
+    tasks = job_tasks(jobs, {"get_job": reading})
+    job = JobMessage(job_id="job-0005-abcdef", user_id=USER, tool="get_job", input={"jobId": "job-0001-abcdef"})
+    assert jobs.store.create_pending(job)
+
+    # When her token with only `read` asks for its status
+    task = tasks.task(token_caller(Access.READ), job.job_id)
+
+    # Then it is answered
+    assert task["status"] == "working"

@@ -210,6 +210,9 @@ class McpSettings(ToolSettings):
     """The McpServer function's environment (template.yaml sets every variable)."""
 
     api_keys_secret_id: str
+    # RequestStateSecret: the key every execution environment seals and opens a multi-round-trip requestState
+    # with (mcp_backend.mcp.request_state_key); empty: no tool can ask its user anything (fail closed).
+    request_state_secret_id: str = ""
     # Per-principal request counters (mcp_backend.request_rate); required: the endpoint does not start unlimited.
     rate_limit_table_name: str = Field(min_length=1)
     # apikey: bearer API keys only; oauth: JWT access tokens only; both: either (mcp_backend.mcp.auth).
@@ -234,6 +237,11 @@ class McpSettings(ToolSettings):
     # it: the function cannot be told its own Function URL), the audience its tokens must name; read once.
     # OAUTH_RESOURCE, when set, is used instead. Never the request's Host.
     oauth_resource_parameter: str = ""
+    # Edge=CloudFront: the secret holding the origin header CloudFront adds (mcp_backend.mcp.edge_origin); empty
+    # with the edge off. IamCallers=Enabled: `arn-pattern=tier` pairs for SigV4 callers (mcp_backend.mcp.iam_callers).
+    edge_origin_secret_id: str = ""
+    iam_callers: bool = False
+    iam_caller_tiers: str = ""
     oauth_algorithms: str = "RS256,ES256"
     oauth_leeway_seconds: float = Field(default=30.0, ge=0, le=300)
     oauth_jwks_cache_seconds: float = Field(default=3600.0, gt=0)

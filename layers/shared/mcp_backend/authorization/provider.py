@@ -8,8 +8,10 @@ the protocol (registration, authorize, token with PKCE S256, revoke); this class
   token of it names the family and expires with it: rotation never extends it. A refresh token is rotated on
   every use (spent by one conditional update, a new one issued); presenting a spent one is reuse: the
   family is revoked, so the thief's and the user's tokens both stop (OAuth 2.1 section 4.3.1).
-- Each refresh checks the user upstream first (Upstream.current_tier) and issues the tier found: a user
-  deleted or disabled there gets `invalid_grant` and the family is revoked. A provider that cannot be
+- Each refresh checks the user upstream first and issues the tier found: the stack's pool by its admin API
+  (Upstream.current_tier); another provider by its own refresh token, kept with the grant and replaced when
+  the provider rotates it (Upstream.renewed). A user deleted or disabled there (the provider's
+  `invalid_grant`) gets `invalid_grant` and the family is revoked. A provider that cannot be
   asked right now is UpstreamUnavailable (503 at /token), and the refresh token stays unspent.
 - Revocation (RFC 7009) of a refresh or access token revokes its family. Access tokens are JWTs the
   endpoint checks on its own: they stay valid until they expire (`access_token_seconds`, default 10 min).
@@ -178,6 +180,8 @@ class Provider:
             username=identity.username,
             csrf=digest(csrf),
         )
+        if identity.refresh_token:
+            record["upstream_refresh"] = identity.refresh_token
         self.store.put(f"txn#{transaction}", record, TRANSACTION_SECONDS)
 
     def approve(self, transaction: str, record: dict[str, Any]) -> str:
@@ -189,6 +193,7 @@ class Provider:
             record.get("username") or record["subject"],
             record["client_id"],
             self.settings.grant_seconds,
+            upstream_refresh=record.get("upstream_refresh", ""),
         )
         stored = StoredCode(
             code="",  # only its hash is the key; the record never holds the code
@@ -290,8 +295,15 @@ class Provider:
         return grant
 
     async def _current_tier(self, refresh_token: StoredRefreshToken, grant: dict[str, Any]) -> str:
+        kept = str(grant.get("upstream_refresh", ""))
         try:
-            tier = await self.upstream.current_tier(refresh_token.subject or "", str(grant.get("username", "")))
+            if kept:
+                renewal = await self.upstream.renewed(refresh_token.subject or "", kept)
+                if renewal.refresh_token != kept:
+                    self.store.keep_upstream_refresh(refresh_token.family, grant, renewal.refresh_token)
+                tier = renewal.tier
+            else:
+                tier = await self.upstream.current_tier(refresh_token.subject or "", str(grant.get("username", "")))
         except UserGone:
             self._revoke_family(refresh_token.family, "the user was deleted or disabled upstream")
             raise TokenError("invalid_grant", "the user can no longer sign in") from None

@@ -9,15 +9,18 @@ Keys (`pk`) by record kind:
 - `txn#<id>`: an authorization request between /authorize, the upstream login and the consent form;
 - `code#<sha256 of the code>`: an authorization code, consumed once by a conditional update;
 - `refresh#<sha256 of the token>`: a refresh token, rotated once by a conditional update;
-- `family#<id>`: one consent's grant (subject, client, when it started and ends): its refresh tokens all
-  name it and never outlive it; it expires at its absolute end, however often it was refreshed;
+- `family#<id>`: one consent's grant (subject, client, when it started and ends, and another OIDC provider's
+  refresh token for the re-check): its refresh tokens all name it and never outlive it; it expires at its
+  absolute end, however often it was refreshed;
 - `revoked#<family id>`: a grant revoked (reuse, revocation, the user gone upstream, an operator);
 - `subject#<subject>`: the user's grants (a string set of family ids), so an operator can list and revoke
   them; it lives as long as the newest grant;
 - `rate#<what>#<window>`: a fixed-window counter (registrations per source).
 
-Codes and refresh tokens are stored by their sha256: the table never holds a usable secret. TTL deletion
-lags (up to a few days), so every read checks `expiresAt` itself.
+Codes and refresh tokens are stored by their sha256. The one usable secret is another provider's refresh
+token (a grant's, and a login's transaction until consent, at most 10 minutes): the table is encrypted with
+KMS and only the authorization server's role reads it (docs/security.md); revoking a grant drops it. TTL
+deletion lags (up to a few days), so every read checks `expiresAt` itself.
 """
 
 from __future__ import annotations
@@ -106,11 +109,21 @@ class AuthorizationStore:
 
     # Grants
 
-    def start_grant(self, family: str, subject: str, username: str, client_id: str, seconds: int) -> int:
+    def start_grant(
+        self, family: str, subject: str, username: str, client_id: str, seconds: int, *, upstream_refresh: str = ""
+    ) -> int:
         """Record a new grant ending `seconds` from now, indexed under its subject; its end (epoch seconds)."""
         started = int(self.clock())
         ends = started + seconds
-        grant = {"subject": subject, "username": username, "client_id": client_id, "started": started, "ends": ends}
+        grant: dict[str, Any] = {
+            "subject": subject,
+            "username": username,
+            "client_id": client_id,
+            "started": started,
+            "ends": ends,
+        }
+        if upstream_refresh:
+            grant["upstream_refresh"] = upstream_refresh
         self.put(f"family#{family}", grant, seconds)
         self.dynamodb.update_item(
             TableName=self.table_name,
@@ -131,9 +144,21 @@ class AuthorizationStore:
             record["revoked"] = revoked.get("reason", "revoked")
         return record
 
+    def keep_upstream_refresh(self, family: str, grant: dict[str, Any], refresh_token: str) -> None:
+        """Replace the grant's upstream refresh token (the provider rotated it); the grant still ends as before."""
+        self._rewrite_grant(family, {**grant, "upstream_refresh": refresh_token})
+
     def revoke_grant(self, family: str, reason: str, seconds: int) -> None:
-        """Revoke a grant for `seconds` (its lifetime: nothing of it outlives that)."""
+        """Revoke a grant for `seconds` (its lifetime: nothing of it outlives that), dropping the upstream refresh
+        token it kept: a revoked grant is never refreshed."""
         self.put(f"revoked#{family}", {"reason": reason}, seconds)
+        grant = self.get(f"family#{family}")
+        if grant is not None and grant.pop("upstream_refresh", None) is not None:
+            self._rewrite_grant(family, grant)
+
+    def _rewrite_grant(self, family: str, grant: dict[str, Any]) -> None:
+        record = {key: value for key, value in grant.items() if key not in ("revoked", "_used")}
+        self.put(f"family#{family}", record, max(1, int(record["ends"]) - int(self.clock())))
 
     def grants_of(self, subject: str) -> dict[str, dict[str, Any]]:
         """The subject's grants that have not ended, by family id."""

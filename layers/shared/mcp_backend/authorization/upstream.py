@@ -7,11 +7,13 @@ JWKS (issuer, audience = our client id, expiry, nonce). The provider's endpoints
 document. The user's groups (a claim, `cognito:groups` for Cognito) map to a tier: the highest tier any
 group maps to, `free` otherwise.
 
-Every refresh checks the user again (`current_tier`). For the stack's pool: cognito-idp AdminGetUser (the
+Every refresh checks the user again. For the stack's pool (`current_tier`): cognito-idp AdminGetUser (the
 user still exists and is enabled) and AdminListGroupsForUser (the tier from today's groups). Another provider
-is asked nothing: this server keeps none of its tokens (its refresh token would be a usable secret at rest),
-so its users keep the tier of their sign-in until the grant ends; an operator ends a grant sooner with
-`python -m mcp_backend.authorization grants revoke`.
+(`renewed`): the login asks for `offline_access` when its discovery lists the scope, and its refresh token is
+kept with the grant; each refresh exchanges it at the provider's token endpoint, and the tier comes from the
+groups claim of the ID token it answers. `invalid_grant` there means the user's access ended (UserGone). A
+provider that gave no refresh token is asked nothing: its users keep the tier of their sign-in until the grant
+ends; an operator ends a grant sooner with `python -m mcp_backend.authorization grants revoke`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import json
 import secrets
 import threading
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio.to_thread
@@ -37,6 +39,8 @@ from mcp_backend.tiers import Tier
 
 # The token exchange as a whole (connect, TLS, headers, body): the user waits on it.
 TOKEN_DEADLINE_SECONDS = 5.0
+# The OIDC scope that asks the provider for a refresh token (OpenID Connect Core 1.0, section 11).
+OFFLINE_ACCESS = "offline_access"
 
 
 class UpstreamLoginFailed(Exception):
@@ -57,6 +61,17 @@ class Identity:
     tier: Tier
     name: str  # shown on the consent screen (email or username), never logged
     username: str = ""  # the provider's own name for the user (Cognito: cognito:username), for the re-check
+    # Another provider's refresh token, kept with the grant for the re-check (never for the pool); never logged.
+    refresh_token: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """What the provider answered a refresh: the tier of its new ID token (None without one) and the refresh
+    token to keep (the rotated one, or the same)."""
+
+    tier: Tier | None
+    refresh_token: str = field(repr=False)
 
 
 def pkce_pair() -> tuple[str, str]:
@@ -120,12 +135,13 @@ class Upstream:
         return str(answer["Parameter"]["Value"])
 
     async def login_url(self, redirect_uri: str, state: str, nonce: str, challenge: str) -> str:
-        endpoint = (await anyio.to_thread.run_sync(self._discovered))["authorization_endpoint"]
+        document = await anyio.to_thread.run_sync(self._discovered)
+        endpoint = document["authorization_endpoint"]
         query = {
             "response_type": "code",
             "client_id": self._client_id,
             "redirect_uri": redirect_uri,
-            "scope": self.settings.upstream_scopes,
+            "scope": self._login_scopes(document),
             "state": state,
             "nonce": nonce,
             "code_challenge": challenge,
@@ -133,11 +149,25 @@ class Upstream:
         }
         return f"{endpoint}?{urllib.parse.urlencode(query)}"
 
+    def _login_scopes(self, document: dict[str, Any]) -> str:
+        """The configured scopes, and `offline_access` when another provider lists it (a refresh token for the
+        re-check). The stack's pool is re-checked with its admin API instead."""
+        scopes = self.settings.upstream_scopes.split()
+        supported = document.get("scopes_supported")
+        if (
+            not self.settings.upstream_user_pool_id
+            and isinstance(supported, list)
+            and OFFLINE_ACCESS in supported
+            and OFFLINE_ACCESS not in scopes
+        ):
+            scopes.append(OFFLINE_ACCESS)
+        return " ".join(scopes)
+
     async def identity(self, code: str, redirect_uri: str, verifier: str, nonce: str) -> Identity:
         return await anyio.to_thread.run_sync(self._identity, code, redirect_uri, verifier, nonce)
 
     def _identity(self, code: str, redirect_uri: str, verifier: str, nonce: str) -> Identity:
-        document = self._discovered()
+        self._discovered()
         form = {
             "grant_type": "authorization_code",
             "code": code,
@@ -145,6 +175,33 @@ class Upstream:
             "client_id": self._client_id,
             "code_verifier": verifier,
         }
+        answer = self._token_request(form, UpstreamLoginFailed)
+        if answer.status_code != 200:
+            raise UpstreamLoginFailed(f"the provider refused the code (HTTP {answer.status_code})")
+        try:
+            body = answer.json()
+            id_token = body["id_token"]
+        except (ValueError, KeyError, TypeError):
+            raise UpstreamLoginFailed("the provider returned no ID token") from None
+        claims = self._verified(id_token)
+        if claims.get("nonce") != nonce:
+            raise UpstreamLoginFailed("the ID token's nonce does not match")
+        subject = claims.get("sub")
+        if not isinstance(subject, str) or not subject:
+            raise UpstreamLoginFailed("the ID token has no subject")
+        name = next((claims[c] for c in ("email", "cognito:username", "preferred_username") if c in claims), subject)
+        tier = tier_of(claims.get(self.settings.upstream_groups_claim), self.settings.tier_map())
+        username = claims.get("cognito:username")
+        refresh_token = body.get("refresh_token")
+        kept = refresh_token if isinstance(refresh_token, str) and not self.settings.upstream_user_pool_id else ""
+        return Identity(
+            subject=subject, tier=tier, name=str(name), username=str(username or subject), refresh_token=kept
+        )
+
+    def _token_request(self, form: dict[str, str], failure: type[Exception]) -> httpx.Response:
+        """POST `form` (with the client's secret) to the provider's token endpoint within TOKEN_DEADLINE_SECONDS;
+        `failure` raised when it cannot be reached or does not answer in time."""
+        document = self._discovered()
         secret = self._secret()
         if secret:
             form["client_secret"] = secret  # client_secret_post
@@ -162,26 +219,50 @@ class Upstream:
                 )
             except (httpx.HTTPError, DeadlinePassed):
                 if deadline.expired:
-                    raise UpstreamLoginFailed(late) from None
-                raise UpstreamLoginFailed("the provider's token endpoint cannot be reached") from None
+                    raise failure(late) from None
+                raise failure("the provider's token endpoint cannot be reached") from None
             if deadline.cut:
-                raise UpstreamLoginFailed(late)
-        if answer.status_code != 200:
-            raise UpstreamLoginFailed(f"the provider refused the code (HTTP {answer.status_code})")
+                raise failure(late)
+        return answer
+
+    async def renewed(self, subject: str, refresh_token: str) -> Renewal:
+        """Another provider's answer to its refresh token: the user's tier now and the token to keep. UserGone
+        when the provider ends the grant (`invalid_grant`); UpstreamUnavailable when it cannot answer."""
+        return await anyio.to_thread.run_sync(self._renewed, subject, refresh_token)
+
+    def _renewed(self, subject: str, refresh_token: str) -> Renewal:
         try:
-            id_token = answer.json()["id_token"]
-        except (ValueError, KeyError, TypeError):
-            raise UpstreamLoginFailed("the provider returned no ID token") from None
-        claims = self._verified(id_token)
-        if claims.get("nonce") != nonce:
-            raise UpstreamLoginFailed("the ID token's nonce does not match")
-        subject = claims.get("sub")
-        if not isinstance(subject, str) or not subject:
-            raise UpstreamLoginFailed("the ID token has no subject")
-        name = next((claims[c] for c in ("email", "cognito:username", "preferred_username") if c in claims), subject)
-        tier = tier_of(claims.get(self.settings.upstream_groups_claim), self.settings.tier_map())
-        username = claims.get("cognito:username")
-        return Identity(subject=subject, tier=tier, name=str(name), username=str(username or subject))
+            self._discovered()
+            form = {"grant_type": "refresh_token", "refresh_token": refresh_token, "client_id": self._client_id}
+            answer = self._token_request(form, UpstreamUnavailable)
+        except (
+            UpstreamLoginFailed,
+            OSError,
+            ValueError,
+            botocore_errors.ClientError,
+            botocore_errors.BotoCoreError,
+        ) as error:
+            # Discovery, its keys or the client's secret unreadable: nobody's grant ends for that.
+            raise UpstreamUnavailable(f"the provider cannot be asked ({type(error).__name__})") from None
+        if answer.status_code == 400 and _oauth_error(answer) == "invalid_grant":
+            raise UserGone
+        if answer.status_code != 200:
+            raise UpstreamUnavailable(f"the provider did not refresh (HTTP {answer.status_code})")
+        try:
+            body = answer.json()
+            id_token, rotated = body.get("id_token"), body.get("refresh_token")
+        except (ValueError, AttributeError):
+            raise UpstreamUnavailable("the provider's refresh answer is not a JSON object") from None
+        tier = None
+        if isinstance(id_token, str):
+            try:
+                claims = self._verified(id_token)
+            except UpstreamLoginFailed as error:
+                raise UpstreamUnavailable(str(error)) from None
+            if claims.get("sub") != subject:
+                raise UpstreamUnavailable("the refreshed ID token names another subject")
+            tier = tier_of(claims.get(self.settings.upstream_groups_claim), self.settings.tier_map())
+        return Renewal(tier=tier, refresh_token=rotated if isinstance(rotated, str) and rotated else refresh_token)
 
     async def current_tier(self, subject: str, username: str) -> Tier | None:
         """The user's tier now, checked with the provider; None when the provider cannot be asked (another
@@ -237,3 +318,12 @@ class Upstream:
             )
         except jwt.PyJWTError as error:
             raise UpstreamLoginFailed(f"the ID token is not valid ({type(error).__name__})") from None
+
+
+def _oauth_error(answer: httpx.Response) -> str:
+    """The RFC 6749 `error` code of a token endpoint's error answer ("" when it has none)."""
+    try:
+        error = answer.json().get("error")
+    except (ValueError, AttributeError):
+        return ""
+    return error if isinstance(error, str) else ""

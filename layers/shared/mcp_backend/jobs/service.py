@@ -163,9 +163,13 @@ class JobsService:
         return JobStore(self.queues.job_table_name, self._clients("dynamodb"))
 
     # -- submit -----------------------------------------------------------------
-    def submit(self, user_id: str, submission: JobSubmission, quota: JobQuota) -> dict[str, Any]:
+    def submit(
+        self, user_id: str, submission: JobSubmission, quota: JobQuota, hold_for: str | None = None
+    ) -> dict[str, Any]:
         """Submit one job; over the caller's quota, QuotaExceeded and nothing is written. The quota is required:
-        no door queues a job outside its caller's tier (mcp_backend.tools.submissions applies it)."""
+        no door queues a job outside its caller's tier (mcp_backend.tools.submissions applies it). With
+        `hold_for` (a question to its user) the job is recorded PENDING but not queued: `release` queues it once
+        the user has answered (a task in `input_required`, mcp_backend.mcp.tasks)."""
         job = _job_for(user_id, submission)
         annotate({"job.id": job.job_id})  # the request's trace is found from the job id (docs/operations.md)
         try:
@@ -175,8 +179,25 @@ class JobsService:
             raise
         if "error" in answer:
             raise JobConflict("this job id is taken")
-        if answer["status"] != JobStatus.PENDING:
+        held = answer.pop("held", False)
+        if answer["status"] != JobStatus.PENDING or held:  # a held job is queued by its release only
             return answer
+        if hold_for is not None and not answer.get("repeated"):
+            self.store.hold_for_input(job, hold_for)
+            return answer
+        self._send(job)
+        return answer
+
+    def release(self, user_id: str, job_id: str) -> bool:
+        """Queue the caller's held job, once: False when it is not held (released already, cancelled, or not
+        the caller's)."""
+        job = self.store.release_held(job_id, user_id)
+        if job is None:
+            return False
+        self._send(job)
+        return True
+
+    def _send(self, job: JobMessage) -> None:
         try:
             with span(SEND_SPAN, kind="producer", attributes={**SEND_SPAN_ATTRIBUTES, "job.id": job.job_id}):
                 self._clients("sqs").send_message(
@@ -186,7 +207,6 @@ class JobsService:
             # The SDK's text names the queue; the caller gets a retryable error, the log the type.
             logger.error("job not enqueued", extra={"error_type": type(error).__name__})
             raise EnqueueFailed("the job queue is unavailable; retry with the same callId") from None
-        return answer
 
     def submit_many(self, user_id: str, submissions: list[JobSubmission], quota: JobQuota) -> list[dict[str, Any]]:
         """Record every item's job, then send the messages of those still PENDING in batches. An item repeating
@@ -208,7 +228,8 @@ class JobsService:
                 count_limit_refusal(refused.limit, refused.tier, user_id, refused.resets)
                 results[index] = {"index": index, "error": refused.as_error()}
                 continue
-            if answer.get("status") == JobStatus.PENDING:
+            held = answer.pop("held", False)  # a held job is queued by its release only
+            if answer.get("status") == JobStatus.PENDING and not held:
                 to_send[str(index)] = (index, job, answer)
             else:
                 results[index] = {"index": index, **answer}
@@ -278,7 +299,8 @@ class JobsService:
             return {"error": {"type": "JobConflict", "message": "job id is taken"}}
         if existing.get("payloadHash", job.fingerprint()) != job.fingerprint():
             return {"error": {"type": "JobConflict", "message": "this callId was used for another request"}}
-        return {"jobId": job.job_id, "status": existing["status"], "repeated": True}
+        answer = {"jobId": job.job_id, "status": existing["status"], "repeated": True}
+        return {**answer, "held": True} if "heldMessage" in existing else answer
 
     # -- cancel -----------------------------------------------------------------
     def cancel(self, user_id: str, job_id: str) -> dict[str, Any]:

@@ -265,6 +265,42 @@ class JobStore:
         )
         return cancelled  # a cancelled job never runs on: the same write freed its concurrent-job slot
 
+    def hold_for_input(self, job: JobMessage, question: str) -> bool:
+        """The owner's new PENDING job waits for its user's answer: the question and the message to send once
+        answered are kept on the item (no message is in the queue). False when it is not PENDING any more."""
+        return self._set_status_if(
+            job.job_id,
+            job.user_id,
+            "SET awaitingInput = :question, heldMessage = :message, updatedAt = :now",
+            "#status = :pending AND attribute_not_exists(awaitingInput)",
+            {
+                ":pending": {"S": JobStatus.PENDING},
+                ":question": {"S": question},
+                ":message": {"S": job.body()},
+            },
+        )
+
+    def release_held(self, job_id: str, user_id: str) -> JobMessage | None:
+        """The held job's message, taken once (the write that removes it is conditional): None when the job is
+        not the owner's, not held, or no longer PENDING (cancelled meanwhile)."""
+        try:
+            old = self._client.update_item(
+                TableName=self.table_name,
+                Key={"jobId": {"S": job_id}},
+                UpdateExpression="REMOVE awaitingInput, heldMessage SET updatedAt = :now",
+                ConditionExpression="userId = :user AND #status = :pending AND attribute_exists(heldMessage)",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={
+                    ":user": {"S": user_id},
+                    ":now": {"S": _now()},
+                    ":pending": {"S": JobStatus.PENDING},
+                },
+                ReturnValues="UPDATED_OLD",
+            )
+        except self._client.exceptions.ConditionalCheckFailedException:
+            return None
+        return JobMessage.model_validate_json(old["Attributes"]["heldMessage"]["S"])
+
     def _set_status_if(self, job_id: str, user_id: str, update: str, condition: str, values: dict[str, Any]) -> bool:
         """An update of the owner's job in the state `condition` names; False (nothing written) otherwise."""
         try:

@@ -27,6 +27,7 @@ from mcp_types import (
     INVALID_PARAMS,
     CallToolRequestParams,
     CallToolResult,
+    InputRequiredResult,
     ListToolsResult,
     ResourceLink,
     TextContent,
@@ -40,8 +41,10 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 from mcp_backend.api_keys import Principal
 from mcp_backend.jobs.errors import JobRequestError
 from mcp_backend.jobs.service import MAX_BATCH_ITEMS, JobsService
+from mcp_backend.mcp.asking import NotConfirmed, confirmation
 from mcp_backend.mcp.auth import current_caller
 from mcp_backend.mcp.icons import TOOL_ICONS
+from mcp_backend.mcp.request_state_key import SharedRequestStateKey
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
 from mcp_backend.netsafety import UnsafeUrl
 from mcp_backend.observability import logger
@@ -70,6 +73,14 @@ ServerContext = ServerRequestContext[Any, Any]
 
 class ToolCallFailed(Exception):
     """A tool's failure whose message ("<ErrorType>: <message>") is written to be shown to the caller."""
+
+
+class AskUser(Exception):
+    """The call cannot finish before its user answers: its answer is this `input_required` result."""
+
+    def __init__(self, result: InputRequiredResult) -> None:
+        super().__init__("input required")
+        self.result = result
 
 
 def reported(call: Callable[..., T], *args: Any) -> T:
@@ -161,16 +172,23 @@ class Binding:
     annotations: ToolAnnotations
     schema_model: type[BaseModel] | None = None  # the published inputSchema, when stricter than input_model
     execution: ToolExecution | None = None  # whether a 2025-11-25 client may call it as a task
+    ui_resource_uri: str | None = None  # the MCP Apps view of its result (`_meta.ui.resourceUri`)
 
 
 class ToolBindings:
     """The MCP surface of a tool table. Tools are looked up by name when called, so the table is the truth."""
 
     def __init__(
-        self, table: Mapping[str, Tool], services: ToolServices, sync_call_deadline_seconds: float | None = None
+        self,
+        table: Mapping[str, Tool],
+        services: ToolServices,
+        sync_call_deadline_seconds: float | None = None,
+        request_state_key: SharedRequestStateKey | None = None,
     ) -> None:
         self.table = table
         self.services = services
+        # Seals what a tool that asks its user carries between the rounds; without one no tool can ask.
+        self.request_state_key = request_state_key or SharedRequestStateKey(None)
         # Every synchronous call ends by then, as a tool error naming the deadline (None: no deadline).
         self.sync_call_deadline_seconds = sync_call_deadline_seconds
         # Every door that creates a job goes through this one policy (the Tasks extension's too).
@@ -215,6 +233,7 @@ class ToolBindings:
                         annotations=binding.annotations,
                         execution=binding.execution,
                         icons=TOOL_ICONS,
+                        meta={"ui": {"resourceUri": binding.ui_resource_uri}} if binding.ui_resource_uri else None,
                     )
                     for binding in self.bindings
                 ],
@@ -236,9 +255,12 @@ class ToolBindings:
         """The SDK's `get_tool_input_schema`, for its Mcp-Param header check of a tools/call."""
         return self.input_schemas().get(name)
 
-    async def call_tool(self, ctx: ServerContext, params: CallToolRequestParams) -> CallToolResult:
+    async def call_tool(
+        self, ctx: ServerContext, params: CallToolRequestParams
+    ) -> CallToolResult | InputRequiredResult:
         """Run one call (its arguments already checked by StrictArguments). A failure the tool reports is a
-        tool execution error with its message; anything else is logged and answered without its text."""
+        tool execution error with its message; anything else is logged and answered without its text. A call
+        that must ask its user first answers `input_required` (mcp_backend.mcp.asking)."""
         binding = self._by_name.get(params.name)
         if binding is None:
             return tool_failure(f"Unknown tool: {params.name}")
@@ -248,6 +270,8 @@ class ToolBindings:
             return linked_result(value, links) if links else tool_result(value)
         except MCPError:
             raise
+        except AskUser as asking:
+            return asking.result
         except ToolCallFailed as failed:
             return tool_failure(f"Error executing tool {binding.name}: {failed}")
         except Exception:  # noqa: BLE001 - any crash is logged and answered as a tool error without its text
@@ -288,13 +312,16 @@ class ToolBindings:
             tool.output_model,
             tool_annotations(name, tool.access, tool.effect, tool.reaches_network),
             execution=task_execution(tool),
+            ui_resource_uri=tool.ui_resource_uri,
         )
 
     def _submit_bindings(self, tool: Tool) -> list[Binding]:
         name, one, many = tool.name, self.submissions.models[tool.name], submit_many_envelope(tool)
 
         async def submit(ctx: ServerContext, arguments: dict[str, Any]) -> dict[str, Any]:
-            return await run_in_worker_thread(reported, self.submissions.submit, _caller(ctx), name, arguments)
+            caller = _caller(ctx)
+            await self._confirmed(ctx, self.submissions.tools[name], one, arguments)
+            return await run_in_worker_thread(reported, self.submissions.submit, caller, name, arguments)
 
         async def submit_many(ctx: ServerContext, arguments: dict[str, Any]) -> dict[str, Any]:
             items = many.model_validate(arguments).items  # type: ignore[attr-defined]
@@ -327,6 +354,29 @@ class ToolBindings:
                 schema_model=submit_many_model(tool, one),
             ),
         ]
+
+    async def _confirmed(
+        self, ctx: ServerContext, tool: Tool, model: type[BaseModel], arguments: dict[str, Any]
+    ) -> None:
+        """Returns once the call may go on: nothing to confirm, or its user confirmed. Else AskUser (the question
+        still to ask), ToolCallFailed (declined, or the endpoint cannot ask) or MCPError (a malformed answer)."""
+        if tool.confirm is None:
+            return
+        try:
+            question = tool.confirm(model.model_validate(arguments))
+        except ValidationError:  # the submission itself reports what is wrong
+            return
+        if question is None:
+            return
+        try:
+            # In a worker thread: the first ask of an environment reads the shared key (a network call).
+            asked = await run_in_worker_thread(
+                confirmation, ctx.params, ctx.protocol_version, question, self.request_state_key
+            )
+        except NotConfirmed as refused:
+            raise ToolCallFailed(f"NotConfirmed: {refused}") from None
+        if asked is not None:
+            raise AskUser(asked)
 
 
 class StrictArguments:

@@ -1,6 +1,7 @@
 """The MCP endpoint as one ASGI app: `uvicorn --factory mcp_backend.mcp.server:create_app`.
 
-Layers, outermost first: RequestTelemetry (correlation id, cold start) -> McpHttpGuard (host, origin,
+Layers, outermost first: RequestTelemetry (correlation id, cold start) -> EdgeOnly (Edge=CloudFront: 403 for a
+request that did not come through the distribution) -> McpHttpGuard (host, origin,
 405, auth, 415, event-stream hygiene) -> ResponseModes (JSON for answers ready at once, a tools/list alike
 but for its id answered as before, an event stream for calls that report progress) -> the SDK's stateless
 Streamable HTTP apps (both protocol eras) -> SDK middleware StrictArguments and ToolCallTelemetry -> the SDK's
@@ -40,13 +41,16 @@ from mcp_backend.call_slots import InFlightSlots, SlotLease
 from mcp_backend.calllog.shipper import RecordShipper
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import McpSettings, load_settings
+from mcp_backend.mcp import edge_origin
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
+from mcp_backend.mcp.edge_origin import EdgeOnly, EdgeOriginCheck
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 from mcp_backend.mcp.icons import SERVER_ICONS
 from mcp_backend.mcp.internal_errors import InternalErrorsWithoutText
 from mcp_backend.mcp.prompts import PromptBindings
 from mcp_backend.mcp.request_spans import TracedRequests
+from mcp_backend.mcp.request_state_key import SharedRequestStateKey
 from mcp_backend.mcp.resources import ResourceBindings
 from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.restore_hook import with_after_restore_hook
@@ -78,7 +82,21 @@ def tool_bindings(settings: McpSettings, clients: AwsClients, table: Mapping[str
     services = ToolServices.from_settings(settings, clients)
     offered = servable_tools(table, services.available())
     services.require([tool for tool in offered.values() if tool.runs_sync], "McpServer")
-    return ToolBindings(offered, services, settings.sync_call_deadline)
+    return ToolBindings(offered, services, settings.sync_call_deadline, request_state_key(settings, clients))
+
+
+def request_state_key(settings: McpSettings, clients: AwsClients) -> SharedRequestStateKey:
+    """RequestStateSecret, read at the first need (no part of a cold start), as ApiKeysSecret is; no secret named:
+    no key, and no tool asks (fail closed)."""
+    if not settings.request_state_secret_id:
+        return SharedRequestStateKey(None)
+    return SharedRequestStateKey(
+        SecretReader(
+            settings.request_state_secret_id,
+            settings.parameters_secrets_extension_http_port,
+            client_factory=lambda: clients("secretsmanager"),
+        )
+    )
 
 
 class TierRateLimit:
@@ -187,6 +205,7 @@ def create_app(
     *,
     rate_limit_clock: Callable[[], float] = time.time,
     lease_ahead: LeaseAhead = in_background,
+    edge_check: EdgeOriginCheck | None = None,
 ) -> ASGIApp:
     """Build the endpoint. Settings default to the environment (the McpServer function's template entry);
     AWS clients are created on first use, from `client_factory` when given, else boto3. The rate limiter's clock
@@ -231,6 +250,7 @@ def create_app(
         resources=(resources := ResourceBindings(RESOURCES, bindings.services)),
         prompts=PromptBindings(PROMPTS, bindings.services, resources),
         icons=SERVER_ICONS,
+        request_state=bindings.request_state_key.security(SERVER_NAME),
     )
     # Host and Origin are checked by McpHttpGuard, which also knows the Function URL's wildcard host.
     transport_security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -258,7 +278,11 @@ def create_app(
     )
     # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached
     # (https://github.com/aws-samples/graceful-shutdown-with-aws-lambda): pending call-log records go out then.
-    guarded = with_after_restore_hook(guard, settings.aws_lwa_snapstart_after_restore_path, authenticator)
+    # Edge=CloudFront: off-edge requests are refused before the guard (mcp_backend.mcp.edge_origin).
+    if edge_check is None:
+        edge_check = edge_origin.from_settings(settings.edge_origin_secret_id, settings.api_keys_cache_seconds)
+    edge_only = EdgeOnly(guard, edge_check)
+    guarded = with_after_restore_hook(edge_only, settings.aws_lwa_snapstart_after_restore_path, authenticator)
     app = RequestTelemetry(
         # With tracing off (the default) no span middleware is in the request's path at all.
         TracedRequests(guarded) if configure_tracing() else guarded,

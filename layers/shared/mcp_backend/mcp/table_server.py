@@ -50,10 +50,12 @@ def table_server(
     resources: ResourceBindings | None = None,
     prompts: PromptBindings | None = None,
     icons: list[Icon] | None = None,
+    request_state: RequestStateSecurity | None = None,
 ) -> Server[Any]:
     """A stateless-ready low-level server over `bindings`, with `extensions` applied, `methods` served beside
     theirs (a method may be bound once per protocol era) and `middleware` (outermost first) inside the SDK's own
-    (OpenTelemetry, then the request-state boundary, as MCPServer orders them)."""
+    (OpenTelemetry, then the request-state boundary, as MCPServer orders them). `request_state` seals what a
+    multi-round-trip request carries between rounds; without it, a key held by this process alone."""
     server: Server[Any] = Server(
         name,
         instructions=instructions,
@@ -70,8 +72,10 @@ def table_server(
     )
     if resources is not None:
         bindings.result_links = resources.result_links
-    # The SDK's documented step for low-level servers: `requestState` sealed under a key held by this process.
-    server.middleware.append(RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=name))
+    # The SDK's documented step for low-level servers. The endpoint passes the key every execution environment
+    # shares (mcp_backend.mcp.request_state_key): a retry may land on another one.
+    security = request_state or RequestStateSecurity.ephemeral()
+    server.middleware.append(RequestStateBoundary(security, default_audience=name))
     server.middleware.extend(middleware)
     bound: dict[str, list[MethodBinding]] = {}
     for extension in extensions:

@@ -4,8 +4,13 @@ A client that declares the extension in a tools/call's `params._meta` clientCapa
 job-capable tool under its own name gets a task handle (`resultType: "task"`) at once: the job is enqueued
 exactly once, as submit_<tool> does, and the handle is answered only after the job's record is written (a
 consistent read finds it), so tasks/get for it succeeds from any instance. tasks/get, tasks/cancel and
-tasks/update read and write JobTable only: nothing about a task lives in the memory of the instance that
-created it, so any Lambda environment answers for any task.
+tasks/update read and write JobTable only (a confirmed task's job is then queued): nothing about a task lives in
+the memory of the instance that created it, so any Lambda environment answers for any task.
+
+A tool that wants a large run confirmed (its table entry's `confirm`) makes a task that waits in
+`input_required`: its job is recorded but held, unqueued, with the question (`inputRequests.confirm`, a form
+elicitation) on its JobTable item. tasks/update with the answer queues it (once: the write that takes the held
+message is conditional) or, declined, cancels it.
 
 A task belongs to the principal that created it: another principal's task id is "not found". A client that
 does not declare the extension gets today's behaviour (the result of the synchronous tool, or -32021 for a
@@ -33,7 +38,8 @@ from pydantic import ConfigDict, Field
 from mcp_backend.api_keys import Principal
 from mcp_backend.jobs.errors import JobAlreadyFinished, JobNotFound
 from mcp_backend.jobs.models import JOB_ID_PATTERN, JobStatus
-from mcp_backend.mcp.auth import current_caller
+from mcp_backend.mcp.asking import CONFIRM, confirm_request, confirmed
+from mcp_backend.mcp.auth import ScopedPrincipal, current_caller
 from mcp_backend.mcp.bindings import REPORTED_ERRORS
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
 from mcp_backend.netsafety import UnsafeUrl
@@ -41,6 +47,7 @@ from mcp_backend.observability import logger
 from mcp_backend.tools.errors import InvalidToolInput, ToolError
 from mcp_backend.tools.resources import result_uri
 from mcp_backend.tools.submissions import JobSubmissions
+from mcp_backend.tools.table import Access
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 # The extension's methods exist in the 2026-07-28 era only; 2025-11-25 has its own (mcp_backend.mcp.tasks_2025).
@@ -155,11 +162,11 @@ class JobTasks(Extension):
                 return await call_next(ctx)
             raise missing_tasks_capability()  # the spec's answer when a request can only be served as a task
         caller = task_caller(ctx)
-        user_id = caller.user_id
         try:
             # The one submission policy every door applies: validation, the tool's admission, the tier's quota.
+            # A job its tool wants confirmed waits in `input_required` until tasks/update answers.
             submitted = await run_in_worker_thread(
-                self.submissions.submit, caller, tool.name, dict(params.arguments or {})
+                self.submissions.submit, caller, tool.name, dict(params.arguments or {}), True
             )
         except InvalidToolInput as error:
             raise MCPError(INVALID_PARAMS, f"{tool.name}: {error}") from None
@@ -167,47 +174,68 @@ class JobTasks(Extension):
             # Not enqueued: the tool call's own error result, as submit_<tool> reports it.
             return tool_error_result(f"{type(error).__name__}: {error}")
         # submit returns once the job's record holds its message id: a consistent read finds it now.
-        task = await run_in_worker_thread(self.task, user_id, submitted["jobId"])
+        task = await run_in_worker_thread(self.task, caller, submitted["jobId"])
         logger.info("task created", extra={"job_id": submitted["jobId"], "tool": tool.name})
         return {"resultType": "task", **task}
 
     # -- tasks/* ----------------------------------------------------------------
     async def get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
         _require_tasks(ctx)
-        return await run_in_worker_thread(self.task, task_caller(ctx).user_id, params.task_id)
+        return await run_in_worker_thread(self.task, task_caller(ctx), params.task_id)
 
     async def cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
         _require_tasks(ctx)
-        user_id = task_caller(ctx).user_id
-        await run_in_worker_thread(self.owned, user_id, params.task_id)  # not found / expired first
+        caller = task_caller(ctx)
+        await run_in_worker_thread(self.owned, caller, params.task_id)  # not found / expired / scope first
         try:
-            await run_in_worker_thread(self.jobs.cancel, user_id, params.task_id)
+            await run_in_worker_thread(self.jobs.cancel, caller.user_id, params.task_id)
         except JobAlreadyFinished:
             raise MCPError(INVALID_PARAMS, "Cannot cancel task: already in a terminal status") from None
         return {}
 
     async def update(self, ctx: ServerRequestContext[Any, Any], params: TaskUpdateParams) -> dict[str, Any]:
+        """The answer to a task's outstanding question: confirmed, its job is queued (once, whichever instance
+        answers); declined, the task is cancelled. A task with no question outstanding ignores the responses
+        and acknowledges, as the spec has it; an answer that does not fit the form is -32602."""
         _require_tasks(ctx)
-        await run_in_worker_thread(self.owned, task_caller(ctx).user_id, params.task_id)
-        # These tasks never ask for input: no key is outstanding, and the spec has the server ignore responses
-        # for keys that are not, and acknowledge.
+        caller = task_caller(ctx)
+        item = await run_in_worker_thread(self.owned, caller, params.task_id)
+        if "awaitingInput" not in item or CONFIRM not in params.input_responses:
+            return {}
+        if confirmed(params.input_responses):
+            await run_in_worker_thread(self.jobs.release, caller.user_id, params.task_id)
+            logger.info("task confirmed", extra={"job_id": params.task_id})
+        else:
+            try:
+                await run_in_worker_thread(self.jobs.cancel, caller.user_id, params.task_id)
+            except JobAlreadyFinished:  # cancelled meanwhile: nothing left to decline
+                pass
         return {}
 
     # -- the task as JobTable holds it ------------------------------------------
-    def owned(self, user_id: str, task_id: str) -> dict[str, Any]:
+    def owned(self, caller: Principal, task_id: str) -> dict[str, Any]:
+        """The caller's task as JobTable holds it: not found, expired, or refused when the caller's access token
+        lacks the scope the task's tool needs (the scope its task-augmented tools/call needed)."""
         if not _is_job_id(task_id):
             raise MCPError(INVALID_PARAMS, NOT_FOUND)
         try:
-            item = self.jobs.owned(user_id, task_id)
+            item = self.jobs.owned(caller.user_id, task_id)
         except JobNotFound:
             raise MCPError(INVALID_PARAMS, NOT_FOUND) from None
         if float(item.get("expiresAt", 0)) <= time.time():
             # DynamoDB deletes expired items within days, not at once; past its TTL a task is gone.
             raise MCPError(INVALID_PARAMS, EXPIRED)
+        if isinstance(caller, ScopedPrincipal):
+            # The job item records its tool; a tool no longer in the table needs the strictest scope.
+            tool = self.task_tools.get(str(item.get("tool", "")))
+            needed = tool.access if tool is not None else Access.SUBMIT
+            if needed not in caller.access:
+                raise insufficient_task_scope(needed)
         return item
 
-    def task(self, user_id: str, task_id: str) -> dict[str, Any]:
-        item = self.owned(user_id, task_id)
+    def task(self, caller: Principal, task_id: str) -> dict[str, Any]:
+        item = self.owned(caller, task_id)
+        user_id = caller.user_id
         status = JobStatus(item["status"])
         created = str(item["createdAt"])
         task: dict[str, Any] = {
@@ -219,7 +247,14 @@ class JobTasks(Extension):
             "ttlMs": max(0, round((float(item["expiresAt"]) - _epoch(created)) * 1000)),
             "pollIntervalMs": POLL_INTERVAL_MS,
         }
-        if status == JobStatus.SUCCEEDED:
+        if status == JobStatus.PENDING and "awaitingInput" in item:
+            question = str(item["awaitingInput"])
+            task.update(
+                status="input_required",
+                statusMessage="Waiting for your confirmation (tasks/update).",
+                inputRequests={CONFIRM: confirm_request(question).model_dump(by_alias=True, exclude_none=True)},
+            )
+        elif status == JobStatus.SUCCEEDED:
             # The result whole when it fits one page; else its first page (one ranged read, never the whole
             # object on every poll), with the cursor get_job reads the rest with.
             first = self.jobs.page(user_id, task_id)
@@ -250,6 +285,14 @@ def _declares_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
 def _require_tasks(ctx: ServerRequestContext[Any, Any]) -> None:
     if not _declares_tasks(ctx):
         raise missing_tasks_capability()
+
+
+def insufficient_task_scope(needed: Access) -> MCPError:
+    """The answer to a task the caller's access token may not see: the guard's message, the scope named in data.
+    The check needs the task's item, so it answers inside the JSON-RPC response (the guard's 403 comes before the
+    SDK reads anything). Its code is invalid params, as every other tasks/* refusal: the guard's -32001 is the
+    2025-11-25 tasks/result "still working, ask again", which a client would retry."""
+    return MCPError(INVALID_PARAMS, "Forbidden: insufficient scope", data={"requiredScope": needed.value})
 
 
 def missing_tasks_capability() -> MCPError:

@@ -111,31 +111,31 @@ class LegacyJobTasks:
         except REPORTED_ERRORS as error:
             # Not enqueued: the call's own error result, as submit_<tool> reports it.
             return {"content": [{"type": "text", "text": f"{type(error).__name__}: {error}"}], "isError": True}
-        task = await run_in_worker_thread(self.tasks.task, caller.user_id, submitted["jobId"])
+        task = await run_in_worker_thread(self.tasks.task, caller, submitted["jobId"])
         return CreateTaskResult(task=legacy_task(task)).model_dump(by_alias=True, mode="json", exclude_none=True)
 
     # -- tasks/* ----------------------------------------------------------------
     async def get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
-        task = await run_in_worker_thread(self.tasks.task, task_caller(ctx).user_id, params.task_id)
+        task = await run_in_worker_thread(self.tasks.task, task_caller(ctx), params.task_id)
         return _task_fields(task)
 
     async def cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
-        user_id = task_caller(ctx).user_id
-        await run_in_worker_thread(self.tasks.owned, user_id, params.task_id)  # not found / expired first
+        caller = task_caller(ctx)
+        await run_in_worker_thread(self.tasks.owned, caller, params.task_id)  # not found / expired / scope first
         try:
-            await run_in_worker_thread(self.tasks.jobs.cancel, user_id, params.task_id)
+            await run_in_worker_thread(self.tasks.jobs.cancel, caller.user_id, params.task_id)
         except JobAlreadyFinished:
             raise MCPError(INVALID_PARAMS, "Cannot cancel task: already in a terminal status") from None
-        return _task_fields(await run_in_worker_thread(self.tasks.task, user_id, params.task_id))
+        return _task_fields(await run_in_worker_thread(self.tasks.task, caller, params.task_id))
 
     async def result(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
         """The tool call's own result once the task is terminal, waiting for it at most `result_wait_seconds`."""
-        user_id = task_caller(ctx).user_id
-        task = await run_in_worker_thread(self.tasks.task, user_id, params.task_id)
+        caller = task_caller(ctx)
+        task = await run_in_worker_thread(self.tasks.task, caller, params.task_id)
         with anyio.move_on_after(self.result_wait_seconds):
             while task["status"] not in TERMINAL:
                 await anyio.sleep(task["pollIntervalMs"] / 1000)
-                seen, task = task["status"], await run_in_worker_thread(self.tasks.task, user_id, params.task_id)
+                seen, task = task["status"], await run_in_worker_thread(self.tasks.task, caller, params.task_id)
                 if task["status"] != seen:
                     await _send_status(ctx, task)
         related = {RELATED_TASK: {"taskId": params.task_id}}

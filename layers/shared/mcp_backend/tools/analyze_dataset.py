@@ -117,6 +117,18 @@ class AnalyzeOutput(ToolOutput):
     columnsCsv: str | None = Field(None, description="The columns as CSV, with options.output_format csv")
 
 
+# A job that reads more rows than this is costly enough (time, the caller's daily jobs) to be confirmed first.
+CONFIRM_ABOVE_ROWS = 100_000
+
+
+def confirmation_question(request: AnalyzeInput) -> str | None:
+    """The question a large analysis asks its user before it is queued; None for an ordinary one."""
+    max_rows = request.options.max_rows
+    if max_rows is None or max_rows <= CONFIRM_ABOVE_ROWS:
+        return None
+    return f"Analyse up to {max_rows:,} rows? A run this large takes long and counts against your daily jobs."
+
+
 def admit(request: AnalyzeInput, ctx: ToolContext) -> None:
     """Before a job is queued: an s3:// dataset outside the caller's prefix is refused, no job written."""
     check_s3_dataset_access(request.dataset_url, ctx.user_id, ctx.fetch_policy)

@@ -19,6 +19,7 @@ from pydantic import Field, ValidationError
 
 from mcp_backend.jobs.errors import JobNotFound
 from mcp_backend.jobs.models import JOB_ID_PATTERN
+from mcp_backend.tools import app_views
 from mcp_backend.tools.context import StrictInput, ToolContext
 from mcp_backend.tools.services import Service
 from mcp_backend.tools.table import Access
@@ -126,6 +127,20 @@ def read_result(variables: dict[str, str], ctx: ToolContext) -> ResourceText:
     return ResourceText(page.text, JSON if page.pages == 1 else JSON_FRAGMENT, meta)
 
 
+def read_analysis_view(variables: dict[str, str], ctx: ToolContext) -> ResourceText:
+    """The MCP Apps view analyze_dataset links (`_meta.ui.resourceUri`): it shows the result the host sends it."""
+    return ResourceText(app_views.ANALYSIS_VIEW, app_views.APP_MIME_TYPE, app_views.UI_META)
+
+
+def read_job_view(variables: dict[str, str], ctx: ToolContext) -> ResourceText:
+    """The caller's job as an MCP Apps HTML page, every value escaped."""
+    address = job_address(variables)
+    page = app_views.read_job_view(address.jobId, ctx)
+    if page is None:
+        raise ResourceNotFound
+    return ResourceText(page, app_views.APP_MIME_TYPE, app_views.UI_META)
+
+
 def list_jobs(ctx: ToolContext, limit: int, cursor: str | None) -> ResourcePage:
     jobs, next_cursor = ctx.job_service().jobs(ctx.user_id, limit, cursor)
     listed = [
@@ -184,6 +199,27 @@ RESOURCES: dict[str, ResourceKind] = {
             "_meta says which page of how many and gives nextUri; concatenate the pages' text in order.",
             mime_type=JSON,
             read=read_result,
+            access=Access.READ,
+            services=frozenset({Service.JOBS}),
+            completions={"jobId": finished_job_ids},
+        ),
+        ResourceKind(
+            name="analysis-view",
+            uri_template=app_views.ANALYSIS_VIEW_URI,
+            title="Analysis result view",
+            description="MCP Apps view of an analyze_dataset result (HTML; shows the result its host sends it).",
+            mime_type=app_views.APP_MIME_TYPE,
+            read=read_analysis_view,
+            access=Access.READ,
+            services=frozenset(),
+        ),
+        ResourceKind(
+            name="job-view",
+            uri_template=app_views.JOB_VIEW_URI,
+            title="Job view",
+            description="MCP Apps view of one of your jobs: status, error and result as an HTML page.",
+            mime_type=app_views.APP_MIME_TYPE,
+            read=read_job_view,
             access=Access.READ,
             services=frozenset({Service.JOBS}),
             completions={"jobId": finished_job_ids},

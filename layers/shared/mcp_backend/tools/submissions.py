@@ -93,13 +93,18 @@ class JobSubmissions:
         self.jobs: JobsService = services.jobs  # type: ignore[assignment]
         self.models = {name: submit_model(tool) for name, tool in self.tools.items()}
 
-    def submit(self, caller: Principal, tool_name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    def submit(
+        self, caller: Principal, tool_name: str, arguments: Mapping[str, Any], hold_to_confirm: bool = False
+    ) -> dict[str, Any]:
         """One job: raises InvalidToolInput, the tool's admission error, QuotaExceeded or a JobRequestError when
-        it is refused (nothing is written then)."""
+        it is refused (nothing is written then). With `hold_to_confirm`, a job the tool wants confirmed (its
+        `confirm` question) is recorded but held, unqueued, until `JobsService.release`."""
         tool = self.tools[tool_name]
         request = self._validated(tool, arguments)
         self._admit(tool, request, caller)
-        return self.jobs.submit(caller.user_id, submission(tool.name, request), self.services.job_quota(caller.tier))
+        question = tool.confirm(request) if hold_to_confirm and tool.confirm is not None else None
+        quota = self.services.job_quota(caller.tier)
+        return self.jobs.submit(caller.user_id, submission(tool.name, request), quota, hold_for=question)
 
     def submit_many(self, caller: Principal, tool_name: str, items: list[Any]) -> list[dict[str, Any]]:
         """Many jobs: one answer per item in the caller's order. Items past the tier's batch size, invalid items

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from mcp_backend.tools import analyze_dataset, endpoints, job_results
+from mcp_backend.tools import analyze_dataset, app_views, endpoints, job_results
 from mcp_backend.tools.context import ToolContext
 from mcp_backend.tools.errors import InvalidToolInput
 from mcp_backend.tools.services import Service
@@ -73,6 +73,11 @@ class Tool:
     reaches_network: bool = False
     # Checks a job's input for its caller before the job is queued (raises a ToolError): a refusal writes nothing.
     admit: Callable[[Any, ToolContext], None] | None = None
+    # Before a job of it is queued: the question the user must confirm for this input (a large or costly run),
+    # or None to queue it at once. Asked through the 2026-07-28 multi-round-trip request (mcp_backend.mcp.asking).
+    confirm: Callable[[Any], str | None] | None = None
+    # The MCP Apps view (a `ui://` resource of the resource table) a host renders its synchronous result in.
+    ui_resource_uri: str | None = None
 
     def __post_init__(self) -> None:
         if self.access is Access.READ and self.effect is not Effect.NONE:
@@ -158,6 +163,8 @@ TOOLS: dict[str, Tool] = {
             services=frozenset(),
             effect=Effect.NONE,  # reads the dataset, writes nothing
             admit=analyze_dataset.admit,
+            confirm=analyze_dataset.confirmation_question,
+            ui_resource_uri=app_views.ANALYSIS_VIEW_URI,
         ),
         Tool(
             name="register_endpoint",
