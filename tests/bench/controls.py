@@ -72,7 +72,8 @@ class _Csv(http.server.BaseHTTPRequestHandler):
 
 
 def run() -> list[str]:
-    from mcp_backend.mcp.oauth import JwksCache, OAuthAuthenticator
+    from mcp_backend.jwks import JwksCache
+    from mcp_backend.mcp.oauth import OAuthAuthenticator
     from mcp_backend.mcp.server import create_app
     from tests.e2e.conftest import serve
     from tests.unit.endpoint_fakes import SETTINGS, EveryoneIsAlice

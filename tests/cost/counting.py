@@ -57,7 +57,7 @@ class RequestLog:
         self.durations.setdefault(function, []).append(seconds)
 
 
-# The endpoint's rate-limit leases (mcp_backend.ratelimit): one UpdateItem per block of a principal's requests,
+# The endpoint's rate-limit leases (mcp_backend.request_rate): one UpdateItem per block of a principal's requests,
 # counted apart from other UpdateItems because how many a unit makes depends on where it falls in a block.
 RATE_LIMIT_LEASE = "dynamodb:UpdateItem (rate-limit lease)"
 # The endpoint's daily-job leases (mcp_backend.jobs.quota_leases): one UpdateItem of JobTable per block of a

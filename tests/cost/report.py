@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcp_backend.jobs.quota_leases import daily_block
-from mcp_backend.ratelimit import block_size
+from mcp_backend.request_rate import block_size
 from tests.cost.figures import Measurement
 from tests.cost.model import GB, HOURS_PER_MONTH, LineItem, Price, idle_line_items, total, unit_line_items
 from tests.cost.profiles import profile_idle

@@ -353,15 +353,15 @@ def test_streamed_responses_are_proxy_safe_and_open_with_an_event(endpoint):
 
 
 def test_a_slow_tool_gets_keepalives_and_a_raising_tool_still_closes_its_stream(endpoint_factory, monkeypatch):
-    # Given an endpoint built with an analysis that works in silence for several keepalive periods, then raises
-    # (the app takes its tool table when it is built, as on Lambda)
+    # Given an endpoint started with an analysis that works in silence for several keepalive periods, then raises
+    # (the endpoint offers the tools of the table as it was at its start)
     from mcp_backend.tools import table as tool_table
 
     def silent_then_broken(request, context):
         time.sleep(float(TEST_KEEPALIVE_SECONDS) * 4)
         raise RuntimeError("secret-bearing internal detail")
 
-    # The real tool with only its run replaced: everything else the table declares (streaming, mode) is kept.
+    # The tool as declared (it streams its progress, so its answer is an event stream), but for what it runs
     broken = dataclasses.replace(tool_table.TOOLS["analyze_dataset"], run=silent_then_broken)
     monkeypatch.setitem(tool_table.TOOLS, "analyze_dataset", broken)
     endpoint = endpoint_factory()

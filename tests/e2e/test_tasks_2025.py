@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from devstack.wired_stack import local_dataset_url
-from mcp_backend.ratelimit import SLOT_LINGER_SECONDS
+from mcp_backend.call_slots import SLOT_LINGER_SECONDS
 from tests.e2e.test_mcp_tasks import MODERN, job_item
 from tests.e2e.test_mcp_tasks import rpc as modern_rpc
 

@@ -12,9 +12,9 @@ import time_machine
 
 from mcp_backend.api_keys import Principal
 from mcp_backend.aws import AwsClients
+from mcp_backend.call_slots import SLOT_HOLD_MARGIN_SECONDS
 from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.mcp.server import TierCallSlots
-from mcp_backend.ratelimit import SLOT_HOLD_MARGIN_SECONDS
 
 BOB = Principal(user_id="user-bob", tier="free")
 
@@ -25,7 +25,7 @@ def run_now(extend: Callable[[], None]) -> None:
 
 def instance(settings: McpSettings) -> TierCallSlots:
     """One endpoint instance's slots (DynamoDB is what instances share)."""
-    return TierCallSlots(settings, AwsClients(boto3.client), frozenset(), extend_off_path=run_now)
+    return TierCallSlots(settings, AwsClients(boto3.client), extend_off_path=run_now)
 
 
 def test_a_call_that_outlives_its_deadline_keeps_its_slot_until_it_ends(local):

@@ -9,14 +9,14 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from mcp_backend.ratelimit import (
+from mcp_backend.call_slots import (
     SLOT_HOLD_MARGIN_SECONDS,
     SLOT_LINGER_SECONDS,
     SLOT_REUSE_MARGIN_SECONDS,
     InFlightSlots,
-    RateLimitUnavailable,
     SlotLease,
 )
+from mcp_backend.request_rate import RateLimitUnavailable
 from tests.instants import minute_start
 
 HOLD = 60

@@ -11,7 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from mcp_backend.config import McpSettings, load_settings
-from mcp_backend.ratelimit import RateDecision, RateLimitUnavailable, RequestRateLimiter, block_size
+from mcp_backend.request_rate import RateDecision, RateLimitUnavailable, RequestRateLimiter, block_size
 from tests.instants import minute_start
 
 # Injected clocks start at the start of a minute of the real clock, never at a pinned date.

@@ -14,9 +14,9 @@ import boto3
 import httpx
 
 from mcp_backend.api_keys import Principal
+from mcp_backend.call_slots import SLOT_LINGER_SECONDS
 from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.mcp.server import create_app
-from mcp_backend.ratelimit import SLOT_LINGER_SECONDS
 from tests.unit.endpoint_fakes import HOST, EveryoneIs, ServedInProcess
 
 LEGACY = "2025-11-25"

@@ -591,7 +591,7 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             *[(a, arn("MonitorTable"), {}) for a in ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")],
             ("dynamodb:Query", arn("MonitorTable"), {}),  # monitor/table.py: probe results of an endpoint
             ("dynamodb:Query", f"{arn('MonitorTable')}/index/EndpointsByOwner", {}),
-            ("dynamodb:UpdateItem", arn("RateLimitTable"), {}),  # ratelimit.py
+            ("dynamodb:UpdateItem", arn("RateLimitTable"), {}),  # request_rate.py, call_slots.py
             ("s3:GetObject", f"{arn('JobResultBucket')}/results/job-1.json", {}),  # jobs/results.py
             endpoint_token("Encrypt", "srv-1", "apikey:alice"),  # register_endpoint: a user's endpoint
             *datasets,

@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 
 import mcp_backend.authorization.__main__ as authorization_cli
 from devstack.wired_stack import LocalEnvironment
-from mcp_backend.authorization.app import AuthorizationServer, documents_for
+from mcp_backend.authorization.app import CONSENT_MAX_BODY_BYTES, AuthorizationServer, documents_for
 from mcp_backend.authorization.clients import FAILURE_CACHE_SECONDS, SCOPES, MetadataDocuments
 from mcp_backend.authorization.signing import KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore
@@ -877,6 +877,22 @@ def test_consent_needs_the_cookie_and_the_form_token_and_deny_reports_access_den
     assert denied.status_code == 302
     assert "error=access_denied" in denied.headers["location"] and "state=state-123" in denied.headers["location"]
     assert again.status_code == 403
+
+
+def test_a_consent_form_over_its_body_cap_is_413_and_leaves_the_form_unspent(client):
+    # Given a signed-in user's consent form
+    client_id = register(client)["client_id"]
+    _, fields = consent_form(client, client_id, pkce()[1])
+    padded = urllib.parse.urlencode({**fields, "decision": "approve", "padding": "x" * CONSENT_MAX_BODY_BYTES})
+
+    # When it is posted past the cap, with its length declared and streamed without one
+    headers = {"content-type": "application/x-www-form-urlencoded"}
+    declared = client.post("/consent", content=padded, headers=headers)
+    streamed = client.post("/consent", content=iter([padded[:8192].encode(), padded[8192:].encode()]), headers=headers)
+
+    # Then both are 413 before the form is read, and the form itself is still answered once
+    assert [declared.status_code, streamed.status_code] == [413, 413]
+    assert client.post("/consent", data={**fields, "decision": "approve"}).status_code == 302
 
 
 def test_a_failed_upstream_login_goes_back_with_access_denied(client):

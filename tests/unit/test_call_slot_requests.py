@@ -1,5 +1,6 @@
-"""Which requests hold a calls-in-flight slot: a call of a tool that reaches the network, and a request that waits
-for a task (2025-11-25 tasks/result), however the client spells it in JSON; nothing else."""
+"""Which requests hold a calls-in-flight slot, as the door table decides it: a call of a tool that reaches the
+network, and a request that waits for a task (2025-11-25 tasks/result), however the client spells it in JSON;
+nothing else."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ import json
 
 import pytest
 
-from mcp_backend.mcp.guard import holds_a_call_slot
-from mcp_backend.mcp.tasks_2025 import WAITING_METHODS
+from mcp_backend.doors import METHODS, TOOL_DOORS, Door, DoorTable
 
-NETWORK_TOOLS = frozenset({"analyze_dataset"})
+DOORS = DoorTable(METHODS, TOOL_DOORS)
+
+
+def holds_a_call_slot(body: bytes) -> bool:
+    door = DOORS.decide(body)
+    return isinstance(door, Door) and door.slot
 
 
 def request(method: str, params: dict | None = None, request_id: int = 1) -> dict:
@@ -34,7 +39,7 @@ RESULT = request("tasks/result", {"taskId": "j-1"})
 def test_a_waiting_request_or_a_network_call_holds_a_slot(body):
     # Given a body that waits for a task or calls a network tool, however it is spelled
     # When the guard asks whether it holds a slot / Then it does
-    assert holds_a_call_slot(body, NETWORK_TOOLS, WAITING_METHODS)
+    assert holds_a_call_slot(body)
 
 
 @pytest.mark.parametrize(
@@ -51,4 +56,4 @@ def test_a_waiting_request_or_a_network_call_holds_a_slot(body):
 def test_other_requests_hold_no_slot(body):
     # Given a body that answers at once (or that the SDK refuses)
     # When the guard asks whether it holds a slot / Then it does not
-    assert not holds_a_call_slot(body, NETWORK_TOOLS, WAITING_METHODS)
+    assert not holds_a_call_slot(body)

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
+from mcp_backend.doors import METHODS
 from mcp_backend.jobs.service import JobQueues, JobsService
 from mcp_backend.mcp.prompts import PromptBindings
 from mcp_backend.mcp.resources import ResourceBindings
-from mcp_backend.mcp.scopes import METHOD_ACCESS
 from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.prompts import PROMPTS
 from mcp_backend.tools.resources import RESOURCES, ResourceKind
@@ -19,9 +19,9 @@ from mcp_backend.tools.table import Access
 
 
 def test_every_resource_kind_and_prompt_is_read_as_the_guard_requires():
-    # Given the scopes the guard asks of resources/read and prompts/get
-    assert METHOD_ACCESS["resources/read"] is METHOD_ACCESS["prompts/get"] is Access.READ
-    # Then every table entry is READ (a SUBMIT one would need a per-name check in mcp/scopes.py)
+    # Given the scopes the door table asks of resources/read and prompts/get
+    assert METHODS["resources/read"].access is METHODS["prompts/get"].access is Access.READ
+    # Then every table entry is READ (a SUBMIT one would need a per-name door in mcp_backend/doors.py)
     assert {kind.access for kind in RESOURCES.values()} | {prompt.access for prompt in PROMPTS.values()} == {
         Access.READ
     }

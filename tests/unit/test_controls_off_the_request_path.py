@@ -14,7 +14,8 @@ from typing import Any
 
 import anyio
 
-from mcp_backend.mcp.oauth import JwksCache, OAuthAuthenticator
+from mcp_backend.jwks import JwksCache
+from mcp_backend.mcp.oauth import OAuthAuthenticator
 from mcp_backend.mcp.server import create_app
 from tests.instants import minute_start
 from tests.unit.endpoint_fakes import SETTINGS, ServedInProcess

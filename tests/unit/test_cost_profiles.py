@@ -43,16 +43,17 @@ def idle(**parameters: str) -> dict[str, float | None]:
     return {item.what: item.usd for item in items}
 
 
-def test_the_full_profile_prices_the_on_demand_stream_the_alarms_the_dashboard_the_key_and_the_secret():
+def test_the_full_profile_prices_the_on_demand_stream_the_alarms_the_dashboard_the_key_and_the_secrets():
     # Given the full profile's idle month
     lines = idle(**profile_parameters("full"))
     # Then the on-demand stream is billed every hour of the month at the stream-hour price
     assert lines["Kinesis stream-hours (on-demand)"] == pytest.approx(HOURS_PER_MONTH * 0.04)
-    # And each alarm, the dashboard, the endpoint-token key and the API-key secret have a price
+    # And each alarm, the dashboard, the endpoint-token key and the two secrets (API keys, request state; the
+    # edge's is off in this profile) have a price
     assert lines["CloudWatch alarms"] == pytest.approx(23 * 0.10)
     assert lines["CloudWatch dashboards"] == pytest.approx(3.00)
     assert lines["KMS keys"] == pytest.approx(1.00)
-    assert lines["Secrets Manager secrets"] == pytest.approx(0.40)
+    assert lines["Secrets Manager secrets"] == pytest.approx(2 * 0.40)
 
 
 def test_a_provisioned_call_log_bills_one_shard_instead_of_the_stream_hour():

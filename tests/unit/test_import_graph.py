@@ -78,10 +78,15 @@ PACKAGES = pytest.mark.parametrize("package", [SHARED, LOCAL_STACK], ids=["mcp_b
 # layer or below (docs/architecture.md, "Layering"). A new part goes into one of them.
 LAYERS: list[set[str]] = [
     # entry points: the MCP endpoint, the call-log telemetry extension, the authorization server
-    {"mcp", "telemetry_extension", "authorization"},
+    {"mcp", "telemetry_extension", "authorization", "doors"},
     {"tools"},  # the tool table, the tools, the job worker generated from it
     {"jobs", "probes"},  # the job pipeline's service and JobTable; probes and the endpoint registry
-    {"monitor", "api_keys", "ratelimit"},  # MonitorTable's owner and consumers; the API-key and rate-limit tables
+    {
+        "monitor",
+        "api_keys",
+        "request_rate",
+        "call_slots",
+    },  # MonitorTable, API keys, RateLimitTable
     {"calllog"},  # call-log records, the writer and shipper, the analyzer
     {"streams", "batch", "idempotency", "custom_resource"},  # handler plumbing: records, CloudFormation requests
     {
@@ -95,6 +100,12 @@ LAYERS: list[set[str]] = [
         "validation",
         "snapstart",
         "tracing",
+        "tiers",
+        "refusals",
+        "block_leases",
+        "jwks",
+        "hosts",
+        "pinned_transport",
     },
 ]
 
@@ -244,3 +255,37 @@ def test_every_part_of_the_local_stack_is_in_a_layer():
 
     # Then each has its place in the layering
     assert {name for name in parts if not any(name in members for members in LOCAL_STACK_LAYERS)} == set()
+
+
+def test_the_job_store_only_reads_and_writes():
+    # Given JobTable's owner and what it imports
+    store = SHARED.modules["mcp_backend.jobs.store"]
+    imported = {name for name, _ in SHARED.imports_of("mcp_backend.jobs.store")}
+
+    # Then job admission (the quota's leases, its refusals) is decided above it, not in it
+    assert "mcp_backend.jobs.quota_leases" not in imported
+    assert "concurrent_refused" not in store.read_text() and "daily_refused" not in store.read_text()
+
+
+def test_the_block_lease_algorithm_is_written_once():
+    # Given the modules that keep a shared count in blocks (the request rate, the daily job quota)
+    users = [SHARED.modules["mcp_backend.request_rate"], SHARED.modules["mcp_backend.jobs.store"]]
+
+    # Then each leases through mcp_backend.block_leases, and none writes the conditional lease itself
+    for path in users:
+        text = path.read_text()
+        assert "lease_block(" in text and ":room" not in text, path.name
+
+
+def test_the_authorization_server_imports_nothing_of_the_endpoint():
+    # Given every import of the authorization server's modules
+    imported = {
+        name
+        for module in SHARED.modules
+        if module.startswith("mcp_backend.authorization.")
+        for name, _ in SHARED.imports_of(module)
+    }
+
+    # Then none is of the MCP endpoint or the probes: what they share (the JWKS cache, the host rule, the pinned
+    # transport) lives in the foundations
+    assert {name for name in imported if part(name) in ("mcp_backend.mcp", "mcp_backend.probes")} == set()

@@ -24,8 +24,7 @@ from mcp_backend.jobs.models import JobMessage, JobStatus
 from mcp_backend.jobs.service import JobQueues, JobsService
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.jobs.worker import is_permanent
-from mcp_backend.mcp.auth import ScopedPrincipal
-from mcp_backend.mcp.guard import PRINCIPAL_SCOPE_KEY
+from mcp_backend.mcp.auth import CALLER, ScopedPrincipal
 from mcp_backend.mcp.tasks import JobTasks
 from mcp_backend.mcp.tasks_2025 import LegacyJobTasks
 from mcp_backend.tools.context import ToolContext
@@ -317,9 +316,13 @@ def token_caller(*scopes: Access) -> ScopedPrincipal:
     return ScopedPrincipal(user_id=USER, access=frozenset(scope.value for scope in scopes))
 
 
-def legacy_request(principal: Principal) -> Any:
-    """What the 2025-11-25 tasks/* handlers read of a request: the caller the HTTP guard put in its scope."""
-    return SimpleNamespace(request=SimpleNamespace(scope={PRINCIPAL_SCOPE_KEY: principal}))
+def as_caller(principal: Principal, handler: Any, params: Any) -> Any:
+    """A 2025-11-25 tasks/* handler run as the HTTP guard runs it: its caller in the request's context."""
+    token = CALLER.set(principal)
+    try:
+        return anyio.run(handler, SimpleNamespace(request=None), params)
+    finally:
+        CALLER.reset(token)
 
 
 def test_a_task_of_a_submit_tool_needs_the_submit_scope_to_be_read_or_cancelled(jobs):
@@ -336,8 +339,8 @@ def test_a_task_of_a_submit_tool_needs_the_submit_scope_to_be_read_or_cancelled(
     for answer in (
         lambda: tasks.task(reader, job.job_id),
         lambda: tasks.owned(reader, job.job_id),
-        lambda: anyio.run(legacy.get, legacy_request(reader), params),
-        lambda: anyio.run(legacy.result, legacy_request(reader), params),
+        lambda: as_caller(reader, legacy.get, params),
+        lambda: as_caller(reader, legacy.result, params),
     ):
         with pytest.raises(MCPError) as refused:
             answer()
@@ -348,8 +351,8 @@ def test_a_task_of_a_submit_tool_needs_the_submit_scope_to_be_read_or_cancelled(
         (-32602, "Forbidden: insufficient scope", '{"requiredScope": "submit"}')
     }
     assert tasks.task(submitter, job.job_id)["status"] == "completed"
-    assert anyio.run(legacy.get, legacy_request(submitter), params)["status"] == "completed"
-    assert anyio.run(legacy.result, legacy_request(submitter), params)["structuredContent"] == {"rowCount": 1}
+    assert as_caller(submitter, legacy.get, params)["status"] == "completed"
+    assert as_caller(submitter, legacy.result, params)["structuredContent"] == {"rowCount": 1}
     assert tasks.task(ALICE, job.job_id)["status"] == "completed"
 
 

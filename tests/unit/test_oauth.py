@@ -11,6 +11,7 @@ import json
 import threading
 import time
 import urllib.error
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -26,17 +27,12 @@ from pydantic import ValidationError
 from devstack.wired_stack import LocalEnvironment
 from mcp_backend.api_keys import ReservedUserId, new_api_key
 from mcp_backend.config import McpSettings
-from mcp_backend.mcp.auth import ApiKeyAuthenticator
-from mcp_backend.mcp.guard import MAX_JSON_DEPTH, HostPolicy, McpHttpGuard, json_nesting_exceeds, principal_of
-from mcp_backend.mcp.oauth import (
-    EitherAuthenticator,
-    JwksCache,
-    OAuthAuthenticator,
-    TokenPolicy,
-    fetch_url,
-)
+from mcp_backend.doors import MCP_POST, METHODS, TOOL_DOORS, Door, DoorTable
+from mcp_backend.jwks import JwksCache, fetch_url
+from mcp_backend.mcp.auth import ApiKeyAuthenticator, current_caller
+from mcp_backend.mcp.guard import MAX_JSON_DEPTH, HostPolicy, McpHttpGuard, json_nesting_exceeds
+from mcp_backend.mcp.oauth import EitherAuthenticator, OAuthAuthenticator, TokenPolicy
 from mcp_backend.mcp.request_body import buffered_body
-from mcp_backend.mcp.scopes import required_access
 from mcp_backend.netsafety import DeadlinePassed, is_loopback_host
 from mcp_backend.stack_urls import StackUrl
 from mcp_backend.tools.table import Access
@@ -95,7 +91,7 @@ def policy(**overrides: Any) -> TokenPolicy:
 async def echo(scope, receive, send) -> None:
     """The SDK's place: answers with who the guard said is calling and what body it received."""
     body, _ = await buffered_body(receive)
-    principal = principal_of(scope)
+    principal = current_caller()
     payload = json.dumps({"userId": principal.user_id, "body": json.loads(body)}).encode()
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": payload})
@@ -451,6 +447,14 @@ def test_both_mode_accepts_an_api_key_or_a_token():
     assert call(app, key, tool="submit_analysis").json()["userId"] == "apikey:user-alice"
     assert call(app, token()).json()["userId"] == f"oauth:{ISSUER}:user-carol"
     assert_unauthorized(call(app, "not-a-token"))
+
+
+def required_access(body: bytes, tool_access: dict[str, Access]) -> frozenset[Access]:
+    """The scopes the guard's door table asks of a body (the test's tools' scopes over the table's)."""
+    tools = {**TOOL_DOORS, **{name: replace(MCP_POST, access=access) for name, access in tool_access.items()}}
+    door = DoorTable(METHODS, tools).decide(body)
+    assert isinstance(door, Door)
+    return door.access
 
 
 def test_required_access_reads_each_tools_call():

@@ -5,6 +5,7 @@ its message, anything else is logged and answered without its text."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -16,8 +17,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams, RequestParams
 
 from mcp_backend.api_keys import Principal
+from mcp_backend.mcp.auth import CALLER
 from mcp_backend.mcp.bindings import ToolBindings, task_execution
-from mcp_backend.mcp.guard import PRINCIPAL_SCOPE_KEY
 from mcp_backend.mcp.table_server import table_server
 from mcp_backend.tools.context import StrictInput, ToolContext, ToolOutput
 from mcp_backend.tools.errors import DatasetAccessDenied
@@ -56,10 +57,17 @@ TABLE = {
 }
 
 
+@pytest.fixture(autouse=True)
+def alice_calls() -> Iterator[None]:
+    """The caller the guard would have set for the request (the SDK's handlers run in the request's context)."""
+    token = CALLER.set(Principal(user_id="user-alice"))
+    yield
+    CALLER.reset(token)
+
+
 def caller_context() -> Any:
-    """What the SDK hands a handler: the request (its ASGI scope holds the principal the guard set)."""
-    request = SimpleNamespace(scope={PRINCIPAL_SCOPE_KEY: Principal(user_id="user-alice")})
-    return SimpleNamespace(request=request)
+    """What the SDK hands a handler: the request."""
+    return SimpleNamespace(request=SimpleNamespace(scope={}))
 
 
 def call(bindings: ToolBindings, name: str, arguments: dict[str, Any]) -> Any:

@@ -31,13 +31,14 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 from pydantic.alias_generators import to_camel
 
 from mcp_backend.aws import botocore_errors, new_client
 from mcp_backend.observability import logger
+from mcp_backend.tiers import LOWEST_TIER, TIERS, Tier
 
 if TYPE_CHECKING:
     from mypy_boto3_secretsmanager import SecretsManagerClient
@@ -75,7 +76,7 @@ class Principal(BaseModel):
 
     # `|` for token subjects such as Auth0's "auth0|5f..."; `/` and `:` for an issuer URL in a namespaced id.
     user_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.@:|/-]+$")
-    tier: Literal["free", "pro", "internal"] = "free"
+    tier: Tier = LOWEST_TIER
 
     def namespaced(self, namespace: str) -> Principal:
         """The same caller, its id prefixed by how it authenticated (validated again: at most 128 characters)."""
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["add", "revoke", "list"])
     parser.add_argument("--secret-id", required=True)
     parser.add_argument("--user-id")
-    parser.add_argument("--tier", default="free", choices=["free", "pro", "internal"])
+    parser.add_argument("--tier", default=LOWEST_TIER, choices=TIERS)
     parser.add_argument("--key-hash")
     args = parser.parse_args(argv)
     client = new_client("secretsmanager")

@@ -10,10 +10,9 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mcp_backend.tiers import LOWEST_TIER, TIERS, Tier
+
 SettingsT = TypeVar("SettingsT", bound=BaseModel)
-Tier = Literal["free", "pro", "internal"]
-LOWEST_TIER: Tier = "free"  # what a caller whose tier is unknown gets (OAuth callers: docs/security.md)
-TIER_ORDER: tuple[Tier, ...] = ("free", "pro", "internal")  # lowest first
 ASYMMETRIC_JWT_ALGORITHMS = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 )
@@ -88,8 +87,8 @@ class TierLimitSettings(Settings):
 
 
 # Each tier's settings fields, in TierLimits' order; every request asks for its caller's row.
-_LIMIT_FIELDS = {
-    tier: tuple(f"limit_{tier}_{field}" for field in TierLimits.model_fields) for tier in ("free", "pro", "internal")
+_LIMIT_FIELDS: dict[str, tuple[str, ...]] = {
+    tier: tuple(f"limit_{tier}_{field}" for field in TierLimits.model_fields) for tier in TIERS
 }
 
 
@@ -214,7 +213,7 @@ class McpSettings(ToolSettings):
     # RequestStateSecret: the key every execution environment seals and opens a multi-round-trip requestState
     # with (mcp_backend.mcp.request_state_key); empty: no tool can ask its user anything (fail closed).
     request_state_secret_id: str = ""
-    # Per-principal request counters (mcp_backend.ratelimit); required: the endpoint does not start unlimited.
+    # Per-principal request counters (mcp_backend.request_rate); required: the endpoint does not start unlimited.
     rate_limit_table_name: str = Field(min_length=1)
     # apikey: bearer API keys only; oauth: JWT access tokens only; both: either (mcp_backend.mcp.auth).
     auth_mode: Literal["apikey", "oauth", "both"] = "apikey"
@@ -449,8 +448,8 @@ def tier_map(pairs: str, name: str) -> dict[str, Tier]:
     mapped: dict[str, Tier] = {}
     for item in filter(str.strip, pairs.split(",")):
         value, _, tier = (part.strip() for part in item.partition("="))
-        if not value or tier not in TIER_ORDER:
-            raise ValueError(f"{name}: {item!r} must be value=free|pro|internal")
+        if not value or tier not in TIERS:
+            raise ValueError(f"{name}: {item!r} must be value=" + "|".join(TIERS))
         mapped[value] = tier
     return mapped
 
@@ -462,7 +461,7 @@ def highest_tier(values: Any, mapping: Mapping[str, Tier]) -> Tier:
     if not isinstance(values, list):
         return LOWEST_TIER
     tiers = {mapping[value] for value in values if isinstance(value, str) and value in mapping}
-    return max(tiers, key=TIER_ORDER.index, default=LOWEST_TIER)
+    return max(tiers, key=TIERS.index, default=LOWEST_TIER)
 
 
 def load_settings(model: type[SettingsT], environ: Mapping[str, str] | None = None) -> SettingsT:

@@ -1,4 +1,4 @@
-"""Quotas by tier that tools and the jobs service enforce (the request rate is the HTTP guard's: ratelimit.py).
+"""Quotas by tier that tools and the jobs service enforce (the request rate is the HTTP guard's: request_rate.py).
 
 A refused request raises `QuotaExceeded`, whose message names the limit, the tier, the maximum and when the
 quota frees up; it is written before anything else, so a refused job or registration leaves nothing behind.

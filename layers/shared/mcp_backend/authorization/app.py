@@ -72,6 +72,9 @@ PAGE_HEADERS = {
     "Referrer-Policy": "same-origin",
 }
 CSRF_COOKIE = "mcp_consent"
+# The consent form is three short fields (transaction, csrf, decision): well under 1 KiB. A longer body is 413
+# before it is parsed, as the SDK's handlers answer theirs.
+CONSENT_MAX_BODY_BYTES = 16 * 1024
 # The browser binding: `__Host-` on https (host-only, Secure, Path=/: no sibling host can plant one); plain on
 # loopback http, where that prefix cannot be set.
 BROWSER_COOKIE, LOOPBACK_BROWSER_COOKIE = "__Host-mcp_login", "mcp_login"
@@ -191,7 +194,11 @@ def issuer_app(provider: Provider) -> Starlette:
         ),
         Route("/jwks", endpoint=pages.jwks, methods=["GET"]),
         Route("/callback", endpoint=pages.callback, methods=["GET"]),
-        Route("/consent", endpoint=pages.consent, methods=["POST"]),
+        Route(
+            "/consent",
+            endpoint=RequestBodyLimitMiddleware(request_response(pages.consent), CONSENT_MAX_BODY_BYTES),
+            methods=["POST"],
+        ),
         Route("/healthz", endpoint=lambda _: PlainTextResponse("ok"), methods=["GET"]),
         Route(
             "/authorize",

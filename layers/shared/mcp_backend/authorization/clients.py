@@ -48,7 +48,7 @@ from pydantic import AnyUrl, ValidationError
 
 from mcp_backend.netsafety import MAX_ENDPOINT_URL_LENGTH, UnsafeUrl, is_loopback_host, resolve_endpoint
 from mcp_backend.observability import logger
-from mcp_backend.probes.pinning import PinnedTransport
+from mcp_backend.pinned_transport import PinnedTransport
 
 MAX_DOCUMENT_BYTES = 8 * 1024
 CACHE_SECONDS = 300.0

@@ -32,9 +32,10 @@ import httpx
 import jwt
 
 from mcp_backend.aws import botocore_errors, client_or_lazy
-from mcp_backend.config import AuthorizationServerSettings, Tier, highest_tier
-from mcp_backend.mcp.oauth import Fetch, JwksCache, fetch_url
+from mcp_backend.config import AuthorizationServerSettings, highest_tier
+from mcp_backend.jwks import Fetch, JwksCache, fetch_url
 from mcp_backend.netsafety import DeadlinePassed, OutboundDeadline
+from mcp_backend.tiers import Tier
 
 # The token exchange as a whole (connect, TLS, headers, body): the user waits on it.
 TOKEN_DEADLINE_SECONDS = 5.0

@@ -1,9 +1,10 @@
-"""What one instance of the endpoint knows about its callers' job quotas between DynamoDB writes: the daily
-jobs it has leased and not yet used, and the jobs it submitted in the last few seconds. No I/O here: JobTable's
-owner (jobs/store.py) reads and writes, this keeps the counts.
+"""Job admission: whether a caller's tier lets it submit one more job, decided here, above JobTable's owner
+(jobs/store.py), which only reads and writes. What one instance knows between DynamoDB writes: the daily jobs it
+has leased and not yet used, and the jobs it submitted in the last few seconds.
 
-Daily jobs are leased in blocks, as the request rate is (ratelimit.py): one conditional UpdateItem of the
-caller's day item takes a block of the day's jobs, and the instance admits that many without another write.
+Daily jobs are leased in blocks with the request rate's algorithm (mcp_backend.block_leases): one conditional
+UpdateItem of the caller's day item takes a block of the day's jobs, and the instance admits that many without
+another write.
 A block is a tenth of what the day has left when it is leased (1 to 50), so leases shrink as the day fills
 and never hand one instance all of it. The count in DynamoDB is the sum of every lease and a lease past the
 limit is refused by DynamoDB itself: all instances together never admit more than the day's limit. Jobs an
@@ -21,6 +22,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from mcp_backend.jobs.models import JobMessage
+from mcp_backend.jobs.store import JobStore
+from mcp_backend.quotas import JobQuota
 
 # A lease takes this share of what is left of the day's jobs (at least 1, at most MAX_DAILY_BLOCK).
 DAILY_BLOCKS = 10
@@ -92,3 +98,49 @@ class QuotaLeases:
             if state is None:
                 state = self._callers[user_id] = CallerQuota()
             return state
+
+
+class JobAdmission:
+    """Records a job PENDING if the caller's tier admits it, with no write in the common case: the caller's PENDING
+    and RUNNING jobs are counted (the store's index read, and this instance's recent jobs), and one of the day's
+    jobs is taken from this instance's lease (one conditional write per block). Over either limit, QuotaExceeded
+    (naming the limit and the tier) and nothing is written; a repeated job id takes no quota."""
+
+    def __init__(self, leases: QuotaLeases | None = None) -> None:
+        self.leases = leases if leases is not None else QuotaLeases()
+
+    def record(self, store: JobStore, job: JobMessage, quota: JobQuota | None) -> bool:
+        """True when the job was recorded in `store`; False for an id that exists already (a repeat)."""
+        if quota is None:
+            return store.create_pending(job)
+        now = datetime.now(UTC)
+        day = now.date().isoformat()
+        caller = self.leases.caller(job.user_id, day)
+        with caller.lock:
+            held_here = caller.in_flight_here(self.leases.clock())
+            if store.count_in_flight(job.user_id, held_here, quota) >= quota.concurrent_jobs:
+                if store.get(job.job_id) is not None:
+                    return False  # a repeat: answered from the job's state, takes no quota
+                raise quota.concurrent_refused()
+            if not caller.take_daily(day):
+                self._lease_daily(store, job.user_id, caller, day, quota.daily_jobs)
+                if not caller.take_daily(day):
+                    if store.get(job.job_id) is not None:
+                        return False
+                    raise quota.daily_refused(now)
+            if not store.create_pending(job, active=True):
+                caller.give_back()
+                return False
+            caller.recent[job.job_id] = self.leases.clock()
+        return True
+
+    @staticmethod
+    def _lease_daily(store: JobStore, user_id: str, caller: CallerQuota, day: str, limit: int) -> None:
+        """Lease a block of the day's jobs into `caller` (nothing when the day is spent, or the lease kept losing
+        races to other instances': the submission is refused, the next one tries again)."""
+        if caller.spent:
+            return
+        block = daily_block(limit, caller.counted)
+        leased = store.lease_daily(user_id, day, limit, block, lambda counted: daily_block(limit, counted))
+        if leased is not None:
+            caller.granted(leased.taken, leased.counted)

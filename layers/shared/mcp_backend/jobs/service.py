@@ -28,7 +28,7 @@ from mcp_backend.jobs.errors import (
     JobRequestError,
 )
 from mcp_backend.jobs.models import JOB_ID_PATTERN, TERMINAL_STATUSES, JobMessage, JobStatus
-from mcp_backend.jobs.quota_leases import QuotaLeases
+from mcp_backend.jobs.quota_leases import JobAdmission
 from mcp_backend.jobs.results import ResultObjects, result_text
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.observability import count_limit_refusal, logger
@@ -156,7 +156,7 @@ class JobsService:
         self.queues = queues
         self._clients = clients or AwsClients()
         # This instance's daily-job leases and recent submissions: the service lives as long as its function.
-        self.quota_leases = QuotaLeases()
+        self.admission = JobAdmission()
 
     @property
     def store(self) -> JobStore:
@@ -292,7 +292,7 @@ class JobsService:
         receive, never a second run. A repeat with another tool or input, or for another user's job id, is
         an error entry."""
         store = self.store
-        if store.create_pending(job, quota, self.quota_leases):
+        if self.admission.record(store, job, quota):
             return {"jobId": job.job_id, "status": JobStatus.PENDING.value}
         existing = store.get(job.job_id)
         if existing is None or existing.get("userId") != job.user_id:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from mcp_backend.aws import botocore_errors, client_or_lazy
+from mcp_backend.block_leases import BlockLease, lease_block
 from mcp_backend.jobs.errors import JobCancelled, JobOwnershipError, ResultTooLarge
 from mcp_backend.jobs.models import JobError, JobMessage, JobStatus
-from mcp_backend.jobs.quota_leases import CallerQuota, QuotaLeases, daily_block
 from mcp_backend.quotas import JobQuota
 
 if TYPE_CHECKING:
@@ -86,43 +87,18 @@ class JobStore:
         self._client = client
 
     # -- writes ---------------------------------------------------------------
-    def create_pending(self, job: JobMessage, quota: JobQuota | None = None, leases: QuotaLeases | None = None) -> bool:
+    def create_pending(self, job: JobMessage, active: bool = False) -> bool:
         """Record a submitted job with its payload's fingerprint. Returns False when the id exists already (a
-        repeated submission, which takes no quota).
+        repeated submission). `active`: the job item holds one of its owner's concurrent-job slots
+        (`activeUserId`, removed by the write that ends the job). Admission (the tier's quotas) is decided above
+        the store: jobs/quota_leases.py."""
+        return self._put_pending(job, active)
 
-        With a quota, the job is admitted first, with no write in the common case: the caller's PENDING and
-        RUNNING jobs are counted (`_count_in_flight`), and one of the day's jobs is taken from this instance's
-        lease (a lease is one conditional write per block: `_lease_daily`). Over either limit, QuotaExceeded
-        and nothing is written. The job item itself holds the concurrent-job slot (`activeUserId`, removed by
-        the write that ends the job). `leases`: this instance's quota state (the jobs service keeps one)."""
-        if quota is None:
-            return self._put_pending(job)
-        leases = leases if leases is not None else QuotaLeases()
-        now = datetime.now(UTC)
-        day = now.date().isoformat()
-        caller = leases.caller(job.user_id, day)
-        with caller.lock:
-            if self._count_in_flight(job.user_id, caller, leases.clock(), quota) >= quota.concurrent_jobs:
-                if self.get(job.job_id) is not None:
-                    return False  # a repeat: answered from the job's state, takes no quota
-                raise quota.concurrent_refused()
-            if not caller.take_daily(day):
-                self._lease_daily(job.user_id, caller, day, quota.daily_jobs)
-                if not caller.take_daily(day):
-                    if self.get(job.job_id) is not None:
-                        return False
-                    raise quota.daily_refused(now)
-            if not self._put_pending(job, active=True):
-                caller.give_back()
-                return False
-            caller.recent[job.job_id] = leases.clock()
-        return True
-
-    def _count_in_flight(self, user_id: str, caller: CallerQuota, now: float, quota: JobQuota) -> int:
-        """The caller's jobs holding a concurrent-job slot: the index's, and this instance's recent ones. Only
-        when that reaches the limit are the jobs read (consistently) to leave out those that ended meanwhile or
-        stopped being updated `slot_max_seconds` ago (a worker killed before it recorded the end)."""
-        held = caller.in_flight_here(now)
+    def count_in_flight(self, user_id: str, held_here: set[str], quota: JobQuota) -> int:
+        """The caller's jobs holding a concurrent-job slot: the index's, and `held_here` (this instance's recent
+        ones). Only when that reaches the limit are the jobs read (consistently) to leave out those that ended
+        meanwhile or stopped being updated `slot_max_seconds` ago (a worker killed before it recorded the end)."""
+        held = set(held_here)
         request: dict[str, Any] = {
             "TableName": self.table_name,
             "IndexName": ACTIVE_JOBS_INDEX,
@@ -164,41 +140,14 @@ class JobStore:
                 request = response.get("UnprocessedKeys") or {}
         return jobs
 
-    def _lease_daily(self, user_id: str, caller: CallerQuota, day: str, limit: int) -> None:
-        """Lease a block of the day's jobs into `caller` (nothing when the day is spent). A lease that would
-        pass the limit is refused by DynamoDB, which answers with the count: what is left is leased instead.
-        Concurrent leases by other instances can move the count each time: after three tries the lease is
-        given up and the submission refused (the next one tries again)."""
-        if caller.spent:
-            return
+    def lease_daily(
+        self, user_id: str, day: str, limit: int, block: int, next_block: Callable[[int], int]
+    ) -> BlockLease | None:
+        """Lease up to `block` of the caller's jobs for `day` (mcp_backend.block_leases; kept a day past its own)."""
         day_start = datetime.fromisoformat(day).replace(tzinfo=UTC)
-        expires = int(day_start.timestamp()) + 2 * 86400  # kept a day past its own
-        block = daily_block(limit, caller.counted)
-        for _ in range(3):
-            try:
-                response = self._client.update_item(
-                    TableName=self.table_name,
-                    Key={"jobId": {"S": f"{_DAILY_PREFIX}{user_id}#{day}"}},
-                    UpdateExpression="ADD submitted :block SET expiresAt = :expires",
-                    ConditionExpression="attribute_not_exists(submitted) OR submitted <= :room",
-                    ExpressionAttributeValues={
-                        ":block": {"N": str(block)},
-                        ":room": {"N": str(limit - block)},
-                        ":expires": {"N": str(expires)},
-                    },
-                    ReturnValues="UPDATED_NEW",
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
-            except self._client.exceptions.ConditionalCheckFailedException as refused:
-                old = cast(dict[str, Any], refused.response).get("Item") or {}
-                counted = int(old.get("submitted", {}).get("N", limit))
-                block = min(limit - counted, daily_block(limit, counted))
-                if block <= 0:
-                    caller.granted(0, counted)
-                    return
-                continue
-            caller.granted(block, int(response["Attributes"]["submitted"]["N"]))
-            return
+        key = {"jobId": {"S": f"{_DAILY_PREFIX}{user_id}#{day}"}}
+        expires = int(day_start.timestamp()) + 2 * 86400
+        return lease_block(self._client, self.table_name, key, "submitted", limit, block, expires, next_block)
 
     def _put_pending(self, job: JobMessage, active: bool = False) -> bool:
         request = self._pending_put(job)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hmac
 import threading
 import time
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 import anyio.to_thread
@@ -22,6 +23,16 @@ from mcp_backend.api_keys import (
     hash_api_key,
 )
 from mcp_backend.observability import logger
+from mcp_backend.refusals import AuthenticationUnavailable
+
+# Who is calling, for everything the request runs after the guard authenticated it (the SDK's handlers included:
+# their tasks start in the request's context), as the SDK's own `auth_context_var`. Set by the guard for the
+# request's serving only; None outside a request.
+CALLER: ContextVar[Principal | None] = ContextVar("mcp_backend_caller", default=None)
+
+
+def current_caller() -> Principal | None:
+    return CALLER.get()
 
 
 class Authenticator(Protocol):
@@ -48,18 +59,6 @@ class ScopedPrincipal(Principal):
     model_config = ConfigDict(defer_build=True)  # built with the first access token (API keys never need it)
 
     access: frozenset[str] = frozenset()
-
-
-class AuthenticationUnavailable(RuntimeError):
-    """Credentials cannot be checked right now: the guard answers 503 with Retry-After, never 401 or 500.
-
-    `logged` says the cause was already logged (once per interval), so the guard does not log it per request."""
-
-    logged = False
-
-    def __init__(self, message: str, retry_after_seconds: int = 5) -> None:
-        super().__init__(message)
-        self.retry_after_seconds = retry_after_seconds
 
 
 class KeyTableUnavailable(AuthenticationUnavailable):

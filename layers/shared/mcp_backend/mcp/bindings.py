@@ -42,7 +42,7 @@ from mcp_backend.api_keys import Principal
 from mcp_backend.jobs.errors import JobRequestError
 from mcp_backend.jobs.service import MAX_BATCH_ITEMS, JobsService
 from mcp_backend.mcp.asking import NotConfirmed, confirmation
-from mcp_backend.mcp.guard import principal_of
+from mcp_backend.mcp.auth import current_caller
 from mcp_backend.mcp.icons import TOOL_ICONS
 from mcp_backend.mcp.request_state_key import SharedRequestStateKey
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
@@ -417,8 +417,7 @@ class StrictArguments:
 
 
 def _caller(ctx: ServerContext) -> Principal:
-    request = ctx.request
-    principal = principal_of(request.scope) if request is not None else None
+    principal = current_caller()
     if principal is None:  # the HTTP guard authenticates every request; reaching here is a wiring bug
         raise ToolCallFailed("Unauthorized")
     return principal

@@ -15,28 +15,40 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
-import pydantic_core
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_backend.api_keys import Principal
-from mcp_backend.mcp.auth import AuthenticationUnavailable, Authenticator, ScopedPrincipal
-from mcp_backend.mcp.request_body import BODY_SCOPE_KEY, BodyTooLarge, ClientDisconnected, buffered_body
-from mcp_backend.mcp.scopes import METADATA_PATH, required_access
+from mcp_backend.call_slots import SLOT_RETRY_AFTER_SECONDS
+from mcp_backend.doors import HEALTH_PATH, MCP_POST, METADATA_PATH, METHODS, TOOL_DOORS, Door, DoorTable
+from mcp_backend.hosts import HostPolicy
+from mcp_backend.mcp.auth import CALLER, Authenticator, ScopedPrincipal
+from mcp_backend.mcp.request_body import GUARDED_BODY, BodyTooLarge, ClientDisconnected, buffered_body
 from mcp_backend.observability import count_limit_refusal, count_refusal, logger
-from mcp_backend.ratelimit import SLOT_RETRY_AFTER_SECONDS, RateDecision, RateLimitUnavailable
+from mcp_backend.refusals import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    UNAUTHORIZED,
+    Answer,
+    AuthenticationUnavailable,
+    OverLimit,
+    Refusal,
+    TooLarge,
+    Unavailable,
+)
+from mcp_backend.request_rate import RateDecision, RateLimitUnavailable
 from mcp_backend.stack_urls import StackUrl, StackUrlUnavailable
 from mcp_backend.tools.table import Access
 from mcp_backend.tracing.spans import annotate, span
 
-PRINCIPAL_SCOPE_KEY = "mcp_backend.principal"
-HEADERS_SCOPE_KEY = "mcp_backend.headers"
-HEALTH_PATH = "/healthz"
+# The last request's decoded headers in this context, with its scope (each request runs in a context of its own).
+_HEADERS: ContextVar[tuple[Scope, dict[str, str]] | None] = ContextVar("mcp_backend_headers", default=None)
 # The largest request body served: a batch of 100 submissions is a few tens of KiB, and the Function URL itself
 # takes 6 MB. Configurable (MCP_MAX_BODY_BYTES); a longer body is a 413 before anything parses it.
 DEFAULT_MAX_BODY_BYTES = 256 * 1024
@@ -70,10 +82,21 @@ CORS_REQUEST_HEADERS = frozenset(
 CORS_PARAM_HEADER_PREFIX = "mcp-param-"
 CORS_EXPOSED_HEADERS = b"WWW-Authenticate, MCP-Protocol-Version, Retry-After, X-Correlation-Id"
 CORS_MAX_AGE_SECONDS = b"600"
+# What the guard answers itself, made once.
+HEALTHY = Answer(200, b"ok")
+HOST_NOT_ALLOWED = Answer(421, b"Misdirected Request: host not allowed")
+ORIGIN_NOT_ALLOWED = Answer(403, b"Forbidden: origin not allowed")
+NOT_FOUND = Answer(404, b"Not Found")
+METHOD_NOT_ALLOWED = Answer(405, b"Method Not Allowed", ((b"allow", b"POST"),))
+HUNG_UP = Answer(0)  # the client left: nothing is sent
+SEVERAL_CREDENTIALS = Refusal(400, INVALID_REQUEST, "Bad Request: send exactly one Authorization header")
+UNSUPPORTED_MEDIA_TYPE = Refusal(415, INVALID_REQUEST, "Unsupported Media Type: use application/json")
+TOO_DEEP = Refusal(400, PARSE_ERROR, f"Parse error: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+UNTIL_A_CALL_ENDS = ", when one of your running calls has ended"
 
 
 class PrincipalRateLimit(Protocol):
-    """A principal's requests per window (mcp_backend.ratelimit, with the principal's tier limit)."""
+    """A principal's requests per window (mcp_backend.request_rate, with the principal's tier limit)."""
 
     def admit_locally(self, principal: Principal) -> RateDecision | None:
         """The decision without I/O, or None when `take` must ask the shared counter."""
@@ -83,11 +106,8 @@ class PrincipalRateLimit(Protocol):
 
 
 class PrincipalCallSlots(Protocol):
-    """A principal's calls that may run at once across instances (mcp_backend.ratelimit.InFlightSlots, with the
-    principal's tier limit), for the requests that need a slot."""
-
-    def needed(self, body: bytes) -> bool:
-        """Whether this body's calls hold a slot while they run."""
+    """A principal's calls that may run at once across instances (mcp_backend.call_slots.InFlightSlots, with the
+    principal's tier limit), for the doors that hold a slot (mcp_backend.doors)."""
 
     def limit(self, principal: Principal) -> int:
         """The principal's tier's cap."""
@@ -99,41 +119,22 @@ class PrincipalCallSlots(Protocol):
         """Free the slot; blocking I/O, never raises."""
 
 
-def principal_of(scope: Scope) -> Principal | None:
-    return scope.get(PRINCIPAL_SCOPE_KEY)
+@dataclass(slots=True)
+class GuardedRequest:
+    """One request on its way through the guard's steps: what each step found, for the next."""
+
+    scope: Scope
+    headers: dict[str, str]
+    receive: Receive
+    send: Send
+    principal: Principal | None = None
+    body: bytes = b""
+    door: Door | None = None
+    message: Any = None  # the body's reading, when the door table made one every parser agrees on
+    lease: Any = None
 
 
-@dataclass(frozen=True)
-class HostPolicy:
-    """Allowed Host and Origin values: exact, `name:*` (any port) or `*.suffix` (one DNS label deep)."""
-
-    hosts: tuple[str, ...]
-    origins: tuple[str, ...] = ()
-    _host_patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
-    _origin_patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_host_patterns", tuple(_pattern(h) for h in self.hosts))
-        object.__setattr__(self, "_origin_patterns", tuple(_pattern(o) for o in self.origins))
-
-    @classmethod
-    def for_region(cls, region: str, extra_hosts: Iterable[str] = (), origins: Iterable[str] = ()) -> HostPolicy:
-        # A function cannot read its own URL (the URL resource depends on it): allow the region's URL form.
-        return cls(hosts=(f"*.lambda-url.{region}.on.aws", *extra_hosts), origins=tuple(origins))
-
-    def host_allowed(self, host: str | None) -> bool:
-        return bool(host) and any(p.fullmatch(host.lower()) for p in self._host_patterns)  # type: ignore[union-attr]
-
-    def origin_allowed(self, origin: str | None) -> bool:
-        # Origin is absent for non-browser clients; when a browser sends one it must be allowed.
-        return origin is None or any(p.fullmatch(origin.lower()) for p in self._origin_patterns)
-
-
-def _pattern(allowed: str) -> re.Pattern[str]:
-    text = re.escape(allowed.lower())
-    text = text.replace(r"\*\.", r"[a-z0-9-]+\.")  # *.suffix: one label
-    text = re.sub(r":\\\*$", r":[0-9]+", text)  # name:* -> any port
-    return re.compile(text)
+Step = Callable[[GuardedRequest], Awaitable[Answer | Refusal | None]]
 
 
 class McpHttpGuard:
@@ -154,7 +155,9 @@ class McpHttpGuard:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         call_slots: PrincipalCallSlots | None = None,
         pinned_resource: StackUrl | None = None,
+        doors: DoorTable | None = None,
     ) -> None:
+        """tool_access: tools' scopes over the tool table's doors (tests' own tools); doors: the endpoint's."""
         self.app = app
         self.path = path.rstrip("/") or "/"
         self.hosts = hosts
@@ -168,109 +171,107 @@ class McpHttpGuard:
         # The stack's own authorization server only: this endpoint's URL as the template wrote it to a parameter
         # (read at the first token, off the event loop), the accepted audience when no resource is configured.
         self.pinned_resource = pinned_resource
-        self.tool_access = dict(tool_access or {})
-        # Counts each authenticated request against the principal's tier (mcp_backend.ratelimit).
+        tool_doors = {**TOOL_DOORS, **{name: replace(MCP_POST, access=a) for name, a in (tool_access or {}).items()}}
+        self.doors = doors or DoorTable(METHODS, tool_doors)
+        # Counts each authenticated request against the principal's tier (mcp_backend.request_rate).
         self.rate_limit = rate_limit
         self.max_body_bytes = max_body_bytes
         # Holds one of the principal's slots while a call that reaches the network, or a request that waits for a
         # task, runs (429 at the cap).
         self.call_slots = call_slots
+        self._too_large = TooLarge.of(max_body_bytes)
+        self._steps: tuple[Step, ...] = (
+            self.answer_health_check,
+            self.check_host_and_origin,
+            self.answer_outside_the_endpoint,
+            self.refuse_declared_oversize,
+            self.authenticate,
+            self.rate_limit_admits,
+            self.read_json_body,
+            self.find_the_door,
+            self.scope_allows,
+            self.take_a_call_slot,  # last: a slot it takes is given back by serving, so no step may refuse after it
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The checks in the order the MCP transport requires; each step answers the request itself and
-        returns None (or False) when it must not go on."""
+        """The steps in the order the MCP transport requires: each returns what to answer instead of serving
+        (an Answer, or a Refusal naming its limit), or None to go on; the first answer is rendered here."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)  # lifespan: the SDK's session manager starts here
             return
-        headers = request_headers(scope)
-        if await self.answer_health_check(scope, send):
-            return
-        checked_send = await self.check_host_and_origin(scope, headers, send)
-        if checked_send is None:
-            return
-        send = checked_send
-        if await self.answer_outside_the_endpoint(scope, headers, send) or await self.refuse_declared_oversize(
-            headers, send
-        ):
-            return
-        principal = await self.authenticate(scope, headers, send)
-        if principal is None:
-            return
-        if self.rate_limit is not None and not await self.rate_limit_admits(self.rate_limit, principal, send):
-            return
-        request = await self.read_json_body(headers, receive, send, self.max_body_bytes)
-        if request is None:
-            return
-        body, receive = request
-        if not await self.scope_allows(principal, body, headers, send):
-            return
+        request = GuardedRequest(scope, request_headers(scope), receive, send)
+        for step in self._steps:
+            answer = await step(request)
+            if answer is not None:
+                await render(request.send, answer)
+                return
+        principal = request.principal
+        assert principal is not None and request.door is not None  # the steps above set both
         if self.on_principal is not None:
             self.on_principal(principal)
         inner = dict(scope)
-        inner[PRINCIPAL_SCOPE_KEY] = principal
-        inner[BODY_SCOPE_KEY] = body
         inner["path"] = self.path  # `/mcp/` is the same endpoint, not a 307
         inner["raw_path"] = self.path.encode()
-        await self.serve_in_a_call_slot(principal, body, inner, receive, send)
+        caller, guarded = CALLER.set(principal), GUARDED_BODY.set((request.body, request.message))
+        try:
+            await self.serve_in_a_call_slot(request, inner)
+        finally:
+            GUARDED_BODY.reset(guarded)
+            CALLER.reset(caller)
 
     @staticmethod
-    async def answer_health_check(scope: Scope, send: Send) -> bool:
+    async def answer_health_check(request: GuardedRequest) -> Answer | None:
         """The Lambda Web Adapter's readiness check, answered before anything else."""
-        if scope["path"] == HEALTH_PATH and scope["method"] in ("GET", "HEAD"):
-            await _plain(send, 200, b"ok")
-            return True
-        return False
+        if request.scope["path"] == HEALTH_PATH and request.scope["method"] in ("GET", "HEAD"):
+            return HEALTHY
+        return None
 
-    async def check_host_and_origin(self, scope: Scope, headers: dict[str, str], send: Send) -> Send | None:
-        """421 for a host not allowed, 403 for an origin not allowed, 204 for a CORS preflight; else the send
-        to answer with (with CORS headers for a browser's allowed origin)."""
+    async def check_host_and_origin(self, request: GuardedRequest) -> Answer | None:
+        """421 for a host not allowed, 403 for an origin not allowed, 204 for a CORS preflight; else the request
+        answers with CORS headers for a browser's allowed origin."""
+        headers = request.headers
         if not self.hosts.host_allowed(headers.get("host")):
-            await _plain(send, 421, b"Misdirected Request: host not allowed")
-            return None
+            return HOST_NOT_ALLOWED
         origin = headers.get("origin")
         if not self.hosts.origin_allowed(origin):
-            await _plain(send, 403, b"Forbidden: origin not allowed")  # and no CORS headers: the page reads nothing
-            return None
+            return ORIGIN_NOT_ALLOWED  # and no CORS headers: the page reads nothing
         if origin is None:
-            return send
-        if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
-            await _preflight(send, origin, headers.get("access-control-request-headers", ""))
             return None
-        return _with_cors(send, origin)
+        if request.scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
+            return _preflight(origin, headers.get("access-control-request-headers", ""))
+        request.send = _with_cors(request.send, origin)
+        return None
 
-    async def answer_outside_the_endpoint(self, scope: Scope, headers: dict[str, str], send: Send) -> bool:
+    async def answer_outside_the_endpoint(self, request: GuardedRequest) -> Answer | None:
         """The RFC 9728 metadata (OAuth mode), 404 for other paths, 405 for other methods: answered here."""
+        scope = request.scope
         path = scope["path"].rstrip("/")
         if path in (METADATA_PATH, METADATA_PATH + self.path) and scope["method"] in ("GET", "HEAD"):
-            document = self.authenticator.metadata(await self._named_resource(headers))
+            document = self.authenticator.metadata(await self._named_resource(request.headers))
             if document is not None:  # RFC 9728: public, no credentials
-                await _json(send, 200, document)
-                return True
+                return Answer(200, payload=document)
         if path != self.path:
-            await _plain(send, 404, b"Not Found")
-            return True
+            return NOT_FOUND
         if scope["method"] != "POST":
-            # Stateless: no GET stream to resume and no session to DELETE.
-            await _plain(send, 405, b"Method Not Allowed", [(b"allow", b"POST")])
-            return True
-        return False
+            return METHOD_NOT_ALLOWED  # stateless: no GET stream to resume and no session to DELETE
+        return None
 
-    async def refuse_declared_oversize(self, headers: dict[str, str], send: Send) -> bool:
+    async def refuse_declared_oversize(self, request: GuardedRequest) -> Refusal | None:
         """413 for a Content-Length over the cap, before authentication or any read (a body sent without a length
         is cut off at the cap while it is read)."""
-        declared = headers.get("content-length", "")
+        declared = request.headers.get("content-length", "")
         if not declared.isdigit() or int(declared) <= self.max_body_bytes:
-            return False
-        await _body_too_large(send, self.max_body_bytes)
-        return True
+            return None
+        count_refusal("BodyTooLarge")
+        return self._too_large
 
-    async def authenticate(self, scope: Scope, headers: dict[str, str], send: Send) -> Principal | None:
+    async def authenticate(self, request: GuardedRequest) -> Refusal | None:
         """The caller named by the one Authorization header; else 400 (several), 401 (none or invalid, with
-        the challenge) or 503 (keys or JWKS unavailable) is answered and None returned."""
+        the challenge) or 503 (keys or JWKS unavailable)."""
+        scope, headers = request.scope, request.headers
         if sum(1 for name, _ in scope["headers"] if name.lower() == b"authorization") > 1:
             # Ambiguous credentials: which one a proxy or framework honours differs, so none is.
-            await _json(send, 400, _rpc_error(-32600, "Bad Request: send exactly one Authorization header"))
-            return None
+            return SEVERAL_CREDENTIALS
         scheme, _, token = headers.get("authorization", "").partition(" ")
         token = token.strip() if scheme.lower() == "bearer" else ""
         try:
@@ -283,25 +284,20 @@ class McpHttpGuard:
             retry_after = error.retry_after_seconds if isinstance(error, AuthenticationUnavailable) else 5
             if not getattr(error, "logged", False):
                 logger.error("authentication unavailable", extra={"error_type": type(error).__name__})
-            await _json(
-                send,
-                503,
-                _rpc_error(-32603, "Service Unavailable: try again shortly"),
-                [(b"retry-after", str(retry_after).encode())],
-            )
-            return None
-        if principal is not None:
-            annotate({"app.principal.tier": principal.tier})
-        else:
+            return Unavailable.of("authentication", retry_after)
+        if principal is None:
             count_refusal("InvalidToken" if token else "NoToken")
             challenge = self.authenticator.challenge(await self._named_resource(headers), bool(token)).encode()
-            await _json(send, 401, _rpc_error(-32001, "Unauthorized"), [(b"www-authenticate", challenge)])
-        return principal
+            return Refusal(401, UNAUTHORIZED, "Unauthorized", headers=((b"www-authenticate", challenge),))
+        annotate({"app.principal.tier": principal.tier})
+        request.principal = principal
+        return None
 
-    @staticmethod
-    async def rate_limit_admits(rate_limit: PrincipalRateLimit, principal: Principal, send: Send) -> bool:
-        """Count the request; answer 429 (over the tier's rate) or 503 (the counter is unavailable) and
-        return False when it must not reach the SDK."""
+    async def rate_limit_admits(self, request: GuardedRequest) -> Refusal | None:
+        """Count the request: 429 over the tier's rate, 503 when the counter is unavailable."""
+        rate_limit, principal = self.rate_limit, request.principal
+        if rate_limit is None or principal is None:
+            return None
         try:
             # Most requests are admitted from this instance's lease, without I/O and without a thread hop.
             decision = rate_limit.admit_locally(principal)
@@ -311,95 +307,85 @@ class McpHttpGuard:
         except RateLimitUnavailable as error:
             # Fail closed: a caller is never served unlimited because the counter cannot be reached.
             logger.error("request rate limit unavailable", extra={"error_type": str(error)})
-            await _json(
-                send, 503, _rpc_error(-32603, "Service Unavailable: try again shortly"), [(b"retry-after", b"5")]
-            )
-            return False
+            return Unavailable.of("requests_per_minute")
         if decision.allowed:
-            return True
-        count_limit_refusal("requests_per_minute", principal.tier, principal.user_id)
-        message = (
-            f"Too Many Requests: requests_per_minute limit of {decision.limit} for tier {principal.tier}; "
-            f"retry after {decision.retry_after_seconds} s"
-        )
-        retry_after = str(decision.retry_after_seconds).encode()
-        await _json(send, 429, _rpc_error(-32029, message), [(b"retry-after", retry_after)])
-        return False
-
-    @staticmethod
-    async def read_json_body(
-        headers: dict[str, str], receive: Receive, send: Send, max_bytes: int
-    ) -> tuple[bytes, Receive] | None:
-        """The whole JSON body and a receive replaying it; 415 for another media type, 413 for a body over
-        `max_bytes` (reading stops there), 400 for JSON nested too deep, nothing for a client that hung up
-        (None returned)."""
-        media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if media_type != "application/json":
-            await _json(send, 415, _rpc_error(-32600, "Unsupported Media Type: use application/json"))
             return None
+        count_limit_refusal("requests_per_minute", principal.tier, principal.user_id)
+        return OverLimit.of("requests_per_minute", principal.tier, decision.limit, decision.retry_after_seconds)
+
+    async def read_json_body(self, request: GuardedRequest) -> Answer | Refusal | None:
+        """The whole JSON body, kept on the request with a receive replaying it; 415 for another media type, 413
+        for a body over the cap (reading stops there), 400 for JSON nested too deep, nothing for a client that hung
+        up."""
+        media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media_type != "application/json":
+            return UNSUPPORTED_MEDIA_TYPE
         try:
             # The whole body before the SDK runs (the Web Adapter hands the app a complete body anyway): a client
             # that hangs up while sending it leaves here, instead of failing inside the SDK as a 500 with a trace.
-            body, replay = await buffered_body(receive, max_bytes)
+            request.body, request.receive = await buffered_body(request.receive, self.max_body_bytes)
         except ClientDisconnected:
-            return None  # nobody is left to answer; RequestTelemetry logs and counts the hang-up
+            return HUNG_UP  # nobody is left to answer; RequestTelemetry logs and counts the hang-up
         except BodyTooLarge:
-            await _body_too_large(send, max_bytes)
-            return None
-        if json_nesting_exceeds(body, MAX_JSON_DEPTH):
+            count_refusal("BodyTooLarge")
+            return self._too_large
+        if json_nesting_exceeds(request.body, MAX_JSON_DEPTH):
             count_refusal("JsonTooDeep")
-            message = f"Parse error: JSON nested deeper than {MAX_JSON_DEPTH} levels"
-            await _json(send, 400, _rpc_error(-32700, message))
+            return TOO_DEEP
+        return None
+
+    async def find_the_door(self, request: GuardedRequest) -> Refusal | None:
+        """The request's door from the door table (mcp_backend.doors): a method with no entry is refused."""
+        door, request.message = self.doors.read(request.body)
+        if isinstance(door, Refusal):
+            count_refusal("NoSuchDoor")
+            return door
+        request.door = door
+        return None
+
+    async def scope_allows(self, request: GuardedRequest) -> Refusal | None:
+        """An access token's scopes decide which doors it may use (the door says what it needs): 403 with the
+        insufficient_scope challenge otherwise. API-key callers may use every door."""
+        principal, door = request.principal, request.door
+        if not isinstance(principal, ScopedPrincipal) or door is None:
             return None
-        return body, replay
-
-    async def scope_allows(self, principal: Principal, body: bytes, headers: dict[str, str], send: Send) -> bool:
-        """An access token's scopes decide which tools it may call (the body names the tool): 403 with the
-        insufficient_scope challenge otherwise. API-key callers may call every tool."""
-        if not isinstance(principal, ScopedPrincipal):
-            return True
-        missing = sorted(required_access(body, self.tool_access) - principal.access)
+        missing = sorted(door.access - principal.access)
         if not missing:
-            return True
+            return None
         count_refusal("InsufficientScope")
-        challenge = self.authenticator.insufficient_scope(await self._named_resource(headers), missing[0]).encode()
-        await _json(send, 403, _rpc_error(-32001, "Forbidden: insufficient scope"), [(b"www-authenticate", challenge)])
-        return False
+        challenge = self.authenticator.insufficient_scope(
+            await self._named_resource(request.headers), missing[0]
+        ).encode()
+        return Refusal(403, UNAUTHORIZED, "Forbidden: insufficient scope", headers=((b"www-authenticate", challenge),))
 
-    async def serve_in_a_call_slot(
-        self, principal: Principal, body: bytes, scope: Scope, receive: Receive, send: Send
-    ) -> None:
-        """Serve the request; a call that needs a slot (a network tool's, or a tasks/result that waits) takes one
-        of the principal's first, and gives it back when it ends: 429 with Retry-After at the tier's cap, 503 when
-        the slots cannot be read (fail closed)."""
-        slots = self.call_slots
-        if slots is None or not slots.needed(body):
-            await self._serve(scope, receive, send)
-            return
+    async def take_a_call_slot(self, request: GuardedRequest) -> Refusal | None:
+        """A door that waits or reaches the network takes one of the principal's slots first (kept on the
+        request): 429 with Retry-After at the tier's cap, 503 when the slots cannot be read (fail closed)."""
+        slots, principal, door = self.call_slots, request.principal, request.door
+        if slots is None or principal is None or door is None or not door.slot:
+            return None
         try:
             with span("guard call_slot"):
-                lease = await anyio.to_thread.run_sync(slots.take, principal)
+                request.lease = await anyio.to_thread.run_sync(slots.take, principal)
         except RateLimitUnavailable as error:
             logger.error("calls-in-flight slots unavailable", extra={"error_type": str(error)})
-            await _json(
-                send, 503, _rpc_error(-32603, "Service Unavailable: try again shortly"), [(b"retry-after", b"5")]
-            )
-            return
-        if lease is None:
-            limit = slots.limit(principal)
-            count_limit_refusal("calls_in_flight", principal.tier, principal.user_id)
-            message = (
-                f"Too Many Requests: calls_in_flight limit of {limit} for tier {principal.tier}; "
-                f"retry after {SLOT_RETRY_AFTER_SECONDS} s, when one of your running calls has ended"
-            )
-            retry_after = [(b"retry-after", str(SLOT_RETRY_AFTER_SECONDS).encode())]
-            await _json(send, 429, _rpc_error(-32029, message), retry_after)
-            return
+            return Unavailable.of("calls_in_flight")
+        if request.lease is not None:
+            return None
+        limit = slots.limit(principal)
+        count_limit_refusal("calls_in_flight", principal.tier, principal.user_id)
+        return OverLimit.of("calls_in_flight", principal.tier, limit, SLOT_RETRY_AFTER_SECONDS, UNTIL_A_CALL_ENDS)
+
+    async def serve_in_a_call_slot(self, request: GuardedRequest, scope: Scope) -> None:
+        """Serve the request; the slot it took (if any) is given back when it ends, even for a client that hung
+        up."""
+        lease, slots = request.lease, self.call_slots
         try:
-            await self._serve(scope, receive, send)
+            await self._serve(scope, request.receive, request.send)
         finally:
-            with anyio.CancelScope(shield=True):  # a client that hung up still frees its slot
-                await anyio.to_thread.run_sync(slots.give_back, lease)
+            if lease is not None and slots is not None:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(slots.give_back, lease)
 
     async def _pinned_resource(self) -> str:
         assert self.pinned_resource is not None
@@ -499,7 +485,7 @@ class _GuardedResponse:
                 await self.write({"type": "http.response.body", "body": _KEEPALIVE, "more_body": True})
 
 
-async def _preflight(send: Send, origin: str, requested: str) -> None:
+def _preflight(origin: str, requested: str) -> Answer:
     """204 for a preflight from an allowed origin: the methods, and those of the requested headers the endpoint
     reads (the browser refuses the request when one it needs is missing)."""
     names = (part.strip().lower() for part in requested.split(","))
@@ -512,8 +498,7 @@ async def _preflight(send: Send, origin: str, requested: str) -> None:
     ]
     if allowed:
         headers.append((b"access-control-allow-headers", ", ".join(allowed).encode("latin-1")))
-    await send({"type": "http.response.start", "status": 204, "headers": headers})
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    return Answer(204, headers=tuple(headers))
 
 
 def _is_param_header(name: str) -> bool:
@@ -552,54 +537,37 @@ def json_nesting_exceeds(body: bytes, limit: int) -> bool:
     return False
 
 
-async def _body_too_large(send: Send, max_bytes: int) -> None:
-    count_refusal("BodyTooLarge")
-    message = f"Payload Too Large: the request body is limited to {max_bytes} bytes"
-    # The rest of the body is never read: the connection closes after this answer.
-    await _json(send, 413, _rpc_error(-32600, message), [(b"connection", b"close")])
-
-
-def holds_a_call_slot(body: bytes, tools: frozenset[str], methods: frozenset[str]) -> bool:
-    """Whether a JSON-RPC body (one message or a batch) calls one of `tools` or is a request of one of `methods`,
-    as either parser the SDK uses reads it. A body that names none of them, and has no escape that could spell one
-    (\\u, or \\/ in a method), is not parsed."""
-    escaped = b"\\u" in body or b"\\/" in body
-    named = any(name.encode() in body for names in (tools, methods) for name in names)
-    if not (tools or methods) or not (escaped or named):
-        return False
-    for parse in (pydantic_core.from_json, json.loads):
-        try:
-            parsed = parse(body)
-        except (ValueError, RecursionError):
-            continue  # the SDK refuses it before any tool runs
-        messages = parsed if isinstance(parsed, list) else [parsed]
-        for message in messages:
-            if not isinstance(message, dict):
-                continue
-            method = message.get("method")
-            if isinstance(method, str) and method in methods:
-                return True
-            if method != "tools/call":
-                continue
-            name = message["params"].get("name") if isinstance(message.get("params"), dict) else None
-            if isinstance(name, str) and name in tools:
-                return True
-    return False
-
-
 def request_headers(scope: Scope) -> dict[str, str]:
     """The request's headers by lower-cased name (the last of a repeated one), decoded once per request: the
-    telemetry around the guard and the guard read the same dict (kept in the scope, never changed)."""
-    headers = scope.get(HEADERS_SCOPE_KEY)
-    if headers is None:
-        headers = scope[HEADERS_SCOPE_KEY] = {
-            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
-        }
+    telemetry around the guard and the guard read the same dict (never changed), kept in the request's context
+    with the scope it was decoded from."""
+    decoded = _HEADERS.get()
+    if decoded is not None and decoded[0] is scope:
+        return decoded[1]
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    _HEADERS.set((scope, headers))
     return headers
 
 
 def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
     return next((v.lower() for k, v in headers if k.lower() == name), b"")
+
+
+async def render(send: Send, answer: Answer | Refusal) -> None:
+    """The one place a step's answer is sent: a refusal as its JSON-RPC error (with Retry-After when it has one),
+    an answer as JSON or plain text (a preflight's 204 with no body)."""
+    if isinstance(answer, Refusal):
+        headers = list(answer.headers)
+        if answer.retry_after is not None:
+            headers.append((b"retry-after", str(answer.retry_after).encode()))
+        await _json(send, answer.status, answer.payload(), headers)
+    elif answer.payload is not None:
+        await _json(send, answer.status, answer.payload, list(answer.headers))
+    elif answer.status == 204:
+        await send({"type": "http.response.start", "status": 204, "headers": list(answer.headers)})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    elif answer.status:
+        await _plain(send, answer.status, answer.body, list(answer.headers))
 
 
 def _rpc_error(code: int, message: str) -> dict[str, Any]:

@@ -3,10 +3,17 @@ response-mode switch to pick a transport, and the SDK's transport reads it again
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+from typing import Any
+
 from starlette.types import Message, Receive, Scope
 
-# Where the HTTP guard leaves the body it read (and already replays to the next app), for the apps behind it.
-BODY_SCOPE_KEY = "mcp_backend.body"
+from mcp_backend.doors import UNREAD
+
+# The body the HTTP guard read (and already replays to the next app), and its reading when the guard made one that
+# every parser agrees on (else UNREAD): set by the guard while the apps behind it serve the request. A plain tuple:
+# one is made per request.
+GUARDED_BODY: ContextVar[tuple[bytes, Any] | None] = ContextVar("mcp_backend_guarded_body", default=None)
 
 
 class ClientDisconnected(Exception):
@@ -49,9 +56,11 @@ async def buffered_body(receive: Receive, max_bytes: int | None = None) -> tuple
     return body, replay
 
 
-async def request_body(scope: Scope, receive: Receive) -> tuple[bytes, Receive]:
-    """The body the guard already read (and `receive` unchanged: it replays it), else the body read now."""
-    body = scope.get(BODY_SCOPE_KEY)
-    if isinstance(body, bytes):
-        return body, receive
-    return await buffered_body(receive)
+async def request_body(scope: Scope, receive: Receive) -> tuple[bytes, Any, Receive]:
+    """The body the guard already read with its reading (and `receive` unchanged: it replays it), else the body
+    read now, unread."""
+    guarded = GUARDED_BODY.get()
+    if guarded is not None:
+        return guarded[0], guarded[1], receive
+    body, replay = await buffered_body(receive)
+    return body, UNREAD, replay

@@ -34,7 +34,7 @@ from mcp_types.version import is_version_at_least
 
 from mcp_backend.api_keys import Principal
 from mcp_backend.jobs.errors import InvalidCursor
-from mcp_backend.mcp.guard import principal_of
+from mcp_backend.mcp.auth import current_caller
 from mcp_backend.mcp.icons import RESOURCE_ICONS
 from mcp_backend.mcp.sdk_internals import UriTemplate
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
@@ -55,17 +55,16 @@ LIST_PAGE_SIZE = 50
 TEMPLATES_TTL_MS = 3_600_000
 
 
-def caller(ctx: ServerContext) -> Principal:
+def caller() -> Principal:
     """The authenticated caller (the HTTP guard authenticates every request; none here is a wiring bug)."""
-    request = ctx.request
-    principal = principal_of(request.scope) if request is not None else None
+    principal = current_caller()
     if principal is None:
         raise MCPError(INVALID_REQUEST, "Unauthorized")
     return principal
 
 
 def context_for(services: ToolServices, declared: Any, ctx: ServerContext) -> ToolContext:
-    principal = caller(ctx)
+    principal = caller()
     return services.context_for(declared, principal.user_id, tier=principal.tier)
 
 

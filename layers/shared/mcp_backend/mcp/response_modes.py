@@ -23,6 +23,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
+from mcp_backend.doors import UNREAD
 from mcp_backend.mcp.listing_answers import ListingAnswers
 from mcp_backend.mcp.request_body import ClientDisconnected, request_body
 from mcp_backend.mcp.single_exchange import SingleExchange
@@ -81,13 +82,14 @@ class ResponseModes:
             await self.json_app(scope, receive, send)
             return
         try:
-            body, replay = await request_body(scope, receive)  # read by the guard: not read again
+            body, message, replay = await request_body(scope, receive)  # read by the guard: not read again
         except ClientDisconnected:
             return  # nobody is left to answer
-        try:
-            message = json.loads(body)
-        except (ValueError, RecursionError):
-            message = None  # the SDK answers it with its parse error
+        if message is UNREAD:
+            try:
+                message = json.loads(body)
+            except (ValueError, RecursionError):
+                message = None  # the SDK answers it with its parse error
         streamed = streams_its_answer(message, self.streaming_tools) or waits_on_a_task(message, scope)
         if streamed or not accepts_both(scope):
             await self.stream_app(scope, replay, send)

@@ -30,21 +30,22 @@ package_init_deferred("mcp.server")
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, cast, get_args
+from typing import TYPE_CHECKING, cast
 
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
 from mcp_backend.api_keys import Principal, SecretReader
 from mcp_backend.aws import AwsClients, ClientFactory, LazyClient
+from mcp_backend.call_slots import InFlightSlots, SlotLease
 from mcp_backend.calllog.shipper import RecordShipper
 from mcp_backend.calllog.writer import CallLogWriter
-from mcp_backend.config import McpSettings, Tier, load_settings
+from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.mcp import edge_origin
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.edge_origin import EdgeOnly, EdgeOriginCheck
-from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard, holds_a_call_slot
+from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 from mcp_backend.mcp.icons import SERVER_ICONS
 from mcp_backend.mcp.internal_errors import InternalErrorsWithoutText
 from mcp_backend.mcp.prompts import PromptBindings
@@ -56,11 +57,12 @@ from mcp_backend.mcp.restore_hook import with_after_restore_hook
 from mcp_backend.mcp.single_exchange import SingleExchange
 from mcp_backend.mcp.table_server import table_server
 from mcp_backend.mcp.tasks import JobTasks, task_extensions
-from mcp_backend.mcp.tasks_2025 import WAITING_METHODS, LegacyJobTasks
+from mcp_backend.mcp.tasks_2025 import LegacyJobTasks
 from mcp_backend.mcp.telemetry import RequestTelemetry, ToolCallTelemetry
 from mcp_backend.observability import CurrentStdoutHandler, logger, tool_runs
-from mcp_backend.ratelimit import InFlightSlots, LeaseAhead, RateDecision, RequestRateLimiter, SlotLease, in_background
+from mcp_backend.request_rate import LeaseAhead, RateDecision, RequestRateLimiter, in_background
 from mcp_backend.stack_urls import StackUrl
+from mcp_backend.tiers import TIERS
 from mcp_backend.tools.prompts import PROMPTS
 from mcp_backend.tools.resources import RESOURCES
 from mcp_backend.tools.services import ToolServices
@@ -112,7 +114,7 @@ class TierRateLimit:
             settings.rate_limit_table_name, LazyClient("dynamodb", clients), clock, lease_ahead=lease_ahead
         )
         # Read once: every request asks for its caller's row, and the settings do not change while the app runs.
-        self._per_minute = {tier: settings.tier_limits(tier).requests_per_minute for tier in get_args(Tier)}
+        self._per_minute = {tier: settings.tier_limits(tier).requests_per_minute for tier in TIERS}
 
     def admit_locally(self, principal: Principal) -> RateDecision | None:
         return self.limiter.admit_locally(principal.user_id, self._limit(principal))
@@ -126,15 +128,14 @@ class TierRateLimit:
 
 
 class TierCallSlots:
-    """Calls of tools that reach the network, and requests that wait for a task (tasks/result), per principal, at
-    once across every instance (RateLimitTable's slots, mcp_backend.ratelimit.InFlightSlots), within the tier's
-    `calls_in_flight`."""
+    """The requests of the doors that hold a slot (mcp_backend.doors: tools that reach the network, requests that
+    wait for a task), per principal, at once across every instance (RateLimitTable's slots,
+    mcp_backend.call_slots.InFlightSlots), within the tier's `calls_in_flight`."""
 
     def __init__(
         self,
         settings: McpSettings,
         clients: AwsClients,
-        network_tools: frozenset[str],
         extend_off_path: LeaseAhead = in_background,
     ) -> None:
         self.settings = settings
@@ -142,14 +143,10 @@ class TierCallSlots:
         self.slots = InFlightSlots(
             settings.rate_limit_table_name, LazyClient("dynamodb", clients), extend_off_path=extend_off_path
         )
-        self.network_tools = network_tools
         # A slot is held until its call ends: a call may outlive its synchronous deadline (a tool that stops only
         # at its next check, a slow answer), never the function's timeout, which ends the invocation and resets
         # its environment. So the hold is the timeout: a slot never frees while its call runs.
         self.hold_seconds = settings.function_timeout_seconds
-
-    def needed(self, body: bytes) -> bool:
-        return holds_a_call_slot(body, self.network_tools, WAITING_METHODS)
 
     def limit(self, principal: Principal) -> int:
         return self.settings.tier_limits(principal.tier).calls_in_flight
@@ -275,9 +272,8 @@ def create_app(
         keepalive_seconds=settings.sse_keepalive_seconds,
         resource=settings.oauth_resource,
         pinned_resource=StackUrl(settings.oauth_resource_parameter) if settings.oauth_resource_parameter else None,
-        tool_access=bindings.access,
         rate_limit=TierRateLimit(settings, clients, rate_limit_clock, lease_ahead),
-        call_slots=TierCallSlots(settings, clients, bindings.network_tools, lease_ahead),
+        call_slots=TierCallSlots(settings, clients, lease_ahead),
         max_body_bytes=settings.mcp_max_body_bytes,
     )
     # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached

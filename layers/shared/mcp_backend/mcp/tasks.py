@@ -39,9 +39,8 @@ from mcp_backend.api_keys import Principal
 from mcp_backend.jobs.errors import JobAlreadyFinished, JobNotFound
 from mcp_backend.jobs.models import JOB_ID_PATTERN, JobStatus
 from mcp_backend.mcp.asking import CONFIRM, confirm_request, confirmed
-from mcp_backend.mcp.auth import ScopedPrincipal
+from mcp_backend.mcp.auth import ScopedPrincipal, current_caller
 from mcp_backend.mcp.bindings import REPORTED_ERRORS
-from mcp_backend.mcp.guard import principal_of
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
 from mcp_backend.netsafety import UnsafeUrl
 from mcp_backend.observability import logger
@@ -306,7 +305,7 @@ def missing_tasks_capability() -> MCPError:
 
 
 def task_caller(ctx: ServerRequestContext[Any, Any]) -> Principal:
-    principal = principal_of(ctx.request.scope) if ctx.request is not None else None
+    principal = current_caller()
     if principal is None:  # the HTTP guard authenticates every request; reaching here is a wiring bug
         raise MCPError(INVALID_PARAMS, NOT_FOUND)
     return principal

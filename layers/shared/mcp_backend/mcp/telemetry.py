@@ -27,7 +27,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_backend.calllog.models import CallLogEventType, CallLogRecord
 from mcp_backend.calllog.shipper import RecordShipper
-from mcp_backend.mcp.guard import principal_of, request_headers
+from mcp_backend.mcp.auth import current_caller
+from mcp_backend.mcp.guard import request_headers
 from mcp_backend.mcp.request_spans import link_to_request_span
 from mcp_backend.observability import logger, metrics, tool_runs
 from mcp_backend.tracing.state import enabled as tracing_enabled
@@ -174,7 +175,7 @@ class ToolCallTelemetry:
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         request = ctx.request
         scope = request.scope if request is not None and hasattr(request, "scope") else None
-        principal = principal_of(scope) if scope is not None else None
+        principal = current_caller()
         if scope is not None and tracing_enabled():
             link_to_request_span(scope)  # inside the SDK's MCP span, which a `_meta` traceparent may have moved
         if ctx.method != "tools/call":

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from mcp_backend.config import LOWEST_TIER, TierLimits, TierLimitSettings
+from mcp_backend.config import TierLimits, TierLimitSettings
 from mcp_backend.jobs.errors import JobCancelled
+from mcp_backend.tiers import LOWEST_TIER
 from mcp_backend.tools.dataset_stream import FetchPolicy, past_deadline
 from mcp_backend.tools.errors import ToolError
 

@@ -17,9 +17,10 @@ from functools import cached_property, partial
 from typing import TYPE_CHECKING, Protocol, cast
 
 from mcp_backend.aws import AwsClients, LazyClient
-from mcp_backend.config import LOWEST_TIER, TierLimits, TierLimitSettings, ToolSettings
+from mcp_backend.config import TierLimits, TierLimitSettings, ToolSettings
 from mcp_backend.jobs.service import JobQueues, JobsService
 from mcp_backend.quotas import JobQuota
+from mcp_backend.tiers import LOWEST_TIER
 from mcp_backend.tools.context import CancellationCheck, ProgressCallback, ToolContext
 from mcp_backend.tools.dataset_stream import FetchPolicy
 
