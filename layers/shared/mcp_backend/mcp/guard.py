@@ -29,6 +29,7 @@ from mcp_backend.call_slots import SLOT_RETRY_AFTER_SECONDS
 from mcp_backend.doors import HEALTH_PATH, MCP_POST, METADATA_PATH, METHODS, TOOL_DOORS, Door, DoorTable
 from mcp_backend.hosts import HostPolicy
 from mcp_backend.mcp.auth import CALLER, Authenticator, ScopedPrincipal
+from mcp_backend.mcp.iam_callers import IamCallerAuthenticator
 from mcp_backend.mcp.request_body import GUARDED_BODY, BodyTooLarge, ClientDisconnected, buffered_body
 from mcp_backend.observability import count_limit_refusal, count_refusal, logger
 from mcp_backend.refusals import (
@@ -156,6 +157,7 @@ class McpHttpGuard:
         call_slots: PrincipalCallSlots | None = None,
         pinned_resource: StackUrl | None = None,
         doors: DoorTable | None = None,
+        iam_callers: IamCallerAuthenticator | None = None,
     ) -> None:
         """tool_access: tools' scopes over the tool table's doors (tests' own tools); doors: the endpoint's."""
         self.app = app
@@ -171,6 +173,9 @@ class McpHttpGuard:
         # The stack's own authorization server only: this endpoint's URL as the template wrote it to a parameter
         # (read at the first token, off the event loop), the accepted audience when no resource is configured.
         self.pinned_resource = pinned_resource
+        # IamCallers=Enabled: a request Lambda checked on the AWS_IAM Function URL names its caller in the request
+        # context (mcp_backend.mcp.iam_callers); any other request is authenticated by its bearer token.
+        self.iam_callers = iam_callers
         tool_doors = {**TOOL_DOORS, **{name: replace(MCP_POST, access=a) for name, a in (tool_access or {}).items()}}
         self.doors = doors or DoorTable(METHODS, tool_doors)
         # Counts each authenticated request against the principal's tier (mcp_backend.request_rate).
@@ -272,6 +277,11 @@ class McpHttpGuard:
         if sum(1 for name, _ in scope["headers"] if name.lower() == b"authorization") > 1:
             # Ambiguous credentials: which one a proxy or framework honours differs, so none is.
             return SEVERAL_CREDENTIALS
+        if self.iam_callers is not None and (signed := self.iam_callers.authenticate_request(scope["headers"])):
+            # Lambda checked the SigV4 signature, which is what the Authorization header holds: no bearer token.
+            annotate({"app.principal.tier": signed.tier})
+            request.principal = signed
+            return None
         scheme, _, token = headers.get("authorization", "").partition(" ")
         token = token.strip() if scheme.lower() == "bearer" else ""
         try:

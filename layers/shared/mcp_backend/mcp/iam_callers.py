@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from mcp_backend.api_keys import Principal
+from mcp_backend.tiers import LOWEST_TIER, TIERS, Tier
 
 REQUEST_CONTEXT_HEADER = b"x-amzn-request-context"
-Tier = Literal["free", "pro", "internal"]
-TIERS: tuple[Tier, ...] = ("free", "pro", "internal")
 
 
 class IamIdentity(BaseModel):
@@ -64,7 +63,7 @@ def parse_tier_map(text: str) -> tuple[tuple[str, Tier], ...]:
             continue
         pattern, separator, tier = entry.rpartition("=")
         if not separator or not pattern or tier not in TIERS:
-            raise TierMapError(f"IAM_CALLER_TIERS entry {position} is not arn-pattern=free|pro|internal")
+            raise TierMapError(f"IAM_CALLER_TIERS entry {position} is not arn-pattern={'|'.join(TIERS)}")
         pairs.append((pattern, tier))
     return tuple(pairs)
 
@@ -85,9 +84,8 @@ class IamCallerAuthenticator:
         if identity is None:
             return None
         role_id = identity.callerId.split(":", 1)[0]
-        lowest: Tier = "free"
         tier = next(
-            (tier for pattern, tier in self._tier_map if fnmatch.fnmatchcase(identity.userArn, pattern)), lowest
+            (tier for pattern, tier in self._tier_map if fnmatch.fnmatchcase(identity.userArn, pattern)), LOWEST_TIER
         )
         try:
             return Principal(user_id=f"iam:{identity.accountId}:{role_id}", tier=tier)

@@ -46,6 +46,7 @@ from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
 from mcp_backend.mcp.edge_origin import EdgeOnly, EdgeOriginCheck
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
+from mcp_backend.mcp.iam_callers import IamCallerAuthenticator
 from mcp_backend.mcp.icons import SERVER_ICONS
 from mcp_backend.mcp.internal_errors import InternalErrorsWithoutText
 from mcp_backend.mcp.prompts import PromptBindings
@@ -275,6 +276,7 @@ def create_app(
         rate_limit=TierRateLimit(settings, clients, rate_limit_clock, lease_ahead),
         call_slots=TierCallSlots(settings, clients, lease_ahead),
         max_body_bytes=settings.mcp_max_body_bytes,
+        iam_callers=IamCallerAuthenticator.from_setting(settings.iam_caller_tiers) if settings.iam_callers else None,
     )
     # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached
     # (https://github.com/aws-samples/graceful-shutdown-with-aws-lambda): pending call-log records go out then.
