@@ -156,7 +156,7 @@ def test_no_module_in_either_layer_is_a_v1_style_pydantic_type():
 
 def test_tool_workers_layers_are_at_most_15_mb_unzipped():
     """Given ToolWorker's layers in the arm64 build (the core layer and, with call-log telemetry on, its
-    extension's), when their files are summed as the bench sums them, then they hold at most 15 MB unzipped."""
+    extension's), when their files are summed as the bench sums them, then they hold at most 15 MiB unzipped."""
     # SAM names each layer version after its layer with a 10-character hash; the build folder is the layer's.
     layer_ids = [version[: -len("0123456789")] for version in tool_worker_layer_versions()]
     assert {"SharedLayer", "TelemetryExtensionLayer"} <= set(layer_ids)
