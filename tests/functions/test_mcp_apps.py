@@ -14,7 +14,7 @@ import boto3
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server.apps import APP_MIME_TYPE
+from mcp.server.apps import APP_MIME_TYPE, EXTENSION_ID
 from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp
 
@@ -61,6 +61,24 @@ async def connected(app: ASGIApp, mode: str) -> AsyncIterator[Client]:
         http.headers["authorization"] = "Bearer key"
         async with Client(streamable_http_client(f"https://{HOST}/mcp", http_client=http), mode=mode) as client:
             yield client
+
+
+def test_the_endpoint_advertises_mcp_apps_in_its_capabilities(app):
+    # Given the endpoint
+    async def scenario() -> Any:
+        # When a host that has not connected before negotiates (server/discover, protocol 2026-07-28) and reads
+        # the server's capabilities
+        async with connected(app, "auto") as client:
+            assert client.protocol_version == "2026-07-28"
+            return client.server_capabilities
+
+    capabilities = anyio.run(scenario)
+
+    # Then MCP Apps is among its extensions under the SDK's identifier, with no settings: a host that renders
+    # views knows the ui:// resources are for it. (The 2025-11-25 schema has no `extensions`: hosts of that era
+    # find a view by the tool's `_meta.ui.resourceUri`.)
+    assert capabilities.extensions is not None
+    assert capabilities.extensions[EXTENSION_ID] == {}
 
 
 @pytest.mark.parametrize("mode", ERAS)

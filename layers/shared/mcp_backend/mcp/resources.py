@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
+from mcp.server.extension import Extension
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INVALID_PARAMS,
@@ -38,6 +39,7 @@ from mcp_backend.mcp.auth import current_caller
 from mcp_backend.mcp.icons import RESOURCE_ICONS
 from mcp_backend.mcp.sdk_internals import UriTemplate
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
+from mcp_backend.tools import app_views
 from mcp_backend.tools.context import ToolContext
 from mcp_backend.tools.resources import JSON, ResourceKind, ResourceNotFound, result_uri
 from mcp_backend.tools.services import ToolServices
@@ -79,6 +81,15 @@ def not_found(ctx: ServerContext, uri: str) -> MCPError:
     return MCPError(code, "Resource not found", data={"uri": uri})
 
 
+class AppsExtension(Extension):
+    """MCP Apps advertised the SDK's way: an `Extension` the low-level server lists under
+    `capabilities.extensions`, with no settings. Its views are kinds of the resource table, so it contributes no
+    tools or resources. Not the SDK's `mcp.server.apps.Apps`: that module imports MCPServer, which the endpoint's
+    cold start never loads."""
+
+    identifier = app_views.EXTENSION_ID
+
+
 @dataclass(frozen=True)
 class ServedKind:
     kind: ResourceKind
@@ -101,6 +112,11 @@ class ResourceBindings:
             raise ValueError("at most one resource kind lists its resources")
         self.listing = listing[0] if listing else None
         self.by_template = {served.kind.uri_template: served.kind for served in self.kinds}
+
+    def extensions(self) -> list[Extension]:
+        """MCP Apps when a `ui://` view is served: a host that renders views learns it from the capabilities."""
+        serves_views = any(served.kind.mime_type == app_views.APP_MIME_TYPE for served in self.kinds)
+        return [AppsExtension()] if serves_views else []
 
     # -- the SDK's handlers ------------------------------------------------------------
     async def list_resources(self, ctx: ServerContext, params: PaginatedRequestParams | None) -> ListResourcesResult:

@@ -226,7 +226,10 @@ def create_app(
         else None
     )
     log_library_records_as_json()
-    extensions = task_extensions(bindings.submissions)
+    # The caller's jobs and results as resources, and the prompts, from their tables; only the kinds whose
+    # services this function has are served.
+    resources = ResourceBindings(RESOURCES, bindings.services)
+    extensions = [*task_extensions(bindings.submissions), *resources.extensions()]
     # The 2025-11-25 task-augmented calls, on the extension's JobTable tasks; tasks/result waits a few seconds
     # for a task still working, in a calls-in-flight slot.
     legacy_tasks = [
@@ -246,9 +249,7 @@ def create_app(
             *legacy_tasks,
         ],
         methods=[method for legacy in legacy_tasks for method in legacy.methods()],
-        # The caller's jobs and results as resources, and the prompts, from their tables; only the kinds whose
-        # services this function has are served.
-        resources=(resources := ResourceBindings(RESOURCES, bindings.services)),
+        resources=resources,
         prompts=PromptBindings(PROMPTS, bindings.services, resources),
         icons=SERVER_ICONS,
         request_state=bindings.request_state_key.security(SERVER_NAME),
