@@ -28,14 +28,19 @@ from mcp_types import (
     TextContent,
 )
 from mcp_types import Prompt as McpPrompt
-from pydantic import ValidationError
 
 from mcp_backend.mcp.icons import PROMPT_ICONS, RESOURCE_ICONS
-from mcp_backend.mcp.resources import ResourceBindings, ServerContext, context_for, links_supported
+from mcp_backend.mcp.resources import (
+    ResourceBindings,
+    ServerContext,
+    completion_values,
+    context_for,
+    links_supported,
+)
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
+from mcp_backend.tools.context import InvalidArguments, parse_arguments
 from mcp_backend.tools.prompts import Prompt, PromptArgumentsRefused, PromptLine
 from mcp_backend.tools.services import ToolServices
-from mcp_backend.validation import describe_validation_error
 
 # The spec's maximum number of values in one completion answer.
 MAX_COMPLETION_VALUES = 100
@@ -94,9 +99,9 @@ class PromptBindings:
         if prompt is None:
             raise MCPError(INVALID_PARAMS, "Unknown prompt", data={"name": params.name})
         try:
-            arguments = prompt.arguments_model.model_validate(dict(params.arguments or {}))
-        except ValidationError as error:
-            raise MCPError(INVALID_PARAMS, f"{prompt.name}: {describe_validation_error(error)}") from None
+            arguments = parse_arguments(prompt.arguments_model, params.arguments or {})
+        except InvalidArguments as invalid:
+            raise MCPError(INVALID_PARAMS, f"{prompt.name}: {invalid}") from None
         context = context_for(self.services, prompt, ctx)
         try:
             lines = await run_in_worker_thread(prompt.render, arguments, context)
@@ -114,9 +119,9 @@ class PromptBindings:
             prompt = self.prompts.get(params.ref.name)
             if prompt is None:
                 raise MCPError(INVALID_PARAMS, "Unknown prompt", data={"name": params.ref.name})
-            complete = prompt.completions.get(params.argument.name)
-            if complete is not None:
-                values = await run_in_worker_thread(complete, prefix, context_for(self.services, prompt, ctx))
+            values = await completion_values(
+                self.services, prompt, prompt.completions, params.argument.name, prefix, ctx
+            )
         else:
             values = await self.resources.complete(ctx, params.ref.uri, params.argument.name, prefix)
         found = values or []

@@ -11,7 +11,7 @@ retired -32002 for Invalid params).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,7 @@ from mcp_backend.mcp.icons import RESOURCE_ICONS
 from mcp_backend.mcp.sdk_internals import UriTemplate
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
 from mcp_backend.tools import app_views
-from mcp_backend.tools.context import ToolContext
+from mcp_backend.tools.context import InvalidArguments, ToolContext, parse_arguments
 from mcp_backend.tools.resources import JSON, ResourceKind, ResourceNotFound, result_uri
 from mcp_backend.tools.services import ToolServices
 
@@ -95,6 +95,33 @@ class ServedKind:
     kind: ResourceKind
     template: UriTemplate
 
+    @classmethod
+    def of(cls, kind: ResourceKind) -> ServedKind:
+        """The kind with its template parsed by the SDK's RFC 6570 matcher; a template whose variables are not
+        its model's fields is refused when the table loads (a read would never see the missing one)."""
+        template = UriTemplate.parse(kind.uri_template)
+        names, fields = sorted(template.variable_names), sorted(kind.variables.model_fields)
+        if names != fields:
+            raise ValueError(f"{kind.name}: the URI template's variables {names} are not its model's {fields}")
+        return cls(kind, template)
+
+
+async def completion_values(
+    services: ToolServices,
+    declared: Any,
+    completions: Mapping[str, Callable[[str, ToolContext], list[str]]],
+    argument: str,
+    prefix: str,
+    ctx: ServerContext,
+) -> list[str] | None:
+    """The caller's values of `argument` that start with `prefix`, from a resource kind's or a prompt's
+    (`declared`) completions, or None when it completes none."""
+    complete = completions.get(argument)
+    if complete is None:
+        return None
+    values: list[str] = await run_in_worker_thread(complete, prefix, context_for(services, declared, ctx))
+    return values
+
 
 class ResourceBindings:
     """The MCP surface of a resource table, limited to the kinds this function can serve."""
@@ -102,11 +129,7 @@ class ResourceBindings:
     def __init__(self, table: Mapping[str, ResourceKind], services: ToolServices) -> None:
         self.services = services
         available = services.available()
-        self.kinds = [
-            ServedKind(kind, UriTemplate.parse(kind.uri_template))
-            for kind in table.values()
-            if kind.services <= available
-        ]
+        self.kinds = [ServedKind.of(kind) for kind in table.values() if kind.services <= available]
         listing = [served.kind for served in self.kinds if served.kind.list_page is not None]
         if len(listing) > 1:  # one cursor pages one listing
             raise ValueError("at most one resource kind lists its resources")
@@ -165,14 +188,16 @@ class ResourceBindings:
     async def read_resource(self, ctx: ServerContext, params: ReadResourceRequestParams) -> ReadResourceResult:
         uri = str(params.uri)
         for served in self.kinds:
-            variables = served.template.match(uri)
-            if variables is None:
+            matched = served.template.match(uri)
+            if matched is None:
                 continue
-            if any(not isinstance(value, str) for value in variables.values()):
+            try:
+                variables = parse_arguments(served.kind.variables, matched)
+            except InvalidArguments:
                 break
             context = context_for(self.services, served.kind, ctx)
             try:
-                read = await run_in_worker_thread(served.kind.read, dict(variables), context)
+                read = await run_in_worker_thread(served.kind.read, variables, context)
             except ResourceNotFound:
                 break
             contents = TextResourceContents(uri=uri, mime_type=read.mime_type, text=read.text, meta=read.meta)
@@ -183,11 +208,9 @@ class ResourceBindings:
     async def complete(self, ctx: ServerContext, template: str, variable: str, prefix: str) -> list[str] | None:
         """Values of `variable` in `template` for the caller, or None when that template or variable has none."""
         kind = self.by_template.get(template)
-        complete = kind.completions.get(variable) if kind is not None else None
-        if kind is None or complete is None:
+        if kind is None:
             return None
-        values: list[str] = await run_in_worker_thread(complete, prefix, context_for(self.services, kind, ctx))
-        return values
+        return await completion_values(self.services, kind, kind.completions, variable, prefix, ctx)
 
     # -- links in tool results -------------------------------------------------------
     def result_links(self, ctx: ServerContext, structured: Mapping[str, Any]) -> list[ResourceLink]:
