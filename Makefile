@@ -229,8 +229,9 @@ invoke: env ## FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json [RUNTIME
 env-json: env ## the running make dev stack's --env-vars file for sam local invoke
 	$(RUN) python -m devstack env-json $(if $(OUT),--output $(OUT))
 
-dev: env ## the whole template on 127.0.0.1 (PORT, STATE, FRESH=1, RUNTIME=lambda, AUTH=oauth|both|builtin, TRACING=off)
+dev: env ## the whole template on 127.0.0.1 (PORT, STATE, FRESH=1, RUNTIME=lambda, AUTH=oauth|both|builtin, TRACING=off, CONFORMANCE=1)
 	$(RUN) python -m devstack dev --port $(PORT) $(if $(STATE),--state $(STATE)) $(if $(FRESH),--fresh) \
+		$(if $(CONFORMANCE),--conformance-fixtures) \
 		--runtime $(RUNTIME) --build-dir $(BUILD_DIR) \
 		$(if $(filter builtin,$(AUTH)),--parameter AuthMode=oauth --parameter AuthorizationServerMode=builtin,$(if $(AUTH),--parameter AuthMode=$(AUTH))) \
 		$(if $(TRACING),--parameter Tracing=$(TRACING))

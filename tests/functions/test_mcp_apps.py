@@ -5,15 +5,13 @@ the template's tables (moto). Every job value in a page is escaped."""
 from __future__ import annotations
 
 import html
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
 import boto3
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.server.apps import APP_MIME_TYPE, EXTENSION_ID
 from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp
@@ -24,7 +22,7 @@ from mcp_backend.jobs.models import JobError, JobMessage
 from mcp_backend.jobs.results import result_text
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.mcp.server import create_app
-from tests.unit.endpoint_fakes import HOST, EveryoneIs, ServedInProcess
+from tests.unit.endpoint_fakes import EveryoneIs, sdk_client
 
 ERAS = ["legacy", "2026-07-28"]
 ALICE = "user-alice"
@@ -55,12 +53,8 @@ def app(stack) -> ASGIApp:
     return create_app(stack["settings"], EveryoneIs(Principal(user_id=ALICE)), boto3.client)
 
 
-@asynccontextmanager
-async def connected(app: ASGIApp, mode: str) -> AsyncIterator[Client]:
-    async with ServedInProcess(app) as http:
-        http.headers["authorization"] = "Bearer key"
-        async with Client(streamable_http_client(f"https://{HOST}/mcp", http_client=http), mode=mode) as client:
-            yield client
+def connected(app: ASGIApp, mode: str) -> AbstractAsyncContextManager[Client]:
+    return sdk_client(app, mode)
 
 
 def test_the_endpoint_advertises_mcp_apps_in_its_capabilities(app):

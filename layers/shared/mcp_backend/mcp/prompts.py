@@ -9,6 +9,7 @@ value. Only prompts whose services this function has are served (fail closed).
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 
 from mcp.shared.exceptions import MCPError
@@ -17,8 +18,10 @@ from mcp_types import (
     CompleteRequestParams,
     CompleteResult,
     Completion,
+    EmbeddedResource,
     GetPromptRequestParams,
     GetPromptResult,
+    ImageContent,
     ListPromptsResult,
     PaginatedRequestParams,
     PromptArgument,
@@ -26,6 +29,7 @@ from mcp_types import (
     PromptReference,
     ResourceLink,
     TextContent,
+    TextResourceContents,
 )
 from mcp_types import Prompt as McpPrompt
 
@@ -56,8 +60,14 @@ def prompt_arguments(prompt: Prompt) -> list[PromptArgument]:
 
 
 def message(line: PromptLine, links: bool) -> PromptMessage:
-    """A prompt line as a user message: a link as `resource_link` content, or as text for a client older than
-    resource links."""
+    """A prompt line as a user message: an image, an embedded resource, a link as `resource_link` content (or as
+    text for a client older than resource links), or text."""
+    if line.image is not None:
+        data = base64.b64encode(line.image).decode("ascii")
+        return PromptMessage(role="user", content=ImageContent(type="image", data=data, mime_type=line.mime_type))
+    if line.embed and line.link_uri is not None:
+        contents = TextResourceContents(uri=line.link_uri, mime_type=line.mime_type, text=line.text)
+        return PromptMessage(role="user", content=EmbeddedResource(type="resource", resource=contents))
     if line.link_uri is None:
         return PromptMessage(role="user", content=TextContent(type="text", text=line.text))
     if not links:

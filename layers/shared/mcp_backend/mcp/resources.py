@@ -11,6 +11,7 @@ retired -32002 for Invalid params).
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INVALID_PARAMS,
     INVALID_REQUEST,
+    BlobResourceContents,
     ListResourcesResult,
     ListResourceTemplatesResult,
     PaginatedRequestParams,
@@ -41,7 +43,14 @@ from mcp_backend.mcp.sdk_internals import UriTemplate
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
 from mcp_backend.tools import app_views
 from mcp_backend.tools.context import InvalidArguments, ToolContext, parse_arguments
-from mcp_backend.tools.resources import JSON, ResourceKind, ResourceNotFound, result_uri
+from mcp_backend.tools.resources import (
+    JSON,
+    ResourceBytes,
+    ResourceKind,
+    ResourceNotFound,
+    ResourceText,
+    result_uri,
+)
 from mcp_backend.tools.services import ToolServices
 
 ServerContext = ServerRequestContext[Any, Any]
@@ -79,6 +88,14 @@ def not_found(ctx: ServerContext, uri: str) -> MCPError:
     if is_version_at_least(ctx.protocol_version, NOT_FOUND_AS_INVALID_PARAMS_SINCE):
         code = INVALID_PARAMS
     return MCPError(code, "Resource not found", data={"uri": uri})
+
+
+def resource_contents(uri: str, read: ResourceText | ResourceBytes) -> TextResourceContents | BlobResourceContents:
+    """One read as MCP resource contents: text, or bytes as base64 `blob`."""
+    if isinstance(read, ResourceBytes):
+        blob = base64.b64encode(read.data).decode("ascii")
+        return BlobResourceContents(uri=uri, mime_type=read.mime_type, blob=blob, meta=read.meta)
+    return TextResourceContents(uri=uri, mime_type=read.mime_type, text=read.text, meta=read.meta)
 
 
 class AppsExtension(Extension):
@@ -200,8 +217,7 @@ class ResourceBindings:
                 read = await run_in_worker_thread(served.kind.read, variables, context)
             except ResourceNotFound:
                 break
-            contents = TextResourceContents(uri=uri, mime_type=read.mime_type, text=read.text, meta=read.meta)
-            return ReadResourceResult(contents=[contents])
+            return ReadResourceResult(contents=[resource_contents(uri, read)])
         raise not_found(ctx, uri)
 
     # -- completion of a template's variables ----------------------------------------

@@ -46,6 +46,15 @@ class ResourceText:
 
 
 @dataclass(frozen=True)
+class ResourceBytes:
+    """One read of a binary resource: its bytes (sent base64 as `blob`), MIME type and `meta`."""
+
+    data: bytes
+    mime_type: str
+    meta: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class ListedResource:
     uri: str
     name: str
@@ -70,7 +79,7 @@ class ResourceKind:
     description: str
     mime_type: str
     # Called with an instance of `variables`.
-    read: Callable[[Any, ToolContext], ResourceText]
+    read: Callable[[Any, ToolContext], ResourceText | ResourceBytes]
     # Required, no default: the scope an OAuth caller needs to list and read it.
     access: Access
     # Required, no default: what it reads besides the URI (it gets those and no others).
