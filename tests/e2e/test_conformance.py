@@ -38,6 +38,7 @@ MUST_PASS = [
     "prompts-get-with-args",
     "prompts-get-embedded-resource",
     "prompts-get-with-image",
+    "dns-rebinding-protection",
 ]
 
 
