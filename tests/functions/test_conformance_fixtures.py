@@ -25,7 +25,8 @@ from mcp_backend.api_keys import Principal
 from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.mcp.resources import RESOURCE_NOT_FOUND
 from mcp_backend.mcp.server import create_app
-from tests.unit.endpoint_fakes import EveryoneIs, sdk_client
+from tests.unit.endpoint_fakes import EveryoneIs
+from tests.unit.sdk_client import sdk_client
 
 ERAS = ["legacy", "2026-07-28"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -22,7 +22,8 @@ from mcp_backend.jobs.models import JobError, JobMessage
 from mcp_backend.jobs.results import result_text
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.mcp.server import create_app
-from tests.unit.endpoint_fakes import EveryoneIs, sdk_client
+from tests.unit.endpoint_fakes import EveryoneIs
+from tests.unit.sdk_client import sdk_client
 
 ERAS = ["legacy", "2026-07-28"]
 ALICE = "user-alice"

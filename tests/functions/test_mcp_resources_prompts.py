@@ -26,7 +26,8 @@ from mcp_backend.jobs.store import JobStore
 from mcp_backend.mcp import resources
 from mcp_backend.mcp.resources import RESOURCE_NOT_FOUND
 from mcp_backend.mcp.server import create_app
-from tests.unit.endpoint_fakes import EveryoneIs, ServedInProcess, sdk_client
+from tests.unit.endpoint_fakes import EveryoneIs, ServedInProcess
+from tests.unit.sdk_client import sdk_client
 
 ERAS = ["legacy", "2026-07-28"]  # the initialize handshake (2025-11-25 negotiated) and the stateless era
 PAGE_BYTES = 1024

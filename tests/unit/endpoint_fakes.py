@@ -3,16 +3,12 @@ an authenticator that takes every token for alice's, and the app served in-proce
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any
 
 import anyio
 import httpx
 from anyio.abc import TaskGroup
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from starlette.types import ASGIApp
 
 from mcp_backend.api_keys import Principal
@@ -101,12 +97,3 @@ class ServedInProcess:
         self.sent.append(message["type"])
         if message["type"] == "lifespan.startup.complete":
             self._started.set()
-
-
-@asynccontextmanager
-async def sdk_client(app: ASGIApp, mode: str, token: str = "key") -> AsyncIterator[Client]:
-    """The SDK's own client, in protocol era `mode`, over the app served in-process, sending `token`."""
-    async with ServedInProcess(app) as http:
-        http.headers["authorization"] = f"Bearer {token}"
-        async with Client(streamable_http_client(f"https://{HOST}/mcp", http_client=http), mode=mode) as client:
-            yield client
