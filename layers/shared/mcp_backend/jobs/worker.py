@@ -53,7 +53,7 @@ from mcp_backend.jobs.errors import (
 )
 from mcp_backend.jobs.models import JobError, JobMessage, JobOutcome, JobRun, JobStatus
 from mcp_backend.jobs.queue import JobQueueMessages, job_type_of
-from mcp_backend.jobs.results import INLINE_RESULT_LIMIT_BYTES, ResultObjects, result_key, result_text
+from mcp_backend.jobs.results import ResultObjects, stored_outcome
 from mcp_backend.jobs.run_records import RUN_KEY_JMESPATH, RUN_PAYLOAD_JMESPATH, JobRunRecords
 from mcp_backend.jobs.store import JOB_RETENTION_SECONDS, JobStore
 from mcp_backend.observability import logger, tool_runs
@@ -301,23 +301,11 @@ class JobWorker:
         except JobCancelled:
             logger.info("job cancelled by its owner; not completed")
             return JobOutcome(job_id=job.job_id, status=JobStatus.CANCELLED).model_dump()
-        outcome = self._stored_result(job, result)
+        outcome = stored_outcome(job, result, self.settings.job_result_max_bytes, self.results)
         # Inside the run-once body: a redelivered, already completed job logs no second call.
         self._log_call(job, CallLogEventType.TOOL_CALL, started)
         logger.info("job succeeded")
         return outcome.model_dump()
-
-    def _stored_result(self, job: JobMessage, result: dict[str, Any]) -> JobOutcome:
-        """The outcome the end's write stores: the result's text inline, or in the result bucket by key."""
-        text = result_text(result)
-        cap = self.settings.job_result_max_bytes
-        if len(text) > cap:  # ASCII: its length is its size
-            raise ResultTooLarge(f"the result is {len(text)} bytes, over the {cap}-byte limit for job results")
-        if len(text) <= INLINE_RESULT_LIMIT_BYTES or self.results is None:
-            return JobOutcome(job_id=job.job_id, status=JobStatus.SUCCEEDED, result_text=text)
-        key = result_key(job.user_id, job.job_id)
-        self.results.put(key, text)
-        return JobOutcome(job_id=job.job_id, status=JobStatus.SUCCEEDED, result_key=key)
 
     def _log_call(self, job: JobMessage, event_type: CallLogEventType, started: float, error_type: str = "") -> None:
         self.call_log.add(

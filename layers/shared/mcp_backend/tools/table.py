@@ -15,15 +15,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from mcp_backend.tools import analyze_dataset, app_views, endpoints, job_results
+from mcp_backend.tools import analyze_dataset, app_views, dataset_chunks, endpoints, job_results
 from mcp_backend.tools.context import ToolContext
 from mcp_backend.tools.errors import InvalidToolInput
 from mcp_backend.tools.services import Service
 from mcp_backend.validation import describe_validation_error
+
+if TYPE_CHECKING:  # the durable worker's SDK loads only in the durable worker
+    from mcp_backend.jobs.durable import ChunkedJob
 
 
 class Mode(StrEnum):
@@ -78,6 +81,12 @@ class Tool:
     confirm: Callable[[Any], str | None] | None = None
     # The MCP Apps view (a `ui://` resource of the resource table) a host renders its synchronous result in.
     ui_resource_uri: str | None = None
+    # Its jobs may outlast the queued worker's timeout: every job of it runs as a durable execution when the
+    # durable worker is on (mcp_backend.jobs.handoff), else in the queued worker as any other job.
+    long_running: bool = False
+    # How the durable worker runs it in checkpointed chunks (mcp_backend.jobs.durable.ChunkedJob); None: whole,
+    # in one step.
+    chunked: ChunkedJob | None = None
 
     def __post_init__(self) -> None:
         if self.access is Access.READ and self.effect is not Effect.NONE:
@@ -165,6 +174,7 @@ TOOLS: dict[str, Tool] = {
             admit=analyze_dataset.admit,
             confirm=analyze_dataset.confirmation_question,
             ui_resource_uri=app_views.ANALYSIS_VIEW_URI,
+            chunked=dataset_chunks.DatasetChunks(),
         ),
         Tool(
             name="register_endpoint",
