@@ -6,10 +6,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
+import anyio
 import boto3
 import pytest
 import time_machine
@@ -17,19 +20,32 @@ from aws_durable_execution_sdk_python import durable_execution
 from aws_durable_execution_sdk_python.constants import CHECKPOINT_SIZE_LIMIT_BYTES
 from aws_durable_execution_sdk_python.execution import InvocationStatus
 from aws_durable_execution_sdk_python.lambda_service import OperationStatus
+from aws_durable_execution_sdk_python_testing.execution import ExecutionStatus
 from aws_durable_execution_sdk_python_testing.runner import DurableFunctionTestRunner
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
+from devstack.runtime.durable_functions import DurableLambdaClient, LocalDurableFunctions
+from devstack.runtime.in_process import LocalLambdaContext
 from devstack.wired_stack import DATASET_BUCKET, dataset_prefix, local_dataset_url
+from mcp_backend.api_keys import Principal
 from mcp_backend.aws import AwsClients
-from mcp_backend.config import DurableWorkerSettings, load_settings
+from mcp_backend.config import DurableWorkerSettings, WorkerSettings, load_settings
 from mcp_backend.jobs.durable import DurableJobs, DurableLimits
+from mcp_backend.jobs.handoff import DurableStarts
 from mcp_backend.jobs.models import JobMessage
 from mcp_backend.jobs.results import ResultObjects
+from mcp_backend.jobs.service import JobQueues, JobsService, JobSubmission
 from mcp_backend.jobs.store import JobStore
+from mcp_backend.jobs.worker import JobWorker
+from mcp_backend.mcp.auth import CALLER
+from mcp_backend.mcp.tasks import JobTasks
+from mcp_backend.mcp.tasks_2025 import LegacyJobTasks
+from mcp_backend.quotas import JobQuota
 from mcp_backend.tools import dataset_chunks, fetch
 from mcp_backend.tools.analyze_dataset import AnalyzeInput, analyze_dataset
 from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.services import ToolServices
+from mcp_backend.tools.submissions import JobSubmissions
 from mcp_backend.tools.table import TOOLS
 
 USER = "user-alice"
@@ -277,3 +293,176 @@ def test_a_chunk_whose_checkpoint_passes_the_size_limit_is_refused_at_its_step(l
     item = job_item(local, job.job_id)
     assert (item["status"], item["error"]["type"]) == ("FAILED", "CheckpointTooLarge")
     assert f"over the {CHECKPOINT_SIZE_LIMIT_BYTES}-byte limit of one durable checkpoint" in item["error"]["message"]
+
+
+DURABLE_ARN = "arn:aws:lambda:us-east-1:123456789012:function:mcp-backend-local-DurableToolWorker:live"
+
+
+class FrontDoor:
+    """The one submission path with the durable worker on: the jobs service submits to JobQueue, ToolWorker takes
+    the message and hands a large job to DurableToolWorker, run by the local stack's durable runner."""
+
+    def __init__(self, local, min_bytes: int) -> None:
+        self.functions = LocalDurableFunctions(
+            {"DurableToolWorker": durable_execution(durable_jobs(local).run)}, resolve=self._resolve
+        )
+        self.lambda_client = CountingLambda(DurableLambdaClient(self.functions))
+        clients = AwsClients(lambda service: self.lambda_client if service == "lambda" else boto3.client(service))
+        queues = JobQueues(
+            job_table_name=local.table_name("JobTable"),
+            job_queue_url=local.queue_url("JobQueue"),
+            job_dead_letter_queue_url=local.queue_url("JobDeadLetterQueue"),
+            result_bucket_name=local.table_name("JobResultBucket"),
+            durable_worker_arn=DURABLE_ARN,
+        )
+        self.jobs = JobsService(queues, clients)
+        environment = {
+            **local.stack.function("ToolWorker").environment,
+            "DURABLE_WORKER_ARN": DURABLE_ARN,
+            "DURABLE_JOB_MIN_BYTES": str(min_bytes),
+        }
+        settings = load_settings(WorkerSettings, environment)
+        self.worker = JobWorker(
+            settings,
+            JobStore(settings.job_table_name),
+            TOOLS,
+            ToolServices.from_settings(settings, AwsClients()),
+            durable=DurableStarts(DURABLE_ARN, settings.durable_job_min_bytes, self.lambda_client),
+        )
+        self.queue_url = queues.job_queue_url
+
+    @staticmethod
+    def _resolve(name: str) -> str:
+        if "DurableToolWorker" not in name:
+            raise LookupError(name)
+        return "DurableToolWorker"
+
+    def submit(self, url: str) -> str:
+        submission = JobSubmission(tool="analyze_dataset", input={"dataset_url": url})
+        return self.jobs.submit(USER, submission, JobQuota("free", concurrent_jobs=2, daily_jobs=10))["jobId"]
+
+    def receive(self) -> SQSRecord:
+        """The queued message as ToolWorker's event holds it (received, not deleted: SQS may deliver it again)."""
+        [message] = boto3.client("sqs").receive_message(QueueUrl=self.queue_url, AttributeNames=["All"])["Messages"]
+        return SQSRecord(sqs_record(message))
+
+    def deliver(self) -> dict[str, Any]:
+        self.worker.start_invocation(LocalLambdaContext("ToolWorker", "arn", 512, timeout_seconds=60))
+        return self.worker.process(self.receive())
+
+
+class CountingLambda:
+    def __init__(self, real: DurableLambdaClient) -> None:
+        self.real, self.exceptions, self.starts = real, real.exceptions, 0
+
+    def invoke(self, **request: Any) -> dict[str, Any]:
+        self.starts += 1
+        return self.real.invoke(**request)
+
+    def stop_durable_execution(self, **request: Any) -> dict[str, Any]:
+        return self.real.stop_durable_execution(**request)
+
+
+def sqs_record(message: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": {"ApproximateReceiveCount": "1", **message.get("Attributes", {})},
+        "messageAttributes": {},
+        "eventSource": "aws:sqs",
+    }
+
+
+@pytest.fixture
+def front_door(local) -> Iterator[Any]:
+    doors: list[FrontDoor] = []
+
+    def make(min_bytes: int) -> FrontDoor:
+        doors.append(FrontDoor(local, min_bytes))
+        return doors[-1]
+
+    yield make
+    for door in doors:
+        door.functions.close()
+
+
+def test_a_large_job_goes_durable_through_the_one_submission_path_and_reads_as_every_job(
+    local, small_chunks, front_door
+):
+    # Given the durable worker on, for datasets of 100 bytes or more, and a submitted analysis of sales.csv (131)
+    door = front_door(min_bytes=100)
+    job_id = door.submit(local_dataset_url(USER, "sales.csv"))
+
+    # When ToolWorker receives its message twice (a redelivery), and the durable execution runs to its end
+    record = door.receive()
+    handed = [door.worker.process(record), door.worker.process(record)]
+    item = job_item(local, job_id)
+    execution = door.functions.result(item["durableExecutionArn"])
+
+    # Then one execution named by the job id was started and the record succeeded each time; get_job and both
+    # Tasks eras read the job as any other: SUCCEEDED with its result, its progress complete, its slot freed
+    assert handed == [{"jobId": job_id, "status": "PENDING", "durable": True}] * 2
+    assert door.lambda_client.starts == 1
+    assert execution.status is InvocationStatus.SUCCEEDED
+    view = door.jobs.page(USER, job_id)
+    assert (view["status"], view["result"]["rowCount"], view["progress"]) == ("SUCCEEDED", 6, 1.0)
+    tasks = JobTasks(JobSubmissions(TOOLS, ToolServices(fetch_policy=FetchPolicy(), jobs=door.jobs)))
+    assert tasks.task(Principal(user_id=USER), job_id)["status"] == "completed"
+    legacy = LegacyJobTasks(tasks, result_wait_seconds=0)
+    token = CALLER.set(Principal(user_id=USER))
+    try:
+        answer = anyio.run(legacy.get, SimpleNamespace(request=None), SimpleNamespace(task_id=job_id))
+    finally:
+        CALLER.reset(token)
+    assert answer["status"] == "completed"
+    assert "activeUserId" not in job_item(local, job_id)
+
+
+def test_a_job_below_the_size_runs_in_the_queued_worker(local, front_door):
+    # Given the durable worker on for datasets of 1 MiB or more, and a submitted analysis of sales.csv
+    door = front_door(min_bytes=1024 * 1024)
+    job_id = door.submit(local_dataset_url(USER, "sales.csv"))
+
+    # When ToolWorker receives its message
+    outcome = door.deliver()
+
+    # Then it ran there: no durable execution, the job SUCCEEDED with no execution recorded
+    assert outcome == {"jobId": job_id, "status": "SUCCEEDED"}
+    assert door.lambda_client.starts == 0
+    item = job_item(local, job_id)
+    assert item["status"] == "SUCCEEDED" and "durableExecutionArn" not in item
+
+
+def test_cancel_stops_the_durable_execution_and_frees_the_slot(local, small_chunks, front_door, monkeypatch):
+    # Given a durable job held inside its second chunk
+    inside, release = threading.Event(), threading.Event()
+    original = dataset_chunks.DatasetChunks.chunk
+    offsets: list[int] = []
+
+    def held(self, arguments, plan, cursor, context):
+        offsets.append(cursor["offset"])
+        if len(offsets) == 2:
+            inside.set()
+            release.wait(30)
+        return original(self, arguments, plan, cursor, context)
+
+    monkeypatch.setattr(dataset_chunks.DatasetChunks, "chunk", held)
+    door = front_door(min_bytes=100)
+    job_id = door.submit(local_dataset_url(USER, "sales.csv"))
+    door.deliver()
+    assert inside.wait(30)
+    arn = job_item(local, job_id)["durableExecutionArn"]
+
+    # When its owner cancels it, and the chunk it was in returns
+    answer = door.jobs.cancel(USER, job_id)
+    release.set()
+    execution = door.functions.result(arn)
+
+    # Then the execution was stopped, no later chunk was read, the job stays CANCELLED without a result, and its
+    # concurrent-job slot is free
+    assert answer == {"jobId": job_id, "status": "CANCELLED"}
+    assert execution.execution_status is ExecutionStatus.STOPPED
+    assert len(offsets) == 2
+    item = job_item(local, job_id)
+    assert item["status"] == "CANCELLED" and "result" not in item and "activeUserId" not in item

@@ -34,9 +34,10 @@ _S3_MISSING_CODES = {
 
 
 class S3Client(Protocol):
-    """The one boto3 S3 client method used here (ranged for the durable analysis's chunks)."""
+    """The boto3 S3 client methods used here (ranged reads and sizes for the durable analysis)."""
 
     def get_object(self, *, Bucket: str, Key: str, Range: str = ...) -> Mapping[str, Any]: ...
+    def head_object(self, *, Bucket: str, Key: str) -> Mapping[str, Any]: ...
 
 
 @contextmanager
@@ -134,6 +135,19 @@ def read_s3_range(
         raise DatasetTemporarilyUnreachable(f"Reading dataset {shown} failed ({type(exc).__name__})") from exc
     total = str(obj.get("ContentRange", "")).rpartition("/")[2]
     return bytes(data), int(total) if total.isdigit() else len(data)
+
+
+def s3_object_size(url: str, policy: FetchPolicy) -> int | None:
+    """The size of an s3:// dataset (one HeadObject), or None when it cannot be read here: the run that follows
+    reports why."""
+    parts = split_s3_url(url)
+    if parts is None:
+        return None
+    try:
+        answer = _default_s3_client(policy).head_object(Bucket=parts[0], Key=parts[1])
+    except (botocore_errors.ClientError, botocore_errors.BotoCoreError):
+        return None
+    return int(answer["ContentLength"])
 
 
 def _s3_chunks(body: Any, shown: str) -> Iterator[bytes]:

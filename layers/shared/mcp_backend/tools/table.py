@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from mcp_backend.tools import analyze_dataset, app_views, dataset_chunks, endpoints, job_results
 from mcp_backend.tools.context import ToolContext
-from mcp_backend.tools.errors import InvalidToolInput
+from mcp_backend.tools.errors import InvalidToolInput, ToolError
 from mcp_backend.tools.services import Service
 from mcp_backend.validation import describe_validation_error
 
@@ -87,6 +87,9 @@ class Tool:
     # How the durable worker runs it in checkpointed chunks (mcp_backend.jobs.durable.ChunkedJob); None: whole,
     # in one step.
     chunked: ChunkedJob | None = None
+    # The size of what a job of it reads, where known before the run (None: unknown): a job whose input is at
+    # least DURABLE_JOB_MIN_BYTES runs in the durable worker when that is on.
+    input_bytes: Callable[[Any, ToolContext], int | None] | None = None
 
     def __post_init__(self) -> None:
         if self.access is Access.READ and self.effect is not Effect.NONE:
@@ -116,6 +119,16 @@ class Tool:
 
     def __call__(self, arguments: dict[str, Any], context: ToolContext) -> dict[str, Any]:
         return self.run(self.parse_input(arguments), context)
+
+    def input_size(self, arguments: dict[str, Any], context: ToolContext) -> int | None:
+        """What a job of it would read, in bytes, or None when unknown, or when its input is refused (the run
+        reports why, as for any job)."""
+        if self.input_bytes is None:
+            return None
+        try:
+            return self.input_bytes(self.parse_input(arguments), context)
+        except ToolError:
+            return None
 
 
 TOOLS: dict[str, Tool] = {
@@ -175,6 +188,7 @@ TOOLS: dict[str, Tool] = {
             confirm=analyze_dataset.confirmation_question,
             ui_resource_uri=app_views.ANALYSIS_VIEW_URI,
             chunked=dataset_chunks.DatasetChunks(),
+            input_bytes=analyze_dataset.dataset_bytes,
         ),
         Tool(
             name="register_endpoint",
