@@ -362,6 +362,9 @@ class CountingLambda:
     def stop_durable_execution(self, **request: Any) -> dict[str, Any]:
         return self.real.stop_durable_execution(**request)
 
+    def send_durable_execution_callback_success(self, **request: Any) -> dict[str, Any]:
+        return self.real.send_durable_execution_callback_success(**request)
+
 
 def sqs_record(message: dict[str, Any]) -> dict[str, Any]:
     return {
@@ -466,3 +469,49 @@ def test_cancel_stops_the_durable_execution_and_frees_the_slot(local, small_chun
     assert len(offsets) == 2
     item = job_item(local, job_id)
     assert item["status"] == "CANCELLED" and "result" not in item and "activeUserId" not in item
+
+
+def waiting_for_answer(local, job_id: str) -> dict[str, Any]:
+    """The job once its question is on it (its execution publishes it in a step of its own)."""
+    for _ in range(300):
+        item = job_item(local, job_id)
+        if "awaitingInput" in item:
+            return item
+        threading.Event().wait(0.1)
+    raise AssertionError("the job never asked its question")
+
+
+@pytest.mark.parametrize("confirmed", [True, False])
+def test_a_durable_job_waits_for_its_users_answer_through_the_tasks_input_flow(
+    local, small_chunks, front_door, monkeypatch, confirmed
+):
+    # Given a durable job of a dataset large enough to be confirmed first (over 100 bytes here)
+    monkeypatch.setattr(dataset_chunks, "DURABLE_CONFIRM_ABOVE_BYTES", 100)
+    door = front_door(min_bytes=100)
+    job_id = door.submit(local_dataset_url(USER, "sales.csv"))
+    door.deliver()
+    tasks = JobTasks(JobSubmissions(TOOLS, ToolServices(fetch_policy=FetchPolicy(), jobs=door.jobs)))
+
+    # When its task is read while the execution waits, and the user answers (tasks/update: a confirmation
+    # releases the job, a refusal cancels it)
+    item = waiting_for_answer(local, job_id)
+    asked = tasks.task(Principal(user_id=USER), job_id)
+    if confirmed:
+        assert door.jobs.release(USER, job_id)
+    else:
+        door.jobs.cancel(USER, job_id)
+    execution = door.functions.result(item["durableExecutionArn"])
+
+    # Then the task asked the question (input_required, the size named) with no chunk read yet; a confirmed
+    # job then ran to SUCCEEDED, a refused one stopped CANCELLED without a result
+    assert asked["status"] == "input_required"
+    assert "chunks? A run this large takes hours." in json.dumps(asked["inputRequests"])
+    assert item["status"] == "RUNNING" and "progress" not in item
+    final = job_item(local, job_id)
+    if confirmed:
+        assert execution.status is InvocationStatus.SUCCEEDED
+        assert (final["status"], final["result"]["rowCount"]) == ("SUCCEEDED", 6)
+        assert "awaitingInput" not in final
+    else:
+        assert execution.execution_status is ExecutionStatus.STOPPED
+        assert final["status"] == "CANCELLED" and "result" not in final

@@ -39,6 +39,8 @@ MAX_DURABLE_CHUNKS = 5_000
 DURABLE_DISTINCT_ENTRIES = 8_000
 # The format is read from the dataset's first bytes when its name does not tell.
 _PEEK_BYTES = 4096
+# A dataset this large is read only once its user confirms (hours of reading, counted against their jobs).
+DURABLE_CONFIRM_ABOVE_BYTES = 10 * 1024 * 1024 * 1024
 
 
 def _request(arguments: dict[str, Any]) -> AnalyzeInput:
@@ -68,13 +70,16 @@ class DatasetChunks:
                 f"Dataset {redact_url(request.dataset_url)} is {size} bytes, over the "
                 f"{MAX_DURABLE_CHUNKS * DURABLE_CHUNK_BYTES}-byte limit of a durable analysis"
             )
-        return {
+        plan: dict[str, Any] = {
             "mode": "chunks",
             "format": dataset_format,
             "size": size,
             "chunkBytes": DURABLE_CHUNK_BYTES,
             "start": start,
         }
+        if size > DURABLE_CONFIRM_ABOVE_BYTES:
+            plan["question"] = f"Analyse {size:,} bytes in {chunks:,} chunks? A run this large takes hours."
+        return plan
 
     def chunk(
         self, arguments: dict[str, Any], plan: dict[str, Any], cursor: dict[str, Any], context: ToolContext
