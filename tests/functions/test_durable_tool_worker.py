@@ -346,8 +346,8 @@ class FrontDoor:
         [message] = boto3.client("sqs").receive_message(QueueUrl=self.queue_url, AttributeNames=["All"])["Messages"]
         return SQSRecord(sqs_record(message))
 
-    def deliver(self) -> dict[str, Any]:
-        self.worker.start_invocation(LocalLambdaContext("ToolWorker", "arn", 512, timeout_seconds=60))
+    def deliver(self, seconds_left: int = 900) -> dict[str, Any]:
+        self.worker.start_invocation(LocalLambdaContext("ToolWorker", "arn", 512, timeout_seconds=seconds_left))
         return self.worker.process(self.receive())
 
 
@@ -515,3 +515,20 @@ def test_a_durable_job_waits_for_its_users_answer_through_the_tasks_input_flow(
     else:
         assert execution.execution_status is ExecutionStatus.STOPPED
         assert final["status"] == "CANCELLED" and "result" not in final
+
+
+def test_a_queued_job_at_the_end_of_the_workers_time_fails_naming_the_limit(local, front_door):
+    # Given a job that runs in the queued worker (below the durable size), received with 3 s of the invocation left
+    door = front_door(min_bytes=1024 * 1024)
+    job_id = door.submit(local_dataset_url(USER, "sales.csv"))
+
+    # When ToolWorker runs it
+    outcome = door.deliver(seconds_left=3)
+
+    # Then it stopped at its first checkpoint: FAILED with a reason naming the timeout and what runs longer jobs,
+    # its slot freed
+    assert outcome == {"jobId": job_id, "status": "FAILED"}
+    item = job_item(local, job_id)
+    assert (item["status"], item["error"]["type"]) == ("FAILED", "WorkerTimeLimit")
+    assert "timeout (WorkerTimeout; Lambda's limit is 900 s)" in item["error"]["message"]
+    assert "DurableWorker" in item["error"]["message"] and "activeUserId" not in item
