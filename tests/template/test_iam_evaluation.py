@@ -247,6 +247,29 @@ def test_every_escalation_path_from_the_deploy_role_ends_denied(node, stack):
     assert dict(zip(needed, decisions(node, list(needed.values())), strict=True)) == dict.fromkeys(needed, ALLOWED)
 
 
+def test_the_deploy_role_may_attach_every_managed_policy_sam_attaches_to_a_role(node):
+    # Given every AWS-managed policy SAM puts on a function role of the expanded template (under any condition)
+    attached = sorted(
+        {
+            str(arn)
+            for resource in TEMPLATE.expanded["Resources"].values()
+            if resource["Type"] == "AWS::IAM::Role"
+            for arn in resource["Properties"].get("ManagedPolicyArns", [])
+        }
+    )
+    role = f"arn:aws:iam::{ACCOUNT}:role/{DEV.name}/{DEV.name}-ToolWorkerRole-A1"
+    requests = [
+        as_deployer(
+            DEV, "iam:AttachRolePolicy", role, **{"iam:PermissionsBoundary": DEV.boundary_arn, "iam:PolicyARN": arn}
+        )
+        for arn in attached
+    ]
+    # When IAM evaluates the deploy role attaching each, to a role bounded by the stack's boundary
+    found = dict(zip(attached, decisions(node, requests), strict=True))
+    # Then each is allowed: a policy SAM attaches that the role refuses fails the deploy at the role's creation
+    assert found == dict.fromkeys(attached, ALLOWED)
+
+
 # ---------------------------------------------------------------- stack-exclusive scope
 def deployer_actions(stack: Stack) -> list[tuple[str, str, dict[str, Any]]]:
     """(action, ARN, context) for a real ARN of each kind of resource of the stack, as its deploy role acts on it."""
