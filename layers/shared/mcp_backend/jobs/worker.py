@@ -51,9 +51,10 @@ from mcp_backend.jobs.errors import (
     ResultTooLarge,
     UnknownTool,
 )
+from mcp_backend.jobs.handoff import DurableStarts
 from mcp_backend.jobs.models import JobError, JobMessage, JobOutcome, JobRun, JobStatus
 from mcp_backend.jobs.queue import JobQueueMessages, job_type_of
-from mcp_backend.jobs.results import INLINE_RESULT_LIMIT_BYTES, ResultObjects, result_key, result_text
+from mcp_backend.jobs.results import ResultObjects, stored_outcome
 from mcp_backend.jobs.run_records import RUN_KEY_JMESPATH, RUN_PAYLOAD_JMESPATH, JobRunRecords
 from mcp_backend.jobs.store import JOB_RETENTION_SECONDS, JobStore
 from mcp_backend.observability import logger, tool_runs
@@ -70,6 +71,9 @@ class JobTool(Protocol):
     def name(self) -> str: ...
     @property
     def runs_as_job(self) -> bool: ...
+    @property
+    def long_running(self) -> bool: ...
+    def input_size(self, arguments: dict[str, Any], context: Any) -> int | None: ...
     def __call__(self, arguments: dict[str, Any], context: Any) -> dict[str, Any]: ...
 
 
@@ -148,6 +152,7 @@ class JobWorker:
         queue: JobQueueMessages | None = None,
         results: ResultObjects | None = None,
         clock: Callable[[], float] = time.monotonic,
+        durable: DurableStarts | None = None,
     ) -> None:
         self.settings = settings
         self._clock = clock  # when checkpoints may read a job's status (CancellationReads)
@@ -174,6 +179,10 @@ class JobWorker:
             persistence=lambda: JobRunRecords(store),
         )
         self.queue = queue or JobQueueMessages(settings.job_dead_letter_queue_url)
+        # Off (no DURABLE_WORKER_ARN): every job runs here, bounded by the function's timeout.
+        if durable is None and settings.durable_worker_arn:
+            durable = DurableStarts(settings.durable_worker_arn, settings.durable_job_min_bytes)
+        self.durable = durable
 
     def start_invocation(self, lambda_context: Any) -> None:
         self._run_once.start_invocation(lambda_context)
@@ -207,6 +216,8 @@ class JobWorker:
             job = self._route(record)
             logger.thread_safe_append_keys(job_id=job.job_id, tool=job.tool, correlation_id=job.job_id)
             annotate({"job.id": job.job_id, "gen_ai.tool.name": job.tool})
+            if self._goes_durable(job):
+                return self._hand_off(job)
             outcome = JobOutcome.model_validate(self._run_with_causes(JobRun(job=job, attempt=attempt)))
             return outcome.summary()
         except IdempotencyAlreadyInProgressError:
@@ -264,6 +275,23 @@ class JobWorker:
             )
         return job
 
+    def _goes_durable(self, job: JobMessage) -> bool:
+        tool = self.tools.get(job.tool)
+        if self.durable is None or tool is None:
+            return False
+        return self.durable.wants(tool, job.input, self.services.context_for(tool, job.user_id))
+
+    def _hand_off(self, job: JobMessage) -> dict[str, Any]:
+        """Start the job's durable execution, once: a job that already records one (a redelivered message) starts
+        nothing. The record succeeds; the durable worker runs and ends the job."""
+        item = self.store.get(job.job_id)
+        if item is not None and item.get("durableExecutionArn"):
+            logger.info("job already handed to the durable worker")
+        else:
+            self.store.record_handoff(job, self.durable.start(job) if self.durable else "")
+            logger.info("job handed to the durable worker")
+        return {"jobId": job.job_id, "status": JobStatus.PENDING.value, "durable": True}
+
     def _runs_as_job(self, name: str) -> bool:
         tool = self.tools.get(name)
         return tool is not None and tool.runs_as_job
@@ -301,23 +329,11 @@ class JobWorker:
         except JobCancelled:
             logger.info("job cancelled by its owner; not completed")
             return JobOutcome(job_id=job.job_id, status=JobStatus.CANCELLED).model_dump()
-        outcome = self._stored_result(job, result)
+        outcome = stored_outcome(job, result, self.settings.job_result_max_bytes, self.results)
         # Inside the run-once body: a redelivered, already completed job logs no second call.
         self._log_call(job, CallLogEventType.TOOL_CALL, started)
         logger.info("job succeeded")
         return outcome.model_dump()
-
-    def _stored_result(self, job: JobMessage, result: dict[str, Any]) -> JobOutcome:
-        """The outcome the end's write stores: the result's text inline, or in the result bucket by key."""
-        text = result_text(result)
-        cap = self.settings.job_result_max_bytes
-        if len(text) > cap:  # ASCII: its length is its size
-            raise ResultTooLarge(f"the result is {len(text)} bytes, over the {cap}-byte limit for job results")
-        if len(text) <= INLINE_RESULT_LIMIT_BYTES or self.results is None:
-            return JobOutcome(job_id=job.job_id, status=JobStatus.SUCCEEDED, result_text=text)
-        key = result_key(job.user_id, job.job_id)
-        self.results.put(key, text)
-        return JobOutcome(job_id=job.job_id, status=JobStatus.SUCCEEDED, result_key=key)
 
     def _log_call(self, job: JobMessage, event_type: CallLogEventType, started: float, error_type: str = "") -> None:
         self.call_log.add(

@@ -254,6 +254,9 @@ class JobTasks(Extension):
                 statusMessage="Waiting for your confirmation (tasks/update).",
                 inputRequests={CONFIRM: confirm_request(question).model_dump(by_alias=True, exclude_none=True)},
             )
+        elif status == JobStatus.RUNNING and item.get("progressMessage"):
+            # A durable job reports each step: the task's status message says how far it got.
+            task["statusMessage"] = f"{STATUS_MESSAGES.get(status, '')} {item['progressMessage']}".strip()
         elif status == JobStatus.SUCCEEDED:
             # The result whole when it fits one page; else its first page (one ranged read, never the whole
             # object on every poll), with the cursor get_job reads the rest with.
