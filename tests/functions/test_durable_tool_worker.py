@@ -532,3 +532,19 @@ def test_a_queued_job_at_the_end_of_the_workers_time_fails_naming_the_limit(loca
     assert (item["status"], item["error"]["type"]) == ("FAILED", "WorkerTimeLimit")
     assert "timeout (WorkerTimeout; Lambda's limit is 900 s)" in item["error"]["message"]
     assert "DurableWorker" in item["error"]["message"] and "activeUserId" not in item
+
+
+def test_a_question_left_unanswered_fails_the_job_before_the_execution_times_out(local, runner_for, monkeypatch):
+    # Given a durable job that asks first, under a 2 s execution timeout (so its question waits at most 1 s)
+    monkeypatch.setattr(dataset_chunks, "DURABLE_CONFIRM_ABOVE_BYTES", 100)
+    job = submitted(local, "unanswered-1", local_dataset_url(USER, "sales.csv"))
+
+    # When nobody answers
+    outcome = run(runner_for(durable_jobs(local, timeout_seconds=2)), job)
+
+    # Then the job is FAILED with the reason, no chunk was read, and its slot is free
+    item = job_item(local, job.job_id)
+    assert (item["status"], item["error"]["type"]) == ("FAILED", "InputNotGiven")
+    assert item["error"]["message"] == "the question was not answered within 1 s"
+    assert not [step for step in outcome.operations if (step.name or "").startswith("chunk-")]
+    assert "activeUserId" not in item

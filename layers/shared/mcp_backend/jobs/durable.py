@@ -51,7 +51,8 @@ STEP_RETRY_DELAY_SECONDS = 5
 # The job fails once less than this is left of the execution timeout before a chunk: a chunk's read and count
 # take far less (ranged reads of DURABLE_CHUNK_BYTES), so no chunk starts that the timeout would cut off.
 TIMEOUT_MARGIN_SECONDS = 60
-# How long a question waits for its user's answer before the job fails (the execution is suspended meanwhile).
+# How long a question waits for its user's answer before the job fails (the execution is suspended meanwhile): a
+# day, and at most half the execution timeout, so the job fails with its reason before the execution's own end.
 ANSWER_TIMEOUT_SECONDS = 24 * 3600
 
 
@@ -184,9 +185,8 @@ class DurableJobs:
             reason = JobError(type=error.error_type.rpartition(".")[2], message=(error.message or "")[:1000])
             return context.step(lambda _: self._fail(job, reason, arn), name="fail")
         except CallbackError:
-            reason = JobError(
-                type="InputNotGiven", message=f"the question was not answered within {ANSWER_TIMEOUT_SECONDS} s"
-            )
+            waited = self._answer_timeout()
+            reason = JobError(type="InputNotGiven", message=f"the question was not answered within {waited} s")
             return context.step(lambda _: self._fail(job, reason, arn), name="fail")
         return outcome
 
@@ -275,8 +275,11 @@ class DurableJobs:
         def publish(callback_id: str, _context: Any) -> None:
             self.store.await_answer(job, question, callback_id)
 
-        config = WaitForCallbackConfig(timeout=Duration.from_seconds(ANSWER_TIMEOUT_SECONDS))
+        config = WaitForCallbackConfig(timeout=Duration.from_seconds(self._answer_timeout()))
         context.wait_for_callback(publish, name="answer", config=config)
+
+    def _answer_timeout(self) -> int:
+        return max(1, min(ANSWER_TIMEOUT_SECONDS, self.limits.execution_timeout_seconds // 2))
 
     def _context(self, job: JobMessage, tool: DurableTool) -> Any:
         return self.services.context_for(tool, job.user_id, cancelled=lambda: self.store.is_cancelled(job.job_id))
