@@ -124,11 +124,20 @@ def same_analysis(durable: dict[str, Any], direct: dict[str, Any]) -> None:
             assert math.isclose(got["mean"], expected["mean"], rel_tol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["sales.csv", "orders.jsonl"])
+# A CSV whose quoted fields hold line breaks and commas: records cross the 60-byte chunks' ends mid-field.
+QUOTED_CSV = "name,note,score\n" + "".join(
+    f'row{n},"line one of {n}\nline two, with a comma",{n * 0.5}\n' for n in range(12)
+)
+
+
+@pytest.mark.parametrize("name", ["sales.csv", "orders.jsonl", "quoted.csv"])
 def test_a_durable_analysis_reads_its_dataset_in_chunks_and_answers_as_the_direct_analysis(
     local, small_chunks, runner_for, name
 ):
-    # Given a submitted analysis of a sample dataset, read by the durable worker in 60-byte chunks
+    # Given a submitted analysis of a dataset, read by the durable worker in 60-byte chunks
+    if name == "quoted.csv":
+        key = f"{dataset_prefix(USER)}{name}"
+        boto3.client("s3").put_object(Bucket=DATASET_BUCKET, Key=key, Body=QUOTED_CSV.encode())
     url = local_dataset_url(USER, name)
     job = submitted(local, f"durable-{name.replace('.', '-')}", url)
     runner = runner_for(durable_jobs(local))
@@ -457,13 +466,20 @@ def test_cancel_stops_the_durable_execution_and_frees_the_slot(local, small_chun
     assert inside.wait(30)
     arn = job_item(local, job_id)["durableExecutionArn"]
 
+    running = door.jobs.page(USER, job_id)
+    tasks = JobTasks(JobSubmissions(TOOLS, ToolServices(fetch_policy=FetchPolicy(), jobs=door.jobs)))
+    working = tasks.task(Principal(user_id=USER), job_id)
+
     # When its owner cancels it, and the chunk it was in returns
     answer = door.jobs.cancel(USER, job_id)
     release.set()
     execution = door.functions.result(arn)
 
-    # Then the execution was stopped, no later chunk was read, the job stays CANCELLED without a result, and its
-    # concurrent-job slot is free
+    # Then, while it ran, get_job and its task showed the first chunk's progress; the execution was stopped, no
+    # later chunk was read, the job stays CANCELLED without a result, and its concurrent-job slot is free
+    assert (running["status"], running["progressMessage"]) == ("RUNNING", working["statusMessage"].split(" ", 1)[1])
+    assert 0 < running["progress"] < 1 and working["status"] == "working"
+    assert working["statusMessage"].startswith("Running. chunk 1 done")
     assert answer == {"jobId": job_id, "status": "CANCELLED"}
     assert execution.execution_status is ExecutionStatus.STOPPED
     assert len(offsets) == 2
