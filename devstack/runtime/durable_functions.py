@@ -89,6 +89,10 @@ class LocalDurableFunctions:
             "SendDurableExecutionCallbackSuccess",
         )
 
+    def waiting_callback(self, execution_arn: str, timeout: int = 60) -> str:
+        """The id of the callback the execution waits on, once it waits (TimeoutError after `timeout` seconds)."""
+        return self._runner_of[execution_arn].wait_for_callback(execution_arn, timeout=timeout)
+
     def result(self, execution_arn: str, timeout: int = 60) -> DurableFunctionTestResult:
         """The execution's end, once it has ended (TimeoutError after `timeout` seconds)."""
         return self._runner_of[execution_arn].wait_for_result(execution_arn, timeout=timeout)
