@@ -229,11 +229,14 @@ invoke: env ## FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json [RUNTIME
 env-json: env ## the running make dev stack's --env-vars file for sam local invoke
 	$(RUN) python -m devstack env-json $(if $(OUT),--output $(OUT))
 
-dev: env ## the whole template on 127.0.0.1 (PORT, STATE, FRESH=1, RUNTIME=lambda, AUTH=oauth|both|builtin, TRACING=off)
+# DURABLE=1: the durable worker on, for datasets of 1 KiB or more (DurableJobMinBytes' least), so a small upload
+# runs as a durable job (docs/job-pipeline.md, "Durable jobs").
+dev: env ## the whole template on 127.0.0.1 (PORT, STATE, FRESH=1, RUNTIME=lambda, AUTH=oauth|both|builtin, TRACING=off, DURABLE=1)
 	$(RUN) python -m devstack dev --port $(PORT) $(if $(STATE),--state $(STATE)) $(if $(FRESH),--fresh) \
 		--runtime $(RUNTIME) --build-dir $(BUILD_DIR) \
 		$(if $(filter builtin,$(AUTH)),--parameter AuthMode=oauth --parameter AuthorizationServerMode=builtin,$(if $(AUTH),--parameter AuthMode=$(AUTH))) \
-		$(if $(TRACING),--parameter Tracing=$(TRACING))
+		$(if $(TRACING),--parameter Tracing=$(TRACING)) \
+		$(if $(DURABLE),--parameter DurableWorker=Enabled --parameter DurableJobMinBytes=1024)
 
 # make dev writes its spans to .devstack/traces.jsonl (in-process runtime; TRACING=off: none).
 trace: env ## ID=<trace id> or JOB=<job id>: a trace of make dev as a tree with durations
