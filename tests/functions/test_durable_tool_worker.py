@@ -3,6 +3,7 @@ template's JobTable, dataset and result buckets on moto."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -311,7 +312,7 @@ class FrontDoor:
     """The one submission path with the durable worker on: the jobs service submits to JobQueue, ToolWorker takes
     the message and hands a large job to DurableToolWorker, run by the local stack's durable runner."""
 
-    def __init__(self, local, min_bytes: int) -> None:
+    def __init__(self, local, min_bytes: int, tools: Any = TOOLS) -> None:
         self.functions = LocalDurableFunctions(
             {"DurableToolWorker": durable_execution(durable_jobs(local).run)}, resolve=self._resolve
         )
@@ -334,7 +335,7 @@ class FrontDoor:
         self.worker = JobWorker(
             settings,
             JobStore(settings.job_table_name),
-            TOOLS,
+            tools,
             ToolServices.from_settings(settings, AwsClients()),
             durable=DurableStarts(DURABLE_ARN, settings.durable_job_min_bytes, self.lambda_client),
         )
@@ -390,8 +391,8 @@ def sqs_record(message: dict[str, Any]) -> dict[str, Any]:
 def front_door(local) -> Iterator[Any]:
     doors: list[FrontDoor] = []
 
-    def make(min_bytes: int) -> FrontDoor:
-        doors.append(FrontDoor(local, min_bytes))
+    def make(min_bytes: int, tools: Any = TOOLS) -> FrontDoor:
+        doors.append(FrontDoor(local, min_bytes, tools))
         return doors[-1]
 
     yield make
@@ -564,3 +565,20 @@ def test_a_question_left_unanswered_fails_the_job_before_the_execution_times_out
     assert item["error"]["message"] == "the question was not answered within 1 s"
     assert not [step for step in outcome.operations if (step.name or "").startswith("chunk-")]
     assert "activeUserId" not in item
+
+
+def test_a_job_of_a_tool_declared_long_goes_durable_whatever_its_size(local, front_door):
+    # Given analyze_dataset declared long, the durable worker on for datasets of 1 MiB or more, and a submitted
+    # analysis of sales.csv (131 bytes)
+    long_tools = {**TOOLS, "analyze_dataset": dataclasses.replace(TOOLS["analyze_dataset"], long_running=True)}
+    door = front_door(min_bytes=1024 * 1024, tools=long_tools)
+    job_id = door.submit(local_dataset_url(USER, "sales.csv"))
+
+    # When ToolWorker receives its message and the execution runs
+    handed = door.deliver()
+    execution = door.functions.result(job_item(local, job_id)["durableExecutionArn"])
+
+    # Then it ran in the durable worker, to SUCCEEDED
+    assert handed == {"jobId": job_id, "status": "PENDING", "durable": True}
+    assert execution.status is InvocationStatus.SUCCEEDED
+    assert job_item(local, job_id)["status"] == "SUCCEEDED"
