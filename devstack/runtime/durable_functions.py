@@ -76,6 +76,19 @@ class LocalDurableFunctions:
             execution_arn, ErrorObject(message=message, type=error_type, data=None, stack_trace=None)
         )
 
+    def answer(self, callback_id: str, result: bytes) -> None:
+        """Complete a callback an execution waits on (SendDurableExecutionCallbackSuccess)."""
+        for runner in self._runners.values():
+            try:
+                runner.send_callback_success(callback_id, result)
+            except Exception:  # noqa: BLE001, S112 - another function's runner does not know the callback
+                continue
+            return
+        raise self.exceptions.ResourceNotFoundException(
+            {"Error": {"Code": "ResourceNotFoundException", "Message": "no such callback"}},
+            "SendDurableExecutionCallbackSuccess",
+        )
+
     def result(self, execution_arn: str, timeout: int = 60) -> DurableFunctionTestResult:
         """The execution's end, once it has ended (TimeoutError after `timeout` seconds)."""
         return self._runner_of[execution_arn].wait_for_result(execution_arn, timeout=timeout)
@@ -98,6 +111,10 @@ class DurableLambdaClient:
         text = Payload.decode() if isinstance(Payload, bytes) else Payload
         arn = self.functions.start(FunctionName, text, DurableExecutionName)
         return {"StatusCode": 202, "DurableExecutionArn": arn}
+
+    def send_durable_execution_callback_success(self, *, CallbackId: str, Result: bytes = b"") -> dict[str, Any]:
+        self.functions.answer(CallbackId, Result)
+        return {}
 
     def stop_durable_execution(
         self, *, DurableExecutionArn: str, Error: dict[str, str] | None = None

@@ -124,11 +124,20 @@ def same_analysis(durable: dict[str, Any], direct: dict[str, Any]) -> None:
             assert math.isclose(got["mean"], expected["mean"], rel_tol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["sales.csv", "orders.jsonl"])
+# A CSV whose quoted fields hold line breaks and commas: records cross the 60-byte chunks' ends mid-field.
+QUOTED_CSV = "name,note,score\n" + "".join(
+    f'row{n},"line one of {n}\nline two, with a comma",{n * 0.5}\n' for n in range(12)
+)
+
+
+@pytest.mark.parametrize("name", ["sales.csv", "orders.jsonl", "quoted.csv"])
 def test_a_durable_analysis_reads_its_dataset_in_chunks_and_answers_as_the_direct_analysis(
     local, small_chunks, runner_for, name
 ):
-    # Given a submitted analysis of a sample dataset, read by the durable worker in 60-byte chunks
+    # Given a submitted analysis of a dataset, read by the durable worker in 60-byte chunks
+    if name == "quoted.csv":
+        key = f"{dataset_prefix(USER)}{name}"
+        boto3.client("s3").put_object(Bucket=DATASET_BUCKET, Key=key, Body=QUOTED_CSV.encode())
     url = local_dataset_url(USER, name)
     job = submitted(local, f"durable-{name.replace('.', '-')}", url)
     runner = runner_for(durable_jobs(local))
@@ -346,8 +355,8 @@ class FrontDoor:
         [message] = boto3.client("sqs").receive_message(QueueUrl=self.queue_url, AttributeNames=["All"])["Messages"]
         return SQSRecord(sqs_record(message))
 
-    def deliver(self) -> dict[str, Any]:
-        self.worker.start_invocation(LocalLambdaContext("ToolWorker", "arn", 512, timeout_seconds=60))
+    def deliver(self, seconds_left: int = 900) -> dict[str, Any]:
+        self.worker.start_invocation(LocalLambdaContext("ToolWorker", "arn", 512, timeout_seconds=seconds_left))
         return self.worker.process(self.receive())
 
 
@@ -361,6 +370,9 @@ class CountingLambda:
 
     def stop_durable_execution(self, **request: Any) -> dict[str, Any]:
         return self.real.stop_durable_execution(**request)
+
+    def send_durable_execution_callback_success(self, **request: Any) -> dict[str, Any]:
+        return self.real.send_durable_execution_callback_success(**request)
 
 
 def sqs_record(message: dict[str, Any]) -> dict[str, Any]:
@@ -454,15 +466,101 @@ def test_cancel_stops_the_durable_execution_and_frees_the_slot(local, small_chun
     assert inside.wait(30)
     arn = job_item(local, job_id)["durableExecutionArn"]
 
+    running = door.jobs.page(USER, job_id)
+    tasks = JobTasks(JobSubmissions(TOOLS, ToolServices(fetch_policy=FetchPolicy(), jobs=door.jobs)))
+    working = tasks.task(Principal(user_id=USER), job_id)
+
     # When its owner cancels it, and the chunk it was in returns
     answer = door.jobs.cancel(USER, job_id)
     release.set()
     execution = door.functions.result(arn)
 
-    # Then the execution was stopped, no later chunk was read, the job stays CANCELLED without a result, and its
-    # concurrent-job slot is free
+    # Then, while it ran, get_job and its task showed the first chunk's progress; the execution was stopped, no
+    # later chunk was read, the job stays CANCELLED without a result, and its concurrent-job slot is free
+    assert (running["status"], running["progressMessage"]) == ("RUNNING", working["statusMessage"].split(" ", 1)[1])
+    assert 0 < running["progress"] < 1 and working["status"] == "working"
+    assert working["statusMessage"].startswith("Running. chunk 1 done")
     assert answer == {"jobId": job_id, "status": "CANCELLED"}
     assert execution.execution_status is ExecutionStatus.STOPPED
     assert len(offsets) == 2
     item = job_item(local, job_id)
     assert item["status"] == "CANCELLED" and "result" not in item and "activeUserId" not in item
+
+
+def waiting_for_answer(local, job_id: str) -> dict[str, Any]:
+    """The job once its question is on it (its execution publishes it in a step of its own)."""
+    for _ in range(300):
+        item = job_item(local, job_id)
+        if "awaitingInput" in item:
+            return item
+        threading.Event().wait(0.1)
+    raise AssertionError("the job never asked its question")
+
+
+@pytest.mark.parametrize("confirmed", [True, False])
+def test_a_durable_job_waits_for_its_users_answer_through_the_tasks_input_flow(
+    local, small_chunks, front_door, monkeypatch, confirmed
+):
+    # Given a durable job of a dataset large enough to be confirmed first (over 100 bytes here)
+    monkeypatch.setattr(dataset_chunks, "DURABLE_CONFIRM_ABOVE_BYTES", 100)
+    door = front_door(min_bytes=100)
+    job_id = door.submit(local_dataset_url(USER, "sales.csv"))
+    door.deliver()
+    tasks = JobTasks(JobSubmissions(TOOLS, ToolServices(fetch_policy=FetchPolicy(), jobs=door.jobs)))
+
+    # When its task is read while the execution waits, and the user answers (tasks/update: a confirmation
+    # releases the job, a refusal cancels it)
+    item = waiting_for_answer(local, job_id)
+    asked = tasks.task(Principal(user_id=USER), job_id)
+    if confirmed:
+        assert door.jobs.release(USER, job_id)
+    else:
+        door.jobs.cancel(USER, job_id)
+    execution = door.functions.result(item["durableExecutionArn"])
+
+    # Then the task asked the question (input_required, the size named) with no chunk read yet; a confirmed
+    # job then ran to SUCCEEDED, a refused one stopped CANCELLED without a result
+    assert asked["status"] == "input_required"
+    assert "chunks? A run this large takes hours." in json.dumps(asked["inputRequests"])
+    assert item["status"] == "RUNNING" and "progress" not in item
+    final = job_item(local, job_id)
+    if confirmed:
+        assert execution.status is InvocationStatus.SUCCEEDED
+        assert (final["status"], final["result"]["rowCount"]) == ("SUCCEEDED", 6)
+        assert "awaitingInput" not in final
+    else:
+        assert execution.execution_status is ExecutionStatus.STOPPED
+        assert final["status"] == "CANCELLED" and "result" not in final
+
+
+def test_a_queued_job_at_the_end_of_the_workers_time_fails_naming_the_limit(local, front_door):
+    # Given a job that runs in the queued worker (below the durable size), received with 3 s of the invocation left
+    door = front_door(min_bytes=1024 * 1024)
+    job_id = door.submit(local_dataset_url(USER, "sales.csv"))
+
+    # When ToolWorker runs it
+    outcome = door.deliver(seconds_left=3)
+
+    # Then it stopped at its first checkpoint: FAILED with a reason naming the timeout and what runs longer jobs,
+    # its slot freed
+    assert outcome == {"jobId": job_id, "status": "FAILED"}
+    item = job_item(local, job_id)
+    assert (item["status"], item["error"]["type"]) == ("FAILED", "WorkerTimeLimit")
+    assert "timeout (WorkerTimeout; Lambda's limit is 900 s)" in item["error"]["message"]
+    assert "DurableWorker" in item["error"]["message"] and "activeUserId" not in item
+
+
+def test_a_question_left_unanswered_fails_the_job_before_the_execution_times_out(local, runner_for, monkeypatch):
+    # Given a durable job that asks first, under a 2 s execution timeout (so its question waits at most 1 s)
+    monkeypatch.setattr(dataset_chunks, "DURABLE_CONFIRM_ABOVE_BYTES", 100)
+    job = submitted(local, "unanswered-1", local_dataset_url(USER, "sales.csv"))
+
+    # When nobody answers
+    outcome = run(runner_for(durable_jobs(local, timeout_seconds=2)), job)
+
+    # Then the job is FAILED with the reason, no chunk was read, and its slot is free
+    item = job_item(local, job.job_id)
+    assert (item["status"], item["error"]["type"]) == ("FAILED", "InputNotGiven")
+    assert item["error"]["message"] == "the question was not answered within 1 s"
+    assert not [step for step in outcome.operations if (step.name or "").startswith("chunk-")]
+    assert "activeUserId" not in item

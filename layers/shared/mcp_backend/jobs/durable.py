@@ -11,6 +11,10 @@ The execution's input is the job's message; its steps are:
 - `result`: the partials are merged and the result is written once, inline or in the result bucket, as the queued
   worker writes every other result (mcp_backend.jobs.results).
 - A tool that does not run in chunks runs whole in one `run` step.
+- A plan may carry a question for the job's user (a dataset large enough to be confirmed first): the execution then
+  waits for the answer in a durable callback, suspended, at no compute cost, up to ANSWER_TIMEOUT_SECONDS. The
+  question is on the job, so its task reads `input_required`; tasks/update answers the callback (a confirmation)
+  or cancels the job (a refusal), as for a job held before it was queued (mcp_backend.mcp.tasks).
 
 A crashed or timed-out invocation is invoked again by Lambda and replays: every finished step's result comes from
 its checkpoint, so no finished chunk is read or counted twice. A step's result is refused before it is
@@ -28,8 +32,9 @@ from functools import partial
 from typing import Any, Protocol
 
 from aws_durable_execution_sdk_python import DurableContext, StepError
-from aws_durable_execution_sdk_python.config import Duration, StepConfig
+from aws_durable_execution_sdk_python.config import Duration, StepConfig, WaitForCallbackConfig
 from aws_durable_execution_sdk_python.constants import CHECKPOINT_SIZE_LIMIT_BYTES
+from aws_durable_execution_sdk_python.exceptions import CallbackError
 from aws_durable_execution_sdk_python.retries import RetryDecision
 
 from mcp_backend.jobs.errors import JobCancelled, JobPipelineError, ReportedFailure
@@ -46,6 +51,9 @@ STEP_RETRY_DELAY_SECONDS = 5
 # The job fails once less than this is left of the execution timeout before a chunk: a chunk's read and count
 # take far less (ranged reads of DURABLE_CHUNK_BYTES), so no chunk starts that the timeout would cut off.
 TIMEOUT_MARGIN_SECONDS = 60
+# How long a question waits for its user's answer before the job fails (the execution is suspended meanwhile): a
+# day, and at most half the execution timeout, so the job fails with its reason before the execution's own end.
+ANSWER_TIMEOUT_SECONDS = 24 * 3600
 
 
 class CheckpointTooLarge(JobPipelineError):
@@ -176,6 +184,10 @@ class DurableJobs:
         except StepError as error:
             reason = JobError(type=error.error_type.rpartition(".")[2], message=(error.message or "")[:1000])
             return context.step(lambda _: self._fail(job, reason, arn), name="fail")
+        except CallbackError:
+            waited = self._answer_timeout()
+            reason = JobError(type="InputNotGiven", message=f"the question was not answered within {waited} s")
+            return context.step(lambda _: self._fail(job, reason, arn), name="fail")
         return outcome
 
     # -- steps ------------------------------------------------------------------
@@ -195,6 +207,8 @@ class DurableJobs:
             return context.step(lambda _: self._store_result(job, result), name="result", config=STEP_CONFIG)
         planned = partial(chunked.plan, job.input, self._context(job, tool))
         plan = context.step(guarded("plan", planned), name="plan", config=STEP_CONFIG)
+        if plan.get("question"):
+            self._ask(job, str(plan["question"]), context)
         partials: list[Any] = []
         cursor: dict[str, Any] | None = plan["start"]
         index = 0
@@ -253,6 +267,19 @@ class DurableJobs:
         self.store.mark_failed(job.job_id, job.user_id, reason, arn, job.tool)
         logger.warning("durable job failed", extra={"error_type": reason.type})
         return {"jobId": job.job_id, "status": JobStatus.FAILED.value}
+
+    def _ask(self, job: JobMessage, question: str, context: DurableContext) -> None:
+        """Wait for the user's answer to `question`: the callback's id and the question go on the job (its task
+        reads input_required), then the execution suspends until tasks/update answers it."""
+
+        def publish(callback_id: str, _context: Any) -> None:
+            self.store.await_answer(job, question, callback_id)
+
+        config = WaitForCallbackConfig(timeout=Duration.from_seconds(self._answer_timeout()))
+        context.wait_for_callback(publish, name="answer", config=config)
+
+    def _answer_timeout(self) -> int:
+        return max(1, min(ANSWER_TIMEOUT_SECONDS, self.limits.execution_timeout_seconds // 2))
 
     def _context(self, job: JobMessage, tool: DurableTool) -> Any:
         return self.services.context_for(tool, job.user_id, cancelled=lambda: self.store.is_cancelled(job.job_id))

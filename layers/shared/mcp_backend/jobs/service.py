@@ -195,8 +195,18 @@ class JobsService:
         the caller's)."""
         job = self.store.release_held(job_id, user_id)
         if job is None:
-            return False
+            return self._answer_durable(user_id, job_id)
         self._send(job)
+        return True
+
+    def _answer_durable(self, user_id: str, job_id: str) -> bool:
+        """A running durable job waiting for its user's confirmation goes on: its callback is completed, once."""
+        callback_id = self.store.take_answer_callback(job_id, user_id)
+        if callback_id is None:
+            return False
+        self._clients("lambda").send_durable_execution_callback_success(
+            CallbackId=callback_id, Result=json.dumps({"confirm": True}).encode()
+        )
         return True
 
     def _send(self, job: JobMessage) -> None:

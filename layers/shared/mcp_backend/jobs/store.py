@@ -246,6 +246,42 @@ class JobStore:
             {":pending": {"S": JobStatus.PENDING}, ":arn": {"S": execution_arn}},
         )
 
+    def await_answer(self, job: JobMessage, question: str, callback_id: str) -> bool:
+        """A running durable job waits for its user's answer: the question, and the callback its answer completes.
+        False when it is not RUNNING any more."""
+        return self._set_status_if(
+            job.job_id,
+            job.user_id,
+            "SET awaitingInput = :question, answerCallbackId = :callback, updatedAt = :now",
+            "#status = :running",
+            {
+                ":running": {"S": JobStatus.RUNNING},
+                ":question": {"S": question},
+                ":callback": {"S": callback_id},
+            },
+        )
+
+    def take_answer_callback(self, job_id: str, user_id: str) -> str | None:
+        """The callback a running job waits on, taken once (the question is removed with it): None when the job is
+        not the owner's, not waiting, or no longer RUNNING."""
+        try:
+            old = self._client.update_item(
+                TableName=self.table_name,
+                Key={"jobId": {"S": job_id}},
+                UpdateExpression="REMOVE awaitingInput, answerCallbackId SET updatedAt = :now",
+                ConditionExpression="userId = :user AND #status = :running AND attribute_exists(answerCallbackId)",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={
+                    ":user": {"S": user_id},
+                    ":now": {"S": _now()},
+                    ":running": {"S": JobStatus.RUNNING},
+                },
+                ReturnValues="UPDATED_OLD",
+            )
+        except self._client.exceptions.ConditionalCheckFailedException:
+            return None
+        return str(old["Attributes"]["answerCallbackId"]["S"])
+
     def record_progress(self, job: JobMessage, fraction: float, message: str) -> bool:
         """A running job's progress (0..1) and what it did last; the write also keeps its concurrent-job slot
         fresh (updatedAt). False when the job is not RUNNING any more (cancelled meanwhile)."""

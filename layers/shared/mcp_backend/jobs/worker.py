@@ -50,6 +50,7 @@ from mcp_backend.jobs.errors import (
     ReportedFailure,
     ResultTooLarge,
     UnknownTool,
+    WorkerTimeLimit,
 )
 from mcp_backend.jobs.handoff import DurableStarts
 from mcp_backend.jobs.models import JobError, JobMessage, JobOutcome, JobRun, JobStatus
@@ -90,6 +91,9 @@ RECORD_LOG_KEYS = ["message_id", "attempt", "job_id", "tool", "correlation_id"]
 # this reads nothing (each read is a DynamoDB GetItem and a few ms of the record's CPU, which the records of a
 # batch do not overlap), a longer one reads at most once per interval however often its tool checkpoints.
 CANCELLATION_READ_INTERVAL_SECONDS = 1.0
+# A run stops at a checkpoint once less than this share of the function's timeout is left (at least 5 s): time to
+# record its failure, which names the limit, before Lambda ends the invocation.
+TIME_LIMIT_MARGIN_SHARE = 0.1
 
 
 class CancellationReads:
@@ -109,6 +113,25 @@ class CancellationReads:
             self._cancelled = self._read()
             self._last_read = self._clock()
         return self._cancelled
+
+
+class TimeLimit:
+    """A run's checkpoint check (ToolContext.cancelled) that first stops the run near the invocation's end:
+    WorkerTimeLimit, naming the limit, while there is time left to record it; then the cancellation check."""
+
+    def __init__(self, cancelled: Callable[[], bool], remaining_ms: Callable[[], int], timeout_seconds: int) -> None:
+        self._cancelled = cancelled
+        self._remaining_ms = remaining_ms
+        self._timeout_seconds = timeout_seconds
+        self._margin_ms = max(5000, int(timeout_seconds * 1000 * TIME_LIMIT_MARGIN_SHARE))
+
+    def __call__(self) -> bool:
+        if self._remaining_ms() < self._margin_ms:
+            raise WorkerTimeLimit(
+                f"the job did not finish within ToolWorker's {self._timeout_seconds} s timeout (WorkerTimeout; "
+                "Lambda's limit is 900 s); longer jobs need the durable worker (DurableWorker)"
+            )
+        return self._cancelled()
 
 
 def is_permanent(error: BaseException) -> bool:
@@ -183,9 +206,16 @@ class JobWorker:
         if durable is None and settings.durable_worker_arn:
             durable = DurableStarts(settings.durable_worker_arn, settings.durable_job_min_bytes)
         self.durable = durable
+        self._invocation: Any = None  # the Lambda context of the invocation under way (its time left)
 
     def start_invocation(self, lambda_context: Any) -> None:
         self._run_once.start_invocation(lambda_context)
+        self._invocation = lambda_context
+
+    def _remaining_ms(self) -> int:
+        if self._invocation is None:
+            return self.settings.function_timeout_seconds * 1000
+        return int(self._invocation.get_remaining_time_in_millis())
 
     def finish_invocation(self) -> None:
         """One PutRecords for the batch's call-log records; never raises."""
@@ -322,7 +352,8 @@ class JobWorker:
         cancelled = CancellationReads(
             partial(self.store.is_cancelled, job.job_id), CANCELLATION_READ_INTERVAL_SECONDS, self._clock
         )
-        context = self.services.context_for(tool, job.user_id, cancelled=cancelled)
+        limited = TimeLimit(cancelled, self._remaining_ms, self.settings.function_timeout_seconds)
+        context = self.services.context_for(tool, job.user_id, cancelled=limited)
         try:
             with tool_runs.run(job.tool), span(f"execute_tool {job.tool}", attributes=_tool_attributes(job)):
                 result = tool(job.input, context)

@@ -247,7 +247,7 @@ class JobTasks(Extension):
             "ttlMs": max(0, round((float(item["expiresAt"]) - _epoch(created)) * 1000)),
             "pollIntervalMs": POLL_INTERVAL_MS,
         }
-        if status == JobStatus.PENDING and "awaitingInput" in item:
+        if status in (JobStatus.PENDING, JobStatus.RUNNING) and "awaitingInput" in item:
             question = str(item["awaitingInput"])
             task.update(
                 status="input_required",

@@ -37,8 +37,12 @@ DURABLE_CHUNK_BYTES = 8 * 1024 * 1024
 MAX_DURABLE_CHUNKS = 5_000
 # Distinct-value digests one chunk's partial keeps (all columns together): about 20 bytes each in its JSON.
 DURABLE_DISTINCT_ENTRIES = 8_000
+# A chunk with no complete record is read again, longer, up to this many times DURABLE_CHUNK_BYTES.
+MAX_CHUNK_GROWTH = 16
 # The format is read from the dataset's first bytes when its name does not tell.
 _PEEK_BYTES = 4096
+# A dataset this large is read only once its user confirms (hours of reading, counted against their jobs).
+DURABLE_CONFIRM_ABOVE_BYTES = 10 * 1024 * 1024 * 1024
 
 
 def _request(arguments: dict[str, Any]) -> AnalyzeInput:
@@ -68,13 +72,16 @@ class DatasetChunks:
                 f"Dataset {redact_url(request.dataset_url)} is {size} bytes, over the "
                 f"{MAX_DURABLE_CHUNKS * DURABLE_CHUNK_BYTES}-byte limit of a durable analysis"
             )
-        return {
+        plan: dict[str, Any] = {
             "mode": "chunks",
             "format": dataset_format,
             "size": size,
             "chunkBytes": DURABLE_CHUNK_BYTES,
             "start": start,
         }
+        if size > DURABLE_CONFIRM_ABOVE_BYTES:
+            plan["question"] = f"Analyse {size:,} bytes in {chunks:,} chunks? A run this large takes hours."
+        return plan
 
     def chunk(
         self, arguments: dict[str, Any], plan: dict[str, Any], cursor: dict[str, Any], context: ToolContext
@@ -84,28 +91,47 @@ class DatasetChunks:
             result = analysis.run(request, context)
             return {"partial": result, "next": None, "fraction": 1.0}
         offset, size = int(cursor["offset"]), int(plan["size"])
-        end = min(offset + int(plan["chunkBytes"]), size)
+        length = int(plan["chunkBytes"])
+        # A chunk that holds no complete record (a long line, a record with quoted line breaks) is read again,
+        # twice as long, up to MAX_CHUNK_GROWTH times the chunk size.
+        while True:
+            partial, last = self._read(request, plan, cursor, offset, length, context)
+            if partial is not None and (partial.consumed or last):
+                break
+            if length >= int(plan["chunkBytes"]) * MAX_CHUNK_GROWTH:
+                raise DatasetOverBudget(
+                    f"A record is longer than the {length}-byte read a durable analysis makes at most at once"
+                )
+            length *= 2
+        position = offset + partial.consumed
+        following = None if last or partial.truncated else {**partial.cursor(), "offset": position}
+        return {"partial": partial.export(), "next": following, "fraction": position / size if size else 1.0}
+
+    def _read(
+        self,
+        request: AnalyzeInput,
+        plan: dict[str, Any],
+        cursor: dict[str, Any],
+        offset: int,
+        length: int,
+        context: ToolContext,
+    ) -> tuple[_ChunkPartial | None, bool]:
+        """The records of `length` bytes from `offset` (None when they hold no line end), and whether they reach
+        the dataset's end."""
+        end = min(offset + length, int(plan["size"]))
         data, _ = read_s3_range(request.dataset_url, context.fetch_policy, offset, end - 1)
-        last = end >= size
+        last = end >= int(plan["size"])
         if not last:
             cut = data.rfind(b"\n")
             if cut == -1:
-                raise DatasetOverBudget(
-                    f"A line is longer than the {plan['chunkBytes']}-byte chunk a durable analysis reads at once"
-                )
+                return None, last
             data = data[: cut + 1]
         partial = _ChunkPartial(request, cursor, last=last, first=offset == 0)
         if plan["format"] == "csv":
             partial.read_csv(data)
         else:
             partial.read_json_lines(data)
-        if partial.consumed == 0 and not last:
-            raise DatasetOverBudget(
-                f"A record is longer than the {plan['chunkBytes']}-byte chunk a durable analysis reads at once"
-            )
-        position = offset + partial.consumed
-        following = None if last or partial.truncated else {**partial.cursor(), "offset": position}
-        return {"partial": partial.export(), "next": following, "fraction": position / size if size else 1.0}
+        return partial, last
 
     def merge(self, arguments: dict[str, Any], plan: dict[str, Any], partials: list[Any]) -> dict[str, Any]:
         request = _request(arguments)
