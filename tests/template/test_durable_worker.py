@@ -4,10 +4,15 @@ through it only, refused without the job pipeline, and absent (nothing billed) w
 
 from __future__ import annotations
 
+import math
+
 from cfnlint.api import ManualArgs, lint
 
 from devstack.stack.template import ROOT
+from mcp_backend.tools.dataset_chunks import DURABLE_CHUNK_BYTES
+from tests.cost.model import load_prices
 from tests.cost.profiles import idle_shape
+from tests.cost.report import durable_jobs
 from tests.profiles import PROFILE_NAMES, created_resources, deploy_scope, profile_parameters
 from tests.template.test_invariants import EXPANDED, RESOURCES, TEMPLATE, of_type, referenced_resource, resolve
 from tests.template.test_profiles import Evaluation
@@ -147,3 +152,19 @@ def test_the_template_lints_clean_with_cfn_lint_and_the_serverless_rules():
     matches = lint((ROOT / "template.yaml").read_text(), config=ManualArgs(append_rules=["cfn_lint_serverless.rules"]))
     # Then neither cfn-lint's rules nor the serverless rules find anything
     assert [str(match) for match in matches] == []
+
+
+def test_a_durable_job_is_priced_per_operation_with_each_price_naming_its_page():
+    # Given the price table and the durable jobs section `make cost` writes into docs/cost.md
+    prices = load_prices()
+    rows = [prices[key] for key in ("lambda_durable_operation", "lambda_durable_data_written_gb")]
+    rows.append(prices["lambda_durable_data_retained_gb_month"])
+    section = "\n".join(durable_jobs(prices, {"DurableRetentionDays": 7}))
+    # Then each durable price names the page it was read on, and the operations are priced
+    assert all(row.source.startswith("https://") and row.read for row in rows)
+    assert rows[0].usd is not None and rows[0].per == 1_000_000
+    # And a 1 GiB job pays for the execution, its start, plan and result steps and one step per chunk
+    operations = math.ceil(1024**3 / DURABLE_CHUNK_BYTES) + 4
+    assert f"| 1 GiB | {operations - 4:,} | {operations:,} | ${rows[0].usd * operations / 1_000_000:.6f} |" in section
+    # And docs/cost.md holds the section as this table renders it
+    assert section.split("\n| dataset")[1] in (ROOT / "docs" / "cost.md").read_text()

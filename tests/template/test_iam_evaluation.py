@@ -711,7 +711,11 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
     if "DurableToolWorker" in stack.resources:
         # a long job starts a durable execution of the worker's alias; cancel_job stops it
         calls["ToolWorker"].append(("lambda:InvokeFunction", arn("DurableToolWorkerAliaslive"), {}))
-        calls["McpServer"].append(("lambda:StopDurableExecution", stack.durable_execution("DurableToolWorker"), {}))
+        execution = stack.durable_execution("DurableToolWorker")
+        calls["McpServer"] += [
+            ("lambda:StopDurableExecution", execution, {}),  # jobs/service.py: cancel_job
+            ("lambda:SendDurableExecutionCallbackSuccess", execution, {}),  # jobs/service.py: a user's answer
+        ]
     if "AuthorizationServer" in stack.resources:
         calls["AuthorizationServer"] = authorization_server_calls(stack)
         # stack_urls.py: the endpoint's own URL, the audience the server's tokens name
@@ -959,12 +963,13 @@ def test_the_endpoint_stops_only_the_durable_workers_executions(node):
         "ToolWorker's": stack.durable_execution("ToolWorker"),
         "the other stack's durable worker's": OTHER_DURABLE_STACK.durable_execution("DurableToolWorker"),
     }
-    requests = [as_role(stack, "McpServer", "lambda:StopDurableExecution", arn) for arn in targets.values()]
-    # When IAM evaluates a StopDurableExecution of each, and a checkpoint of the worker's own
+    actions = ("lambda:StopDurableExecution", "lambda:SendDurableExecutionCallbackSuccess")
+    requests = [as_role(stack, "McpServer", a, arn) for arn in targets.values() for a in actions]
+    # When IAM evaluates a stop and a callback's completion of each, and a checkpoint of the worker's own
     requests.append(as_role(stack, "McpServer", "lambda:CheckpointDurableExecution", targets["the durable worker's"]))
     found = decisions(node, requests)
-    # Then it may stop the durable worker's executions, whatever version they run on, and nothing else
-    assert found == [ALLOWED, ALLOWED, "ImplicitlyDenied", "ImplicitlyDenied", "ImplicitlyDenied"]
+    # Then it may stop, or answer, the durable worker's executions, whatever version they run on, and nothing else
+    assert found == [ALLOWED] * 4 + ["ImplicitlyDenied"] * 5
 
 
 def grants(stack: Stack) -> dict[str, set[tuple[str, str]]]:
@@ -984,14 +989,17 @@ def grants(stack: Stack) -> dict[str, set[tuple[str, str]]]:
 
 
 @pytest.mark.parametrize("parameters", [{}, DATASETS, TRACING_TO_XRAY], ids=["defaults", "datasets", "tracing"])
-def test_the_durable_worker_adds_its_own_role_and_one_grant_each_to_tool_worker_and_the_endpoint(parameters):
+def test_the_durable_worker_adds_its_own_role_and_its_grants_to_tool_worker_and_the_endpoint(parameters):
     # Given the same stack without and with the durable worker
     off, on = grants(Stack("mcp", parameters)), grants(Stack("mcp", {**parameters, **DURABLE}))
     stack = Stack("mcp", {**parameters, **DURABLE})
-    # Then no other function's role changes, and ToolWorker and McpServer gain exactly their one call each
+    # Then no other function's role changes, and ToolWorker and McpServer gain exactly the calls they make of it
     assert set(on) - set(off) == {"DurableToolWorker"}
     assert {f: on[f] - off[f] for f in off if on[f] != off[f]} == {
         "ToolWorker": {("lambda:InvokeFunction", stack.arn("DurableToolWorkerAliaslive"))},
-        "McpServer": {("lambda:StopDurableExecution", f"{stack.arn('DurableToolWorker')}:*/durable-execution/*")},
+        "McpServer": {
+            (action, f"{stack.arn('DurableToolWorker')}:*/durable-execution/*")
+            for action in ("lambda:StopDurableExecution", "lambda:SendDurableExecutionCallbackSuccess")
+        },
     }
     assert all(off[f] <= on[f] for f in off)

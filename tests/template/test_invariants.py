@@ -628,7 +628,9 @@ TELEMETRY_FUNCTIONS = {"McpServer", "ToolWorker"}
 
 def layer_name(logical_id: str) -> str:
     """A layer version's template name: SAM suffixes the expanded logical id with a content hash."""
-    [name] = [n for n in ("SharedLayer", "McpLayer", "TelemetryExtensionLayer") if logical_id.startswith(n)]
+    [name] = [
+        n for n in ("SharedLayer", "McpLayer", "DurableLayer", "TelemetryExtensionLayer") if logical_id.startswith(n)
+    ]
     return name
 
 
