@@ -582,3 +582,24 @@ def test_a_job_of_a_tool_declared_long_goes_durable_whatever_its_size(local, fro
     assert handed == {"jobId": job_id, "status": "PENDING", "durable": True}
     assert execution.status is InvocationStatus.SUCCEEDED
     assert job_item(local, job_id)["status"] == "SUCCEEDED"
+
+
+def test_an_unexpected_error_is_tried_again_then_fails_the_job_without_its_text(local, runner_for, monkeypatch):
+    # Given a chunk step that fails every time with an error whose text must not reach the job
+    tries: list[int] = []
+
+    def broken(self, arguments, plan, cursor, context):
+        tries.append(1)
+        raise RuntimeError("token=do-not-store-me")
+
+    monkeypatch.setattr(dataset_chunks.DatasetChunks, "chunk", broken)
+    job = submitted(local, "unexpected-1", local_dataset_url(USER, "sales.csv"))
+
+    # When its durable execution runs
+    run(runner_for(durable_jobs(local)), job)
+
+    # Then the step was tried three times, and the job is FAILED with a reason that carries no payload
+    item = job_item(local, job.job_id)
+    assert len(tries) == 3
+    assert (item["status"], item["error"]["type"]) == ("FAILED", "UnexpectedStepFailure")
+    assert "do-not-store-me" not in json.dumps(item, default=str)

@@ -125,9 +125,13 @@ def checkpointed(name: str, value: Any) -> Any:
 
 
 def _retry(error: Exception, attempt: int) -> RetryDecision:
-    """Transient failures are tried again with growing delays (the execution suspends meanwhile: no compute);
-    permanent ones, and any past STEP_ATTEMPTS, fail the step."""
-    if attempt >= STEP_ATTEMPTS or is_permanent(error) or isinstance(error, JobPipelineError):
+    """Transient failures, and unexpected ones (as the queued worker retries them), are tried again with growing
+    delays (the execution suspends meanwhile: no compute); permanent ones, and any past STEP_ATTEMPTS, fail the
+    step."""
+    permanent = is_permanent(error) or (
+        isinstance(error, JobPipelineError) and not isinstance(error, UnexpectedStepFailure)
+    )
+    if attempt >= STEP_ATTEMPTS or permanent:
         return RetryDecision.no_retry()
     return RetryDecision.retry(Duration.from_seconds(STEP_RETRY_DELAY_SECONDS * 2 ** (attempt - 1)))
 
@@ -176,7 +180,7 @@ class DurableJobs:
         job = JobMessage.model_validate(event)
         logger.append_keys(job_id=job.job_id, tool=job.tool, correlation_id=job.job_id)
         arn = context.execution_context.durable_execution_arn
-        started = context.step(lambda _: self._start(job, arn), name="start", config=StepConfig(retry_strategy=_retry))
+        started = context.step(guarded("start", partial(self._start, job, arn)), name="start", config=STEP_CONFIG)
         if started["status"] != JobStatus.RUNNING:
             return {"jobId": job.job_id, "status": started["status"]}
         try:
@@ -204,7 +208,8 @@ class DurableJobs:
         if chunked is None:
             whole = partial(self._whole, job, tool)
             result = context.step(guarded("run", whole), name="run", config=STEP_CONFIG)
-            return context.step(lambda _: self._store_result(job, result), name="result", config=STEP_CONFIG)
+            stored = partial(self._store_result, job, result)
+            return context.step(guarded("result", stored), name="result", config=STEP_CONFIG)
         planned = partial(chunked.plan, job.input, self._context(job, tool))
         plan = context.step(guarded("plan", planned), name="plan", config=STEP_CONFIG)
         if plan.get("question"):
@@ -222,8 +227,8 @@ class DurableJobs:
             partials.append(done["partial"])
             cursor = done["next"]
             index += 1
-        merged = partial(chunked.merge, job.input, plan, partials)
-        return context.step(lambda _: self._store_result(job, merged()), name="result", config=STEP_CONFIG)
+        merged = partial(self._store_merged, job, chunked, plan, partials)
+        return context.step(guarded("result", merged), name="result", config=STEP_CONFIG)
 
     def _chunk(
         self,
@@ -251,6 +256,11 @@ class DurableJobs:
     def _whole(self, job: JobMessage, tool: DurableTool) -> dict[str, Any]:
         return tool(job.input, self._context(job, tool))
 
+    def _store_merged(
+        self, job: JobMessage, chunked: ChunkedJob, plan: dict[str, Any], partials: list[Any]
+    ) -> dict[str, Any]:
+        return self._store_result(job, chunked.merge(job.input, plan, partials))
+
     def _store_result(self, job: JobMessage, result: dict[str, Any]) -> dict[str, Any]:
         """The result, written once (a replay reads this step's checkpoint); a job cancelled meanwhile keeps no
         result."""
@@ -263,7 +273,10 @@ class DurableJobs:
         return outcome.summary()
 
     def _fail(self, job: JobMessage, reason: JobError, arn: str) -> dict[str, Any]:
-        """The job is FAILED with the step's reason; the execution itself succeeds (its job has ended)."""
+        """The job is FAILED with the step's reason, recorded with the execution's ARN where a queued job records its
+        DLQ message; the execution itself succeeds (its job has ended). A job its owner cancelled stays CANCELLED."""
+        if self.store.is_cancelled(job.job_id):
+            return {"jobId": job.job_id, "status": JobStatus.CANCELLED.value}
         self.store.mark_failed(job.job_id, job.user_id, reason, arn, job.tool)
         logger.warning("durable job failed", extra={"error_type": reason.type})
         return {"jobId": job.job_id, "status": JobStatus.FAILED.value}
