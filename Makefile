@@ -237,8 +237,9 @@ env-json: env ## the running make dev stack's --env-vars file for sam local invo
 
 # DURABLE=1: the durable worker on, for datasets of 1 KiB or more (DurableJobMinBytes' least), so a small upload
 # runs as a durable job (docs/job-pipeline.md, "Durable jobs").
-dev: env ## the whole template on 127.0.0.1 (PORT, STATE, FRESH=1, RUNTIME=lambda, AUTH=oauth|both|builtin, TRACING=off, DURABLE=1)
+dev: env ## the whole template on 127.0.0.1 (PORT, STATE, FRESH=1, RUNTIME=lambda, AUTH=oauth|both|builtin, TRACING=off, CONFORMANCE=1, DURABLE=1)
 	$(RUN) python -m devstack dev --port $(PORT) $(if $(STATE),--state $(STATE)) $(if $(FRESH),--fresh) \
+		$(if $(CONFORMANCE),--conformance-fixtures) \
 		--runtime $(RUNTIME) --build-dir $(BUILD_DIR) \
 		$(if $(filter builtin,$(AUTH)),--parameter AuthMode=oauth --parameter AuthorizationServerMode=builtin,$(if $(AUTH),--parameter AuthMode=$(AUTH))) \
 		$(if $(TRACING),--parameter Tracing=$(TRACING)) \

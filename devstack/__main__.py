@@ -48,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
         help="inprocess: import each function here; lambda: run the build output in Lambda-shaped sandboxes",
     )
     dev.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR, help="sam build output (lambda runtime)")
+    dev.add_argument(
+        "--conformance-fixtures",
+        action="store_true",
+        help="the endpoint also serves the MCP conformance suite's fixtures (in-process runtime)",
+    )
     trace = commands.add_parser("trace", help="a trace of the local stack as a tree with durations")
     trace.add_argument("trace_id", nargs="?", help="the trace id (W3C, or X-Ray's 1-xxxxxxxx-...)")
     trace.add_argument("--job", help="the trace of this job id instead")
@@ -139,6 +144,7 @@ def run_dev(args: argparse.Namespace) -> int:
         trace_file=DEFAULT_TRACE_FILE,
         runtime=args.runtime,
         build_dir=args.build_dir,
+        conformance_fixtures=args.conformance_fixtures,
     )
     started = time.perf_counter()
     # Ctrl-C is how the stack is stopped, even when whoever started it had SIGINT ignored (a shell's background

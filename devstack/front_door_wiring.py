@@ -31,6 +31,9 @@ class FunctionUrlSettings:
     function_overrides: dict[str, str]
     aws_url: str  # where a created user pool's JWKS is served
     lambda_url: str = ""  # where the pools' local managed login is served
+    # Function logical id -> the module:factory that builds its app in-process instead of its start script's
+    # target (the conformance fixtures: devstack.conformance_fixtures).
+    app_factories: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def serve_function_urls(
@@ -84,9 +87,11 @@ def serve_function_urls(
                 web = _serve_in_lambda_runtime(lambda_runtime, function, listener, overrides)
             elif signed:
                 door = partial(SigV4Verified, region="us-east-1", callers=LOCAL_IAM_CALLERS)
-                web = serve_web(spec, listener, "us-east-1", overrides, door)
+                web = serve_web(spec, listener, "us-east-1", overrides, door, settings.app_factories.get(function))
             else:
-                web = serve_web(spec, listener, "us-east-1", overrides)
+                web = serve_web(
+                    spec, listener, "us-east-1", overrides, factory_target=settings.app_factories.get(function)
+                )
             served[logical_id] = web
             created = environment.stack.ensure(logical_id)
             if _is_authorization_server(environment, function):

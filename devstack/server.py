@@ -58,6 +58,8 @@ log = logging.getLogger("devstack")
 STREAM_POLL_SECONDS = 0.25  # Lambda polls stream shards about 4 times a second
 IDLE_POLL_SECONDS = 10  # with no write to wait for, stream and tap loops still look this often
 TTL_SWEEP_SECONDS = 5  # at most one TTL sweep per this many seconds while items are written
+MCP_FUNCTION = "McpServer"
+CONFORMANCE_APP = "devstack.conformance_fixtures:create_app"
 # How long past its function's timeout the stop waits for work under way, and for a loop thread to see the stop.
 STOP_GRACE_SECONDS = 5
 
@@ -86,6 +88,9 @@ class DevStackOptions:
     prewarm: bool = True  # lambda runtime: start one environment per function at start (init errors show)
     # Where spans go when the Tracing parameter is not off (in-process runtime: devstack.traces); None: not kept.
     trace_file: Path | None = None
+    # The endpoint also serves the MCP conformance suite's fixtures (devstack.conformance_fixtures; in-process
+    # runtime only: the build output has no devstack).
+    conformance_fixtures: bool = False
 
 
 class DevStack:
@@ -191,7 +196,12 @@ class DevStack:
             self.template,
             self.environment,
             FunctionUrlSettings(
-                self.options.host, web_listener, self.options.function_overrides, self.aws_url, self.lambda_url
+                self.options.host,
+                web_listener,
+                self.options.function_overrides,
+                self.aws_url,
+                self.lambda_url,
+                self._app_factories(),
             ),
             self.web_functions,
             self._notice,
@@ -327,6 +337,14 @@ class DevStack:
 
     def _drain_tap(self, tap: Tap) -> int:
         return drain_tap(tap, self.client("sqs"), self.async_invoker.submit)
+
+    def _app_factories(self) -> dict[str, str]:
+        if not self.options.conformance_fixtures:
+            return {}
+        if self.options.runtime != "inprocess":
+            self._notice(MCP_FUNCTION, "conformance fixtures not served: the lambda runtime runs the build output")
+            return {}
+        return {MCP_FUNCTION: CONFORMANCE_APP}
 
     def _load_functions(self) -> None:
         runtime = self.environment.lambda_runtime

@@ -136,10 +136,12 @@ def serve(
     region: str,
     overrides: dict[str, str],
     door: Callable[[Any], Any] = lambda app: app,
+    factory_target: str | None = None,
 ) -> WebFunction:
     """The function's app on the listener, each request an invocation; `door` wraps the app as the URL's AuthType
-    does (an AWS_IAM URL checks SigV4 first: devstack.front_doors.iam_urls)."""
-    target, factory = app_target(spec)
+    does (an AWS_IAM URL checks SigV4 first: devstack.front_doors.iam_urls). `factory_target` (module:factory)
+    builds the app instead of the start script's target: the local stack's own variant of a function's app."""
+    target, factory = (factory_target, True) if factory_target else app_target(spec)
     module_name, attribute = target.split(":")
     for layer in spec.layer_dirs:
         if str(layer) not in sys.path:

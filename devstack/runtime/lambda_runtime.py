@@ -112,6 +112,11 @@ class FunctionPool:
         with self._condition:
             return list(self._all)
 
+    def idle_environments(self) -> list[ExecutionEnvironment]:
+        """The environments waiting in the pool for their next event (the next one taken is the last here)."""
+        with self._condition:
+            return list(self._idle)
+
     def release_all(self) -> list[ExecutionEnvironment]:
         """Every environment of the function, none idle any more (the caller stops them)."""
         with self._condition:

@@ -1,7 +1,8 @@
 """The official MCP conformance suite (npm @modelcontextprotocol/conformance, pinned by
-tests/e2e/conformance/package-lock.json) run against the endpoint on loopback, with the template's tables on moto.
-Every scenario of its active suite runs; the ones this server is expected to fail are listed, each with its reason,
-in tests/e2e/conformance/baseline.yml. A new failure fails the test, and so does a listed scenario that passes."""
+tests/e2e/conformance/package-lock.json) run against the endpoint on loopback, with the template's tables on moto
+and the fixtures its scenarios call by name (devstack/conformance_fixtures.py: resources and prompts). Every
+scenario of its active suite runs; the ones this server is expected to fail are listed, each with its reason, in
+tests/e2e/conformance/baseline.yml. A new failure fails the test, and so does a listed scenario that passes."""
 
 from __future__ import annotations
 
@@ -20,8 +21,25 @@ pytestmark = pytest.mark.e2e
 
 SUITE_DIR = Path(__file__).parent / "conformance"
 CLI = SUITE_DIR / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
-# Scenarios that must pass, whatever the baseline says (the suite's generic checks of a server).
-MUST_PASS = ["server-initialize", "ping", "tools-list", "tools-call-error", "resources-list", "prompts-list"]
+# Scenarios that must pass, whatever the baseline says: the suite's generic checks of a server, and the resources,
+# prompts and completion scenarios the fixture set makes apply.
+MUST_PASS = [
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "tools-call-error",
+    "resources-list",
+    "prompts-list",
+    "completion-complete",
+    "resources-read-text",
+    "resources-read-binary",
+    "resources-templates-read",
+    "prompts-get-simple",
+    "prompts-get-with-args",
+    "prompts-get-embedded-resource",
+    "prompts-get-with-image",
+    "dns-rebinding-protection",
+]
 
 
 class WithApiKey:
@@ -41,9 +59,9 @@ def endpoint_url(local, monkeypatch) -> str:
     environment = mcp_environment(local)
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
+    from devstack.conformance_fixtures import create_app
     from mcp_backend.api_keys import add_api_key
     from mcp_backend.config import McpSettings
-    from mcp_backend.mcp.server import create_app
 
     key = add_api_key(boto3.client("secretsmanager"), environment["API_KEYS_SECRET_ID"], "user-alice", "pro")
     server, thread, port = serve(WithApiKey(create_app(McpSettings.model_validate(environment)), key))

@@ -11,6 +11,7 @@ import time
 
 import httpx
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from devstack.__main__ import banner, issue_dev_keys
 from tests.conftest import load_event
@@ -158,3 +159,24 @@ def test_in_process_each_functions_lines_name_that_function_and_its_request(star
     request_ids = [line.get("function_request_id") for line in request_lines]
     analyzer_ids = {line.get("function_request_id") for line in analyzer_lines}
     assert None not in request_ids and len(set(request_ids)) == 2 and not set(request_ids) & analyzer_ids
+
+
+@pytest.mark.parametrize("fixtures", [True, False])
+def test_make_dev_serves_the_conformance_fixtures_only_when_asked(start_stack, fixtures):
+    # Given make dev in-process, with CONFORMANCE=1 (conformance_fixtures) or without
+    stack = start_stack(runtime="inprocess", conformance_fixtures=fixtures)
+    [key] = issue_dev_keys(stack).values()
+    [web] = stack.web_functions.values()
+    endpoint = Endpoint(url=f"{web.url}/mcp", alice_key=key, bob_key=key, local=stack.environment)
+
+    async def read() -> str:
+        async with mcp_client(endpoint, "legacy") as client:
+            # When a client reads the suite's static text resource
+            try:
+                return (await client.read_resource("test://static-text")).contents[0].text
+            except MCPError as refused:
+                return refused.error.message
+
+    # Then only the stack started with the fixtures has it
+    expected = "This is the content of the static text resource." if fixtures else "Resource not found"
+    assert asyncio.run(read()) == expected

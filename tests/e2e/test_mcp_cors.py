@@ -76,3 +76,29 @@ def test_an_options_request_that_is_not_a_preflight_is_still_405(endpoint):
     response = httpx.options(endpoint.url, headers={"origin": ALLOWED_ORIGIN})
 
     assert response.status_code == 405
+
+
+def test_a_page_served_by_the_endpoint_itself_may_call_it(endpoint):
+    # Given a page on the endpoint's own origin (same scheme, host and port: a same-origin request, no CORS involved)
+    own_origin = str(httpx.URL(endpoint.url).copy_with(path="/"))[:-1]
+
+    # When it calls tools/list
+    response = httpx.post(
+        endpoint.url, json=LIST_TOOLS, headers=endpoint.headers(endpoint.alice_key, origin=own_origin)
+    )
+
+    # Then it is served
+    assert response.status_code == 200
+
+
+def test_a_rebound_name_is_refused_even_when_host_and_origin_agree(endpoint):
+    # Given a hostile page whose name was rebound to the endpoint's address: its Host and Origin agree, on its name
+    headers = endpoint.headers(endpoint.alice_key, origin="http://evil.example.com")
+    headers["host"] = "evil.example.com"
+
+    # When it calls tools/list
+    response = httpx.post(endpoint.url, json=LIST_TOOLS, headers=headers)
+
+    # Then the host is not one of the endpoint's, and nothing is served
+    assert response.status_code in (403, 421)
+    assert "result" not in response.text

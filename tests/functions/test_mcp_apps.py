@@ -5,16 +5,14 @@ the template's tables (moto). Every job value in a page is escaped."""
 from __future__ import annotations
 
 import html
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
 import boto3
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.server.apps import APP_MIME_TYPE
+from mcp.server.apps import APP_MIME_TYPE, EXTENSION_ID
 from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp
 
@@ -24,7 +22,8 @@ from mcp_backend.jobs.models import JobError, JobMessage
 from mcp_backend.jobs.results import result_text
 from mcp_backend.jobs.store import JobStore
 from mcp_backend.mcp.server import create_app
-from tests.unit.endpoint_fakes import HOST, EveryoneIs, ServedInProcess
+from tests.unit.endpoint_fakes import EveryoneIs
+from tests.unit.sdk_client import sdk_client
 
 ERAS = ["legacy", "2026-07-28"]
 ALICE = "user-alice"
@@ -55,12 +54,26 @@ def app(stack) -> ASGIApp:
     return create_app(stack["settings"], EveryoneIs(Principal(user_id=ALICE)), boto3.client)
 
 
-@asynccontextmanager
-async def connected(app: ASGIApp, mode: str) -> AsyncIterator[Client]:
-    async with ServedInProcess(app) as http:
-        http.headers["authorization"] = "Bearer key"
-        async with Client(streamable_http_client(f"https://{HOST}/mcp", http_client=http), mode=mode) as client:
-            yield client
+def connected(app: ASGIApp, mode: str) -> AbstractAsyncContextManager[Client]:
+    return sdk_client(app, mode)
+
+
+def test_the_endpoint_advertises_mcp_apps_in_its_capabilities(app):
+    # Given the endpoint
+    async def scenario() -> Any:
+        # When a host that has not connected before negotiates (server/discover, protocol 2026-07-28) and reads
+        # the server's capabilities
+        async with connected(app, "auto") as client:
+            assert client.protocol_version == "2026-07-28"
+            return client.server_capabilities
+
+    capabilities = anyio.run(scenario)
+
+    # Then MCP Apps is among its extensions under the SDK's identifier, with no settings: a host that renders
+    # views knows the ui:// resources are for it. (The 2025-11-25 schema has no `extensions`: hosts of that era
+    # find a view by the tool's `_meta.ui.resourceUri`.)
+    assert capabilities.extensions is not None
+    assert capabilities.extensions[EXTENSION_ID] == {}
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
@@ -15,7 +14,6 @@ import boto3
 import pytest
 import time_machine
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, PromptReference, ResourceTemplateReference
 from starlette.types import ASGIApp
@@ -28,7 +26,8 @@ from mcp_backend.jobs.store import JobStore
 from mcp_backend.mcp import resources
 from mcp_backend.mcp.resources import RESOURCE_NOT_FOUND
 from mcp_backend.mcp.server import create_app
-from tests.unit.endpoint_fakes import HOST, EveryoneIs, ServedInProcess
+from tests.unit.endpoint_fakes import EveryoneIs, ServedInProcess
+from tests.unit.sdk_client import sdk_client
 
 ERAS = ["legacy", "2026-07-28"]  # the initialize handshake (2025-11-25 negotiated) and the stateless era
 PAGE_BYTES = 1024
@@ -87,12 +86,8 @@ def app(stack) -> ASGIApp:
     return create_app(stack["settings"], TokenIsTheUser(), boto3.client)
 
 
-@asynccontextmanager
-async def connected(app: ASGIApp, mode: str, user: str = ALICE) -> AsyncIterator[Client]:
-    async with ServedInProcess(app) as http:
-        http.headers["authorization"] = f"Bearer {user}"
-        async with Client(streamable_http_client(f"https://{HOST}/mcp", http_client=http), mode=mode) as client:
-            yield client
+def connected(app: ASGIApp, mode: str, user: str = ALICE) -> AbstractAsyncContextManager[Client]:
+    return sdk_client(app, mode, user)
 
 
 def run(scenario: Any) -> Any:

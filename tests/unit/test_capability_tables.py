@@ -11,6 +11,7 @@ from mcp_backend.doors import METHODS
 from mcp_backend.jobs.service import JobQueues, JobsService
 from mcp_backend.mcp.prompts import PromptBindings
 from mcp_backend.mcp.resources import ResourceBindings
+from mcp_backend.tools.context import InvalidArguments, parse_arguments
 from mcp_backend.tools.dataset_stream import FetchPolicy
 from mcp_backend.tools.prompts import PROMPTS
 from mcp_backend.tools.resources import RESOURCES, ResourceKind
@@ -61,3 +62,26 @@ def test_two_listing_kinds_are_refused():
         "analysis-view",
         "job-view",
     ]
+
+
+def test_a_resource_kind_whose_template_and_variables_model_disagree_is_refused():
+    # Given a function with the jobs service, and a kind whose URI template names a variable its model lacks
+    jobs = JobsService(JobQueues(job_table_name="t", job_queue_url="q", job_dead_letter_queue_url="d"))
+    services = ToolServices(fetch_policy=FetchPolicy(), jobs=jobs)
+    renamed = replace(RESOURCES["job"], uri_template="job://{id}")
+    # When it is bound, Then the table is refused naming both sides (a read would never see its variable)
+    with pytest.raises(ValueError, match=r"job: the URI template's variables \['id'\] are not its model's \['jobId'\]"):
+        ResourceBindings({"job": renamed}, services)
+
+
+def test_prompt_arguments_and_template_variables_are_parsed_by_one_rule():
+    # Given the models of a prompt's arguments and of a resource template's variables (strings on the wire)
+    summarise = PROMPTS["summarise_analysis"].arguments_model
+    result = RESOURCES["job-result"].variables
+    # When each is given strings, Then pydantic converts them; a bad value is refused naming the field only
+    assert parse_arguments(result, {"jobId": "a" * 8, "page": "2"}).model_dump() == {"jobId": "a" * 8, "page": 2}
+    with pytest.raises(InvalidArguments, match=r"^job_id: ") as refused:
+        parse_arguments(summarise, {"job_id": "<secret value>"})
+    assert "secret" not in str(refused.value)
+    with pytest.raises(InvalidArguments, match="page"):
+        parse_arguments(result, {"jobId": "a" * 8, "page": "-1"})

@@ -3,6 +3,7 @@ the authorization server apply (a function cannot read its own URL, so it accept
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -34,9 +35,30 @@ class HostPolicy:
     def host_allowed(self, host: str | None) -> bool:
         return bool(host) and any(p.fullmatch(host.lower()) for p in self._host_patterns)  # type: ignore[union-attr]
 
-    def origin_allowed(self, origin: str | None) -> bool:
-        # Origin is absent for non-browser clients; when a browser sends one it must be allowed.
-        return origin is None or any(p.fullmatch(origin.lower()) for p in self._origin_patterns)
+    def origin_allowed(self, origin: str | None, host: str | None = None) -> bool:
+        """Origin is absent for non-browser clients. A browser's must be listed, or be the request's own origin: an
+        allowed Host over https (http on loopback only), which makes the request same-origin, so no CORS applies."""
+        if origin is None:
+            return True
+        origin = origin.lower()
+        return any(p.fullmatch(origin) for p in self._origin_patterns) or self._same_origin(origin, host)
+
+    def _same_origin(self, origin: str, host: str | None) -> bool:
+        if not host or not self.host_allowed(host):
+            return False  # a rebound name sends matching Host and Origin: the Host rule decides first
+        scheme, _, authority = origin.partition("://")
+        return authority == host.lower() and (scheme == "https" or (scheme == "http" and _is_loopback(authority)))
+
+
+def _is_loopback(authority: str) -> bool:
+    name = authority.rsplit(":", 1)[0] if not authority.endswith("]") else authority
+    name = name.strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def _pattern(allowed: str) -> re.Pattern[str]:

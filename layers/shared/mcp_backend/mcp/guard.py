@@ -238,7 +238,7 @@ class McpHttpGuard:
         if not self.hosts.host_allowed(headers.get("host")):
             return HOST_NOT_ALLOWED
         origin = headers.get("origin")
-        if not self.hosts.origin_allowed(origin):
+        if not self.hosts.origin_allowed(origin, headers.get("host")):
             return ORIGIN_NOT_ALLOWED  # and no CORS headers: the page reads nothing
         if origin is None:
             return None

@@ -9,6 +9,7 @@ value. Only prompts whose services this function has are served (fail closed).
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 
 from mcp.shared.exceptions import MCPError
@@ -17,8 +18,10 @@ from mcp_types import (
     CompleteRequestParams,
     CompleteResult,
     Completion,
+    EmbeddedResource,
     GetPromptRequestParams,
     GetPromptResult,
+    ImageContent,
     ListPromptsResult,
     PaginatedRequestParams,
     PromptArgument,
@@ -26,16 +29,22 @@ from mcp_types import (
     PromptReference,
     ResourceLink,
     TextContent,
+    TextResourceContents,
 )
 from mcp_types import Prompt as McpPrompt
-from pydantic import ValidationError
 
 from mcp_backend.mcp.icons import PROMPT_ICONS, RESOURCE_ICONS
-from mcp_backend.mcp.resources import ResourceBindings, ServerContext, context_for, links_supported
+from mcp_backend.mcp.resources import (
+    ResourceBindings,
+    ServerContext,
+    completion_values,
+    context_for,
+    links_supported,
+)
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
+from mcp_backend.tools.context import InvalidArguments, parse_arguments
 from mcp_backend.tools.prompts import Prompt, PromptArgumentsRefused, PromptLine
 from mcp_backend.tools.services import ToolServices
-from mcp_backend.validation import describe_validation_error
 
 # The spec's maximum number of values in one completion answer.
 MAX_COMPLETION_VALUES = 100
@@ -51,8 +60,14 @@ def prompt_arguments(prompt: Prompt) -> list[PromptArgument]:
 
 
 def message(line: PromptLine, links: bool) -> PromptMessage:
-    """A prompt line as a user message: a link as `resource_link` content, or as text for a client older than
-    resource links."""
+    """A prompt line as a user message: an image, an embedded resource, a link as `resource_link` content (or as
+    text for a client older than resource links), or text."""
+    if line.image is not None:
+        data = base64.b64encode(line.image).decode("ascii")
+        return PromptMessage(role="user", content=ImageContent(type="image", data=data, mime_type=line.mime_type))
+    if line.embed and line.link_uri is not None:
+        contents = TextResourceContents(uri=line.link_uri, mime_type=line.mime_type, text=line.text)
+        return PromptMessage(role="user", content=EmbeddedResource(type="resource", resource=contents))
     if line.link_uri is None:
         return PromptMessage(role="user", content=TextContent(type="text", text=line.text))
     if not links:
@@ -94,9 +109,9 @@ class PromptBindings:
         if prompt is None:
             raise MCPError(INVALID_PARAMS, "Unknown prompt", data={"name": params.name})
         try:
-            arguments = prompt.arguments_model.model_validate(dict(params.arguments or {}))
-        except ValidationError as error:
-            raise MCPError(INVALID_PARAMS, f"{prompt.name}: {describe_validation_error(error)}") from None
+            arguments = parse_arguments(prompt.arguments_model, params.arguments or {})
+        except InvalidArguments as invalid:
+            raise MCPError(INVALID_PARAMS, f"{prompt.name}: {invalid}") from None
         context = context_for(self.services, prompt, ctx)
         try:
             lines = await run_in_worker_thread(prompt.render, arguments, context)
@@ -114,9 +129,9 @@ class PromptBindings:
             prompt = self.prompts.get(params.ref.name)
             if prompt is None:
                 raise MCPError(INVALID_PARAMS, "Unknown prompt", data={"name": params.ref.name})
-            complete = prompt.completions.get(params.argument.name)
-            if complete is not None:
-                values = await run_in_worker_thread(complete, prefix, context_for(self.services, prompt, ctx))
+            values = await completion_values(
+                self.services, prompt, prompt.completions, params.argument.name, prefix, ctx
+            )
         else:
             values = await self.resources.complete(ctx, params.ref.uri, params.argument.name, prefix)
         found = values or []

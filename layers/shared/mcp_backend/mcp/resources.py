@@ -11,15 +11,18 @@ retired -32002 for Invalid params).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import base64
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
+from mcp.server.extension import Extension
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INVALID_PARAMS,
     INVALID_REQUEST,
+    BlobResourceContents,
     ListResourcesResult,
     ListResourceTemplatesResult,
     PaginatedRequestParams,
@@ -38,8 +41,16 @@ from mcp_backend.mcp.auth import current_caller
 from mcp_backend.mcp.icons import RESOURCE_ICONS
 from mcp_backend.mcp.sdk_internals import UriTemplate
 from mcp_backend.mcp.worker_threads import run_in_worker_thread
-from mcp_backend.tools.context import ToolContext
-from mcp_backend.tools.resources import JSON, ResourceKind, ResourceNotFound, result_uri
+from mcp_backend.tools import app_views
+from mcp_backend.tools.context import InvalidArguments, ToolContext, parse_arguments
+from mcp_backend.tools.resources import (
+    JSON,
+    ResourceBytes,
+    ResourceKind,
+    ResourceNotFound,
+    ResourceText,
+    result_uri,
+)
 from mcp_backend.tools.services import ToolServices
 
 ServerContext = ServerRequestContext[Any, Any]
@@ -79,10 +90,54 @@ def not_found(ctx: ServerContext, uri: str) -> MCPError:
     return MCPError(code, "Resource not found", data={"uri": uri})
 
 
+def resource_contents(uri: str, read: ResourceText | ResourceBytes) -> TextResourceContents | BlobResourceContents:
+    """One read as MCP resource contents: text, or bytes as base64 `blob`."""
+    if isinstance(read, ResourceBytes):
+        blob = base64.b64encode(read.data).decode("ascii")
+        return BlobResourceContents(uri=uri, mime_type=read.mime_type, blob=blob, meta=read.meta)
+    return TextResourceContents(uri=uri, mime_type=read.mime_type, text=read.text, meta=read.meta)
+
+
+class AppsExtension(Extension):
+    """MCP Apps advertised the SDK's way: an `Extension` the low-level server lists under
+    `capabilities.extensions`, with no settings. Its views are kinds of the resource table, so it contributes no
+    tools or resources. Not the SDK's `mcp.server.apps.Apps`: that module imports MCPServer, which the endpoint's
+    cold start never loads."""
+
+    identifier = app_views.EXTENSION_ID
+
+
 @dataclass(frozen=True)
 class ServedKind:
     kind: ResourceKind
     template: UriTemplate
+
+    @classmethod
+    def of(cls, kind: ResourceKind) -> ServedKind:
+        """The kind with its template parsed by the SDK's RFC 6570 matcher; a template whose variables are not
+        its model's fields is refused when the table loads (a read would never see the missing one)."""
+        template = UriTemplate.parse(kind.uri_template)
+        names, fields = sorted(template.variable_names), sorted(kind.variables.model_fields)
+        if names != fields:
+            raise ValueError(f"{kind.name}: the URI template's variables {names} are not its model's {fields}")
+        return cls(kind, template)
+
+
+async def completion_values(
+    services: ToolServices,
+    declared: Any,
+    completions: Mapping[str, Callable[[str, ToolContext], list[str]]],
+    argument: str,
+    prefix: str,
+    ctx: ServerContext,
+) -> list[str] | None:
+    """The caller's values of `argument` that start with `prefix`, from a resource kind's or a prompt's
+    (`declared`) completions, or None when it completes none."""
+    complete = completions.get(argument)
+    if complete is None:
+        return None
+    values: list[str] = await run_in_worker_thread(complete, prefix, context_for(services, declared, ctx))
+    return values
 
 
 class ResourceBindings:
@@ -91,16 +146,17 @@ class ResourceBindings:
     def __init__(self, table: Mapping[str, ResourceKind], services: ToolServices) -> None:
         self.services = services
         available = services.available()
-        self.kinds = [
-            ServedKind(kind, UriTemplate.parse(kind.uri_template))
-            for kind in table.values()
-            if kind.services <= available
-        ]
+        self.kinds = [ServedKind.of(kind) for kind in table.values() if kind.services <= available]
         listing = [served.kind for served in self.kinds if served.kind.list_page is not None]
         if len(listing) > 1:  # one cursor pages one listing
             raise ValueError("at most one resource kind lists its resources")
         self.listing = listing[0] if listing else None
         self.by_template = {served.kind.uri_template: served.kind for served in self.kinds}
+
+    def extensions(self) -> list[Extension]:
+        """MCP Apps when a `ui://` view is served: a host that renders views learns it from the capabilities."""
+        serves_views = any(served.kind.mime_type == app_views.APP_MIME_TYPE for served in self.kinds)
+        return [AppsExtension()] if serves_views else []
 
     # -- the SDK's handlers ------------------------------------------------------------
     async def list_resources(self, ctx: ServerContext, params: PaginatedRequestParams | None) -> ListResourcesResult:
@@ -149,29 +205,28 @@ class ResourceBindings:
     async def read_resource(self, ctx: ServerContext, params: ReadResourceRequestParams) -> ReadResourceResult:
         uri = str(params.uri)
         for served in self.kinds:
-            variables = served.template.match(uri)
-            if variables is None:
+            matched = served.template.match(uri)
+            if matched is None:
                 continue
-            if any(not isinstance(value, str) for value in variables.values()):
+            try:
+                variables = parse_arguments(served.kind.variables, matched)
+            except InvalidArguments:
                 break
             context = context_for(self.services, served.kind, ctx)
             try:
-                read = await run_in_worker_thread(served.kind.read, dict(variables), context)
+                read = await run_in_worker_thread(served.kind.read, variables, context)
             except ResourceNotFound:
                 break
-            contents = TextResourceContents(uri=uri, mime_type=read.mime_type, text=read.text, meta=read.meta)
-            return ReadResourceResult(contents=[contents])
+            return ReadResourceResult(contents=[resource_contents(uri, read)])
         raise not_found(ctx, uri)
 
     # -- completion of a template's variables ----------------------------------------
     async def complete(self, ctx: ServerContext, template: str, variable: str, prefix: str) -> list[str] | None:
         """Values of `variable` in `template` for the caller, or None when that template or variable has none."""
         kind = self.by_template.get(template)
-        complete = kind.completions.get(variable) if kind is not None else None
-        if kind is None or complete is None:
+        if kind is None:
             return None
-        values: list[str] = await run_in_worker_thread(complete, prefix, context_for(self.services, kind, ctx))
-        return values
+        return await completion_values(self.services, kind, kind.completions, variable, prefix, ctx)
 
     # -- links in tool results -------------------------------------------------------
     def result_links(self, ctx: ServerContext, structured: Mapping[str, Any]) -> list[ResourceLink]:

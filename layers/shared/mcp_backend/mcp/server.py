@@ -64,8 +64,8 @@ from mcp_backend.observability import CurrentStdoutHandler, logger, tool_runs
 from mcp_backend.request_rate import LeaseAhead, RateDecision, RequestRateLimiter, in_background
 from mcp_backend.stack_urls import StackUrl
 from mcp_backend.tiers import TIERS
-from mcp_backend.tools.prompts import PROMPTS
-from mcp_backend.tools.resources import RESOURCES
+from mcp_backend.tools.prompts import PROMPTS, Prompt
+from mcp_backend.tools.resources import RESOURCES, ResourceKind
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.table import TOOLS, Tool, servable_tools
 from mcp_backend.tracing.setup import configure as configure_tracing
@@ -207,10 +207,14 @@ def create_app(
     rate_limit_clock: Callable[[], float] = time.time,
     lease_ahead: LeaseAhead = in_background,
     edge_check: EdgeOriginCheck | None = None,
+    resource_table: Mapping[str, ResourceKind] = RESOURCES,
+    prompt_table: Mapping[str, Prompt] = PROMPTS,
 ) -> ASGIApp:
     """Build the endpoint. Settings default to the environment (the McpServer function's template entry);
     AWS clients are created on first use, from `client_factory` when given, else boto3. The rate limiter's clock
-    and lease-ahead executor are injectable, so a test decides when a window turns and a lease ahead lands."""
+    and lease-ahead executor are injectable, so a test decides when a window turns and a lease ahead lands.
+    The resource and prompt tables are the backend's; only the local stack and tests pass others (the
+    conformance fixtures, devstack/conformance_fixtures.py), in code: no setting of the template can."""
     settings = settings or load_settings(McpSettings)
     clients = AwsClients(client_factory)
     bindings = tool_bindings(settings, clients)
@@ -226,7 +230,10 @@ def create_app(
         else None
     )
     log_library_records_as_json()
-    extensions = task_extensions(bindings.submissions)
+    # The caller's jobs and results as resources, and the prompts, from their tables; only the kinds whose
+    # services this function has are served.
+    resources = ResourceBindings(resource_table, bindings.services)
+    extensions = [*task_extensions(bindings.submissions), *resources.extensions()]
     # The 2025-11-25 task-augmented calls, on the extension's JobTable tasks; tasks/result waits a few seconds
     # for a task still working, in a calls-in-flight slot.
     legacy_tasks = [
@@ -246,10 +253,8 @@ def create_app(
             *legacy_tasks,
         ],
         methods=[method for legacy in legacy_tasks for method in legacy.methods()],
-        # The caller's jobs and results as resources, and the prompts, from their tables; only the kinds whose
-        # services this function has are served.
-        resources=(resources := ResourceBindings(RESOURCES, bindings.services)),
-        prompts=PromptBindings(PROMPTS, bindings.services, resources),
+        resources=resources,
+        prompts=PromptBindings(prompt_table, bindings.services, resources),
         icons=SERVER_ICONS,
         request_state=bindings.request_state_key.security(SERVER_NAME),
     )

@@ -19,6 +19,8 @@ from typing import Any
 from mcp_backend.jobs.errors import InvalidCursor, JobNotFound
 from mcp_backend.tools.context import ToolContext
 
+# The extension's identifier and MIME type, as the SDK's `mcp.server.apps` names them (tests compare the two).
+EXTENSION_ID = "io.modelcontextprotocol/ui"
 APP_MIME_TYPE = "text/html;profile=mcp-app"
 ANALYSIS_VIEW_URI = "ui://analysis/result.html"
 JOB_VIEW_URI = "ui://jobs/{jobId}/result.html"

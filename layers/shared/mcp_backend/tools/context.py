@@ -4,17 +4,18 @@ and in the worker)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mcp_backend.config import TierLimits, TierLimitSettings
 from mcp_backend.jobs.errors import JobCancelled
 from mcp_backend.tiers import LOWEST_TIER
 from mcp_backend.tools.dataset_stream import FetchPolicy, past_deadline
 from mcp_backend.tools.errors import ToolError
+from mcp_backend.validation import describe_validation_error
 
 if TYPE_CHECKING:  # the services are built by mcp_backend.tools.services; the tool table loads without them
     from mcp_backend.jobs.service import JobsService
@@ -30,6 +31,23 @@ class StrictInput(BaseModel):
     built at a model's first use (`defer_build`), not at import: no tool's input is part of a cold start."""
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, defer_build=True)
+
+
+Arguments = TypeVar("Arguments", bound=BaseModel)
+
+
+class InvalidArguments(ValueError):
+    """Arguments that do not fit their model; the message names fields and rules, never values."""
+
+
+def parse_arguments(model: type[Arguments], values: Mapping[str, object]) -> Arguments:
+    """String arguments as their model: a prompt's arguments, or the variables the SDK's RFC 6570 matcher took
+    from a resource URI. Pydantic converts the strings (an `int`, a datetime); a missing, unknown or invalid one
+    is `InvalidArguments`."""
+    try:
+        return model.model_validate(dict(values))
+    except ValidationError as error:
+        raise InvalidArguments(describe_validation_error(error)) from None
 
 
 class ToolOutput(BaseModel):

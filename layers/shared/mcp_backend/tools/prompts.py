@@ -31,11 +31,19 @@ class PromptArgumentsRefused(ToolError):
 
 @dataclass(frozen=True)
 class PromptLine:
-    """One user message: text, or a link to one of the caller's resources (`link_uri`, with `text` its name)."""
+    """One user message: text; or a link to one of the caller's resources (`link_uri`, with `text` its name);
+    or, with `embed`, the resource at `link_uri` carried in the message (`text` its contents); or an image
+    (`image`, its bytes, of MIME type `mime_type`)."""
 
     text: str
     link_uri: str | None = None
     mime_type: str = "application/json"
+    embed: bool = False
+    image: bytes | None = None
+
+    def __post_init__(self) -> None:
+        if self.embed and self.link_uri is None:
+            raise ValueError("an embedded resource needs its link_uri")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,10 +2,11 @@
 table. The MCP endpoint (mcp_backend.mcp.resources) serves it: resources/list, resources/templates/list,
 resources/read, and the resource links in tool results.
 
-Adding a kind (docs/adding-a-capability.md): one entry in RESOURCES with its URI template, the access an OAuth
-caller needs (`access`, no default), the services it reads (`services`: it gets those and no others) and the
-function that reads one resource for the caller. A kind whose services the function lacks is not served at all:
-its URIs are "not found" and it is not listed.
+Adding a kind (docs/adding-a-capability.md): one entry in RESOURCES with its URI template, the model of its
+variables (parsed as a prompt's arguments are), the access an OAuth caller needs (`access`, no default), the
+services it reads (`services`: it gets those and no others) and the function that reads one resource for the
+caller. A kind whose services the function lacks is not served at all: its URIs are "not found" and it is not
+listed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic_core
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from mcp_backend.jobs.errors import JobNotFound
 from mcp_backend.jobs.models import JOB_ID_PATTERN
@@ -45,6 +46,15 @@ class ResourceText:
 
 
 @dataclass(frozen=True)
+class ResourceBytes:
+    """One read of a binary resource: its bytes (sent base64 as `blob`), MIME type and `meta`."""
+
+    data: bytes
+    mime_type: str
+    meta: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class ListedResource:
     uri: str
     name: str
@@ -61,12 +71,15 @@ class ResourcePage:
 @dataclass(frozen=True, kw_only=True)
 class ResourceKind:
     name: str
-    # RFC 6570: the variables it matches are passed to `read`; a query variable is optional.
+    # RFC 6570: the variables it matches, parsed into `variables` (its fields are the template's variables), are
+    # passed to `read`; a query variable is optional.
     uri_template: str
+    variables: type[StrictInput]
     title: str
     description: str
     mime_type: str
-    read: Callable[[dict[str, str], ToolContext], ResourceText]
+    # Called with an instance of `variables`.
+    read: Callable[[Any, ToolContext], ResourceText | ResourceBytes]
     # Required, no default: the scope an OAuth caller needs to list and read it.
     access: Access
     # Required, no default: what it reads besides the URI (it gets those and no others).
@@ -81,61 +94,58 @@ class ResourceKind:
             raise ValueError(f"{self.name}: a resource is read, so its access is READ")
 
 
-class JobAddress(StrictInput):
+class NoVariables(StrictInput):
+    pass
+
+
+class JobVariables(StrictInput):
     jobId: str = Field(pattern=JOB_ID_PATTERN)
+
+
+class ResultVariables(JobVariables):
     page: int = Field(0, ge=0, le=1_000_000)
 
 
-def job_address(variables: dict[str, str]) -> JobAddress:
-    try:
-        return JobAddress.model_validate(variables)
-    except ValidationError:
-        raise ResourceNotFound from None
-
-
 def job_uri(job_id: str) -> str:
-    return f"job://{job_id}"
+    return JOB_URI.format(jobId=job_id)
 
 
 def result_uri(job_id: str, page: int = 0) -> str:
-    return f"job://{job_id}/result" + (f"?page={page}" if page else "")
+    return RESULT_URI.format(jobId=job_id) + (f"?page={page}" if page else "")
 
 
-def read_job(variables: dict[str, str], ctx: ToolContext) -> ResourceText:
+def read_job(variables: JobVariables, ctx: ToolContext) -> ResourceText:
     """The job's state: status, tool, timestamps, error, and the URI of its result once it has one."""
-    address = job_address(variables)
     try:
-        state = ctx.job_service().state(ctx.user_id, address.jobId)
+        state = ctx.job_service().state(ctx.user_id, variables.jobId)
     except JobNotFound:
         raise ResourceNotFound from None
     if state.pop("hasResult"):
-        state["resultUri"] = result_uri(address.jobId)
+        state["resultUri"] = result_uri(variables.jobId)
     return ResourceText(pydantic_core.to_json(state, fallback=str).decode(), JSON)
 
 
-def read_result(variables: dict[str, str], ctx: ToolContext) -> ResourceText:
+def read_result(variables: ResultVariables, ctx: ToolContext) -> ResourceText:
     """One page of the job's result JSON text (ranged reads of the result bucket); `meta` says which of how many,
     and the URI of the next."""
-    address = job_address(variables)
     try:
-        page = ctx.job_service().result_page(ctx.user_id, address.jobId, address.page)
+        page = ctx.job_service().result_page(ctx.user_id, variables.jobId, variables.page)
     except JobNotFound:
         raise ResourceNotFound from None
     meta: dict[str, Any] = {"page": page.page, "pages": page.pages, "totalBytes": page.total_bytes}
     if page.page + 1 < page.pages:
-        meta["nextUri"] = result_uri(address.jobId, page.page + 1)
+        meta["nextUri"] = result_uri(variables.jobId, page.page + 1)
     return ResourceText(page.text, JSON if page.pages == 1 else JSON_FRAGMENT, meta)
 
 
-def read_analysis_view(variables: dict[str, str], ctx: ToolContext) -> ResourceText:
+def read_analysis_view(variables: NoVariables, ctx: ToolContext) -> ResourceText:
     """The MCP Apps view analyze_dataset links (`_meta.ui.resourceUri`): it shows the result the host sends it."""
     return ResourceText(app_views.ANALYSIS_VIEW, app_views.APP_MIME_TYPE, app_views.UI_META)
 
 
-def read_job_view(variables: dict[str, str], ctx: ToolContext) -> ResourceText:
+def read_job_view(variables: JobVariables, ctx: ToolContext) -> ResourceText:
     """The caller's job as an MCP Apps HTML page, every value escaped."""
-    address = job_address(variables)
-    page = app_views.read_job_view(address.jobId, ctx)
+    page = app_views.read_job_view(variables.jobId, ctx)
     if page is None:
         raise ResourceNotFound
     return ResourceText(page, app_views.APP_MIME_TYPE, app_views.UI_META)
@@ -182,6 +192,7 @@ RESOURCES: dict[str, ResourceKind] = {
         ResourceKind(
             name="job",
             uri_template=JOB_URI,
+            variables=JobVariables,
             title="Job",
             description="One of your jobs: status, tool, timestamps, error, and resultUri once it has a result.",
             mime_type=JSON,
@@ -194,6 +205,7 @@ RESOURCES: dict[str, ResourceKind] = {
         ResourceKind(
             name="job-result",
             uri_template=RESULT_URI + "{?page}",
+            variables=ResultVariables,
             title="Job result",
             description="A finished job's result (JSON). A large result is read in pages: ?page=N, from 0; "
             "_meta says which page of how many and gives nextUri; concatenate the pages' text in order.",
@@ -206,6 +218,7 @@ RESOURCES: dict[str, ResourceKind] = {
         ResourceKind(
             name="analysis-view",
             uri_template=app_views.ANALYSIS_VIEW_URI,
+            variables=NoVariables,
             title="Analysis result view",
             description="MCP Apps view of an analyze_dataset result (HTML; shows the result its host sends it).",
             mime_type=app_views.APP_MIME_TYPE,
@@ -216,6 +229,7 @@ RESOURCES: dict[str, ResourceKind] = {
         ResourceKind(
             name="job-view",
             uri_template=app_views.JOB_VIEW_URI,
+            variables=JobVariables,
             title="Job view",
             description="MCP Apps view of one of your jobs: status, error and result as an HTML page.",
             mime_type=app_views.APP_MIME_TYPE,
