@@ -603,3 +603,20 @@ def test_an_unexpected_error_is_tried_again_then_fails_the_job_without_its_text(
     assert len(tries) == 3
     assert (item["status"], item["error"]["type"]) == ("FAILED", "UnexpectedStepFailure")
     assert "do-not-store-me" not in json.dumps(item, default=str)
+
+
+def test_an_answer_lambda_refuses_is_not_an_error_of_the_request(local, front_door):
+    # Given a running durable job whose question's callback Lambda no longer knows (it timed out)
+    door = front_door(min_bytes=100)
+    job = JobMessage(job_id="stale-answer-1", user_id=USER, tool="analyze_dataset", input={"dataset_url": "s3://b/k"})
+    store = JobStore(local.table_name("JobTable"))
+    store.create_pending(job, active=True)
+    store.start_durable(job, "arn:execution")
+    store.await_answer(job, "Go on?", "Y2FsbGJhY2stZ29uZQ==")
+
+    # When its user confirms (tasks/update)
+    released = door.jobs.release(USER, job.job_id)
+
+    # Then the request answers that nothing was released, and the question is gone from the job
+    assert released is False
+    assert "awaitingInput" not in job_item(local, job.job_id)

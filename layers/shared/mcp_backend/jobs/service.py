@@ -200,13 +200,20 @@ class JobsService:
         return True
 
     def _answer_durable(self, user_id: str, job_id: str) -> bool:
-        """A running durable job waiting for its user's confirmation goes on: its callback is completed, once."""
+        """A running durable job waiting for its user's confirmation goes on: its callback is completed, once. A
+        callback Lambda refuses (it timed out, its execution was stopped) is only logged: the job has ended or
+        ends with its own reason."""
         callback_id = self.store.take_answer_callback(job_id, user_id)
         if callback_id is None:
             return False
-        self._clients("lambda").send_durable_execution_callback_success(
-            CallbackId=callback_id, Result=json.dumps({"confirm": True}).encode()
-        )
+        try:
+            self._clients("lambda").send_durable_execution_callback_success(
+                CallbackId=callback_id, Result=json.dumps({"confirm": True}).encode()
+            )
+        except (botocore_errors.ClientError, botocore_errors.BotoCoreError) as error:
+            extra = {"job_id": job_id, "error_type": type(error).__name__}
+            logger.warning("durable job's answer not delivered", extra=extra)
+            return False
         return True
 
     def _send(self, job: JobMessage) -> None:
