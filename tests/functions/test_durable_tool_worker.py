@@ -312,7 +312,7 @@ class FrontDoor:
     """The one submission path with the durable worker on: the jobs service submits to JobQueue, ToolWorker takes
     the message and hands a large job to DurableToolWorker, run by the local stack's durable runner."""
 
-    def __init__(self, local, min_bytes: int, tools: Any = TOOLS) -> None:
+    def __init__(self, local, min_bytes: int, tools: Any = TOOLS, max_bytes: int = 50 * 1024 * 1024) -> None:
         self.functions = LocalDurableFunctions(
             {"DurableToolWorker": durable_execution(durable_jobs(local).run)}, resolve=self._resolve
         )
@@ -330,6 +330,7 @@ class FrontDoor:
             **local.stack.function("ToolWorker").environment,
             "DURABLE_WORKER_ARN": DURABLE_ARN,
             "DURABLE_JOB_MIN_BYTES": str(min_bytes),
+            "DATASET_MAX_BYTES": str(max_bytes),
         }
         settings = load_settings(WorkerSettings, environment)
         self.worker = JobWorker(
@@ -337,7 +338,7 @@ class FrontDoor:
             JobStore(settings.job_table_name),
             tools,
             ToolServices.from_settings(settings, AwsClients()),
-            durable=DurableStarts(DURABLE_ARN, settings.durable_job_min_bytes, self.lambda_client),
+            durable=DurableStarts.from_settings(settings, self.lambda_client),
         )
         self.queue_url = queues.job_queue_url
 
@@ -391,8 +392,8 @@ def sqs_record(message: dict[str, Any]) -> dict[str, Any]:
 def front_door(local) -> Iterator[Any]:
     doors: list[FrontDoor] = []
 
-    def make(min_bytes: int, tools: Any = TOOLS) -> FrontDoor:
-        doors.append(FrontDoor(local, min_bytes, tools))
+    def make(min_bytes: int, tools: Any = TOOLS, max_bytes: int = 50 * 1024 * 1024) -> FrontDoor:
+        doors.append(FrontDoor(local, min_bytes, tools, max_bytes))
         return doors[-1]
 
     yield make
@@ -620,3 +621,19 @@ def test_an_answer_lambda_refuses_is_not_an_error_of_the_request(local, front_do
     # Then the request answers that nothing was released, and the question is gone from the job
     assert released is False
     assert "awaitingInput" not in job_item(local, job.job_id)
+
+
+def test_a_dataset_past_the_queued_workers_size_cap_goes_durable(local, small_chunks, front_door):
+    # Given the durable worker on for datasets of 1 MiB or more, ToolWorker refusing datasets over 100 bytes, and a
+    # submitted analysis of sales.csv (131 bytes)
+    door = front_door(min_bytes=1024 * 1024, max_bytes=100)
+    job_id = door.submit(local_dataset_url(USER, "sales.csv"))
+
+    # When ToolWorker receives its message and the execution runs
+    handed = door.deliver()
+    execution = door.functions.result(job_item(local, job_id)["durableExecutionArn"])
+
+    # Then it ran in the durable worker (which reads in chunks, past that cap), to SUCCEEDED
+    assert handed == {"jobId": job_id, "status": "PENDING", "durable": True}
+    assert execution.status is InvocationStatus.SUCCEEDED
+    assert job_item(local, job_id)["result"]["rowCount"] == 6

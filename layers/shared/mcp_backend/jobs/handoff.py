@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from mcp_backend.aws import client_or_lazy
+from mcp_backend.config import WorkerSettings
 from mcp_backend.jobs.errors import JobPayloadMismatch
 from mcp_backend.jobs.models import JobMessage
 
@@ -32,6 +33,13 @@ class DurableStarts:
         self.function_arn = function_arn
         self.min_bytes = min_bytes
         self._client = client_or_lazy(client, "lambda")
+
+    @classmethod
+    def from_settings(cls, settings: WorkerSettings, client: Any = None) -> DurableStarts:
+        """ToolWorker's: from DURABLE_JOB_MIN_BYTES, or past DATASET_MAX_BYTES (what ToolWorker refuses as too
+        large to read in one invocation goes durable, whatever the first says)."""
+        min_bytes = min(settings.durable_job_min_bytes, settings.dataset_max_bytes + 1)
+        return cls(settings.durable_worker_arn, min_bytes, client)
 
     def wants(self, tool: SizedTool, arguments: dict[str, Any], context: Any) -> bool:
         """The job goes durable: its tool is long, or what it reads is at least `min_bytes`."""

@@ -204,7 +204,7 @@ class JobWorker:
         self.queue = queue or JobQueueMessages(settings.job_dead_letter_queue_url)
         # Off (no DURABLE_WORKER_ARN): every job runs here, bounded by the function's timeout.
         if durable is None and settings.durable_worker_arn:
-            durable = DurableStarts(settings.durable_worker_arn, settings.durable_job_min_bytes)
+            durable = DurableStarts.from_settings(settings)
         self.durable = durable
         self._invocation: Any = None  # the Lambda context of the invocation under way (its time left)
 
