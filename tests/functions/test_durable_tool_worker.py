@@ -637,3 +637,18 @@ def test_a_dataset_past_the_queued_workers_size_cap_goes_durable(local, small_ch
     assert handed == {"jobId": job_id, "status": "PENDING", "durable": True}
     assert execution.status is InvocationStatus.SUCCEEDED
     assert job_item(local, job_id)["result"]["rowCount"] == 6
+
+
+def test_an_empty_csv_fails_as_the_direct_analysis_says(local, runner_for):
+    # Given a submitted analysis of an empty CSV object
+    key = f"{dataset_prefix(USER)}empty.csv"
+    boto3.client("s3").put_object(Bucket=DATASET_BUCKET, Key=key, Body=b"")
+    job = submitted(local, "empty-csv-1", f"s3://{DATASET_BUCKET}/{key}")
+
+    # When its durable execution runs
+    run(runner_for(durable_jobs(local)), job)
+
+    # Then the job is FAILED with the reason analyze_dataset gives for it
+    item = job_item(local, job.job_id)
+    assert (item["status"], item["error"]["type"]) == ("FAILED", "DatasetUnparseable")
+    assert item["error"]["message"] == "CSV dataset is empty: it has no header row"

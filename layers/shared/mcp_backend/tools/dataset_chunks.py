@@ -119,7 +119,7 @@ class DatasetChunks:
         """The records of `length` bytes from `offset` (None when they hold no line end), and whether they reach
         the dataset's end."""
         end = min(offset + length, int(plan["size"]))
-        data, _ = read_s3_range(request.dataset_url, context.fetch_policy, offset, end - 1)
+        data = read_s3_range(request.dataset_url, context.fetch_policy, offset, end - 1)[0] if end > offset else b""
         last = end >= int(plan["size"])
         if not last:
             cut = data.rfind(b"\n")

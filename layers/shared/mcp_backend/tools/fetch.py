@@ -129,7 +129,11 @@ def read_s3_range(
     try:
         obj = client.get_object(Bucket=parts[0], Key=parts[1], Range=f"bytes={start}-{end}")
         data = obj["Body"].read()
-    except (botocore_errors.ClientError, botocore_errors.BotoCoreError) as exc:
+    except botocore_errors.ClientError as exc:
+        if start == 0 and exc.response.get("Error", {}).get("Code") == "InvalidRange":
+            return b"", 0  # an empty object has no byte 0
+        raise _s3_failure(exc, shown) from exc
+    except botocore_errors.BotoCoreError as exc:
         raise _s3_failure(exc, shown) from exc
     except OSError as exc:
         raise DatasetTemporarilyUnreachable(f"Reading dataset {shown} failed ({type(exc).__name__})") from exc
