@@ -319,7 +319,7 @@ def durable_jobs(prices: dict[str, Price], params: dict[str, Any]) -> list[str]:
         "the function is billed per request and GB-s like ToolWorker when it runs. Each job adds durable "
         f"operations at {price_text(operation)} ({operation.note}): the execution itself and its steps "
         f"(start, plan, one per {DURABLE_CHUNK_BYTES // 1024**2} MiB chunk of the dataset, result). An execution "
-        "holds at most 3,000 operations and 100 MB of checkpoint data "
+        "counts at most 3,000 operations and 100 MB of data written, as Lambda's metric descriptions give them "
         "(<https://docs.aws.amazon.com/lambda/latest/dg/durable-monitoring.html>). Each step's "
         "checkpoint is data written, kept as data retained until `DurableRetentionDays` "
         f"(default {retention_days}) after the job ends; both are billed per GB (no page with either figure was "
