@@ -171,13 +171,15 @@ class DevStack:
         self.taps.extend(build_taps(self.environment.stack, self.client, self.environment.function_logical_id))
         # Durable functions (DurableConfig) run in the testing SDK's runner, in this process whatever the runtime:
         # the runner hands the handler its checkpoint client as a Python object.
-        self.durable = LocalDurableFunctions(
-            {
-                logical_id: partial(self._invoke_durable, logical_id)
-                for logical_id, spec in self.environment.stack.functions().items()
-                if spec.durable
-            },
-            resolve=self.environment.function_logical_id,
+        # None when the template has none (DurableWorker Disabled): nothing is started for them.
+        durable_ids = [logical_id for logical_id, spec in self.environment.stack.functions().items() if spec.durable]
+        self.durable = (
+            LocalDurableFunctions(
+                {logical_id: partial(self._invoke_durable, logical_id) for logical_id in durable_ids},
+                resolve=self.environment.function_logical_id,
+            )
+            if durable_ids
+            else None
         )
         self.lambda_api = LambdaApi(
             durable=self.durable,
@@ -255,7 +257,8 @@ class DevStack:
             if self.options.state_dir:
                 save_state(self.options.state_dir / STATE_FILE, self.environment, self.client)
         finally:
-            self.durable.close()
+            if self.durable is not None:
+                self.durable.close()
             self.environment.shutdown()
             self.lambda_api.shutdown()
             if self._moto is not None:
