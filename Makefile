@@ -28,6 +28,7 @@ BUILD_DIR ?= .aws-sam/build
 LOCAL_BUILD_DIR := $(if $(filter arm64,$(HOST_ARCH)),.aws-sam/build,.aws-sam/build-$(HOST_ARCH))
 LAYER_REQUIREMENTS ?= layers/shared/requirements.txt
 MCP_LAYER_REQUIREMENTS ?= layers/mcp/requirements.txt
+DURABLE_LAYER_REQUIREMENTS ?= layers/durable/requirements.txt
 # The deployed-stack smoke check's environment: what a deployed function has (both layers, the runtime's boto3).
 SMOKE_REQUIREMENTS ?= tests/deployed/requirements.txt
 SMOKE_PYTHON := $(TOOLS)/smoke/bin/python
@@ -82,14 +83,19 @@ hooks: env ## install the git pre-commit hook (ruff, mypy, cfn-lint, import grap
 	$(RUN) pre-commit install
 
 # The core layer: the project's dependencies. The MCP layer: the mcp-layer group without what the core layer
-# already ships (both are on the functions that have the MCP layer).
-layer-requirements: $(UV) ## export both layers' (and the smoke check's) pinned requirements, with hashes, from uv.lock
+# already ships (both are on the functions that have the MCP layer). The durable layer: the durable-layer group
+# without what the core layer ships (both are on DurableToolWorker).
+layer-requirements: $(UV) ## export the layers' (and the smoke check's) pinned requirements, with hashes, from uv.lock
 	$(UV) export --frozen --no-default-groups --no-header --no-emit-project \
 		$(addprefix --no-emit-package ,$(RUNTIME_PROVIDED)) --output-file $(LAYER_REQUIREMENTS) --quiet
 	$(UV) export --frozen --only-group mcp-layer --no-header --no-emit-project \
 		$(addprefix --no-emit-package ,$(RUNTIME_PROVIDED)) \
 		$$(sed -n 's/^\([A-Za-z0-9._-]*\)==.*/--no-emit-package \1/p' $(LAYER_REQUIREMENTS)) \
 		--output-file $(MCP_LAYER_REQUIREMENTS) --quiet
+	$(UV) export --frozen --only-group durable-layer --no-header --no-emit-project \
+		$(addprefix --no-emit-package ,$(RUNTIME_PROVIDED)) \
+		$$(sed -n 's/^\([A-Za-z0-9._-]*\)==.*/--no-emit-package \1/p' $(LAYER_REQUIREMENTS)) \
+		--output-file $(DURABLE_LAYER_REQUIREMENTS) --quiet
 	$(UV) export --frozen --no-default-groups --group mcp-layer --group lambda-runtime-provided --no-header \
 		--no-emit-project --output-file $(SMOKE_REQUIREMENTS) --quiet
 
@@ -229,12 +235,15 @@ invoke: env ## FUNCTION=<LogicalId> EVENT=events/<function>/<file>.json [RUNTIME
 env-json: env ## the running make dev stack's --env-vars file for sam local invoke
 	$(RUN) python -m devstack env-json $(if $(OUT),--output $(OUT))
 
-dev: env ## the whole template on 127.0.0.1 (PORT, STATE, FRESH=1, RUNTIME=lambda, AUTH=oauth|both|builtin, TRACING=off, CONFORMANCE=1)
+# DURABLE=1: the durable worker on, for datasets of 1 KiB or more (DurableJobMinBytes' least), so a small upload
+# runs as a durable job (docs/job-pipeline.md, "Durable jobs").
+dev: env ## the whole template on 127.0.0.1 (PORT, STATE, FRESH=1, RUNTIME=lambda, AUTH=oauth|both|builtin, TRACING=off, CONFORMANCE=1, DURABLE=1)
 	$(RUN) python -m devstack dev --port $(PORT) $(if $(STATE),--state $(STATE)) $(if $(FRESH),--fresh) \
 		$(if $(CONFORMANCE),--conformance-fixtures) \
 		--runtime $(RUNTIME) --build-dir $(BUILD_DIR) \
 		$(if $(filter builtin,$(AUTH)),--parameter AuthMode=oauth --parameter AuthorizationServerMode=builtin,$(if $(AUTH),--parameter AuthMode=$(AUTH))) \
-		$(if $(TRACING),--parameter Tracing=$(TRACING))
+		$(if $(TRACING),--parameter Tracing=$(TRACING)) \
+		$(if $(DURABLE),--parameter DurableWorker=Enabled --parameter DurableJobMinBytes=1024)
 
 # make dev writes its spans to .devstack/traces.jsonl (in-process runtime; TRACING=off: none).
 trace: env ## ID=<trace id> or JOB=<job id>: a trace of make dev as a tree with durations

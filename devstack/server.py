@@ -31,6 +31,7 @@ from devstack.front_doors.lambda_api import LambdaApi
 from devstack.ports import listen_on_each
 from devstack.process_environment import ProcessEnvironment
 from devstack.runtime.build_output import DEFAULT_BUILD_DIR
+from devstack.runtime.durable_functions import LocalDurableFunctions
 from devstack.runtime.function_errors import FunctionError
 from devstack.runtime.in_process import HandlerImportError
 from devstack.runtime.logs import PrefixedStream
@@ -168,7 +169,20 @@ class DevStack:
         )
         self.schedules = schedules_of(self.environment.stack, self.options.clock, self._notice)
         self.taps.extend(build_taps(self.environment.stack, self.client, self.environment.function_logical_id))
+        # Durable functions (DurableConfig) run in the testing SDK's runner, in this process whatever the runtime:
+        # the runner hands the handler its checkpoint client as a Python object.
+        # None when the template has none (DurableWorker Disabled): nothing is started for them.
+        durable_ids = [logical_id for logical_id, spec in self.environment.stack.functions().items() if spec.durable]
+        self.durable = (
+            LocalDurableFunctions(
+                {logical_id: partial(self._invoke_durable, logical_id) for logical_id in durable_ids},
+                resolve=self.environment.function_logical_id,
+            )
+            if durable_ids
+            else None
+        )
         self.lambda_api = LambdaApi(
+            durable=self.durable,
             resolve=self.environment.function_logical_id,
             invoke_sync=self.environment.invoke,
             invoke_async=self.async_invoker.submit,
@@ -243,6 +257,8 @@ class DevStack:
             if self.options.state_dir:
                 save_state(self.options.state_dir / STATE_FILE, self.environment, self.client)
         finally:
+            if self.durable is not None:
+                self.durable.close()
             self.environment.shutdown()
             self.lambda_api.shutdown()
             if self._moto is not None:
@@ -251,6 +267,10 @@ class DevStack:
             self._process_environment.restore()
             if self._recording_spans:
                 stop_recording()
+
+    def _invoke_durable(self, logical_id: str, event: Any, _context: Any) -> Any:
+        """One invocation of a durable execution, as the local runner makes it."""
+        return self.environment.invoke(logical_id, event, runtime="inprocess")
 
     def _start_recording_spans(self) -> bool:
         """Spans to the trace file when the template's Tracing parameter is not off: the in-process runtime's

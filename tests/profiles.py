@@ -37,6 +37,11 @@ OPTIONS: dict[str, Option] = {
         {"JobPipeline": "Disabled"},
         "the endpoint alone: analyze_dataset synchronously, no job tools, no tasks",
     ),
+    "durable worker": Option(
+        {"DurableWorker": "Enabled"},
+        "long jobs as Lambda durable executions (checkpointed, up to DurableExecutionTimeoutSeconds); priced per "
+        "durable operation and GB of checkpoints (docs/cost.md), nothing while idle but its three alarms",
+    ),
     "builtin authorization server": Option(
         {"AuthMode": "oauth", "AuthorizationServerMode": "builtin"},
         "OAuth 2.1 sign-in for MCP clients (a Cognito pool, the authorization server, its table and signing key)",

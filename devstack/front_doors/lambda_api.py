@@ -5,6 +5,9 @@ https://docs.aws.amazon.com/lambda/latest/api/API_Invoke.html
 - RequestResponse: 200 with the result, or 200 with X-Amz-Function-Error: Unhandled and the error;
 - Event: 202, then the async invoker takes over (retries, destinations);
 - DryRun: 204.
+A durable function (DurableConfig) is started and stopped as Lambda's durable execution API does
+(devstack.runtime.durable_functions): Invoke with X-Amz-Durable-Execution-Name answers 202 with the execution's ARN
+in X-Amz-Durable-Execution-Arn; StopDurableExecution and SendDurableExecutionCallbackSuccess are served.
 Plus local controls: POST /devstack/schedules/<LogicalId>/fire, GET /devstack/health, POST /devstack/fixture
 (`make invoke` seeds a fixture's state), and an invocation's X-Devstack-Runtime header (`make invoke RUNTIME=`), the
 Cognito pools' client-credentials token endpoint, POST /oauth2/token (devstack.stack.cognito), and their
@@ -18,12 +21,15 @@ import logging
 import re
 import socket
 import threading
+import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
+from devstack.runtime.durable_functions import LocalDurableFunctions
 from devstack.runtime.function_errors import error_document
 from devstack.stack.cognito_login import LocalManagedLogin
 
@@ -31,6 +37,8 @@ log = logging.getLogger("devstack.lambda_api")
 
 _INVOKE_PATH = re.compile(r"^/2015-03-31/functions/(?P<name>[^/]+)/invocations$")
 _FIRE_PATH = re.compile(r"^/devstack/schedules/(?P<schedule>[^/]+)/fire$")
+_STOP_PATH = re.compile(r"^/2025-12-01/durable-executions/(?P<arn>.+)/stop$")
+_CALLBACK_PATH = re.compile(r"^/2025-12-01/durable-execution-callbacks/(?P<callback>[^/]+)/succeed$")
 _DISCOVERY_PATH = re.compile(r"^/(?P<pool>[\w-]+_\w+)/\.well-known/openid-configuration$")
 
 
@@ -46,7 +54,9 @@ class LambdaApi:
         login: LocalManagedLogin | None = None,
         prepare_fixture: Callable[[dict], dict[str, str | None]] | None = None,
         runtime: str = "inprocess",
+        durable: LocalDurableFunctions | None = None,
     ) -> None:
+        self.durable = durable
         self.runtime = runtime  # the stack's: an invocation runs there unless its X-Devstack-Runtime names another
         self.prepare_fixture = prepare_fixture
         self.issue_token = issue_token
@@ -74,6 +84,10 @@ class LambdaApi:
         invoke = _INVOKE_PATH.match(request.path)
         if invoke and request.method == "POST":
             return self._invoke(invoke.group("name"), request)
+        if self.durable is not None and request.method == "POST":
+            answer = self._durable_call(request)
+            if answer is not None:
+                return answer
         fire = _FIRE_PATH.match(request.path)
         if fire and request.method == "POST":
             try:
@@ -105,6 +119,34 @@ class LambdaApi:
         if request.path == "/devstack/health":
             return _json({"status": "ready"}, 200)
         return None
+
+    def _durable_call(self, request: Request) -> Response | None:
+        """StopDurableExecution and SendDurableExecutionCallbackSuccess; None for any other request."""
+        assert self.durable is not None
+        stop, callback = _STOP_PATH.match(request.path), _CALLBACK_PATH.match(request.path)
+        try:
+            if stop:
+                error = request.get_json(silent=True) or {}
+                self.durable.stop(
+                    stop.group("arn"), str(error.get("ErrorType", "")), str(error.get("ErrorMessage", ""))
+                )
+                return _json({"StopTimestamp": time.time()}, 200)
+            if callback:
+                self.durable.answer(callback.group("callback"), request.get_data())
+                return _json({}, 200)
+        except self.durable.exceptions.ResourceNotFoundException as missing:
+            return _json({"Type": "User", "message": str(missing)}, 404, "ResourceNotFoundException")
+        return None
+
+    def _start_durable(self, function: str, raw: str, request: Request) -> Response:
+        assert self.durable is not None
+        name = request.headers.get("X-Amz-Durable-Execution-Name") or str(uuid.uuid4())
+        try:
+            arn = self.durable.start(function, raw, name)
+        except self.durable.exceptions.DurableExecutionAlreadyStartedException:
+            message = f"durable execution {name} was started with another payload"
+            return _json({"Type": "User", "message": message}, 409, "DurableExecutionAlreadyStartedException")
+        return Response(status=202, headers={"X-Amz-Durable-Execution-Arn": arn})
 
     def _login(self, request: Request) -> Response | None:
         assert self.login is not None
@@ -143,6 +185,8 @@ class LambdaApi:
                 "InvalidRequestContentException",
             )
         kind = request.headers.get("X-Amz-Invocation-Type", "RequestResponse")
+        if self.durable is not None and self.durable.is_durable(function) and kind != "DryRun":
+            return self._start_durable(function, raw, request)
         if kind == "DryRun":
             return Response(status=204)
         if kind == "Event":

@@ -86,6 +86,7 @@ class FunctionSpec:
     reserved_concurrency: int | None = None
     ephemeral_storage_mb: int = 512
     snap_start: bool = False  # SnapStart ApplyOn PublishedVersions: environments are resumed from a snapshot
+    durable: bool = False  # DurableConfig: invoked as durable executions (devstack.runtime.durable_functions)
 
 
 class LocalStack:
@@ -373,6 +374,7 @@ def _lambda_function(stack: LocalStack, logical_id: str, props: dict[str, Any]) 
         ),
         ephemeral_storage_mb=int(props.get("EphemeralStorage", {}).get("Size", 512)),
         snap_start=(props.get("SnapStart") or {}).get("ApplyOn") == "PublishedVersions",
+        durable=bool(props.get("DurableConfig")),
     )
     return Created(ref=name, attributes={"Arn": arn, "Spec": spec})
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from mcp_backend.jobs.quota_leases import daily_block
 from mcp_backend.request_rate import block_size
+from mcp_backend.tools.dataset_chunks import DURABLE_CHUNK_BYTES
 from tests.cost.figures import Measurement
 from tests.cost.model import GB, HOURS_PER_MONTH, LineItem, Price, idle_line_items, total, unit_line_items
 from tests.cost.profiles import profile_idle
@@ -116,6 +118,7 @@ def render(
     ]
     lines += what_changes(measurement, prices, log_bytes_at)
     lines += tracing(prices, spans)
+    lines += durable_jobs(prices, params)
     lines += [
         "## Prices",
         "",
@@ -283,6 +286,52 @@ def tracing(prices: dict[str, Price], spans: dict[str, dict[str, float]]) -> lis
 
 
 UNIT_ORDER = ("tools/list", "tools/call", "job", "probe")
+
+# A durable job's datasets, modeled (the local stack's cost run keeps DurableWorker at its default, off).
+DURABLE_DATASETS_GIB = (0.25, 1, 10)
+# Durable operations of a chunked job besides its chunks: the execution itself and the steps start, plan, result
+# (mcp_backend.jobs.durable).
+DURABLE_FIXED_OPERATIONS = 4
+
+
+def durable_jobs(prices: dict[str, Price], params: dict[str, Any]) -> list[str]:
+    """What a durable job adds (DurableWorker=Enabled): its operations priced per the Lambda pricing page, the
+    checkpoint data as volume per KB a step stores, kept DurableRetentionDays after the job ends."""
+    operation = prices["lambda_durable_operation"]
+    written, retained = prices["lambda_durable_data_written_gb"], prices["lambda_durable_data_retained_gb_month"]
+    retention_days = int(params.get("DurableRetentionDays", 7))
+    rows = []
+    for gib in DURABLE_DATASETS_GIB:
+        chunks = math.ceil(gib * GB / DURABLE_CHUNK_BYTES)
+        operations = chunks + DURABLE_FIXED_OPERATIONS
+        per_kb_gb = operations * 1024 / GB
+        rows.append(
+            f"| {gib:g} GiB | {chunks:,} | {operations:,} | {money(operation.of(operations), 6)} "
+            f"| {money(operation.of(operations * MILLION))} "
+            f"| {per_kb_gb * 1024**2:,.0f} KB: {money(written.of(per_kb_gb))} "
+            f"| {per_kb_gb * retention_days / 30 * 1024**2:,.1f} KB-months: {money(retained.of(per_kb_gb))} |"
+        )
+    return [
+        "## Durable jobs",
+        "",
+        "`DurableWorker=Enabled` (off by default) runs a long job as a Lambda durable execution "
+        "([job pipeline](job-pipeline.md)). Idle it bills nothing but its three alarms (the profile table above): "
+        "the function is billed per request and GB-s like ToolWorker when it runs. Each job adds durable "
+        f"operations at {price_text(operation)} ({operation.note}): the execution itself and its steps "
+        f"(start, plan, one per {DURABLE_CHUNK_BYTES // 1024**2} MiB chunk of the dataset, result). An execution "
+        "counts at most 3,000 operations and 100 MB of data written, as Lambda's metric descriptions give them "
+        "(<https://docs.aws.amazon.com/lambda/latest/dg/durable-monitoring.html>). Each step's "
+        "checkpoint is data written, kept as data retained until `DurableRetentionDays` "
+        f"(default {retention_days}) after the job ends; both are billed per GB (no page with either figure was "
+        "found: the columns give the volume for each KB a step stores, a partial aggregate of the dataset's "
+        "columns). Modeled from the worker's steps, not counted on the local stack.",
+        "",
+        "| dataset | chunks | operations | $ per job (operations) | $ per million jobs | data written per KB a "
+        "step stores | data retained, per KB a step stores |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 def rate_limit_leases(params: dict[str, Any], write: Price) -> str:

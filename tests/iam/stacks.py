@@ -90,6 +90,11 @@ class Stack:
             region=REGION, account=ACCOUNT, stack=self.name, name=name, logical_id=logical_id
         )
 
+    def durable_execution(self, function_id: str, name: str = "job-1") -> str:
+        """A durable execution of a function's version 1: executions are sub-resources of a version, never of an
+        alias (https://docs.aws.amazon.com/lambda/latest/dg/durable-security.html)."""
+        return f"{self.arn(function_id)}:1/durable-execution/{name}/0123abcd-0000-4000-8000-000000000000"
+
     def key_aliases(self, key_id: str) -> list[str]:
         """The aliases the stack points at a key: kms:ResourceAliases in every request on it."""
         return [
@@ -248,13 +253,14 @@ ARN_FORMATS = {
 }
 
 # What the AWS-managed policies SAM attaches to function roles grant (their published documents).
+FUNCTION_LOGS = ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"]
 AWS_MANAGED = {
     "AWSLambdaBasicExecutionRole": {
         "Version": "2012-10-17",
         "Statement": [
             {
                 "Effect": "Allow",
-                "Action": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
+                "Action": FUNCTION_LOGS,
                 "Resource": "*",
             }
         ],
@@ -266,9 +272,7 @@ AWS_MANAGED = {
             {
                 "Effect": "Allow",
                 "Action": [
-                    "logs:CreateLogGroup",
-                    "logs:CreateLogStream",
-                    "logs:PutLogEvents",
+                    *FUNCTION_LOGS,
                     "ec2:CreateNetworkInterface",
                     "ec2:DescribeNetworkInterfaces",
                     "ec2:DescribeSubnets",
@@ -276,6 +280,18 @@ AWS_MANAGED = {
                     "ec2:AssignPrivateIpAddresses",
                     "ec2:UnassignPrivateIpAddresses",
                 ],
+                "Resource": "*",
+            }
+        ],
+    },
+    # SAM attaches it instead of AWSLambdaBasicExecutionRole to a function with DurableConfig
+    # (https://docs.aws.amazon.com/aws-managed-policy/latest/reference/AWSLambdaBasicDurableExecutionRolePolicy.html).
+    "AWSLambdaBasicDurableExecutionRolePolicy": {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Action": [*FUNCTION_LOGS, "lambda:CheckpointDurableExecution", "lambda:GetDurableExecutionState"],
                 "Resource": "*",
             }
         ],

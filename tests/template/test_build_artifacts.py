@@ -1,5 +1,6 @@
-"""What `sam build` produced (make test builds before it tests): the core and MCP layers for python3.13
-on arm64, neither shipping boto3/botocore, the core one without the MCP stack, and one-file function artifacts."""
+"""What `sam build` produced (make test builds before it tests): the core, MCP and durable layers for python3.13
+on arm64, none shipping boto3/botocore, the core one without the MCP stack or the durable execution SDK, and
+one-file function artifacts."""
 
 from __future__ import annotations
 
@@ -38,7 +39,17 @@ def test_the_mcp_stack_is_in_the_mcp_layer_only():
     assert not (stack | {"aws_xray_sdk", "wrapt"}) & core
 
 
-@pytest.mark.parametrize("layer", LAYERS)
+def test_the_durable_execution_sdk_is_in_the_durable_layer_only():
+    # Given the built layers: the core one (every function, ToolWorker's 15 MiB among them) and DurableToolWorker's
+    core, mcp, durable = ({p.name for p in layer_dir(layer).iterdir()} for layer in (*LAYERS, "DurableLayer"))
+    # Then the durable execution SDK is in the durable layer, and in neither layer another function carries
+    assert "aws_durable_execution_sdk_python" in durable
+    assert not {"aws_durable_execution_sdk_python"} & (core | mcp)
+    # And the durable layer repeats nothing the core layer ships
+    assert not {name for name in durable & core if not name.endswith(".dist-info")}
+
+
+@pytest.mark.parametrize("layer", [*LAYERS, "DurableLayer"])
 def test_layer_ships_no_sdk_the_runtime_provides(layer):
     names = {p.name for p in layer_dir(layer).iterdir()}
     assert not {"boto3", "botocore", "s3transfer"} & names

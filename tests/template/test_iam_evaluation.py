@@ -45,6 +45,9 @@ BUILTIN_UPSTREAM = {
     "UpstreamClientId": "as-client",
     "UpstreamClientSecretArn": f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:mcp/upstream-client-AbCdEf",
 }
+# The durable worker, on the job pipeline of the default parameters; its stack, and another stack's.
+DURABLE = {"DurableWorker": "Enabled"}
+DURABLE_STACK, OTHER_DURABLE_STACK = Stack("mcp", DURABLE), Stack("mcp-prod", DURABLE)
 ADMIN = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
 ADMINISTRATOR_ACCESS = "arn:aws:iam::aws:policy/AdministratorAccess"
 # KMS's default key policy: the account's IAM policies decide who uses the key.
@@ -245,6 +248,29 @@ def test_every_escalation_path_from_the_deploy_role_ends_denied(node, stack):
     # And what a deploy needs is still allowed (the denials are the policies', not the evaluator's)
     needed = deploys(stack)
     assert dict(zip(needed, decisions(node, list(needed.values())), strict=True)) == dict.fromkeys(needed, ALLOWED)
+
+
+def test_the_deploy_role_may_attach_every_managed_policy_sam_attaches_to_a_role(node):
+    # Given every AWS-managed policy SAM puts on a function role of the expanded template (under any condition)
+    attached = sorted(
+        {
+            str(arn)
+            for resource in TEMPLATE.expanded["Resources"].values()
+            if resource["Type"] == "AWS::IAM::Role"
+            for arn in resource["Properties"].get("ManagedPolicyArns", [])
+        }
+    )
+    role = f"arn:aws:iam::{ACCOUNT}:role/{DEV.name}/{DEV.name}-ToolWorkerRole-A1"
+    requests = [
+        as_deployer(
+            DEV, "iam:AttachRolePolicy", role, **{"iam:PermissionsBoundary": DEV.boundary_arn, "iam:PolicyARN": arn}
+        )
+        for arn in attached
+    ]
+    # When IAM evaluates the deploy role attaching each, to a role bounded by the stack's boundary
+    found = dict(zip(attached, decisions(node, requests), strict=True))
+    # Then each is allowed: a policy SAM attaches that the role refuses fails the deploy at the role's creation
+    assert found == dict.fromkeys(attached, ALLOWED)
 
 
 # ---------------------------------------------------------------- stack-exclusive scope
@@ -605,6 +631,15 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             ("sqs:SendMessage", arn("JobDeadLetterQueue"), {}),  # a permanent failure, with its reason
             *datasets,
         ],
+        "DurableToolWorker": [
+            ("dynamodb:GetItem", arn("JobTable"), {}),
+            ("dynamodb:UpdateItem", arn("JobTable"), {}),  # progress per step, the end (and the owner's slot)
+            ("s3:PutObject", f"{arn('JobResultBucket')}/results/job-1.json", {}),
+            *datasets,
+            # the durable execution SDK: each step's checkpoint, the state a replay starts from
+            ("lambda:CheckpointDurableExecution", stack.durable_execution("DurableToolWorker"), {}),
+            ("lambda:GetDurableExecutionState", stack.durable_execution("DurableToolWorker"), {}),
+        ],
         "CallLogAnalyzer": [
             *[
                 (a, arn("CallLogStream"), {})
@@ -673,6 +708,14 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
             *[(a, arn(queue), {}) for queue in ("ProbeAlertQueue", "ProbeFailureQueue") for a in poll],
         ],
     }
+    if "DurableToolWorker" in stack.resources:
+        # a long job starts a durable execution of the worker's alias; cancel_job stops it
+        calls["ToolWorker"].append(("lambda:InvokeFunction", arn("DurableToolWorkerAliaslive"), {}))
+        execution = stack.durable_execution("DurableToolWorker")
+        calls["McpServer"] += [
+            ("lambda:StopDurableExecution", execution, {}),  # jobs/service.py: cancel_job
+            ("lambda:SendDurableExecutionCallbackSuccess", execution, {}),  # jobs/service.py: a user's answer
+        ]
     if "AuthorizationServer" in stack.resources:
         calls["AuthorizationServer"] = authorization_server_calls(stack)
         # stack_urls.py: the endpoint's own URL, the audience the server's tokens name
@@ -686,7 +729,7 @@ def function_calls(stack: Stack) -> dict[str, list[Call]]:
         found += [("xray:PutTraceSegments", "*", {}), ("xray:PutTelemetryRecords", "*", {})]
     if stack.parameters.get("Tracing") == "xray":  # mcp_backend/tracing/otlp_export.py: spans to X-Ray's OTLP endpoint
         for function in TRACED_FUNCTIONS:
-            calls[function].append(("xray:PutSpans", "*", {}))
+            calls.setdefault(function, []).append(("xray:PutSpans", "*", {}))
     return without_absent_parts(stack, calls)
 
 
@@ -753,7 +796,7 @@ def authorization_server_calls(stack: Stack) -> list[Call]:
     return calls
 
 
-TRACED_FUNCTIONS = ("McpServer", "ToolWorker", "ProbeDispatcher", "ProbeWorker", "ProbeRecorder")
+TRACED_FUNCTIONS = ("McpServer", "ToolWorker", "DurableToolWorker", "ProbeDispatcher", "ProbeWorker", "ProbeRecorder")
 TRACING_TO_XRAY = {
     "Tracing": "xray",
     "TracingSdkLayerArn": "arn:aws:lambda:us-east-1:123456789012:layer:opentelemetry-sdk:1",
@@ -787,6 +830,8 @@ UNUSED_AND_WHY = {
         BUILTIN,
         BUILTIN_UPSTREAM,
         {**DATASETS, **TRACING_TO_XRAY},
+        {**DATASETS, **DURABLE},
+        {**DATASETS, **DURABLE, **TRACING_TO_XRAY},
         {**DATASETS, **profile_parameters("minimal")},
         {**DATASETS, **profile_parameters("full"), "JobPipeline": "Disabled"},
     ],
@@ -796,6 +841,8 @@ UNUSED_AND_WHY = {
         "the authorization server",
         "it with another provider",
         "tracing to X-Ray",
+        "the durable worker",
+        "it traced to X-Ray",
         "the minimal profile",
         "no job pipeline",
     ],
@@ -832,7 +879,7 @@ def test_every_call_each_function_makes_is_allowed_by_its_role_the_boundary_and_
 def test_every_grant_of_a_function_role_is_used_by_a_listed_call_or_justified(capsys):
     # Given each function role's granted actions and the calls its function makes, in each kind of stack
     unused: dict[str, set[str]] = {}
-    for stack in (Stack("mcp", DATASETS), Stack("mcp", BUILTIN), Stack("mcp", BUILTIN_UPSTREAM)):
+    for stack in (Stack("mcp", DATASETS), Stack("mcp", BUILTIN), Stack("mcp", BUILTIN_UPSTREAM), DURABLE_STACK):
         for function, calls in function_calls(stack).items():
             called = {action.lower() for action, _, _ in calls}
             for document in stack.role_policies(stack.function_roles[function]):
@@ -848,3 +895,111 @@ def test_every_grant_of_a_function_role_is_used_by_a_listed_call_or_justified(ca
                 f"\nunused grant {action} ({', '.join(sorted(functions))}): {UNUSED_AND_WHY.get(action, 'UNJUSTIFIED')}"
             )
     assert set(unused) == set(UNUSED_AND_WHY)
+
+
+# ---------------------------------------------------------------- the durable worker
+def as_role(stack: Stack, function: str, action: str, resource: str) -> Request:
+    """A call by a function's role: its identity policies, the stack's boundary, the resource's own policy."""
+    role = stack.arn(stack.function_roles[function])
+    return Request(
+        role,
+        action,
+        resource,
+        {"aws:PrincipalArn": role},
+        tuple(stack.role_policies(stack.function_roles[function])),
+        stack.boundary,
+        resource_policy_of(stack, resource),
+    )
+
+
+def test_the_durable_worker_checkpoints_only_its_own_executions(node):
+    # Given the durable worker's role (SAM's AWSLambdaBasicDurableExecutionRolePolicy grants checkpointing on "*")
+    stack, other = DURABLE_STACK, OTHER_DURABLE_STACK
+    targets = {
+        "its own execution": stack.durable_execution("DurableToolWorker"),
+        "an execution of ToolWorker": stack.durable_execution("ToolWorker"),
+        "the other stack's durable worker": other.durable_execution("DurableToolWorker"),
+        "a function of another account": "arn:aws:lambda:us-east-1:999999999999:function:"
+        "mcp-DurableToolWorker-A:1/durable-execution/job-1/x",
+    }
+    actions = ("lambda:CheckpointDurableExecution", "lambda:GetDurableExecutionState")
+    requests = [as_role(stack, "DurableToolWorker", a, arn) for arn in targets.values() for a in actions]
+    # When IAM evaluates each checkpoint and state read
+    found = decisions(node, requests)
+    # Then only its own executions are allowed: the boundary holds the managed policy's "*" to this function
+    allowed = {
+        name for (name, _), d in zip([(n, a) for n in targets for a in actions], found, strict=True) if d == ALLOWED
+    }
+    assert allowed == {"its own execution"}
+    assert found[:2] == [ALLOWED, ALLOWED]
+
+
+def test_tool_worker_invokes_only_the_durable_workers_alias(node):
+    # Given ToolWorker's role and the durable worker's ARNs: the alias, the function, a version, $LATEST
+    stack = DURABLE_STACK
+    function = stack.arn("DurableToolWorker")
+    targets = {
+        "the alias live": stack.arn("DurableToolWorkerAliaslive"),
+        "the unqualified function": function,
+        "version 1": f"{function}:1",
+        "$LATEST": f"{function}:$LATEST",
+        "the other stack's alias": OTHER_DURABLE_STACK.arn("DurableToolWorkerAliaslive"),
+        "McpServer": stack.arn("McpServer"),
+    }
+    # When IAM evaluates an Invoke of each
+    found = decisions(node, [as_role(stack, "ToolWorker", "lambda:InvokeFunction", arn) for arn in targets.values()])
+    # Then the alias alone is allowed (durable functions are invoked by qualified ARN; the alias is the one kept)
+    assert dict(zip(targets, found, strict=True)) == {
+        name: ALLOWED if name == "the alias live" else "ImplicitlyDenied" for name in targets
+    }
+
+
+def test_the_endpoint_stops_only_the_durable_workers_executions(node):
+    # Given McpServer's role (cancel_job) and executions of the durable worker, of another function, of another stack
+    stack = DURABLE_STACK
+    targets = {
+        "the durable worker's": stack.durable_execution("DurableToolWorker"),
+        "the durable worker's, another version": stack.durable_execution("DurableToolWorker").replace(":1/", ":7/"),
+        "ToolWorker's": stack.durable_execution("ToolWorker"),
+        "the other stack's durable worker's": OTHER_DURABLE_STACK.durable_execution("DurableToolWorker"),
+    }
+    actions = ("lambda:StopDurableExecution", "lambda:SendDurableExecutionCallbackSuccess")
+    requests = [as_role(stack, "McpServer", a, arn) for arn in targets.values() for a in actions]
+    # When IAM evaluates a stop and a callback's completion of each, and a checkpoint of the worker's own
+    requests.append(as_role(stack, "McpServer", "lambda:CheckpointDurableExecution", targets["the durable worker's"]))
+    found = decisions(node, requests)
+    # Then it may stop, or answer, the durable worker's executions, whatever version they run on, and nothing else
+    assert found == [ALLOWED] * 4 + ["ImplicitlyDenied"] * 5
+
+
+def grants(stack: Stack) -> dict[str, set[tuple[str, str]]]:
+    """Each function role's (action, resource) grants, as written (conditions applied)."""
+    found: dict[str, set[tuple[str, str]]] = {}
+    for function, role in stack.function_roles.items():
+        found[function] = {
+            (action, resource)
+            for document in stack.role_policies(role)
+            for statement in document["Statement"]
+            for action in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])
+            for resource in (
+                [statement["Resource"]] if isinstance(statement["Resource"], str) else statement["Resource"]
+            )
+        }
+    return found
+
+
+@pytest.mark.parametrize("parameters", [{}, DATASETS, TRACING_TO_XRAY], ids=["defaults", "datasets", "tracing"])
+def test_the_durable_worker_adds_its_own_role_and_its_grants_to_tool_worker_and_the_endpoint(parameters):
+    # Given the same stack without and with the durable worker
+    off, on = grants(Stack("mcp", parameters)), grants(Stack("mcp", {**parameters, **DURABLE}))
+    stack = Stack("mcp", {**parameters, **DURABLE})
+    # Then no other function's role changes, and ToolWorker and McpServer gain exactly the calls they make of it
+    assert set(on) - set(off) == {"DurableToolWorker"}
+    assert {f: on[f] - off[f] for f in off if on[f] != off[f]} == {
+        "ToolWorker": {("lambda:InvokeFunction", stack.arn("DurableToolWorkerAliaslive"))},
+        "McpServer": {
+            (action, f"{stack.arn('DurableToolWorker')}:*/durable-execution/*")
+            for action in ("lambda:StopDurableExecution", "lambda:SendDurableExecutionCallbackSuccess")
+        },
+    }
+    assert all(off[f] <= on[f] for f in off)

@@ -628,7 +628,9 @@ TELEMETRY_FUNCTIONS = {"McpServer", "ToolWorker"}
 
 def layer_name(logical_id: str) -> str:
     """A layer version's template name: SAM suffixes the expanded logical id with a content hash."""
-    [name] = [n for n in ("SharedLayer", "McpLayer", "TelemetryExtensionLayer") if logical_id.startswith(n)]
+    [name] = [
+        n for n in ("SharedLayer", "McpLayer", "DurableLayer", "TelemetryExtensionLayer") if logical_id.startswith(n)
+    ]
     return name
 
 
@@ -765,7 +767,12 @@ def test_snapstart_is_off_by_default_and_only_on_plain_handlers_invoked_through_
     plain = {
         logical_id for logical_id, f in of_type("AWS::Lambda::Function").items() if not runs_behind_the_web_adapter(f)
     }
-    expected = (plain & invoked_through_a_published_version()) if snapstart == "PublishedVersions" else set()
+    # (not a durable function: its executions replay from their checkpoints, not from a snapshot)
+    durable = {
+        logical_id for logical_id, f in of_type("AWS::Lambda::Function").items() if "DurableConfig" in f["Properties"]
+    }
+    published = plain & invoked_through_a_published_version() - durable
+    expected = published if snapstart == "PublishedVersions" else set()
     assert snapshotted == expected
     assert "McpServer" not in snapshotted and (snapstart == "None" or "ToolWorker" in snapshotted)
     assert all(setting == {"ApplyOn": "PublishedVersions"} for setting in applied.values() if setting)

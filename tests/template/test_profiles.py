@@ -133,10 +133,17 @@ def test_the_minimal_profile_keeps_no_alarm_stream_or_key_of_the_parts_it_leaves
     assert "AWS::Kinesis::Stream" not in types and "AWS::KMS::Key" not in types
     alarms = sorted(logical_id for logical_id in created if RESOURCES[logical_id]["Type"] == "AWS::CloudWatch::Alarm")
     assert all(alarm.startswith(("McpServer", "ToolWorker", "JobDeadLetterQueue")) for alarm in alarms), alarms
-    # And the full profile has every alarm the template declares but the optional authorization server's
+    # And the full profile has every alarm the template declares but the optional authorization server's and
+    # durable worker's
     full = Evaluation(**profile_parameters("full")).created
     declared = {k for k, v in RESOURCES.items() if v["Type"] == "AWS::CloudWatch::Alarm"}
-    assert declared - full == {"AuthorizationServerErrorsAlarm", "AuthorizationServerThrottlesAlarm"}
+    assert declared - full == {
+        "AuthorizationServerErrorsAlarm",
+        "AuthorizationServerThrottlesAlarm",
+        "DurableToolWorkerErrorsAlarm",
+        "DurableToolWorkerFailedExecutionsAlarm",
+        "DurableToolWorkerTimedOutExecutionsAlarm",
+    }
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from samtranslator.yaml_helper import yaml_parse
 from devstack.stack.template import ROOT
 from tests.template.test_invariants import EXPANDED, RESOURCES, TEMPLATE, of_type, referenced_resource, scope
 
-TRACED_FUNCTIONS = {"McpServer", "ToolWorker", "ProbeDispatcher", "ProbeWorker", "ProbeRecorder"}
+TRACED_FUNCTIONS = {"McpServer", "ToolWorker", "DurableToolWorker", "ProbeDispatcher", "ProbeWorker", "ProbeRecorder"}
 SDK_LAYER = "arn:aws:lambda:us-east-1:901920570463:layer:aws-otel-python-arm64-ver-1-32-0:1"
 MODES = ["off", "xray", "otlp"]
 

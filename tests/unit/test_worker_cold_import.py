@@ -25,6 +25,10 @@ PROBE = (
     "importlib.import_module(sys.argv[1])\n"
     f"print(json.dumps([name for name in {SDK_MODULES!r} if name in sys.modules]))\n"
 )
+# DurableToolWorker's handler is the durable execution SDK's wrapper, whose Lambda client module imports boto3 at
+# import: every invocation of a durable function checkpoints through that client, so the SDK is the first
+# invocation's need in any case. Held to it: once the SDK stops loading boto3 at import, this exception goes.
+LOADS_SDK_AT_IMPORT = {"DurableToolWorker"}
 FUNCTIONS = sorted(
     logical_id
     for logical_id, function in load_template().resources("AWS::Lambda::Function").items()
@@ -63,4 +67,8 @@ def test_importing_the_handler_loads_no_aws_sdk(aws, function_id):
     loaded = cold_import(spec, stack.region)
 
     # Then neither boto3 nor botocore's session and clients are loaded: the first event that needs one loads them
-    assert loaded == []
+    # (a durable function's SDK loads them, as LOADS_SDK_AT_IMPORT says)
+    if function_id in LOADS_SDK_AT_IMPORT:
+        assert "boto3" in loaded
+    else:
+        assert loaded == []

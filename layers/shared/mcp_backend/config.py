@@ -139,6 +139,9 @@ class ToolSettings(TierLimitSettings):
     dataset_allow_loopback_hosts: bool = False
     # Empty: the call log is off (CallLog Disabled, docs/deploy.md "Profiles"); no record is written.
     call_log_stream_name: str = ""
+    # DurableToolWorker's alias ARN (DurableWorker Enabled), else empty: the queued worker hands long jobs to it,
+    # and a cancel stops the durable execution its job records.
+    durable_worker_arn: str = ""
 
     def analyses_at_once(self) -> int:
         """How many analyses may share the function's memory: one per request on the endpoint (an environment
@@ -171,9 +174,20 @@ class WorkerSettings(ToolSettings):
     job_max_receive_count: int = Field(gt=0)
     # Records of one batch that run at once (their I/O overlaps); 1 runs them one after another.
     record_concurrency: int = Field(default=10, ge=1, le=10)
+    # A job whose input is at least this many bytes runs in the durable worker (when DURABLE_WORKER_ARN is set).
+    durable_job_min_bytes: int = Field(default=256 * 1024 * 1024, ge=1)
 
     def analyses_at_once(self) -> int:
         return self.record_concurrency
+
+
+class DurableWorkerSettings(ToolSettings):
+    """DurableToolWorker (mcp_backend.jobs.durable): the job table it records on, and the bound its steps check."""
+
+    job_table_name: str = Field(min_length=1)
+    # The same template parameter sets the function's DurableConfig ExecutionTimeout and this value (1 s to 366
+    # days: https://docs.aws.amazon.com/lambda/latest/api/API_DurableConfig.html).
+    durable_execution_timeout_seconds: int = Field(default=86400, ge=1, le=31622400)
 
 
 class StreamConsumerSettings(Settings):

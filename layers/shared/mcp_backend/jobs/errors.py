@@ -21,6 +21,11 @@ class ReportedFailure(Exception):
         return type(self).__name__
 
 
+class WorkerTimeLimit(ReportedFailure):
+    """The job would outlast the queued worker's invocation (its Timeout, at most Lambda's 900 s): it stops at a
+    checkpoint while there is time left to record why. Permanent: the same job takes as long on every receive."""
+
+
 class JobPipelineError(Exception):
     @property
     def error_type(self) -> str:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcp_backend.aws import botocore_errors, client_or_lazy
+from mcp_backend.jobs.errors import ResultTooLarge
+from mcp_backend.jobs.models import JobMessage, JobOutcome, JobStatus
 
 # Results whose JSON text is larger than this are stored in the result bucket.
 INLINE_RESULT_LIMIT_BYTES = 300 * 1024
@@ -29,6 +31,19 @@ def result_text(result: dict[str, Any]) -> str:
 def result_key(user_id: str, job_id: str) -> str:
     """One object per job under its owner's prefix; the job id names it, the key never carries input."""
     return f"results/{user_id}/{job_id}.json"
+
+
+def stored_outcome(job: JobMessage, result: dict[str, Any], cap: int, objects: ResultObjects | None) -> JobOutcome:
+    """The outcome a job's end stores, the same for the queued and the durable worker: the result's text inline, or
+    written to the result bucket and referred to by key. ResultTooLarge past `cap` bytes (permanent)."""
+    text = result_text(result)
+    if len(text) > cap:  # ASCII: its length is its size
+        raise ResultTooLarge(f"the result is {len(text)} bytes, over the {cap}-byte limit for job results")
+    if len(text) <= INLINE_RESULT_LIMIT_BYTES or objects is None:
+        return JobOutcome(job_id=job.job_id, status=JobStatus.SUCCEEDED, result_text=text)
+    key = result_key(job.user_id, job.job_id)
+    objects.put(key, text)
+    return JobOutcome(job_id=job.job_id, status=JobStatus.SUCCEEDED, result_key=key)
 
 
 @dataclass(frozen=True)

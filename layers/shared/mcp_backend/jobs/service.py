@@ -69,6 +69,8 @@ class JobQueues:
     result_page_bytes: int = 256 * 1024
     # The bucket of results too large for a job item ("" when the function has none).
     result_bucket_name: str = ""
+    # DurableToolWorker's alias ARN ("" with the durable worker off): a cancel stops its job's durable execution.
+    durable_worker_arn: str = ""
 
 
 class JobCursor(BaseModel):
@@ -193,8 +195,25 @@ class JobsService:
         the caller's)."""
         job = self.store.release_held(job_id, user_id)
         if job is None:
-            return False
+            return self._answer_durable(user_id, job_id)
         self._send(job)
+        return True
+
+    def _answer_durable(self, user_id: str, job_id: str) -> bool:
+        """A running durable job waiting for its user's confirmation goes on: its callback is completed, once. A
+        callback Lambda refuses (it timed out, its execution was stopped) is only logged: the job has ended or
+        ends with its own reason."""
+        callback_id = self.store.take_answer_callback(job_id, user_id)
+        if callback_id is None:
+            return False
+        try:
+            self._clients("lambda").send_durable_execution_callback_success(
+                CallbackId=callback_id, Result=json.dumps({"confirm": True}).encode()
+            )
+        except (botocore_errors.ClientError, botocore_errors.BotoCoreError) as error:
+            extra = {"job_id": job_id, "error_type": type(error).__name__}
+            logger.warning("durable job's answer not delivered", extra=extra)
+            return False
         return True
 
     def _send(self, job: JobMessage) -> None:
@@ -310,7 +329,22 @@ class JobsService:
         if item["status"] in TERMINAL_STATUSES or not self.store.mark_cancelled(job_id, user_id):
             # Not cancellable, or it finished between the read and the write.
             raise JobAlreadyFinished(f"job {job_id} has already finished")
+        if item.get("durableExecutionArn") and self.queues.durable_worker_arn:
+            self._stop_durable(str(item["durableExecutionArn"]), job_id)
         return {"jobId": job_id, "status": JobStatus.CANCELLED.value}
+
+    def _stop_durable(self, execution_arn: str, job_id: str) -> None:
+        """Stop the job's durable execution (its slot was freed by the cancel's write). A stop that fails is only
+        logged: the execution stops anyway at its next step, which finds the job CANCELLED."""
+        try:
+            self._clients("lambda").stop_durable_execution(
+                DurableExecutionArn=execution_arn,
+                Error={"ErrorType": "JobCancelled", "ErrorMessage": "cancelled by its owner"},
+            )
+        except (botocore_errors.ClientError, botocore_errors.BotoCoreError) as error:
+            logger.warning(
+                "durable execution not stopped", extra={"job_id": job_id, "error_type": type(error).__name__}
+            )
 
     # -- read -------------------------------------------------------------------
     def owned(self, user_id: str, job_id: str) -> dict[str, Any]:
@@ -336,6 +370,7 @@ class JobsService:
         """The caller's job without its result: status, tool, timestamps, error, and whether it has a result."""
         item = self.owned(user_id, job_id)
         view: dict[str, Any] = {"jobId": job_id, "status": item["status"], "tool": item.get("tool")}
+        view.update(_progress(item))
         for key in ("createdAt", "updatedAt", "completedAt", "error"):
             if key in item:
                 view[key] = item[key]
@@ -362,6 +397,7 @@ class JobsService:
         costs its own bytes, never the whole object."""
         item = self.owned(user_id, job_id)
         view: dict[str, Any] = {"jobId": job_id, "status": item["status"], "tool": item.get("tool")}
+        view.update(_progress(item))
         for key in ("createdAt", "updatedAt", "completedAt", "error"):
             if key in item:
                 view[key] = item[key]
@@ -420,6 +456,13 @@ class JobsService:
         if position is not None:
             page["nextCursor"] = FailedCursor(job_id=position["jobId"], failed_at=position["failedAt"]).encode()
         return page
+
+
+def _progress(item: dict[str, Any]) -> dict[str, Any]:
+    """A job's progress as its worker last recorded it (the durable worker records it per step)."""
+    if "progress" not in item:
+        return {}
+    return {"progress": float(item["progress"]), "progressMessage": str(item.get("progressMessage", ""))}
 
 
 def _job_for(user_id: str, submission: JobSubmission) -> JobMessage:

@@ -182,7 +182,6 @@ class JobStore:
         completed or given up first; a job without a record (its message sent without one) is recorded here.
         None when taken; otherwise nothing is written and the job is returned as it stands (without its
         result), from the refused write itself: no second read."""
-        now = _now()
         try:
             self._client.update_item(
                 TableName=self.table_name,
@@ -194,19 +193,11 @@ class JobStore:
                 ConditionExpression=_RUN_CLAIMABLE,
                 ExpressionAttributeNames={"#status": "status", "#error": "error"},
                 ExpressionAttributeValues={
-                    ":user": {"S": job.user_id},
-                    ":hash": {"S": job.fingerprint()},
-                    ":pending": {"S": JobStatus.PENDING},
-                    ":running": {"S": JobStatus.RUNNING},
+                    **_run_values(job),
                     ":now_ms": {"N": str(now_ms)},
                     ":stale": {"S": _iso(now_ms - (until_ms - now_ms))},  # one claim window before now
                     ":until": {"N": str(until_ms)},
                     ":attempt": {"N": str(attempt)},
-                    ":one": {"N": "1"},  # runs: how often the job body actually started
-                    ":now": {"S": now},
-                    ":tool": {"S": job.tool},
-                    ":summary": {"S": _input_summary(job)},
-                    ":expires": {"N": str(int(time.time()) + JOB_RETENTION_SECONDS)},
                 },
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
@@ -215,6 +206,96 @@ class JobStore:
             item.pop("result", None)
             return _plain(item)
         return None
+
+    def start_durable(self, job: JobMessage, execution_arn: str) -> str:
+        """Take the job for its durable execution: RUNNING, with the execution's ARN (cancel stops it by that ARN).
+        A job without a record is recorded here, like the queued worker's claim. Returns the status the job has
+        after the write: RUNNING when taken, else the one that refused it (a job cancelled or finished before the
+        execution started is left as it is)."""
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key={"jobId": {"S": job.job_id}},
+                UpdateExpression="SET #status = :running, durableExecutionArn = :arn, updatedAt = :now, "
+                "userId = :user, tool = :tool, payloadHash = :hash, "
+                "inputSummary = if_not_exists(inputSummary, :summary), createdAt = if_not_exists(createdAt, :now), "
+                "expiresAt = if_not_exists(expiresAt, :expires) ADD runs :one "
+                "REMOVE #error, failedUserId, failedAt, runExpiresAt",
+                ConditionExpression="attribute_not_exists(jobId) OR (userId = :user "
+                "AND (attribute_not_exists(payloadHash) OR payloadHash = :hash) "
+                "AND #status IN (:pending, :running))",
+                ExpressionAttributeNames={"#status": "status", "#error": "error"},
+                ExpressionAttributeValues={**_run_values(job), ":arn": {"S": execution_arn}},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except self._client.exceptions.ConditionalCheckFailedException as refused:
+            item = cast(dict[str, Any], refused.response).get("Item", {})
+            if item.get("userId", {}).get("S") != job.user_id:
+                raise JobOwnershipError(f"job {job.job_id} belongs to another user") from None
+            return str(item.get("status", {}).get("S", JobStatus.FAILED))
+        return JobStatus.RUNNING.value
+
+    def record_handoff(self, job: JobMessage, execution_arn: str) -> bool:
+        """The queued worker started the job's durable execution: its ARN is kept on the PENDING job (cancel stops
+        the execution by it before its first step). False when the job is not PENDING any more."""
+        return self._set_status_if(
+            job.job_id,
+            job.user_id,
+            "SET durableExecutionArn = :arn, updatedAt = :now",
+            "#status = :pending",
+            {":pending": {"S": JobStatus.PENDING}, ":arn": {"S": execution_arn}},
+        )
+
+    def await_answer(self, job: JobMessage, question: str, callback_id: str) -> bool:
+        """A running durable job waits for its user's answer: the question, and the callback its answer completes.
+        False when it is not RUNNING any more."""
+        return self._set_status_if(
+            job.job_id,
+            job.user_id,
+            "SET awaitingInput = :question, answerCallbackId = :callback, updatedAt = :now",
+            "#status = :running",
+            {
+                ":running": {"S": JobStatus.RUNNING},
+                ":question": {"S": question},
+                ":callback": {"S": callback_id},
+            },
+        )
+
+    def take_answer_callback(self, job_id: str, user_id: str) -> str | None:
+        """The callback a running job waits on, taken once (the question is removed with it): None when the job is
+        not the owner's, not waiting, or no longer RUNNING."""
+        try:
+            old = self._client.update_item(
+                TableName=self.table_name,
+                Key={"jobId": {"S": job_id}},
+                UpdateExpression="REMOVE awaitingInput, answerCallbackId SET updatedAt = :now",
+                ConditionExpression="userId = :user AND #status = :running AND attribute_exists(answerCallbackId)",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={
+                    ":user": {"S": user_id},
+                    ":now": {"S": _now()},
+                    ":running": {"S": JobStatus.RUNNING},
+                },
+                ReturnValues="UPDATED_OLD",
+            )
+        except self._client.exceptions.ConditionalCheckFailedException:
+            return None
+        return str(old["Attributes"]["answerCallbackId"]["S"])
+
+    def record_progress(self, job: JobMessage, fraction: float, message: str) -> bool:
+        """A running job's progress (0..1) and what it did last; the write also keeps its concurrent-job slot
+        fresh (updatedAt). False when the job is not RUNNING any more (cancelled meanwhile)."""
+        return self._set_status_if(
+            job.job_id,
+            job.user_id,
+            "SET progress = :progress, progressMessage = :message, updatedAt = :now",
+            "#status = :running",
+            {
+                ":running": {"S": JobStatus.RUNNING},
+                ":progress": {"N": str(round(min(max(fraction, 0.0), 1.0), 4))},
+                ":message": {"S": message[:200]},
+            },
+        )
 
     def release_run(self, job_id: str, user_id: str) -> None:
         """The run failed: give its claim up, so the message's next receive runs the job again at once. The
@@ -479,6 +560,21 @@ class JobStore:
         if unless_cancelled and self.is_cancelled(job_id):
             raise JobCancelled(f"job {job_id} was cancelled") from None
         raise JobOwnershipError(f"job {job_id} belongs to another user") from None
+
+
+def _run_values(job: JobMessage) -> dict[str, Any]:
+    """The values a write that starts a run of the job (queued or durable) sets and checks."""
+    return {
+        ":user": {"S": job.user_id},
+        ":hash": {"S": job.fingerprint()},
+        ":pending": {"S": JobStatus.PENDING},
+        ":running": {"S": JobStatus.RUNNING},
+        ":one": {"N": "1"},  # runs: how often the job body actually started
+        ":now": {"S": _now()},
+        ":tool": {"S": job.tool},
+        ":summary": {"S": _input_summary(job)},
+        ":expires": {"N": str(int(time.time()) + JOB_RETENTION_SECONDS)},
+    }
 
 
 def _raise_if_too_large(error: botocore_errors.ClientError) -> None:

@@ -50,10 +50,12 @@ from mcp_backend.jobs.errors import (
     ReportedFailure,
     ResultTooLarge,
     UnknownTool,
+    WorkerTimeLimit,
 )
+from mcp_backend.jobs.handoff import DurableStarts
 from mcp_backend.jobs.models import JobError, JobMessage, JobOutcome, JobRun, JobStatus
 from mcp_backend.jobs.queue import JobQueueMessages, job_type_of
-from mcp_backend.jobs.results import INLINE_RESULT_LIMIT_BYTES, ResultObjects, result_key, result_text
+from mcp_backend.jobs.results import ResultObjects, stored_outcome
 from mcp_backend.jobs.run_records import RUN_KEY_JMESPATH, RUN_PAYLOAD_JMESPATH, JobRunRecords
 from mcp_backend.jobs.store import JOB_RETENTION_SECONDS, JobStore
 from mcp_backend.observability import logger, tool_runs
@@ -70,6 +72,9 @@ class JobTool(Protocol):
     def name(self) -> str: ...
     @property
     def runs_as_job(self) -> bool: ...
+    @property
+    def long_running(self) -> bool: ...
+    def input_size(self, arguments: dict[str, Any], context: Any) -> int | None: ...
     def __call__(self, arguments: dict[str, Any], context: Any) -> dict[str, Any]: ...
 
 
@@ -86,6 +91,9 @@ RECORD_LOG_KEYS = ["message_id", "attempt", "job_id", "tool", "correlation_id"]
 # this reads nothing (each read is a DynamoDB GetItem and a few ms of the record's CPU, which the records of a
 # batch do not overlap), a longer one reads at most once per interval however often its tool checkpoints.
 CANCELLATION_READ_INTERVAL_SECONDS = 1.0
+# A run stops at a checkpoint once less than this share of the function's timeout is left (at least 5 s): time to
+# record its failure, which names the limit, before Lambda ends the invocation.
+TIME_LIMIT_MARGIN_SHARE = 0.1
 
 
 class CancellationReads:
@@ -105,6 +113,25 @@ class CancellationReads:
             self._cancelled = self._read()
             self._last_read = self._clock()
         return self._cancelled
+
+
+class TimeLimit:
+    """A run's checkpoint check (ToolContext.cancelled) that first stops the run near the invocation's end:
+    WorkerTimeLimit, naming the limit, while there is time left to record it; then the cancellation check."""
+
+    def __init__(self, cancelled: Callable[[], bool], remaining_ms: Callable[[], int], timeout_seconds: int) -> None:
+        self._cancelled = cancelled
+        self._remaining_ms = remaining_ms
+        self._timeout_seconds = timeout_seconds
+        self._margin_ms = max(5000, int(timeout_seconds * 1000 * TIME_LIMIT_MARGIN_SHARE))
+
+    def __call__(self) -> bool:
+        if self._remaining_ms() < self._margin_ms:
+            raise WorkerTimeLimit(
+                f"the job did not finish within ToolWorker's {self._timeout_seconds} s timeout (WorkerTimeout; "
+                "Lambda's limit is 900 s); longer jobs need the durable worker (DurableWorker)"
+            )
+        return self._cancelled()
 
 
 def is_permanent(error: BaseException) -> bool:
@@ -148,6 +175,7 @@ class JobWorker:
         queue: JobQueueMessages | None = None,
         results: ResultObjects | None = None,
         clock: Callable[[], float] = time.monotonic,
+        durable: DurableStarts | None = None,
     ) -> None:
         self.settings = settings
         self._clock = clock  # when checkpoints may read a job's status (CancellationReads)
@@ -174,9 +202,20 @@ class JobWorker:
             persistence=lambda: JobRunRecords(store),
         )
         self.queue = queue or JobQueueMessages(settings.job_dead_letter_queue_url)
+        # Off (no DURABLE_WORKER_ARN): every job runs here, bounded by the function's timeout.
+        if durable is None and settings.durable_worker_arn:
+            durable = DurableStarts.from_settings(settings)
+        self.durable = durable
+        self._invocation: Any = None  # the Lambda context of the invocation under way (its time left)
 
     def start_invocation(self, lambda_context: Any) -> None:
         self._run_once.start_invocation(lambda_context)
+        self._invocation = lambda_context
+
+    def _remaining_ms(self) -> int:
+        if self._invocation is None:
+            return self.settings.function_timeout_seconds * 1000
+        return int(self._invocation.get_remaining_time_in_millis())
 
     def finish_invocation(self) -> None:
         """One PutRecords for the batch's call-log records; never raises."""
@@ -207,6 +246,8 @@ class JobWorker:
             job = self._route(record)
             logger.thread_safe_append_keys(job_id=job.job_id, tool=job.tool, correlation_id=job.job_id)
             annotate({"job.id": job.job_id, "gen_ai.tool.name": job.tool})
+            if self._goes_durable(job):
+                return self._hand_off(job)
             outcome = JobOutcome.model_validate(self._run_with_causes(JobRun(job=job, attempt=attempt)))
             return outcome.summary()
         except IdempotencyAlreadyInProgressError:
@@ -264,6 +305,23 @@ class JobWorker:
             )
         return job
 
+    def _goes_durable(self, job: JobMessage) -> bool:
+        tool = self.tools.get(job.tool)
+        if self.durable is None or tool is None:
+            return False
+        return self.durable.wants(tool, job.input, self.services.context_for(tool, job.user_id))
+
+    def _hand_off(self, job: JobMessage) -> dict[str, Any]:
+        """Start the job's durable execution, once: a job that already records one (a redelivered message) starts
+        nothing. The record succeeds; the durable worker runs and ends the job."""
+        item = self.store.get(job.job_id)
+        if item is not None and item.get("durableExecutionArn"):
+            logger.info("job already handed to the durable worker")
+        else:
+            self.store.record_handoff(job, self.durable.start(job) if self.durable else "")
+            logger.info("job handed to the durable worker")
+        return {"jobId": job.job_id, "status": JobStatus.PENDING.value, "durable": True}
+
     def _runs_as_job(self, name: str) -> bool:
         tool = self.tools.get(name)
         return tool is not None and tool.runs_as_job
@@ -294,30 +352,19 @@ class JobWorker:
         cancelled = CancellationReads(
             partial(self.store.is_cancelled, job.job_id), CANCELLATION_READ_INTERVAL_SECONDS, self._clock
         )
-        context = self.services.context_for(tool, job.user_id, cancelled=cancelled)
+        limited = TimeLimit(cancelled, self._remaining_ms, self.settings.function_timeout_seconds)
+        context = self.services.context_for(tool, job.user_id, cancelled=limited)
         try:
             with tool_runs.run(job.tool), span(f"execute_tool {job.tool}", attributes=_tool_attributes(job)):
                 result = tool(job.input, context)
         except JobCancelled:
             logger.info("job cancelled by its owner; not completed")
             return JobOutcome(job_id=job.job_id, status=JobStatus.CANCELLED).model_dump()
-        outcome = self._stored_result(job, result)
+        outcome = stored_outcome(job, result, self.settings.job_result_max_bytes, self.results)
         # Inside the run-once body: a redelivered, already completed job logs no second call.
         self._log_call(job, CallLogEventType.TOOL_CALL, started)
         logger.info("job succeeded")
         return outcome.model_dump()
-
-    def _stored_result(self, job: JobMessage, result: dict[str, Any]) -> JobOutcome:
-        """The outcome the end's write stores: the result's text inline, or in the result bucket by key."""
-        text = result_text(result)
-        cap = self.settings.job_result_max_bytes
-        if len(text) > cap:  # ASCII: its length is its size
-            raise ResultTooLarge(f"the result is {len(text)} bytes, over the {cap}-byte limit for job results")
-        if len(text) <= INLINE_RESULT_LIMIT_BYTES or self.results is None:
-            return JobOutcome(job_id=job.job_id, status=JobStatus.SUCCEEDED, result_text=text)
-        key = result_key(job.user_id, job.job_id)
-        self.results.put(key, text)
-        return JobOutcome(job_id=job.job_id, status=JobStatus.SUCCEEDED, result_key=key)
 
     def _log_call(self, job: JobMessage, event_type: CallLogEventType, started: float, error_type: str = "") -> None:
         self.call_log.add(

@@ -247,13 +247,16 @@ class JobTasks(Extension):
             "ttlMs": max(0, round((float(item["expiresAt"]) - _epoch(created)) * 1000)),
             "pollIntervalMs": POLL_INTERVAL_MS,
         }
-        if status == JobStatus.PENDING and "awaitingInput" in item:
+        if status in (JobStatus.PENDING, JobStatus.RUNNING) and "awaitingInput" in item:
             question = str(item["awaitingInput"])
             task.update(
                 status="input_required",
                 statusMessage="Waiting for your confirmation (tasks/update).",
                 inputRequests={CONFIRM: confirm_request(question).model_dump(by_alias=True, exclude_none=True)},
             )
+        elif status == JobStatus.RUNNING and item.get("progressMessage"):
+            # A durable job reports each step: the task's status message says how far it got.
+            task["statusMessage"] = f"{STATUS_MESSAGES.get(status, '')} {item['progressMessage']}".strip()
         elif status == JobStatus.SUCCEEDED:
             # The result whole when it fits one page; else its first page (one ranged read, never the whole
             # object on every poll), with the cursor get_job reads the rest with.

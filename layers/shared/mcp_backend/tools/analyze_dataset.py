@@ -31,7 +31,7 @@ from mcp_backend.tools.context import ProgressCallback, ToolContext, ToolOutput
 from mcp_backend.tools.dataset_access import check_s3_dataset_access
 from mcp_backend.tools.dataset_stream import DatasetStream, FetchPolicy
 from mcp_backend.tools.errors import DatasetOverBudget, DatasetUnparseable
-from mcp_backend.tools.fetch import S3Client, open_dataset, split_s3_url
+from mcp_backend.tools.fetch import S3Client, open_dataset, s3_object_size, split_s3_url
 
 if TYPE_CHECKING:
     import httpx
@@ -132,6 +132,13 @@ def confirmation_question(request: AnalyzeInput) -> str | None:
 def admit(request: AnalyzeInput, ctx: ToolContext) -> None:
     """Before a job is queued: an s3:// dataset outside the caller's prefix is refused, no job written."""
     check_s3_dataset_access(request.dataset_url, ctx.user_id, ctx.fetch_policy)
+
+
+def dataset_bytes(request: AnalyzeInput, ctx: ToolContext) -> int | None:
+    """The dataset's size, where it is known before reading it (an s3:// object the caller may read): the queued
+    worker hands a large one to the durable worker. None for an https:// dataset."""
+    check_s3_dataset_access(request.dataset_url, ctx.user_id, ctx.fetch_policy)
+    return s3_object_size(request.dataset_url, ctx.fetch_policy)
 
 
 def run(request: AnalyzeInput, ctx: ToolContext) -> dict[str, Any]:

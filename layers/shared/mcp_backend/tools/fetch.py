@@ -34,9 +34,10 @@ _S3_MISSING_CODES = {
 
 
 class S3Client(Protocol):
-    """The one boto3 S3 client method used here."""
+    """The boto3 S3 client methods used here (ranged reads and sizes for the durable analysis)."""
 
-    def get_object(self, *, Bucket: str, Key: str) -> Mapping[str, Any]: ...
+    def get_object(self, *, Bucket: str, Key: str, Range: str = ...) -> Mapping[str, Any]: ...
+    def head_object(self, *, Bucket: str, Key: str) -> Mapping[str, Any]: ...
 
 
 @contextmanager
@@ -90,17 +91,8 @@ def _open_s3(url: str, policy: FetchPolicy, s3_client: S3Client | None) -> Itera
     client = s3_client if s3_client is not None else _default_s3_client(policy)
     try:
         obj = client.get_object(Bucket=bucket, Key=key)
-    except botocore_errors.ClientError as exc:
-        code = str(exc.response.get("Error", {}).get("Code", "Unknown"))
-        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-        reason = _S3_MISSING_CODES.get(code, f"S3 error {code}")
-        # A missing or forbidden object stays so; throttling (SlowDown, 503) and 5xx may pass.
-        permanent = code in _S3_MISSING_CODES or (400 <= status < 500 and status not in (408, 429))
-        error = DatasetUnreachable if permanent else DatasetTemporarilyUnreachable
-        raise error(f"Could not read dataset {shown}: {reason}") from exc
-    except botocore_errors.BotoCoreError as exc:
-        # Connection errors and timeouts, after the SDK's own retries.
-        raise DatasetTemporarilyUnreachable(f"Could not read dataset {shown}: {type(exc).__name__}") from exc
+    except (botocore_errors.ClientError, botocore_errors.BotoCoreError) as exc:
+        raise _s3_failure(exc, shown) from exc
     body = obj["Body"]
     try:
         content_length = obj.get("ContentLength")
@@ -109,6 +101,57 @@ def _open_s3(url: str, policy: FetchPolicy, s3_client: S3Client | None) -> Itera
         yield DatasetStream(shown, _s3_chunks(body, shown), content_length=content_length, policy=policy)
     finally:
         body.close()
+
+
+def _s3_failure(exc: Exception, shown: str) -> DatasetUnreachable:
+    """What a failed GetObject means for the job: a missing or forbidden object stays so; throttling (SlowDown,
+    503), 5xx and connection errors (after the SDK's own retries) may pass."""
+    if isinstance(exc, botocore_errors.ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", "Unknown"))
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        reason = _S3_MISSING_CODES.get(code, f"S3 error {code}")
+        permanent = code in _S3_MISSING_CODES or (400 <= status < 500 and status not in (408, 429))
+        error = DatasetUnreachable if permanent else DatasetTemporarilyUnreachable
+        return error(f"Could not read dataset {shown}: {reason}")
+    return DatasetTemporarilyUnreachable(f"Could not read dataset {shown}: {type(exc).__name__}")
+
+
+def read_s3_range(
+    url: str, policy: FetchPolicy, start: int, end: int, s3_client: Any | None = None
+) -> tuple[bytes, int]:
+    """Bytes `start` to `end` (inclusive) of an s3:// dataset, in one ranged GetObject, and the object's whole
+    size (the durable analysis reads its dataset in such chunks)."""
+    shown = redact_url(url)
+    parts = split_s3_url(url)
+    if parts is None:
+        raise UnsafeDatasetUrl(f"Dataset URL {shown} must look like s3://bucket/key")
+    client = s3_client if s3_client is not None else _default_s3_client(policy)
+    try:
+        obj = client.get_object(Bucket=parts[0], Key=parts[1], Range=f"bytes={start}-{end}")
+        data = obj["Body"].read()
+    except botocore_errors.ClientError as exc:
+        if start == 0 and exc.response.get("Error", {}).get("Code") == "InvalidRange":
+            return b"", 0  # an empty object has no byte 0
+        raise _s3_failure(exc, shown) from exc
+    except botocore_errors.BotoCoreError as exc:
+        raise _s3_failure(exc, shown) from exc
+    except OSError as exc:
+        raise DatasetTemporarilyUnreachable(f"Reading dataset {shown} failed ({type(exc).__name__})") from exc
+    total = str(obj.get("ContentRange", "")).rpartition("/")[2]
+    return bytes(data), int(total) if total.isdigit() else len(data)
+
+
+def s3_object_size(url: str, policy: FetchPolicy) -> int | None:
+    """The size of an s3:// dataset (one HeadObject), or None when it cannot be read here: the run that follows
+    reports why."""
+    parts = split_s3_url(url)
+    if parts is None:
+        return None
+    try:
+        answer = _default_s3_client(policy).head_object(Bucket=parts[0], Key=parts[1])
+    except (botocore_errors.ClientError, botocore_errors.BotoCoreError):
+        return None
+    return int(answer["ContentLength"])
 
 
 def _s3_chunks(body: Any, shown: str) -> Iterator[bytes]:

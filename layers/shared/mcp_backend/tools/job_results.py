@@ -34,6 +34,8 @@ class JobView(ToolOutput):
     updatedAt: str | None = None
     completedAt: str | None = None
     error: ErrorDetail | None = None
+    progress: float | None = Field(None, description="Share of the work done (0 to 1), as its worker last recorded")
+    progressMessage: str | None = Field(None, description="What the job did last")
     result: dict[str, Any] | None = Field(None, description="The tool's answer, when it fits one page")
     resultChunk: str | None = Field(None, description="A page of the result's JSON text; concatenate them in order")
     resultChars: int | None = Field(None, description="The length of the result's whole JSON text")

@@ -82,6 +82,7 @@ class ToolServices:
                 job_dead_letter_queue_url=settings.job_dead_letter_queue_url,
                 result_page_bytes=settings.job_result_page_bytes,
                 result_bucket_name=settings.job_result_bucket_name,
+                durable_worker_arn=settings.durable_worker_arn,
             )
             jobs = JobsService(queues, clients)
         # MonitorTable.is_configured, without loading the monitor package.

@@ -15,15 +15,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from mcp_backend.tools import analyze_dataset, app_views, endpoints, job_results
+from mcp_backend.tools import analyze_dataset, app_views, dataset_chunks, endpoints, job_results
 from mcp_backend.tools.context import ToolContext
-from mcp_backend.tools.errors import InvalidToolInput
+from mcp_backend.tools.errors import InvalidToolInput, ToolError
 from mcp_backend.tools.services import Service
 from mcp_backend.validation import describe_validation_error
+
+if TYPE_CHECKING:  # the durable worker's SDK loads only in the durable worker
+    from mcp_backend.jobs.durable import ChunkedJob
 
 
 class Mode(StrEnum):
@@ -78,6 +81,15 @@ class Tool:
     confirm: Callable[[Any], str | None] | None = None
     # The MCP Apps view (a `ui://` resource of the resource table) a host renders its synchronous result in.
     ui_resource_uri: str | None = None
+    # Its jobs may outlast the queued worker's timeout: every job of it runs as a durable execution when the
+    # durable worker is on (mcp_backend.jobs.handoff), else in the queued worker as any other job.
+    long_running: bool = False
+    # How the durable worker runs it in checkpointed chunks (mcp_backend.jobs.durable.ChunkedJob); None: whole,
+    # in one step.
+    chunked: ChunkedJob | None = None
+    # The size of what a job of it reads, where known before the run (None: unknown): a job whose input is at
+    # least DURABLE_JOB_MIN_BYTES runs in the durable worker when that is on.
+    input_bytes: Callable[[Any, ToolContext], int | None] | None = None
 
     def __post_init__(self) -> None:
         if self.access is Access.READ and self.effect is not Effect.NONE:
@@ -107,6 +119,16 @@ class Tool:
 
     def __call__(self, arguments: dict[str, Any], context: ToolContext) -> dict[str, Any]:
         return self.run(self.parse_input(arguments), context)
+
+    def input_size(self, arguments: dict[str, Any], context: ToolContext) -> int | None:
+        """What a job of it would read, in bytes, or None when unknown, or when its input is refused (the run
+        reports why, as for any job)."""
+        if self.input_bytes is None:
+            return None
+        try:
+            return self.input_bytes(self.parse_input(arguments), context)
+        except ToolError:
+            return None
 
 
 TOOLS: dict[str, Tool] = {
@@ -165,6 +187,8 @@ TOOLS: dict[str, Tool] = {
             admit=analyze_dataset.admit,
             confirm=analyze_dataset.confirmation_question,
             ui_resource_uri=app_views.ANALYSIS_VIEW_URI,
+            chunked=dataset_chunks.DatasetChunks(),
+            input_bytes=analyze_dataset.dataset_bytes,
         ),
         Tool(
             name="register_endpoint",
