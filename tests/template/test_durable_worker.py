@@ -48,6 +48,13 @@ def test_the_worker_is_a_durable_function_timed_and_kept_by_its_parameters():
     assert properties["Timeout"] == LONGEST_INVOCATION_SECONDS
 
 
+def test_the_worker_knows_its_invocation_timeout_so_its_fetches_may_use_it():
+    # Given the durable worker's environment (a whole-file https dataset is fetched within one invocation)
+    properties = WORKER["Properties"]
+    # Then it names the function's own timeout, which its outbound deadline is drawn from
+    assert properties["Environment"]["Variables"]["FUNCTION_TIMEOUT_SECONDS"] == properties["Timeout"]
+
+
 def test_the_parameters_default_and_are_bounded_within_the_service_limits():
     # Given the four parameters
     spec = EXPANDED["Parameters"]

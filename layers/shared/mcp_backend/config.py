@@ -185,6 +185,7 @@ class DurableWorkerSettings(ToolSettings):
     """DurableToolWorker (mcp_backend.jobs.durable): the job table it records on, and the bound its steps check."""
 
     job_table_name: str = Field(min_length=1)
+    function_timeout_seconds: int = Field(gt=0)
     # The same template parameter sets the function's DurableConfig ExecutionTimeout and this value (1 s to 366
     # days: https://docs.aws.amazon.com/lambda/latest/api/API_DurableConfig.html).
     durable_execution_timeout_seconds: int = Field(default=86400, ge=1, le=31622400)
