@@ -171,6 +171,9 @@ class WorkerSettings(ToolSettings):
     job_max_receive_count: int = Field(gt=0)
     # Records of one batch that run at once (their I/O overlaps); 1 runs them one after another.
     record_concurrency: int = Field(default=10, ge=1, le=10)
+    # Each job's tool runs in a forked child process, so a run that exhausts memory ends alone
+    # (mcp_backend.jobs.apart). False runs it in the record's thread (no isolation).
+    tool_runs_apart: bool = True
 
     def analyses_at_once(self) -> int:
         return self.record_concurrency

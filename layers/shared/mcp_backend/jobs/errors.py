@@ -21,6 +21,15 @@ class ReportedFailure(Exception):
         return type(self).__name__
 
 
+class ToolOutOfMemory(ReportedFailure):
+    """The job's tool used more memory than the function has: its process was killed (or its allocation
+    refused), the job fails alone and is not retried (the same input would need the same memory)."""
+
+    @classmethod
+    def of_run(cls) -> ToolOutOfMemory:
+        return cls("out of memory: the job's tool needed more memory than the worker function has")
+
+
 class JobPipelineError(Exception):
     @property
     def error_type(self) -> str:
