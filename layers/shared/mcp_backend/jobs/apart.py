@@ -15,7 +15,8 @@ The cost is one fork per record: the child shares the parent's pages copy-on-wri
 tables and the pages the tool writes (docs/job-pipeline.md has the figures). The child starts with only
 the forking thread: AWS clients built before the fork are dropped in the child (mcp_backend.aws rebuilds
 them, with fresh locks and connections), so no lock another thread held and no connection the parent uses
-is shared. The child ends with `os._exit`: nothing of the parent's shutdown runs twice.
+is shared (the span exporter too: mcp_backend.tracing opens the child's own connection, and the child
+exports its spans before it ends). The child ends with `os._exit`: nothing of the parent's shutdown runs twice.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any, NoReturn
 
 from mcp_backend.jobs.errors import ToolOutOfMemory
 from mcp_backend.observability import logger
+from mcp_backend.tracing.setup import flush as flush_spans
 
 OOM_SCORE_ADJ = "/proc/self/oom_score_adj"
 # The child's answer: (kind, value), pickled. A child that answers nothing ended another way.
@@ -73,6 +75,7 @@ def _child(call: Callable[[], dict[str, Any]], read_end: int, write_end: int, se
             data = pickle.dumps((RAISED, RuntimeError(f"{type(error).__name__} in the tool's process")))
         with os.fdopen(write_end, "wb") as pipe:
             pipe.write(data)
+        flush_spans()  # the spans the tool made here: the child ends without the parent's flush
     finally:
         os._exit(0)
 
