@@ -5,12 +5,23 @@ pass. The local stack (and tests that race writes) make moto's item operations a
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from typing import Any
 
 from devstack.stack.moto_internals import DynamoDBBackend
 
 _LOCK = threading.RLock()
+
+
+def _new_lock_in_a_forked_child() -> None:
+    """A job's tool runs in a forked child (mcp_backend.jobs.apart), which may fork while another record thread
+    holds the lock: the child gets its own (it works on its own copy of moto's items)."""
+    global _LOCK
+    _LOCK = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_a_forked_child)
 ITEM_OPERATIONS = ("put_item", "update_item", "delete_item", "get_item", "transact_write_items")
 _PATCHED = "_devstack_atomic"
 

@@ -54,7 +54,7 @@ CONCURRENT = 1200
 CONNECTIONS = 8
 # Least-CPU and paired-ratio statistics of eight rounds: with four, the stock baseline still moved by a fifth
 # between quiet runs.
-ROUNDS = 12
+ROUNDS = int(os.environ.get("BENCH_ENDPOINT_ROUNDS", "12"))  # fewer for a quick side-by-side check
 PHASES = [{"requests": SEQUENTIAL, "connections": 1}, {"requests": CONCURRENT, "connections": CONNECTIONS}]
 UNKNOWN_JOB = "00000000-0000-4000-8000-000000000000"
 # The bench user's finished job: a client polling its job, the call answered with the job and its result.
@@ -448,6 +448,7 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
         },
     }
     results: dict[str, Any] = {}
+    load_before = os.getloadavg()
     for case, bodies in cases.items():
         runs: dict[str, list[dict[str, Any]]] = {"ours": [], **{name: [] for name in stock_servers}}
         for _ in range(ROUNDS):  # alternate, so drift on a shared machine hits every server
@@ -470,7 +471,14 @@ def _measure(moto_url: str, server_cpus: set[int], client_cpus: set[int], proces
         results[case]["client_cpu_ms"] = max(r["client_cpu_ms"] for rounds in runs.values() for r in rounds)
         results[case]["client_core_busy"] = {name: _median_busy(rounds) for name, rounds in runs.items()}
     _check_stand_in_answered(aws_url, sum(name.startswith("tools/call") for name in cases))
-    RESULTS["endpoint"] = {"server_cpus": sorted(server_cpus), "client_cpus": sorted(client_cpus), **results}
+    # The machine is shared: its load average (1, 5, 15 min) before and after the rounds, beside the figures.
+    load_average = {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]}
+    RESULTS["endpoint"] = {
+        "server_cpus": sorted(server_cpus),
+        "client_cpus": sorted(client_cpus),
+        "load_average": load_average,
+        **results,
+    }
     return results
 
 
@@ -489,6 +497,10 @@ def finished_job(store: JobStore, user_id: str) -> None:
     job = JobMessage(job_id=FINISHED_JOB, user_id=user_id, tool="analyze_dataset", input={"dataset_url": "s3://b/k"})
     store.create_pending(job)
     store.mark_succeeded(job, result_text=json.dumps({"rowCount": 6, "columns": {"score": {"mean": 48.0}}}))
+
+
+def _loads(when: str) -> str:
+    return ", ".join(f"{x:.2f}" for x in RESULTS.get("endpoint", {}).get("load_average", {}).get(when, []))
 
 
 def _spread(quartiles: list[float] | None) -> str:
@@ -581,6 +593,9 @@ def _section(results: dict[str, Any], server_cpus: set[int], client_cpus: set[in
         "answering every call on the client's core, its queue (a few hundred records of call log take it tens of "
         "milliseconds) set the req/s of the server that makes more calls. Where the time goes: "
         'docs/mcp-endpoint.md, "Where a request\'s time goes" (`python -m tests.bench.profile_endpoint`).',
+        "",
+        f"The machine's load average (1, 5 and 15 min) before the rounds: {_loads('before')}; after: "
+        f"{_loads('after')} (on {os.cpu_count()} cores, shared with other work).",
         "",
         "| request | phase | ours req/s | stock req/s | ratio | ours p50 / p99 | stock p50 / p99 |",
         "|---|---|---|---|---|---|---|",

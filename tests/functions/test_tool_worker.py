@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import resource
+import signal
 import uuid
 
 import boto3
@@ -85,6 +88,14 @@ def attribute(message: dict, name: str) -> str:
     return message["MessageAttributes"][name]["StringValue"]
 
 
+def batch_of_three_with(job_id: str, url: str) -> tuple[dict, dict]:
+    """Three records of the healthy batch, the second replaced by a job reading `url`: the event and that record."""
+    event = load_event("tool_worker/healthy-batch.json")
+    event["Records"] = event["Records"][:3]
+    event["Records"][1]["body"] = job_body(job_id, url=url)
+    return event, event["Records"][1]
+
+
 def test_batch_of_ten_with_malformed_seventh_dead_letters_only_that_record_with_its_reason(local):
     # Given the fixture batch of 10 whose 7th record is not a job
     event = load_event("tool_worker/batch-of-10-record-7-malformed.json")
@@ -114,10 +125,7 @@ def test_batch_of_ten_with_malformed_seventh_dead_letters_only_that_record_with_
 
 def test_a_permanent_failure_fails_the_job_at_once_and_dead_letters_its_message(local):
     # Given a healthy batch in which one job's dataset does not exist (NoSuchKey: no retry can help)
-    event = load_event("tool_worker/healthy-batch.json")
-    event["Records"] = event["Records"][:3]
-    missing = event["Records"][1]
-    missing["body"] = job_body("job-missing-once", url="s3://local-datasets/user-alice/missing.csv")
+    event, missing = batch_of_three_with("job-missing-once", "s3://local-datasets/user-alice/missing.csv")
 
     # When the worker handles it on the message's first receive
     response = local.invoke(WORKER, event)
@@ -164,6 +172,55 @@ def test_a_result_over_the_cap_fails_its_job_alone_with_the_limit_named(local):
         "FAILED",
         "SUCCEEDED",
     ]
+
+
+class HungryS3:
+    """S3 whose objects named `hungry` need more memory than the function has. Read in the job's own process,
+    that process runs out: killed by the kernel's OOM killer (SIGKILL), or its allocation refused (MemoryError,
+    under an address-space cap a little above what it uses). Read in the worker's own process (the test's), it
+    refuses to, rather than take the test run down with it."""
+
+    def __init__(self, real, ending: str, worker_pid: int) -> None:
+        self.real = real
+        self.ending = ending
+        self.worker_pid = worker_pid
+
+    def get_object(self, *, Bucket: str, Key: str):
+        if "hungry" in Key:
+            if os.getpid() == self.worker_pid:
+                raise AssertionError("the job's tool ran in the worker's own process")
+            if self.ending == "killed":
+                os.kill(os.getpid(), signal.SIGKILL)
+            address_space = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+            resource.setrlimit(resource.RLIMIT_AS, (address_space + 64 * 1024 * 1024, resource.RLIM_INFINITY))
+            bytearray(128 * 1024 * 1024)  # more than the cap leaves
+        return self.real.get_object(Bucket=Bucket, Key=Key)
+
+
+@pytest.mark.parametrize("ending", ["killed", "refused"])
+def test_a_job_that_runs_out_of_memory_fails_alone_and_its_siblings_succeed_once(local, monkeypatch, ending):
+    # Given a batch of three whose second job's dataset needs more memory than the function has
+    from mcp_backend.tools import fetch
+
+    worker_pid = os.getpid()
+    monkeypatch.setattr(fetch, "_default_s3_client", lambda policy: HungryS3(boto3.client("s3"), ending, worker_pid))
+    event, hungry = batch_of_three_with("job-hungry", "s3://local-datasets/user-alice/hungry.csv")
+
+    # When the worker handles it on the messages' first receive
+    response = local.invoke(WORKER, event)
+
+    # Then nothing is left for SQS to redeliver: the hungry job is FAILED as out of memory and its message is
+    # in the DLQ with that reason, and the other two jobs ran once and succeeded
+    assert response == {"batchItemFailures": []}
+    item = job_item(local, "job-hungry")
+    assert (item["status"], item["error"]["type"]) == ("FAILED", "ToolOutOfMemory")
+    assert "out of memory" in item["error"]["message"]
+    [dead] = dead_letters(local)
+    assert (dead["Body"], attribute(dead, "failureType")) == (hungry["body"], "ToolOutOfMemory")
+    assert "out of memory" in attribute(dead, "failureReason")
+    for job_id in record_job_ids(event):
+        if job_id != "job-hungry":
+            assert (job_item(local, job_id)["status"], job_item(local, job_id)["runs"]) == ("SUCCEEDED", 1)
 
 
 def test_an_unknown_job_type_fails_that_record_alone_with_a_clear_reason(local):

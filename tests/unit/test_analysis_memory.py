@@ -4,15 +4,18 @@ soon as it is seen, as a permanent error naming the limit."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tracemalloc
+from collections.abc import Iterator
 
+import httpx
 import pytest
 
-from mcp_backend.tools.analyze_dataset import MAX_COLUMNS
+from mcp_backend.tools.analyze_dataset import MAX_COLUMNS, AnalysisBudget, AnalyzeInput, analyze_dataset
 from mcp_backend.tools.dataset_stream import FetchPolicy
-from mcp_backend.tools.errors import DatasetOverBudget
-from tests.unit.test_analyze_dataset import analyze, files  # noqa: F401 - the fixture serving the datasets
+from mcp_backend.tools.errors import DatasetOverBudget, DatasetUnparseable
+from tests.unit.test_analyze_dataset import HOST, analyze, files  # noqa: F401 - the fixture serving the datasets
 
 BUDGET = 8 * 1024 * 1024
 POLICY = FetchPolicy(memory_budget_bytes=BUDGET)
@@ -60,21 +63,94 @@ def test_a_column_per_row_is_refused_at_the_column_cap_before_its_memory_is_spen
         analyze(files, "/wide.jsonl", POLICY)
 
 
-def test_a_json_array_larger_than_its_parsed_form_may_take_is_refused_before_it_is_parsed(files):  # noqa: F811
-    # Given a JSON array whose parsed form would pass the budget
-    files["/big.json"] = json.dumps([{"n": n, "s": "v" * 40} for n in range(20_000)]).encode()
+def test_a_json_array_larger_than_the_budget_is_analysed_item_by_item(files):  # noqa: F811
+    # Given a JSON array of 2 MiB, four times what one item may be
+    files["/big.json"] = json.dumps([{"n": n, "s": "v" * 40} for n in range(40_000)]).encode()
+
+    # When it is analysed within 8 MiB / Then every item is counted
+    assert analyze(files, "/big.json", POLICY)["rowCount"] == 40_000
+
+
+def test_a_json_array_item_longer_than_the_budget_allows_is_refused_as_soon_as_it_is(files):  # noqa: F811
+    # Given a JSON array whose second item is longer than the budget allows, then more items
+    item = json.dumps({"s": "v" * AnalysisBudget(BUDGET).max_text_chars})
+    files["/long.json"] = f'[{{"s": 1}}, {item}, {{"s": 2}}]'.encode()
 
     # When it is analysed / Then it is refused naming the budget and what to do instead
-    with pytest.raises(DatasetOverBudget, match=r"JSON array dataset .* characters .*8 MiB.*JSON Lines"):
-        analyze(files, "/big.json", POLICY)
+    with pytest.raises(DatasetOverBudget, match=r"item of a JSON array dataset .* characters .*8 MiB.*JSON Lines"):
+        analyze(files, "/long.json", POLICY)
+
+
+def in_chunks(body: bytes) -> Iterator[bytes]:
+    """A body as the network delivers it: 64 KiB at a time (the whole body at once would be one piece of text)."""
+    return (body[start : start + 64 * 1024] for start in range(0, len(body), 64 * 1024))
+
+
+def array_of(item: str, chars: int) -> str:
+    return "[" + ",".join([item] * (chars // (len(item) + 1))) + "]"
+
+
+def one_item(parts: str, chars: int) -> str:
+    """A JSON array of one object holding `parts` repeated, the item as long as `chars` allows."""
+    return '[{"a":[' + ",".join([parts] * ((chars - 12) // (len(parts) + 1))) + "]}]"
+
+
+def distinct_rows(value, then: str = "") -> str:
+    """A JSON array of 1,500 rows of 50 columns, every value distinct (the distinct values' half of the budget
+    spent), then `then` (another item, or nothing)."""
+    rows = (json.dumps({f"c{c}": value(row * 100 + c) for c in range(50)}, ensure_ascii=False) for row in range(1500))
+    return "[" + ",".join(rows) + (f",{then}" if then else "") + "]"
+
+
+# Whole arrays are sized within what one array could be parsed whole in before it was streamed (1/16 of the
+# budget), items at the most an item may be.
+ARRAY_CHARS = 500_000
+ITEM_CHARS = AnalysisBudget(BUDGET).max_text_chars - 64
+HOSTILE_ARRAYS = {
+    "many-empty-objects": lambda: array_of("{}", ARRAY_CHARS),
+    "many-one-key-objects": lambda: array_of('{"a":0}', ARRAY_CHARS),
+    "many-floats": lambda: array_of('{"a":1e300}', ARRAY_CHARS),
+    "big-integers": lambda: array_of('{"a":' + "9" * 4000 + "}", ARRAY_CHARS),
+    "deep-nesting": lambda: '[{"a":' + "[" * 100_000 + "]" * 100_000 + "}]",
+    "nested-lists-in-one-item": lambda: one_item("[" * 40 + "]" * 40, ITEM_CHARS),
+    "tiny-lists-in-one-item": lambda: one_item("[[]]", ITEM_CHARS),
+    "long-string": lambda: '[{"a":"' + "x" * (ITEM_CHARS - 10) + '"}]',
+    "long-four-byte-string": lambda: '[{"a":"' + "\U0001f600" * (ITEM_CHARS - 10) + '"}]',
+    "distinct-short-strings": lambda: distinct_rows(lambda n: f"{n:031d}"),
+    "distinct-four-byte-strings": lambda: distinct_rows(lambda n: "\U0001f600" * 23 + f"{n:08d}"),
+    "distinct-values-then-a-long-item": lambda: distinct_rows(
+        lambda n: f"{n:031d}", one_item("[" * 40 + "]" * 40, ITEM_CHARS)[1:-1]
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", list(HOSTILE_ARRAYS))
+def test_a_hostile_json_array_stays_within_its_memory_budget(files, shape):  # noqa: F811 - resolves the host
+    # Given a JSON array of a hostile shape, served in network-sized chunks
+
+    body = HOSTILE_ARRAYS[shape]().encode()
+    request = AnalyzeInput(dataset_url=f"https://{HOST}/hostile.json")
+    served = httpx.MockTransport(lambda _: httpx.Response(200, content=in_chunks(body)))
+
+    # When it is analysed (or refused) under an 8 MiB budget
+    tracemalloc.start()
+    try:
+        with contextlib.suppress(DatasetUnparseable, DatasetOverBudget):
+            analyze_dataset(request, policy=POLICY, transport=served)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    # Then its peak memory stays within 1.1x the budget
+    assert peak / BUDGET <= 1.1, f"{shape}: peak {peak / BUDGET:.2f}x the budget"
 
 
 def test_a_line_longer_than_the_budget_allows_is_refused_as_soon_as_it_is(files):  # noqa: F811
-    # Given a CSV with one 1 MiB line (a budget of 8 MiB parses lines of at most 512 Ki characters)
+    # Given a CSV with one 1 MiB line (a budget of 8 MiB parses lines of at most 74,898 characters)
     files["/long.csv"] = b"a\n" + b"x" * (1024 * 1024) + b"\n"
 
     # When it is analysed / Then that line is refused, naming the limit
-    with pytest.raises(DatasetOverBudget, match="A line is longer than the 524288 characters"):
+    with pytest.raises(DatasetOverBudget, match="A line is longer than the 74898 characters"):
         analyze(files, "/long.csv", POLICY)
 
 

@@ -344,6 +344,39 @@ def test_json_array_max_rows_truncates(files: dict[str, bytes]) -> None:
     assert (result["rowCount"], result["truncated"]) == (3, True)
 
 
+def analyze_in_chunks(body: bytes, size: int) -> dict[str, Any]:
+    """The analysis of `body` served `size` bytes at a time (a network may cut it anywhere)."""
+    pieces = [body[start : start + size] for start in range(0, len(body), size)]
+    request = AnalyzeInput(dataset_url=f"https://{HOST}/rows.json")
+    served = httpx.MockTransport(lambda _: httpx.Response(200, content=iter(pieces)))
+    return analyze_dataset(request, policy=FetchPolicy(), transport=served)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 64])
+def test_a_json_array_cut_anywhere_is_read_as_the_whole(files: dict[str, bytes], size: int) -> None:
+    # Given a JSON array whose numbers, literals, escapes and multi-byte characters a cut could split
+    rows = [
+        {"n": 1234567 * i, "f": -1.5e-3 * i, "t": i % 2 == 0, "z": None, "s": f'caf\u00e9 \\"{i}\\" \U0001f600'}
+        for i in range(40)
+    ]
+    body = (
+        "[\n  " + ",\n  ".join(json.dumps(row, ensure_ascii=i % 2 == 0) for i, row in enumerate(rows)) + "\n]\n"
+    ).encode()
+    files["/rows.json"] = body
+
+    # When it is served whole, and cut every `size` bytes / Then both analyses are the same
+    assert analyze_in_chunks(body, size) == analyze(files, "/rows.json")
+
+
+def test_invalid_json_in_a_streamed_array_is_located_in_the_whole_text(files: dict[str, bytes]) -> None:
+    # Given an array whose fault is on its third line, read in small pieces
+    body = b'[\n  {"a": 1},\n  {"a": 2,, "b": 3}\n]'
+
+    # When it is analysed / Then the fault is located as json locates it in the whole text
+    with pytest.raises(DatasetUnparseable, match="at line 3 column 11"):
+        analyze_in_chunks(body, 4)
+
+
 # --- unparseable data --------------------------------------------------------------------------------
 
 

@@ -112,12 +112,13 @@ def build(
     stack_urls_are(variables, issuer)
     settings = load_settings(AuthorizationServerSettings, {**variables, **overrides})
     clock = clock or Clock()
+    store = AuthorizationStore(settings.authorization_table_name, boto3.client("dynamodb"), clock=clock)
     server = AuthorizationServer(
         settings,
-        AuthorizationStore(settings.authorization_table_name, boto3.client("dynamodb"), clock=clock),
+        store,
         KmsSigner(settings.authorization_signing_key_id, boto3.client("kms")),
         upstream or StandInUpstream(),
-        documents_for(settings, documents),
+        documents_for(settings, store, documents),
         clock=clock,
     )
     return TestClient(server, base_url=issuer, follow_redirects=False), server
@@ -1185,6 +1186,83 @@ def test_a_refused_document_is_fetched_again_after_the_failure_window():
     # Then the failure is remembered for the window only
     assert first is None and within is None and after is not None
     assert documents.fetched == [CIMD_URL, CIMD_URL]
+
+
+def document_at(url: str) -> bytes:
+    return json.dumps({"client_id": url, "client_name": "Doc client", "redirect_uris": [REDIRECT]}).encode()
+
+
+def authorize_from(client: TestClient, source: str, client_id: str) -> Any:
+    """/authorize as a browser at `source` sends it (Lambda's request context names the address)."""
+    query = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": REDIRECT,
+        "code_challenge": pkce()[1],
+        "code_challenge_method": "S256",
+        "state": "state-123",
+        "resource": RESOURCE,
+    }
+    return client.get("/authorize", params=query, headers=from_source(source))
+
+
+def test_document_fetches_are_limited_per_source_with_429_and_retry_after(environment, documents):
+    # Given 2 document fetches per source and minute, and documents on four hosts
+    client = build(environment, documents, CLIENT_DOCUMENT_FETCHES_PER_MINUTE="2")[0]
+    urls = [f"https://client{n}.example/oauth/client.json" for n in range(4)]
+    for url in urls:
+        documents.answers[url] = document_at(url)
+
+    # When one source (an IPv6 /64, two of its addresses) authorizes with each, then another source with the last
+    answers = [authorize_from(client, f"2001:db8:1:2::{n % 2 + 1}", url) for n, url in enumerate(urls)]
+    other = authorize_from(client, "203.0.113.9", urls[3])
+
+    # Then the third and fourth are 429 temporarily_unavailable with Retry-After, and their hosts were not asked;
+    # the other source's fetch passes
+    assert [answer.status_code for answer in answers] == [302, 302, 429, 429]
+    refused = answers[2]
+    assert refused.json()["error"] == "temporarily_unavailable"
+    assert "client metadata document" in refused.json()["error_description"]
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert other.status_code == 302
+    assert documents.fetched == [urls[0], urls[1], urls[3]]
+
+
+def test_document_fetches_are_limited_per_document_host(environment, documents):
+    # Given 2 document fetches per document host and minute, and three documents on one host
+    client = build(environment, documents, CLIENT_DOCUMENT_FETCHES_PER_MINUTE_PER_HOST="2")[0]
+    urls = [f"https://client.example/oauth/{n}.json" for n in range(3)] + ["https://other.example/oauth/c.json"]
+    for url in urls:
+        documents.answers[url] = document_at(url)
+
+    # When four sources authorize, each with the next document
+    answers = [authorize_from(client, f"198.51.100.{n}", url) for n, url in enumerate(urls)]
+
+    # Then the host's third document is 429 with Retry-After and not fetched; another host still is
+    assert [answer.status_code for answer in answers] == [302, 302, 429, 302]
+    assert answers[2].json()["error"] == "temporarily_unavailable" and "retry-after" in answers[2].headers
+    assert documents.fetched == [urls[0], urls[1], urls[3]]
+
+
+def test_cached_documents_and_cached_failures_do_not_count_against_the_fetch_limits(environment, documents):
+    # Given 2 fetches per source and per host a minute, a document that serves and one whose host fails
+    client = build(
+        environment,
+        documents,
+        CLIENT_DOCUMENT_FETCHES_PER_MINUTE="2",
+        CLIENT_DOCUMENT_FETCHES_PER_MINUTE_PER_HOST="2",
+    )[0]
+    failing = "https://client.example/oauth/gone.json"
+    documents.answers[CIMD_URL] = document_at(CIMD_URL)
+    documents.answers[failing] = httpx2.ConnectError("refused")
+
+    # When one source authorizes with each five times
+    served = [authorize_from(client, "203.0.113.7", CIMD_URL).status_code for _ in range(5)]
+    failed = [authorize_from(client, "203.0.113.7", failing).status_code for _ in range(5)]
+
+    # Then every answer is the cached one (served, or 400 with its reason), never 429: each was fetched once
+    assert served == [302] * 5 and failed == [400] * 5
+    assert documents.fetched == [CIMD_URL, failing]
 
 
 def login_state(login: Any) -> str:

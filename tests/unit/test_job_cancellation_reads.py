@@ -81,7 +81,9 @@ def recorded_operations(local) -> tuple[JobStore, list[str]]:
 
 
 def worker_for(local, store: JobStore, clock: Clock) -> JobWorker:
-    settings = load_settings(WorkerSettings, local.stack.function("ToolWorker").environment)
+    # The tool runs in the record's thread, not a child process: the reads it makes are counted in this process.
+    environment = {**local.stack.function("ToolWorker").environment, "TOOL_RUNS_APART": "false"}
+    settings = load_settings(WorkerSettings, environment)
     worker = JobWorker(settings, store, TOOLS, ToolServices.from_settings(settings, AwsClients()), clock=clock)
     spec = local.stack.function("ToolWorker")
     worker.start_invocation(LocalLambdaContext(spec.name, spec.arn, spec.memory_size, spec.timeout))

@@ -8,6 +8,7 @@ Owners of a table, queue or topic take a client (tests inject moto's or a double
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import weakref
@@ -93,6 +94,23 @@ def forget_clients() -> None:
     if boto3 is not None:
         with _CLIENT_CREATION:
             boto3.DEFAULT_SESSION = None
+
+
+def _own_clients_in_a_forked_child() -> None:
+    """A forked child (mcp_backend.jobs.apart) starts with the forking thread only: a lock another thread held
+    stays held in it, and a pooled connection is the parent's too. So the child builds its own clients, under
+    new locks, from a new default session; nothing is closed (the parent's connections stay the parent's)."""
+    global _CLIENT_CREATION
+    _CLIENT_CREATION = threading.Lock()
+    for cache in list(_CACHES):
+        cache._lock = threading.Lock()
+        cache._clients = {}
+    boto3: Any = sys.modules.get("boto3")
+    if boto3 is not None:
+        boto3.DEFAULT_SESSION = None
+
+
+os.register_at_fork(after_in_child=_own_clients_in_a_forked_child)
 
 
 class LazyClient:

@@ -176,6 +176,9 @@ class WorkerSettings(ToolSettings):
     record_concurrency: int = Field(default=10, ge=1, le=10)
     # A job whose input is at least this many bytes runs in the durable worker (when DURABLE_WORKER_ARN is set).
     durable_job_min_bytes: int = Field(default=256 * 1024 * 1024, ge=1)
+    # Each job's tool runs in a forked child process, so a run that exhausts memory ends alone
+    # (mcp_backend.jobs.apart). False runs it in the record's thread (no isolation).
+    tool_runs_apart: bool = True
 
     def analyses_at_once(self) -> int:
         return self.record_concurrency
@@ -426,6 +429,11 @@ class AuthorizationServerSettings(Settings):
     registrations_per_hour: int = Field(default=20, gt=0)  # per source address (an IPv6 source: its /64)
     # For the whole server, whatever the sources: addresses are cheap to come by (an IPv6 /48 holds 65,536 /64s).
     registrations_per_hour_total: int = Field(default=500, gt=0)
+    # Client metadata documents fetched (not found in the instance's cache) per minute, per source address (as
+    # registrations count it) and per document host (the client_id URL's): a flood of distinct URLs cannot make
+    # this server fetch without bound. A document already fetched is answered from the cache, uncounted.
+    client_document_fetches_per_minute: int = Field(default=10, gt=0)
+    client_document_fetches_per_minute_per_host: int = Field(default=60, gt=0)
     # Only the local stack sets this: client metadata documents on loopback, over plain http.
     authorization_allow_loopback_hosts: bool = False
     # The upstream OIDC provider users sign in with.

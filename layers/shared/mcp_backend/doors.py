@@ -81,8 +81,9 @@ AUTHORIZATION_ROUTES: Mapping[tuple[str, str], Controls] = {
     ("GET", "/healthz"): PUBLIC,
     ("GET", "/callback"): Controls(deadline=OUTBOUND_DEADLINE),  # the upstream token exchange: 5 s in total
     ("POST", "/consent"): _SDK_FORM,  # CSRF cookie and form token, Origin checked
-    ("GET", "/authorize"): Controls(deadline=OUTBOUND_DEADLINE),  # a client metadata document: 3 s in total
-    ("POST", "/authorize"): replace(_SDK_FORM, deadline=OUTBOUND_DEADLINE),
+    # A client metadata document: 3 s in total; its fetches counted per source and per document host, per minute.
+    ("GET", "/authorize"): Controls(rate=True, deadline=OUTBOUND_DEADLINE),
+    ("POST", "/authorize"): replace(_SDK_FORM, rate=True, deadline=OUTBOUND_DEADLINE),
     ("POST", "/register"): replace(_SDK_FORM, rate=True),  # per source address and per server, per hour
     ("OPTIONS", "/register"): PUBLIC,
     ("POST", "/token"): _SDK_FORM,  # public clients: PKCE, no client secret

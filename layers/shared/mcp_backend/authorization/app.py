@@ -47,9 +47,17 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import BaseRoute, Route, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_backend.authorization.clients import SCOPES, Fetch, MetadataDocuments, hashed_secret, is_metadata_url
+from mcp_backend.authorization.clients import (
+    SCOPES,
+    Fetch,
+    FetchLimited,
+    MetadataDocuments,
+    hashed_secret,
+    is_metadata_url,
+)
+from mcp_backend.authorization.fetch_limits import SOURCE, DocumentFetchLimits
 from mcp_backend.authorization.provider import BROWSER, TRANSACTION_SECONDS, Provider
-from mcp_backend.authorization.registration import RegistrationGate, read_body, replay
+from mcp_backend.authorization.registration import RegistrationGate, read_body, replay, source_of
 from mcp_backend.authorization.resource import Resources, issuer_of
 from mcp_backend.authorization.signing import KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore, digest
@@ -84,22 +92,26 @@ BROWSER_VALUE = re.compile(r"[A-Za-z0-9_-]{43}")
 def create_app() -> ASGIApp:
     """uvicorn's factory (`--factory mcp_backend.authorization.app:create_app`)."""
     settings = load_settings(AuthorizationServerSettings)
+    store = AuthorizationStore(settings.authorization_table_name)
     return AuthorizationServer(
         settings,
-        AuthorizationStore(settings.authorization_table_name),
+        store,
         KmsSigner(settings.authorization_signing_key_id),
         Upstream(settings),
-        documents_for(settings),
+        documents_for(settings, store),
     )
 
 
-def documents_for(settings: AuthorizationServerSettings, fetch: Fetch | None = None) -> MetadataDocuments:
-    """Client ID metadata documents under the same redirect rules as registration."""
+def documents_for(
+    settings: AuthorizationServerSettings, store: AuthorizationStore, fetch: Fetch | None = None
+) -> MetadataDocuments:
+    """Client ID metadata documents under the same redirect rules as registration, fetched within the limits."""
     return MetadataDocuments(
         tuple(host.lower() for host in settings.listed("redirect_hosts")),
         native_redirect_uris=settings.listed("native_redirect_uris"),
         allow_loopback_hosts=settings.authorization_allow_loopback_hosts,
         fetch=fetch,
+        admit=DocumentFetchLimits(store, settings),
     )
 
 
@@ -140,7 +152,12 @@ class AuthorizationServer:
             target = f"{issuer}/authorize{'?' + query if query else ''}"
             await RedirectResponse(target, 307, headers={"Cache-Control": "no-store"})(scope, receive, send)
             return
-        await app(scope, receive, send)
+        # Whichever handler fetches a client metadata document, the fetch counts for this request's source.
+        source = SOURCE.set(source_of(scope))
+        try:
+            await app(scope, receive, send)
+        finally:
+            SOURCE.reset(source)
 
     def build(self) -> tuple[str, ASGIApp]:
         """The issuer's app, built once (the issuer's parameter is read here: off the event loop)."""
@@ -239,7 +256,12 @@ class DocumentClientAuthorization:
         params = request.query_params if request.method == "GET" else await request.form()
         client_id = params.get("client_id")
         if isinstance(client_id, str) and is_metadata_url(client_id):
-            found, reason = await self.provider.documents.lookup(client_id)
+            try:
+                found, reason = await self.provider.documents.lookup(client_id)
+            except FetchLimited as limited:
+                answer = {"error": "temporarily_unavailable", "error_description": str(limited)}
+                headers = {"Cache-Control": "no-store", "Retry-After": str(limited.retry_after)}
+                return JSONResponse(answer, status_code=429, headers=headers)
             if found is None:
                 answer = {"error": "invalid_request", "error_description": f"client_id refused: {reason}"}
                 return JSONResponse(answer, status_code=400, headers={"Cache-Control": "no-store"})

@@ -17,7 +17,8 @@ the `client_id`'s own host (refused otherwise, not warned: the consent page show
 client's, and a document on one host sending codes to another would make that line false). It is public
 (`token_endpoint_auth_method` none): a document cannot carry a secret. Documents are cached per process for
 `CACHE_SECONDS`; a refused or unreachable one is remembered, with the reason, for `FAILURE_CACHE_SECONDS`, so
-a failing host costs one fetch per instance and window.
+a failing host costs one fetch per instance and window. Fetches (not cached answers) are limited per source
+address and per document host (fetch_limits.py): over a limit, nothing is fetched and nothing cached.
 
 An operator's client (`python -m mcp_backend.authorization clients add`) has an `op-` id, fixed redirect URIs
 and never expires; a confidential one gets a secret, shown once and stored by its sha256 only.
@@ -150,12 +151,30 @@ def hashed_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+def host_of(url: str) -> str:
+    """A URL's host, lower-cased ("" when it has none or cannot be read: the fetch then refuses the URL)."""
+    try:
+        return (urllib.parse.urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
 def is_metadata_url(client_id: str) -> bool:
     """A client ID metadata document URL: https with a path (the spec's form), not a registered client's id."""
     return client_id.startswith("https://") or client_id.startswith("http://")
 
 
 Fetch = Callable[[str], Awaitable[bytes]]
+# Counts one fetch of a document on the given host; raises FetchLimited when it may not be made.
+Admit = Callable[[str], Awaitable[None]]
+
+
+class FetchLimited(Exception):
+    """A document fetch over a limit: `retry_after` seconds until its window ends; the message names the limit."""
+
+    def __init__(self, limit: str, retry_after: int) -> None:
+        super().__init__(f"too many client metadata document fetches {limit}; retry later")
+        self.retry_after = retry_after
 
 
 class MetadataDocuments:
@@ -168,28 +187,38 @@ class MetadataDocuments:
         native_redirect_uris: tuple[str, ...] = (),
         allow_loopback_hosts: bool = False,
         fetch: Fetch | None = None,
+        admit: Admit | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """admit: counts each fetch against the fetch limits (None: unlimited, as in a one-off lookup)."""
         self.allowed_hosts = allowed_hosts
         self.native_redirect_uris = native_redirect_uris
         self.allow_loopback_hosts = allow_loopback_hosts
         self.fetch = fetch or self._fetch
+        self.admit = admit
         self.clock = clock
         # url -> (until, the client or None, why it was refused)
         self._cache: dict[str, tuple[float, Client | None, str]] = {}
         self._lock = threading.Lock()
 
     async def client(self, url: str) -> Client | None:
-        """The document's client, or None when it cannot be had or is refused (logged by its fault only)."""
-        return (await self.lookup(url))[0]
+        """The document's client, or None when it cannot be had, is refused, or may not be fetched now (the MCP
+        SDK's handlers then answer as for an unknown client: /authorize answers the fetch limit itself)."""
+        try:
+            return (await self.lookup(url))[0]
+        except FetchLimited:
+            return None
 
     async def lookup(self, url: str) -> tuple[Client | None, str]:
-        """The document's client and "", or None and the short reason it was refused (cached either way)."""
+        """The document's client and "", or None and the short reason it was refused (cached either way).
+        FetchLimited when it is not cached and a fetch limit refuses fetching it (nothing cached then)."""
         now = self.clock()
         with self._lock:
             cached = self._cache.get(url)
         if cached is not None and cached[0] > now:
             return cached[1], cached[2]
+        if self.admit is not None:
+            await self.admit(host_of(url))
         found: Client | None = None
         reason, lifetime = "", CACHE_SECONDS
         try:

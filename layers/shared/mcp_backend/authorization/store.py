@@ -15,7 +15,8 @@ Keys (`pk`) by record kind:
 - `revoked#<family id>`: a grant revoked (reuse, revocation, the user gone upstream, an operator);
 - `subject#<subject>`: the user's grants (a string set of family ids), so an operator can list and revoke
   them; it lives as long as the newest grant;
-- `rate#<what>#<window>`: a fixed-window counter (registrations per source).
+- `rate#<what>#<window>`: a fixed-window counter (registrations per source and in all, client metadata document
+  fetches per source and per document host), counted with mcp_backend.block_leases one event at a time.
 
 Codes and refresh tokens are stored by their sha256. The one usable secret is another provider's refresh
 token (a grant's, and a login's transaction until consent, at most 10 minutes): the table is encrypted with
@@ -32,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp_backend.aws import botocore_errors, client_or_lazy
+from mcp_backend.block_leases import lease_block
 
 OPERATOR_CLIENTS = "operator#clients"
 # An operator's client stays until the operator removes it (TTL needs a number: a century).
@@ -94,18 +96,24 @@ class AuthorizationStore:
         )
 
     def count(self, key: str, window_seconds: int, limit: int) -> bool:
-        """Count one event in the current fixed window: True while the count stays within `limit`."""
+        """Count one event in the current fixed window: True while the count stays within `limit` (False too when
+        concurrent counts kept the lease from landing: the caller refuses, the next event tries again)."""
         window = int(self.clock()) // window_seconds
-        return self._applied(
-            Key={"pk": {"S": f"rate#{key}#{window}"}},
-            UpdateExpression="ADD hits :one SET expiresAt = :expires",
-            ConditionExpression="attribute_not_exists(hits) OR hits < :limit",
-            ExpressionAttributeValues={
-                ":one": {"N": "1"},
-                ":limit": {"N": str(limit)},
-                ":expires": {"N": str((window + 2) * window_seconds)},
-            },
+        lease = lease_block(
+            self.dynamodb,
+            self.table_name,
+            {"pk": {"S": f"rate#{key}#{window}"}},
+            "hits",
+            limit,
+            1,
+            (window + 2) * window_seconds,
+            lambda counted: limit - counted,
         )
+        return lease is not None and lease.taken > 0
+
+    def window_left(self, window_seconds: int) -> int:
+        """Seconds until the current fixed window of `count` ends (at least 1): a refusal's Retry-After."""
+        return max(1, window_seconds - int(self.clock()) % window_seconds)
 
     # Grants
 

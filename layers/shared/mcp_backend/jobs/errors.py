@@ -26,6 +26,15 @@ class WorkerTimeLimit(ReportedFailure):
     checkpoint while there is time left to record why. Permanent: the same job takes as long on every receive."""
 
 
+class ToolOutOfMemory(ReportedFailure):
+    """The job's tool used more memory than the function has: its process was killed (or its allocation
+    refused), the job fails alone and is not retried (the same input would need the same memory)."""
+
+    @classmethod
+    def of_run(cls) -> ToolOutOfMemory:
+        return cls("out of memory: the job's tool needed more memory than the worker function has")
+
+
 class JobPipelineError(Exception):
     @property
     def error_type(self) -> str:

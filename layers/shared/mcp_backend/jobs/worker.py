@@ -13,6 +13,9 @@ Checkpoints read the status at most once per CANCELLATION_READ_INTERVAL_SECONDS 
 A result larger than a JobTable item holds goes to the job-result bucket
 (mcp_backend.jobs.results).
 
+Each run's tool is called in a forked child process (mcp_backend.jobs.apart): a run that exhausts the
+function's memory is killed alone and fails its job with `ToolOutOfMemory`, a permanent failure.
+
 A permanent failure (a `ReportedFailure`, such as a tool's typed error, that is not transient, a malformed
 message, an unknown jobType, a result too large to store) is known at once: the job is marked FAILED with the
 reason, the message is sent to the DLQ with the reason as message attributes, and the record is reported processed,
@@ -42,6 +45,7 @@ from mcp_backend.idempotency import (
     IdempotencyValidationError,
     RunOnce,
 )
+from mcp_backend.jobs.apart import run_apart
 from mcp_backend.jobs.errors import (
     JobCancelled,
     JobOwnershipError,
@@ -207,6 +211,10 @@ class JobWorker:
             durable = DurableStarts.from_settings(settings)
         self.durable = durable
         self._invocation: Any = None  # the Lambda context of the invocation under way (its time left)
+        # Each tool run in a process of its own (mcp_backend.jobs.apart): an out-of-memory run ends alone.
+        self._call: Callable[[Callable[[], dict[str, Any]]], dict[str, Any]] = (
+            partial(run_apart, seconds=settings.function_timeout_seconds) if settings.tool_runs_apart else _call_here
+        )
 
     def start_invocation(self, lambda_context: Any) -> None:
         self._run_once.start_invocation(lambda_context)
@@ -356,7 +364,7 @@ class JobWorker:
         context = self.services.context_for(tool, job.user_id, cancelled=limited)
         try:
             with tool_runs.run(job.tool), span(f"execute_tool {job.tool}", attributes=_tool_attributes(job)):
-                result = tool(job.input, context)
+                result = self._call(partial(tool, job.input, context))
         except JobCancelled:
             logger.info("job cancelled by its owner; not completed")
             return JobOutcome(job_id=job.job_id, status=JobStatus.CANCELLED).model_dump()
@@ -414,6 +422,10 @@ def _process_attributes(record: SQSRecord, attempt: int) -> dict[str, Any]:
 
 def _tool_attributes(job: JobMessage) -> dict[str, Any]:
     return {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": job.tool, "job.id": job.job_id}
+
+
+def _call_here(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    return call()
 
 
 def _job_or_none(record: SQSRecord) -> JobMessage | None:

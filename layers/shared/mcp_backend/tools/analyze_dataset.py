@@ -1,10 +1,10 @@
 """analyze_dataset: row count, columns and per-column statistics of a CSV, JSON Lines or JSON-array dataset.
 
-CSV and JSON Lines are parsed as the bytes stream in; only a JSON array is held whole. Results and errors
+CSV, JSON Lines and JSON arrays are parsed as the bytes stream in (an array item by item). Results and errors
 describe the data's shape, never its values beyond the per-column min/max/mean of numeric columns.
 
 Memory is bounded before it is spent, by the fetch policy's memory budget (a share of the function's memory,
-AnalysisBudget): a row (a CSV or JSON Lines line) or a whole JSON array is refused as soon as its text passes
+AnalysisBudget): a row (a CSV or JSON Lines line, a JSON array's item) is refused as soon as its text passes
 what its parsed form may take, a dataset with more columns than a result may hold is refused at the first
 column past the cap, and the distinct values every column counts share one budget (a long value is kept as its
 hash): a hostile dataset costs no more memory than a benign one of the same size.
@@ -41,11 +41,13 @@ DISTINCT_COUNT_BOUND = 10_000
 PROGRESS_EVERY_ROWS = 1_000
 # More columns than this is no table a summary helps with, and a result of them would pass its size cap.
 MAX_COLUMNS = 1_000
-# What the budget pays for: a parsed row or JSON array takes about this many times its text (json.loads of
-# records measured 4x, plus the text itself and the joined pieces), and a distinct value about this much in its
-# column's set (a short string or a 64-bit hash, with the set's slot).
-PARSED_TEXT_FACTOR = 8
-DISTINCT_ENTRY_BYTES = 100
+# What the budget pays for: a parsed row or JSON array item takes at most about this many bytes per character of
+# its text, the text and its copies included (measured with tracemalloc, CPython 3.11: nested one-element lists
+# `[[...]]` 44 parsed, one-key objects 28, CSV fields of two 4-byte characters 31, plain floats 8).
+PARSED_TEXT_FACTOR = 56
+# A distinct value's entry: its tagged key (a 2-tuple, 56 bytes), a short ASCII string or a hash (up to 81), and
+# its share of the set's table (16-byte slots, a quarter to three fifths used): measured at most about 230.
+DISTINCT_ENTRY_BYTES = 256
 # Values longer than this are counted by their hash: a set of long values would hold every value.
 SHORT_VALUE_CHARS = 32
 
@@ -205,7 +207,7 @@ def analyze_dataset(
 @dataclass
 class AnalysisBudget:
     """The limits one analysis works within, from its memory budget: half for the text of the row being parsed
-    (and a whole JSON array), half for every column's distinct values."""
+    (a line, or a JSON array's item), half for every column's distinct values."""
 
     memory_bytes: int
     distinct_left: int = 0
@@ -340,13 +342,18 @@ def _json_number(value: Any) -> float | None:
 
 
 def _compact(key: Hashable) -> Hashable:
-    """The key as its set holds it: a long string value by its hash (equal values have equal hashes; two long
-    values sharing a 64-bit hash would count once)."""
+    """The key as its set holds it: a long or non-ASCII string value by its hash (equal values have equal hashes;
+    two such values sharing a 64-bit hash would count once). A short ASCII string takes a byte a character, a
+    non-ASCII one up to four: hashed, every entry fits DISTINCT_ENTRY_BYTES."""
     if isinstance(key, str):
-        return key if len(key) <= SHORT_VALUE_CHARS else ("#", hash(key))
-    if isinstance(key, tuple) and isinstance(key[1], str) and len(key[1]) > SHORT_VALUE_CHARS:
+        return key if _is_short(key) else ("#", hash(key))
+    if isinstance(key, tuple) and isinstance(key[1], str) and not _is_short(key[1]):
         return (key[0], "#", hash(key[1]))
     return key
+
+
+def _is_short(value: str) -> bool:
+    return len(value) <= SHORT_VALUE_CHARS and value.isascii()
 
 
 def _json_key(value: Any) -> Hashable:
@@ -483,18 +490,8 @@ def _analyze_json_lines(
 def _analyze_json_array(
     pieces: Iterable[str], max_rows: int | None, rows: _RowCounter
 ) -> tuple[list[_ColumnStats], bool]:
-    text = "".join(_within(pieces, rows.budget))  # decoding errors propagate
-    try:
-        data = _loads(text)
-    except json.JSONDecodeError as error:
-        raise DatasetUnparseable(f"JSON dataset is invalid at line {error.lineno} column {error.colno}") from None
-    except (ValueError, RecursionError):
-        raise DatasetUnparseable("JSON dataset is invalid") from None
-    del text  # only the parsed rows are needed from here on
-    if not isinstance(data, list):
-        raise DatasetUnparseable("JSON dataset must be an array of objects")
     columns: dict[str, _ColumnStats] = {}
-    for record in data:
+    for record in _ArrayItems(pieces, rows.budget):
         if max_rows is not None and rows.count >= max_rows:
             return list(columns.values()), True
         if not isinstance(record, dict):
@@ -504,22 +501,116 @@ def _analyze_json_array(
     return list(columns.values()), False
 
 
-def _within(pieces: Iterable[str], budget: AnalysisBudget) -> Iterator[str]:
-    """The pieces of a text parsed whole, refused once their length passes what the budget allows."""
-    chars = 0
-    for piece in pieces:
-        chars += len(piece)
-        if chars > budget.max_text_chars:
-            raise budget.refuse_text("A JSON array dataset (parsed whole)")
-        yield piece
+class _ArrayItems:
+    """The items of a JSON array as its text streams in, parsed one at a time: only the unparsed text (at most an
+    item's worth past what is buffered) and one parsed item are held, so an array costs what its largest item
+    costs, as a line of JSON Lines does. An item longer than the budget allows is refused as soon as it is."""
 
+    def __init__(self, pieces: Iterable[str], budget: AnalysisBudget) -> None:
+        self._pieces = iter(pieces)
+        self._budget = budget
+        self._text = ""
+        self._at = 0  # where the unparsed text starts in `_text`
+        self._ended = False
+        self._lines_before = 0  # line breaks in the text already dropped, and the characters after the last one
+        self._column_before = 0
 
-def _loads(text: str) -> Any:
-    return json.loads(text, parse_constant=_reject_constant)
+    def __iter__(self) -> Iterator[Any]:
+        if self._next_char() != "[":
+            raise DatasetUnparseable("JSON dataset must be an array of objects")
+        self._at += 1
+        if self._next_char() == "]":
+            self._at += 1
+        else:
+            while True:
+                yield self._item()
+                separator = self._next_char()
+                self._at += 1
+                if separator == "]":
+                    break
+                if separator != ",":
+                    raise self._invalid(self._at - 1)
+        if self._next_char() != "":
+            raise self._invalid(self._at)
+
+    def _item(self) -> Any:
+        """The next item, its text read until it parses whole (doubling what is read each time, so an item is
+        parsed a few times at most)."""
+        self._next_char()
+        while True:
+            try:
+                item, end = _DECODER.raw_decode(self._text, self._at)
+            except json.JSONDecodeError as error:
+                if self._ended or not self._may_continue(error):
+                    raise self._invalid(error.pos) from None
+            except (ValueError, RecursionError):
+                raise DatasetUnparseable("JSON dataset is invalid") from None
+            else:
+                # A number cut off where the read text ends parses as a shorter one: take an item only once what
+                # follows it is read.
+                if end + _LONGEST_TOKEN_CHARS <= len(self._text) or self._ended:
+                    if end - self._at > self._budget.max_text_chars:
+                        raise self._budget.refuse_text("An item of a JSON array dataset")
+                    self._at = end
+                    return item
+            self._read(2 * (len(self._text) - self._at))
+
+    def _may_continue(self, error: json.JSONDecodeError) -> bool:
+        """Whether more text could complete the item: it failed in a string, or at the end of what is read."""
+        return error.msg.startswith("Unterminated string") or error.pos >= len(self._text) - _LONGEST_TOKEN_CHARS
+
+    def _next_char(self) -> str:
+        """The next character that is not JSON whitespace ("" at the end of the text), skipping to it."""
+        while True:
+            found = _JSON_SPACE.match(self._text, self._at)
+            self._at = found.end() if found else self._at
+            if self._at < len(self._text) or self._ended:
+                return self._text[self._at : self._at + 1]
+            self._read(1)
+
+    def _read(self, wanted: int) -> None:
+        """Read until at least `wanted` characters are unparsed (or the text ends), dropping the parsed text."""
+        limit = self._budget.max_text_chars
+        if len(self._text) - self._at > limit:
+            raise self._budget.refuse_text("An item of a JSON array dataset")
+        dropped = self._text[: self._at]
+        breaks = dropped.count("\n")
+        self._lines_before += breaks
+        self._column_before = len(dropped) - dropped.rfind("\n") - 1 if breaks else self._column_before + len(dropped)
+        read = [self._text[self._at :]]
+        chars = len(read[0])
+        del dropped
+        self._text, self._at = "", 0  # the old text is freed before the new one is joined
+        while chars < max(wanted, 1) and chars <= limit:
+            piece = next(self._pieces, None)
+            if piece is None:
+                self._ended = True
+                break
+            read.append(piece)
+            chars += len(piece)
+        self._text = "".join(read)
+
+    def _invalid(self, position: int) -> DatasetUnparseable:
+        """Invalid JSON at `position` of the buffered text, located by line and column of the whole text."""
+        breaks = self._text.count("\n", 0, position)
+        line = self._lines_before + breaks + 1
+        column = position - self._text.rfind("\n", 0, position) if breaks else self._column_before + position + 1
+        return DatasetUnparseable(f"JSON dataset is invalid at line {line} column {column}")
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+# A token cut off where the read text ends fails within this many characters of the end (a literal, a number's
+# exponent, a \\uXXXX escape): more text may complete it. A failure earlier is in the text already read.
+_LONGEST_TOKEN_CHARS = 8
+
+
+def _loads(text: str) -> Any:
+    return _DECODER.decode(text)
 
 
 def _observe_object(columns: dict[str, _ColumnStats], record: dict[str, Any], rows: _RowCounter) -> None:

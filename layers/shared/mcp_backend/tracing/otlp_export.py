@@ -127,6 +127,11 @@ class OtlpJsonExporter:
             self._close()
             self._credentials = None
 
+    def forked(self) -> None:
+        """In a forked child: a new lock, and no connection (the one kept is the parent's; it stays open there)."""
+        self._connection_lock = threading.Lock()
+        self._connection = None
+
     def shutdown(self) -> None:
         with self._connection_lock:
             self._close()

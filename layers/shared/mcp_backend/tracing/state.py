@@ -3,6 +3,7 @@ configures it once per process)."""
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,17 @@ class Tracing:
 
 
 STATE = Tracing()
+
+
+def _own_state_in_a_forked_child() -> None:
+    """A forked child (mcp_backend.jobs.apart) keeps the tracer under a new lock (another thread may have held the
+    parent's at the fork), and its exporter opens a connection of its own."""
+    STATE.lock = threading.Lock()
+    if STATE.exporter is not None:
+        STATE.exporter.forked()
+
+
+os.register_at_fork(after_in_child=_own_state_in_a_forked_child)
 
 
 def enabled() -> bool:
