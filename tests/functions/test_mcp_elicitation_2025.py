@@ -21,7 +21,7 @@ from mcp_backend.api_keys import Principal
 from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.elicitation_answers import AnswerMailbox
 from tests.functions.test_mcp_elicitation import LARGE, queued_messages
-from tests.unit.endpoint_fakes import EveryoneIs, ServedInProcess
+from tests.unit.endpoint_fakes import HOST, EveryoneIs, ServedInProcess
 
 ERA = "2025-11-25"
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
@@ -198,3 +198,54 @@ def test_a_question_nobody_answers_ends_its_call_with_a_tool_error_at_its_deadli
     assert question["params"]["requestedSchema"]["required"] == ["username", "email"]
     assert reply["id"] == 2 and reply["result"]["isError"] is True
     assert "not answered: no answer within 1 seconds" in reply["result"]["content"][0]["text"]
+
+
+def test_a_client_that_hangs_up_ends_the_wait_and_its_late_answer_is_refused(settings):
+    # Given a session that declared elicitation, and an environment whose questions wait a minute
+    session = session_of(settings)
+    app = app_of(settings, wait=60.0)
+    body = json.dumps(tool_call("test_elicitation", {"message": "Who?"})).encode()
+    headers = {**HEADERS, "authorization": "Bearer key", "mcp-protocol-version": ERA, "mcp-session-id": session}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "https",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", HOST.encode()), *((k.encode(), v.encode()) for k, v in headers.items())],
+        "client": ("127.0.0.1", 50000),
+        "server": (HOST, 443),
+    }
+    asked = anyio.Event()
+    sent: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        if not sent:
+            sent.append(b"")
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asked.wait()  # the client hangs up once it has seen the question
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message.get("body", b""))
+        if b"elicitation/create" in message.get("body", b""):
+            asked.set()
+
+    # When the suite's elicitation tool is called and the client hangs up after the question
+    async def scenario() -> None:
+        async with ServedInProcess(app):
+            await app(scope, receive, send)
+
+    anyio.run(scenario)
+
+    # Then the call ended without waiting out its minute, with a tool error saying the client hung up
+    stream = b"".join(sent).decode()
+    [question, reply] = [json.loads(line[5:]) for line in stream.splitlines() if line.startswith("data:")]
+    assert "the client hung up" in reply["result"]["content"][0]["text"]
+    # And its question is closed: an answer arriving now is refused
+    late = post(app_of(settings), answer_of(question["id"]), session)
+    assert_refused(late, 400, "no question of yours")

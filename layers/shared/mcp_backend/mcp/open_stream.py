@@ -123,6 +123,17 @@ class _AskingCall:
         await self.notify("notifications/progress", params)
 
 
+@dataclass
+class _Waiting:
+    """What one call's questions share: its stream, its caller, the slot it holds while it waits, and whether its
+    client has hung up (a question then stops waiting)."""
+
+    stream: _EventStream
+    caller: Principal
+    leases: list[SlotLease] = field(default_factory=list)
+    hung_up: anyio.Event = field(default_factory=anyio.Event)
+
+
 def _rpc_error(status: int, code: int, message: str) -> tuple[int, bytes]:
     return status, json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
 
@@ -204,11 +215,11 @@ class OpenStreamExchange(DirectlyServed):
             return False
         if name not in self.asking_tools:
             return False
-        version, request, principal = handshake_version(scope), one_request(body), current_caller()
-        if version is None or request is None or principal is None:
-            return False
-        token = session_header(scope)
-        if token is None:
+        token, principal = session_header(scope), current_caller()
+        if token is None or principal is None:
+            return False  # no session: served as before, before the body is parsed again
+        version, request = handshake_version(scope), one_request(body)
+        if version is None or request is None:
             return False
         session = await anyio.to_thread.run_sync(self.sessions.open, token, principal.user_id)
         if session is None:
@@ -228,55 +239,59 @@ class OpenStreamExchange(DirectlyServed):
     ) -> None:
         stream = _EventStream(send)
         await stream.open()
-        leases: list[SlotLease] = []
+        waiting = _Waiting(stream, caller)
 
         async def ask(method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
-            return await self._ask(stream, caller, leases, method, params)
+            return await self._ask(waiting, method, params)
+
+        async def notice_a_hang_up() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                continue
+            waiting.hung_up.set()
 
         meta = (request.params or {}).get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         metadata = ServerMessageMetadata(request_context=Request(scope, receive), can_send_request=True)
         call = _AskingCall(request.id, metadata, stream, ask, token if isinstance(token, str | int) else None)
         connection = Connection.from_envelope(version, None, {"elicitation": session.elicitation})
-        try:
-            reply = await served(self.server, call, request, connection, self._lifespan_state)
-        finally:
-            with anyio.CancelScope(shield=True):
-                for lease in leases:
-                    if self.slots is not None:
-                        await anyio.to_thread.run_sync(self.slots.give_back, lease)
+        async with anyio.create_task_group() as watching:
+            watching.start_soon(notice_a_hang_up)
+            try:
+                reply = await served(self.server, call, request, connection, self._lifespan_state)
+            finally:
+                watching.cancel_scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    for lease in waiting.leases:
+                        if self.slots is not None:
+                            await anyio.to_thread.run_sync(self.slots.give_back, lease)
         await stream.event(reply.model_dump(mode="json", by_alias=True, exclude_unset=True))
         await stream.end()
 
-    async def _ask(
-        self,
-        stream: _EventStream,
-        caller: Principal,
-        leases: list[SlotLease],
-        method: str,
-        params: Mapping[str, Any] | None,
-    ) -> dict[str, Any]:
+    async def _ask(self, waiting: _Waiting, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
         """One question on the stream and its answer's result; MCPError when it cannot be asked or is not
-        answered in time (the tool turns it into a tool error)."""
-        if not leases and self.slots is not None:
+        answered (in time, or the client hung up): the tool turns it into a tool error."""
+        if not waiting.leases and self.slots is not None:
             try:
-                lease = await anyio.to_thread.run_sync(self.slots.take, caller)
+                lease = await anyio.to_thread.run_sync(self.slots.take, waiting.caller)
             except RateLimitUnavailable:
                 raise MCPError(INTERNAL_ERROR, "calls in flight cannot be counted now") from None
             if lease is None:
                 raise MCPError(INTERNAL_ERROR, "all of your calls in flight are in use: try again when one ends")
-            leases.append(lease)
+            waiting.leases.append(lease)
         question = ID_PREFIX + str(uuid.uuid4())
         try:
-            await anyio.to_thread.run_sync(self.mailbox.open, question, caller.user_id, self.wait_seconds)
+            await anyio.to_thread.run_sync(self.mailbox.open, question, waiting.caller.user_id, self.wait_seconds)
         except RateLimitUnavailable:
             raise MCPError(INTERNAL_ERROR, "the answer cannot be waited for now") from None
         try:
-            await stream.event({"jsonrpc": "2.0", "id": question, "method": method, "params": dict(params or {})})
-            answer = await self._wait(question)
+            message = {"jsonrpc": "2.0", "id": question, "method": method, "params": dict(params or {})}
+            await waiting.stream.event(message)
+            answer = await self._wait(question, waiting.hung_up)
         finally:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self.mailbox.close, question)
+        if answer is None and waiting.hung_up.is_set():
+            raise MCPError(REQUEST_TIMEOUT, "the client hung up")
         if answer is None:
             raise MCPError(REQUEST_TIMEOUT, f"no answer within {self.wait_seconds:g} seconds")
         reply = one_message(answer.encode())
@@ -286,10 +301,10 @@ class OpenStreamExchange(DirectlyServed):
             return dict(reply.result)
         raise MCPError(INVALID_REQUEST, "the answer is not a JSON-RPC response")
 
-    async def _wait(self, question: str) -> str | None:
-        """The answer once it has arrived, or None at the deadline."""
+    async def _wait(self, question: str, hung_up: anyio.Event) -> str | None:
+        """The answer once it has arrived; None at the deadline, or as soon as the client hangs up."""
         deadline = anyio.current_time() + self.wait_seconds
-        while True:
+        while not hung_up.is_set():
             try:
                 answer = await anyio.to_thread.run_sync(self.mailbox.take, question)
             except RateLimitUnavailable as error:
@@ -299,7 +314,9 @@ class OpenStreamExchange(DirectlyServed):
                 return answer
             if anyio.current_time() >= deadline:
                 return None
-            await anyio.sleep(self.poll_seconds)
+            with anyio.move_on_after(self.poll_seconds):
+                await hung_up.wait()
+        return None
 
     # -- an answer ------------------------------------------------------------------------
     async def _deliver(self, scope: Scope, send: Send, body: bytes, question: str) -> None:
