@@ -7,6 +7,10 @@ Nothing under layers/ or functions/ imports this module, no build contains devst
 tables only as an argument of `create_app` in code: no template parameter or variable can switch them on in a
 deployed stack (tests/functions/test_conformance_fixtures.py checks both).
 
+The suite's elicitation tools (`test_elicitation` and the SEP-1034 and SEP-1330 ones) are entries of the tool
+table that ask their user (`asks`): a 2025-era client that declared elicitation is asked on the call's stream
+(mcp_backend.mcp.open_stream).
+
 The texts are the ones the suite's scenario descriptions give (@modelcontextprotocol/conformance 0.1.16).
 """
 
@@ -17,14 +21,14 @@ import struct
 import zlib
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 from starlette.types import ASGIApp
 
 from mcp_backend.mcp.server import create_app as create_endpoint
 from mcp_backend.tools.context import StrictInput, ToolContext
 from mcp_backend.tools.prompts import PROMPTS, Prompt, PromptLine
 from mcp_backend.tools.resources import RESOURCES, NoVariables, ResourceBytes, ResourceKind, ResourceText
-from mcp_backend.tools.table import Access
+from mcp_backend.tools.table import TOOLS, Access, Effect, Tool
 
 TEXT = "text/plain"
 PNG = "image/png"
@@ -95,6 +99,81 @@ def prompt_with_image(arguments: NoArguments, ctx: ToolContext) -> list[PromptLi
     return [PromptLine("", image=one_pixel_png(), mime_type=PNG), PromptLine("Please analyze the image above.")]
 
 
+class MessageArgument(StrictInput):
+    message: str = Field(max_length=1024, description="The message to show the user")
+
+
+class ElicitationOutcome(BaseModel):
+    text: str
+
+
+USER_DETAILS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "username": {"type": "string", "description": "User's response"},
+        "email": {"type": "string", "description": "User's email address"},
+    },
+    "required": ["username", "email"],
+}
+# SEP-1034: a default for every primitive type.
+DEFAULTS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "default": "John Doe"},
+        "age": {"type": "integer", "default": 30},
+        "score": {"type": "number", "default": 95.5},
+        "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+        "verified": {"type": "boolean", "default": True},
+    },
+}
+# SEP-1330: the five enum forms.
+ENUMS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+        "titledSingle": {
+            "type": "string",
+            "oneOf": [
+                {"const": "value1", "title": "First Option"},
+                {"const": "value2", "title": "Second Option"},
+                {"const": "value3", "title": "Third Option"},
+            ],
+        },
+        "legacyEnum": {
+            "type": "string",
+            "enum": ["opt1", "opt2", "opt3"],
+            "enumNames": ["Option One", "Option Two", "Option Three"],
+        },
+        "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+        "titledMulti": {
+            "type": "array",
+            "items": {
+                "anyOf": [
+                    {"const": "value1", "title": "First Choice"},
+                    {"const": "value2", "title": "Second Choice"},
+                    {"const": "value3", "title": "Third Choice"},
+                ]
+            },
+        },
+    },
+}
+
+
+def ask_user_details(arguments: MessageArgument, ctx: ToolContext) -> dict[str, Any]:
+    answer = ctx.elicit(arguments.message, USER_DETAILS_SCHEMA)
+    return {"text": f"User response: action={answer['action']}, content={json.dumps(answer.get('content'))}"}
+
+
+def ask_with_defaults(arguments: NoArguments, ctx: ToolContext) -> dict[str, Any]:
+    answer = ctx.elicit("Please review and update the form fields with defaults", DEFAULTS_SCHEMA)
+    return {"text": f"Elicitation completed: action={answer['action']}, content={json.dumps(answer.get('content'))}"}
+
+
+def ask_with_enums(arguments: NoArguments, ctx: ToolContext) -> dict[str, Any]:
+    answer = ctx.elicit("Please select options from the enum fields", ENUMS_SCHEMA)
+    return {"text": f"Elicitation completed: action={answer['action']}, content={json.dumps(answer.get('content'))}"}
+
+
 def arg1_values(prefix: str, ctx: ToolContext) -> list[str]:
     return [value for value in ARG1_VALUES if value.startswith(prefix)]
 
@@ -126,6 +205,28 @@ def _prompt(name: str, arguments: Any, render: Any, **extra: Any) -> Prompt:
     )
 
 
+def _asking_tool(name: str, arguments: type[StrictInput], run: Any) -> Tool:
+    return Tool(
+        name=name,
+        description=f"Conformance fixture {name}: asks its user (elicitation/create) and reports the answer.",
+        input_model=arguments,
+        run=run,
+        output_model=ElicitationOutcome,
+        access=Access.READ,
+        services=frozenset(),
+        effect=Effect.NONE,
+        asks=True,
+    )
+
+
+FIXTURE_TOOLS: dict[str, Tool] = {
+    tool.name: tool
+    for tool in (
+        _asking_tool("test_elicitation", MessageArgument, ask_user_details),
+        _asking_tool("test_elicitation_sep1034_defaults", NoArguments, ask_with_defaults),
+        _asking_tool("test_elicitation_sep1330_enums", NoArguments, ask_with_enums),
+    )
+}
 FIXTURE_RESOURCES: dict[str, ResourceKind] = {
     kind.name: kind
     for kind in (
@@ -144,6 +245,7 @@ FIXTURE_PROMPTS: dict[str, Prompt] = {
     )
 }
 # The backend's tables with the fixtures beside them: the suite's list scenarios still see the real entries.
+TOOLS_WITH_FIXTURES = {**TOOLS, **FIXTURE_TOOLS}
 RESOURCES_WITH_FIXTURES = {**RESOURCES, **FIXTURE_RESOURCES}
 PROMPTS_WITH_FIXTURES = {**PROMPTS, **FIXTURE_PROMPTS}
 
@@ -151,5 +253,9 @@ PROMPTS_WITH_FIXTURES = {**PROMPTS, **FIXTURE_PROMPTS}
 def create_app(*arguments: Any, **options: Any) -> ASGIApp:
     """The endpoint (`mcp_backend.mcp.server.create_app`, same arguments) with the conformance fixtures."""
     return create_endpoint(
-        *arguments, resource_table=RESOURCES_WITH_FIXTURES, prompt_table=PROMPTS_WITH_FIXTURES, **options
+        *arguments,
+        resource_table=RESOURCES_WITH_FIXTURES,
+        prompt_table=PROMPTS_WITH_FIXTURES,
+        tool_table=TOOLS_WITH_FIXTURES,
+        **options,
     )

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.e2e
 SUITE_DIR = Path(__file__).parent / "conformance"
 CLI = SUITE_DIR / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
 # Scenarios that must pass, whatever the baseline says: the suite's generic checks of a server, and the resources,
-# prompts and completion scenarios the fixture set makes apply.
+# prompts, completion and elicitation scenarios the fixture set makes apply.
 MUST_PASS = [
     "server-initialize",
     "ping",
@@ -39,6 +39,10 @@ MUST_PASS = [
     "prompts-get-embedded-resource",
     "prompts-get-with-image",
     "dns-rebinding-protection",
+    "tools-call-elicitation",
+    "elicitation-sep1034-defaults",
+    "elicitation-sep1330-enums",
+    "server-sse-multiple-streams",
 ]
 
 

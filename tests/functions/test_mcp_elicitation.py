@@ -280,8 +280,8 @@ def test_a_declined_task_is_cancelled_and_a_bad_answer_is_invalid_params(setting
     assert declined not in queued_messages(settings) and malformed not in queued_messages(settings)
 
 
-def test_a_2025_era_client_is_not_asked_and_its_large_analysis_is_queued(settings):
-    # Given a 2025-11-25 client (no multi-round-trip request, no back channel on this stateless endpoint)
+def test_a_2025_era_client_that_declared_no_elicitation_gets_a_clear_tool_error(settings):
+    # Given a 2025-11-25 client that declared no elicitation (it sends no session id)
     body = {
         "jsonrpc": "2.0",
         "id": 3,
@@ -295,8 +295,8 @@ def test_a_2025_era_client_is_not_asked_and_its_large_analysis_is_queued(setting
 
     status, answer = anyio.run(scenario)
 
-    # Then the job is queued as before, without a question
+    # Then the call is a tool error saying why it cannot be asked, and nothing is queued
     assert status == 200
-    assert answer["result"].get("resultType", "complete") == "complete"
-    assert answer["result"]["structuredContent"]["status"] == "PENDING"
-    assert answer["result"]["structuredContent"]["jobId"] in queued_messages(settings)
+    assert answer["result"]["isError"] is True
+    assert "did not declare elicitation" in answer["result"]["content"][0]["text"]
+    assert queued_messages(settings) == []

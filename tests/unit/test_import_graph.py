@@ -86,6 +86,7 @@ LAYERS: list[set[str]] = [
         "api_keys",
         "request_rate",
         "call_slots",
+        "elicitation_answers",
     },  # MonitorTable, API keys, RateLimitTable
     {"calllog"},  # call-log records, the writer and shipper, the analyzer
     {"streams", "batch", "idempotency", "custom_resource"},  # handler plumbing: records, CloudFormation requests

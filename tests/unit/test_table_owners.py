@@ -12,6 +12,7 @@ OWNERS = {
     "mcp_backend.monitor.table": "MonitorTable",
     "mcp_backend.request_rate": "RateLimitTable",  # the request counters
     "mcp_backend.call_slots": "RateLimitTable",  # the call slots
+    "mcp_backend.elicitation_answers": "RateLimitTable",  # the answers to questions asked on a call's stream
     "mcp_backend.calllog.alert_windows": "AlertWindowTable",
     "mcp_backend.authorization.store": "AuthorizationTable",
 }

@@ -37,6 +37,9 @@ OUTBOUND_DEADLINE = "outbound deadline (netsafety)"
 JOB_QUOTA = "daily_jobs, concurrent_jobs, batch_items"
 # The caller's jobs read from JobTable (resources, prompts, completion): bounded by the AWS SDK's timeouts.
 JOB_TABLE_READ = "JobTable read (AWS SDK timeouts)"
+# A question on a 2025-era call's stream waits this share of the function's timeout for its answer.
+ANSWER_WAIT = "answer wait (0.8 x McpServerTimeout)"
+ANSWER_WRITE = "RateLimitTable write (AWS SDK timeouts)"
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,16 @@ METHODS: Mapping[str, Controls] = {
 }
 
 
+# What a 2025-era tools/call sends its client on its open event stream (mcp/open_stream.py), by method: the call
+# waits for the answer holding one of the caller's slots, taken when it asks, until the answer or its deadline.
+SERVER_REQUESTS: Mapping[str, Controls] = {
+    "elicitation/create": replace(MCP_POST, slot=True, deadline=ANSWER_WAIT),
+}
+# The client's answer to one of them: a POST of a JSON-RPC response (no method), written to RateLimitTable for
+# the waiting call (mcp_backend.elicitation_answers), answered 202. It runs nothing: no slot, no scope.
+ANSWERS = replace(MCP_POST, deadline=ANSWER_WRITE)
+
+
 def tool_doors(table: Iterable[Tool]) -> dict[str, Controls]:
     """Each MCP tool of the table with its controls: a synchronous tool as it declares (a network tool holds a
     slot), a job's submit tools (one, many) with the tier's job quota."""
@@ -158,8 +171,8 @@ def _door(controls: Controls) -> Door:
 UNREADABLE = Door(access=frozenset({Access.SUBMIT}))
 # A reading of a body that was not made (a batch, or a body the parsers might read differently).
 UNREAD: Any = object()
-# A message without a method (a response, or one the SDK refuses as invalid): it runs nothing.
-NO_METHOD = Door()
+# A message without a method (a response, or one the SDK refuses as invalid): it runs nothing (ANSWERS).
+NO_METHOD = _door(ANSWERS)
 
 
 class DoorTable:
@@ -243,6 +256,8 @@ def markdown() -> str:
     lines += [row(f"McpServer `{method} {path}`", c) for (method, path), c in MCP_ROUTES.items()]
     lines += [row(f"AuthorizationServer `{method} {path}`", c) for (method, path), c in AUTHORIZATION_ROUTES.items()]
     lines += [row(f"method `{name}`", c) for name, c in METHODS.items()]
+    lines += [row(f"asked of the client: `{name}` (2025 era)", c) for name, c in SERVER_REQUESTS.items()]
+    lines.append(row("answer to a question (a JSON-RPC response)", ANSWERS))
     lines += [row(f"tool `{name}`", c) for name, c in sorted(TOOL_DOORS.items())]
     return "\n".join(lines) + "\n"
 

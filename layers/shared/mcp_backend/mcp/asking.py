@@ -8,8 +8,10 @@ client retries the same call with `inputResponses.confirm` and the state; any ex
 A tampered, expired or foreign state is the SDK's -32602 "Invalid or expired requestState". An answer missing or
 not matching the requested schema is -32602 naming the field, as the spec answers invalid params. A declined or
 cancelled form, or an endpoint that cannot ask (no shared key), is a tool execution error saying so.
-Clients of the 2025 era are not asked (the stateless endpoint has no back channel for `elicitation/create`): a
-call that would ask runs as before.
+A client of the 2025 era is asked as that era allows: an `elicitation/create` request on the call's open event
+stream, answered by a separate POST that any execution environment may receive (mcp_backend.mcp.open_stream), when
+its session says it declared elicitation (mcp_backend.mcp.sessions); otherwise the call that would ask ends with
+a tool error saying why (CannotAsk), and nothing is queued.
 """
 
 from __future__ import annotations
@@ -17,18 +19,33 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError, NoBackChannelError
+from mcp_types import (
+    INVALID_PARAMS,
+    ClientCapabilities,
+    ElicitationCapability,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    InputRequiredResult,
+)
 from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mcp_backend.mcp.request_state_key import SharedRequestStateKey
+from mcp_backend.tools.errors import CannotAsk
 
 # The protocol version from which a request may be answered `input_required`.
 ASKING_SINCE = "2026-07-28"
 CONFIRM = "confirm"
 # What the server seals between the rounds: which question was asked (the boundary binds tool, arguments, caller).
 CONFIRM_STATE = "confirm/v1"
+ELICITATION = ClientCapabilities(elicitation=ElicitationCapability())
+NOT_DECLARED = (
+    "this client did not declare elicitation when it initialized (or its session id has expired): initialize "
+    "again with the elicitation capability"
+)
 CONFIRM_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -90,3 +107,37 @@ def confirmation(
     if not confirmed(params.get("inputResponses")):
         raise NotConfirmed("Not confirmed: no job was queued.")
     return None
+
+
+async def ask_on_the_open_stream(
+    ctx: ServerRequestContext[Any, Any], message: str, schema: dict[str, Any]
+) -> ElicitResult:
+    """The 2025 era's question: `elicitation/create` on the call's own event stream, and the client's answer.
+    Raises CannotAsk when the client cannot be asked (another era, no declared elicitation, no channel) or did
+    not answer in time (its message says which)."""
+    if is_version_at_least(ctx.protocol_version, ASKING_SINCE):
+        raise CannotAsk("from protocol 2026-07-28 a tool asks with input_required, not on the stream")
+    if not ctx.session.check_client_capability(ELICITATION) or not ctx.session.can_send_request:
+        raise CannotAsk(NOT_DECLARED)
+    try:
+        return await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+    except NoBackChannelError:
+        raise CannotAsk(NOT_DECLARED) from None
+    except MCPError as error:
+        raise CannotAsk(f"the question was not answered: {error.error.message}") from None
+    except ValidationError:
+        raise CannotAsk("the client's answer is not an elicitation result") from None
+
+
+async def confirmed_on_the_open_stream(ctx: ServerRequestContext[Any, Any], question: str) -> None:
+    """A 2025-era confirmation: returns once the user confirmed; else NotConfirmed saying why."""
+    try:
+        answer = await ask_on_the_open_stream(ctx, question, CONFIRM_SCHEMA)
+    except CannotAsk as refused:
+        raise NotConfirmed(f"This analysis needs your confirmation, and {refused}") from None
+    try:
+        accepted = confirmed({CONFIRM: answer.model_dump(mode="json", by_alias=True, exclude_none=True)})
+    except MCPError:
+        raise NotConfirmed("The answer does not fit the question (a boolean confirm): no job was queued.") from None
+    if not accepted:
+        raise NotConfirmed("Not confirmed: no job was queued.")

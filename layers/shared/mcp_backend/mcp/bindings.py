@@ -16,7 +16,7 @@ anything else is the SDK's generic tool error.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
 
 import anyio.from_thread
@@ -41,7 +41,13 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 from mcp_backend.api_keys import Principal
 from mcp_backend.jobs.errors import JobRequestError
 from mcp_backend.jobs.service import MAX_BATCH_ITEMS, JobsService
-from mcp_backend.mcp.asking import NotConfirmed, confirmation
+from mcp_backend.mcp.asking import (
+    ASKING_SINCE,
+    NotConfirmed,
+    ask_on_the_open_stream,
+    confirmation,
+    confirmed_on_the_open_stream,
+)
 from mcp_backend.mcp.auth import current_caller
 from mcp_backend.mcp.icons import TOOL_ICONS
 from mcp_backend.mcp.request_state_key import SharedRequestStateKey
@@ -49,7 +55,7 @@ from mcp_backend.mcp.worker_threads import run_in_worker_thread
 from mcp_backend.netsafety import UnsafeUrl
 from mcp_backend.observability import logger
 from mcp_backend.quotas import QuotaExceeded
-from mcp_backend.tools.context import ProgressCallback, StrictInput
+from mcp_backend.tools.context import AskCallback, ProgressCallback, StrictInput
 from mcp_backend.tools.errors import ToolError
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.submissions import JobSubmissions, SubmittedBatch, SubmittedJob, model_name
@@ -207,6 +213,11 @@ class ToolBindings:
         )
         # Tools whose synchronous calls fetch from the network: each call holds one of the caller's slots.
         self.network_tools = frozenset(tool.name for tool in table.values() if tool.runs_sync and tool.reaches_network)
+        # Tools whose calls may ask their user: a 2025-era call of one asks on its open event stream.
+        self.asking_tools = frozenset(
+            [tool.name for tool in table.values() if tool.runs_sync and tool.asks]
+            + [tool.submit_name for tool in self.submissions.tools.values() if tool.confirm is not None]
+        )
 
         # Links to the resources a tool's answer names (a job's result); none until the resource table is bound.
         self.result_links: Callable[[ServerContext, dict[str, Any]], list[ResourceLink]] = lambda ctx, value: []
@@ -297,6 +308,8 @@ class ToolBindings:
             context = self.services.context_for(
                 current, principal.user_id, progress, principal.tier, deadline_seconds=self.sync_call_deadline_seconds
             )
+            if current.asks:
+                context = replace(context, ask=_asker(ctx))
             result = await run_in_worker_thread(reported, current, arguments, context)
             if streams_progress:
                 await report(1.0, 1.0, "done")
@@ -368,6 +381,12 @@ class ToolBindings:
             return
         if question is None:
             return
+        if not is_version_at_least(ctx.protocol_version, ASKING_SINCE):
+            try:
+                await confirmed_on_the_open_stream(ctx, question)
+            except NotConfirmed as refused:
+                raise ToolCallFailed(f"NotConfirmed: {refused}") from None
+            return
         try:
             # In a worker thread: the first ask of an environment reads the shared key (a network call).
             asked = await run_in_worker_thread(
@@ -414,6 +433,16 @@ class StrictArguments:
                     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
                 raise MCPError(INVALID_PARAMS, message) from None
         return await call_next(ctx)
+
+
+def _asker(ctx: ServerContext) -> AskCallback:
+    """A tool's `ctx.ask` from its worker thread: the question goes out on the event loop, on this call's stream."""
+
+    def ask(message: str, schema: dict[str, Any]) -> dict[str, Any]:
+        result = anyio.from_thread.run(ask_on_the_open_stream, ctx, message, schema)
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    return ask
 
 
 def _caller(ctx: ServerContext) -> Principal:

@@ -81,7 +81,7 @@ CORS_REQUEST_HEADERS = frozenset(
     }
 )
 CORS_PARAM_HEADER_PREFIX = "mcp-param-"
-CORS_EXPOSED_HEADERS = b"WWW-Authenticate, MCP-Protocol-Version, Retry-After, X-Correlation-Id"
+CORS_EXPOSED_HEADERS = b"WWW-Authenticate, MCP-Protocol-Version, Mcp-Session-Id, Retry-After, X-Correlation-Id"
 CORS_MAX_AGE_SECONDS = b"600"
 # What the guard answers itself, made once.
 HEALTHY = Answer(200, b"ok")
@@ -427,7 +427,7 @@ class McpHttpGuard:
 
 
 class _GuardedResponse:
-    """One response of the SDK app on its way out: the session id dropped, an event stream made proxy-safe
+    """One response of the SDK app on its way out: an event stream made proxy-safe
     (no caching, no buffering), opened at once with a comment, kept alive while quiet, and always ended."""
 
     def __init__(self, send: Send, keepalive_seconds: float) -> None:
@@ -463,7 +463,7 @@ class _GuardedResponse:
             await self.write(message)
             return
         self.started = True
-        headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"mcp-session-id"]
+        headers = list(message.get("headers", []))  # a session id is the endpoint's own (mcp/sessions.py)
         if not _header(headers, b"content-type").startswith(b"text/event-stream"):
             await self.write({**message, "headers": headers})
             return

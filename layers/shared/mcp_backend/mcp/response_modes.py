@@ -9,7 +9,8 @@ while it waits), go to the event-stream transport (its first byte leaves before 
 request (initialize, ping, tools/list, server/discover, listings, quiet
 tool calls) is answered as JSON without a stream: a quiet 2025-era tools/call by the SDK's single-exchange kernel
 in the request's own task (mcp/single_exchange.py), a tools/list the SDK has answered before, alike but for its
-id, with that answer (mcp/listing_answers.py), the rest by the JSON transport. The protocol handling, both eras
+id, with that answer (mcp/listing_answers.py), the rest by the JSON transport; a 2025-era call that asks its user,
+and the answer to its question, by mcp/open_stream.py. The protocol handling, both eras
 included, stays the SDK's.
 """
 
@@ -25,6 +26,7 @@ from starlette.types import Receive, Scope, Send
 
 from mcp_backend.doors import UNREAD
 from mcp_backend.mcp.listing_answers import ListingAnswers
+from mcp_backend.mcp.open_stream import OpenStreamExchange
 from mcp_backend.mcp.request_body import ClientDisconnected, request_body
 from mcp_backend.mcp.single_exchange import SingleExchange
 
@@ -67,12 +69,14 @@ class ResponseModes:
         stream_app: Starlette,
         streaming_tools: Collection[str],
         single_exchange: SingleExchange | None = None,
+        open_stream: OpenStreamExchange | None = None,
     ) -> None:
         self.json_app = json_app
         self.stream_app = stream_app
         self.streaming_tools = frozenset(streaming_tools)
         self.listings = ListingAnswers(json_app)
         self.single_exchange = single_exchange
+        self.open_stream = open_stream
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -90,6 +94,12 @@ class ResponseModes:
                 message = json.loads(body)
             except (ValueError, RecursionError):
                 message = None  # the SDK answers it with its parse error
+        if self.open_stream is not None:
+            # A 2025-era call that asks its user on its stream, an answer to its question, a session id for
+            # an initialize that declares elicitation (mcp/open_stream.py).
+            if await self.open_stream.serves(scope, replay, send, body, message, streams=accepts_both(scope)):
+                return
+            send = await self.open_stream.with_session_id(message, send)
         streamed = streams_its_answer(message, self.streaming_tools) or waits_on_a_task(message, scope)
         if streamed or not accepts_both(scope):
             await self.stream_app(scope, replay, send)
@@ -109,6 +119,8 @@ class ResponseModes:
                 await stack.enter_async_context(app.router.lifespan_context(app))
             if self.single_exchange is not None:
                 await stack.enter_async_context(self.single_exchange.running())
+            if self.open_stream is not None:
+                await stack.enter_async_context(self.open_stream.running())
             yield
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:

@@ -41,6 +41,8 @@ from mcp_backend.call_slots import InFlightSlots, SlotLease
 from mcp_backend.calllog.shipper import RecordShipper
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import McpSettings, load_settings
+from mcp_backend.doors import TOOL_DOORS
+from mcp_backend.elicitation_answers import AnswerMailbox
 from mcp_backend.mcp import edge_origin
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
@@ -49,12 +51,14 @@ from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 from mcp_backend.mcp.iam_callers import IamCallerAuthenticator
 from mcp_backend.mcp.icons import SERVER_ICONS
 from mcp_backend.mcp.internal_errors import InternalErrorsWithoutText
+from mcp_backend.mcp.open_stream import OpenStreamExchange
 from mcp_backend.mcp.prompts import PromptBindings
 from mcp_backend.mcp.request_spans import TracedRequests
 from mcp_backend.mcp.request_state_key import SharedRequestStateKey
 from mcp_backend.mcp.resources import ResourceBindings
 from mcp_backend.mcp.response_modes import ResponseModes
 from mcp_backend.mcp.restore_hook import with_after_restore_hook
+from mcp_backend.mcp.sessions import SessionTokens
 from mcp_backend.mcp.single_exchange import SingleExchange
 from mcp_backend.mcp.table_server import table_server
 from mcp_backend.mcp.tasks import JobTasks, task_extensions
@@ -74,6 +78,9 @@ if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
 
 SERVER_NAME = "mcp-backend"
+# The share of the function's timeout a question on a 2025-era call's stream may wait for its answer: the rest
+# is the tool's own run after the answer and the answer's way out.
+ANSWER_WAIT_SHARE = 0.8
 CALL_LOG_SHUTDOWN_BUDGET_SECONDS = 0.25
 
 
@@ -209,15 +216,18 @@ def create_app(
     edge_check: EdgeOriginCheck | None = None,
     resource_table: Mapping[str, ResourceKind] = RESOURCES,
     prompt_table: Mapping[str, Prompt] = PROMPTS,
+    tool_table: Mapping[str, Tool] = TOOLS,
+    answer_wait_seconds: float | None = None,
 ) -> ASGIApp:
     """Build the endpoint. Settings default to the environment (the McpServer function's template entry);
     AWS clients are created on first use, from `client_factory` when given, else boto3. The rate limiter's clock
     and lease-ahead executor are injectable, so a test decides when a window turns and a lease ahead lands.
-    The resource and prompt tables are the backend's; only the local stack and tests pass others (the
-    conformance fixtures, devstack/conformance_fixtures.py), in code: no setting of the template can."""
+    The tool, resource and prompt tables are the backend's; only the local stack and tests pass others (the
+    conformance fixtures, devstack/conformance_fixtures.py), in code: no setting of the template can. A question
+    on a 2025-era call's stream waits `answer_wait_seconds` for its answer (default: a share of the timeout)."""
     settings = settings or load_settings(McpSettings)
     clients = AwsClients(client_factory)
-    bindings = tool_bindings(settings, clients)
+    bindings = tool_bindings(settings, clients, tool_table)
     if authenticator is None:
         authenticator = default_authenticator(settings, clients)
     # CallLog Disabled leaves the stream's name unset: no shipper, no call-log records.
@@ -269,7 +279,17 @@ def create_app(
         )
         for json_response in (True, False)
     )
-    sdk_app = ResponseModes(json_app, stream_app, bindings.streaming_tools, SingleExchange(server))
+    call_slots = TierCallSlots(settings, clients, lease_ahead)
+    # 2025-era calls that ask their user on their stream, and the answers (any environment receives them).
+    open_stream = OpenStreamExchange(
+        server,
+        SessionTokens(bindings.request_state_key),
+        AnswerMailbox(settings.rate_limit_table_name, LazyClient("dynamodb", clients)),
+        call_slots,
+        bindings.asking_tools,
+        answer_wait_seconds or settings.function_timeout_seconds * ANSWER_WAIT_SHARE,
+    )
+    sdk_app = ResponseModes(json_app, stream_app, bindings.streaming_tools, SingleExchange(server), open_stream)
     guard = McpHttpGuard(
         sdk_app,
         path=settings.mcp_path,
@@ -279,7 +299,9 @@ def create_app(
         resource=settings.oauth_resource,
         pinned_resource=StackUrl(settings.oauth_resource_parameter) if settings.oauth_resource_parameter else None,
         rate_limit=TierRateLimit(settings, clients, rate_limit_clock, lease_ahead),
-        call_slots=TierCallSlots(settings, clients, lease_ahead),
+        call_slots=call_slots,
+        # Tools beyond the backend's table (the conformance fixtures) get a door with their scope.
+        tool_access={name: access for name, access in bindings.access.items() if name not in TOOL_DOORS},
         max_body_bytes=settings.mcp_max_body_bytes,
         iam_callers=IamCallerAuthenticator.from_setting(settings.iam_caller_tiers) if settings.iam_callers else None,
     )

@@ -92,7 +92,7 @@ def _header(scope: Scope, name: bytes) -> list[bytes]:
     return [value for key, value in scope["headers"] if key.lower() == name]
 
 
-def _protocol_version(scope: Scope) -> str | None:
+def handshake_version(scope: Scope) -> str | None:
     """The 2025-era version this request names (the spec's default when it names none), or None when the SDK's
     transport would not serve it as a 2025-era request."""
     versions = _header(scope, b"mcp-protocol-version")
@@ -104,12 +104,44 @@ def _protocol_version(scope: Scope) -> str | None:
     return version if version in HANDSHAKE_PROTOCOL_VERSIONS else None
 
 
-class SingleExchange:
-    """Answers the requests `request_for` accepts through the SDK's `serve_one`; ResponseModes asks it first."""
+def one_message(body: bytes) -> Any:
+    """The body as one JSON-RPC message, parsed and validated as the SDK's transport does (so a body it refuses is
+    still refused by it); None when it is not one."""
+    try:
+        return jsonrpc_message_adapter.validate_python(pydantic_core.from_json(body), by_name=False)
+    except (ValueError, ValidationError):
+        return None
 
-    def __init__(self, server: Server[Any], max_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_SIZE) -> None:
+
+def one_request(body: bytes) -> JSONRPCRequest | None:
+    message = one_message(body)
+    return message if isinstance(message, JSONRPCRequest) else None
+
+
+async def served(
+    server: Server[Any], dctx: Any, request: JSONRPCRequest, connection: Connection, lifespan_state: Any
+) -> JSONRPCResponse | JSONRPCError:
+    """One request run by the SDK's `serve_one`, its result or failure as the JSON-RPC reply to write."""
+    try:
+        result = await serve_one(
+            server, dctx, request.method, request.params, connection=connection, lifespan_state=lifespan_state
+        )
+        return JSONRPCResponse(jsonrpc="2.0", id=request.id, result=result)
+    except Exception as error:  # noqa: BLE001 - mapped as the SDK's dispatcher maps it, never with its text
+        data = handler_exception_to_error_data(error)
+        if data is None:
+            # The SDK middleware answers every other failure itself (mcp/internal_errors.py); one that escapes
+            # it still gets no exception text on the wire.
+            logger.exception("tools/call failed outside the tool's middleware")
+            data = ErrorData(code=INTERNAL_ERROR, message="Internal error")
+        return JSONRPCError(jsonrpc="2.0", id=request.id, error=data)
+
+
+class DirectlyServed:
+    """Requests run by the SDK's `serve_one` in the request's own task, within the server's lifespan."""
+
+    def __init__(self, server: Server[Any]) -> None:
         self.server = server
-        self.max_body_bytes = max_body_bytes
         self._lifespan_state: Any = None
 
     @asynccontextmanager
@@ -122,6 +154,14 @@ class SingleExchange:
             finally:
                 self._lifespan_state = None
 
+
+class SingleExchange(DirectlyServed):
+    """Answers the requests `request_for` accepts through the SDK's `serve_one`; ResponseModes asks it first."""
+
+    def __init__(self, server: Server[Any], max_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_SIZE) -> None:
+        super().__init__(server)
+        self.max_body_bytes = max_body_bytes
+
     def request_for(self, scope: Scope, body: bytes, message: Any) -> tuple[JSONRPCRequest, str] | None:
         """The request and its protocol version when this answers it, else None (the SDK's transport does)."""
         method = message.get("method") if isinstance(message, dict) else None
@@ -129,7 +169,7 @@ class SingleExchange:
             return None
         if scope["method"] != "POST" or len(body) > self.max_body_bytes:
             return None
-        version = _protocol_version(scope)
+        version = handshake_version(scope)
         if version is None:
             return None
         request = Request(scope)
@@ -137,36 +177,15 @@ class SingleExchange:
         content_type = request.headers.get("content-type", "")
         if not has_json or CONTENT_TYPE_JSON not in (part.strip() for part in content_type.split(";")[0].split(",")):
             return None
-        try:
-            # Parsed and validated as the transport does, so a body it refuses is still refused by it.
-            parsed = jsonrpc_message_adapter.validate_python(pydantic_core.from_json(body), by_name=False)
-        except (ValueError, ValidationError):
-            return None
-        return (parsed, version) if isinstance(parsed, JSONRPCRequest) else None
+        parsed = one_request(body)
+        return (parsed, version) if parsed is not None else None
 
     async def answer(self, scope: Scope, receive: Receive, send: Send, request: JSONRPCRequest, version: str) -> None:
         metadata = ServerMessageMetadata(request_context=Request(scope, receive), can_send_request=False)
         # Born ready, as the stateless transport's connection is: the header's version, nothing of the client.
         connection = Connection.from_envelope(version, None, None)
-        reply: JSONRPCResponse | JSONRPCError
-        try:
-            result = await serve_one(
-                self.server,
-                _OneRequest(request.id, metadata),
-                request.method,
-                request.params,
-                connection=connection,
-                lifespan_state=self._lifespan_state,
-            )
-            reply = JSONRPCResponse(jsonrpc="2.0", id=request.id, result=result)
-        except Exception as error:  # noqa: BLE001 - mapped as the SDK's dispatcher maps it, never with its text
-            data = handler_exception_to_error_data(error)
-            if data is None:
-                # The SDK middleware answers every other failure itself (mcp/internal_errors.py); one that escapes
-                # it still gets no exception text on the wire.
-                logger.exception("tools/call failed outside the tool's middleware")
-                data = ErrorData(code=INTERNAL_ERROR, message="Internal error")
-            reply = JSONRPCError(jsonrpc="2.0", id=request.id, error=data)
+        dctx = _OneRequest(request.id, metadata)
+        reply = await served(self.server, dctx, request, connection, self._lifespan_state)
         body = reply.model_dump_json(by_alias=True, exclude_unset=True).encode()
         await send(
             {

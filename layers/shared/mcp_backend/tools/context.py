@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -14,7 +14,7 @@ from mcp_backend.config import TierLimits, TierLimitSettings
 from mcp_backend.jobs.errors import JobCancelled
 from mcp_backend.tiers import LOWEST_TIER
 from mcp_backend.tools.dataset_stream import FetchPolicy, past_deadline
-from mcp_backend.tools.errors import ToolError
+from mcp_backend.tools.errors import CannotAsk, ToolError
 from mcp_backend.validation import describe_validation_error
 
 if TYPE_CHECKING:  # the services are built by mcp_backend.tools.services; the tool table loads without them
@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # the services are built by mcp_backend.tools.services; the t
     from mcp_backend.probes.registry import EndpointRegistry
 
 ProgressCallback = Callable[[float, str], None]
+# A question to the user (message, form schema) and the elicitation result it got.
+AskCallback = Callable[[str, dict[str, Any]], dict[str, Any]]
 # In the worker: whether the job's owner cancelled it (a consistent read of its status).
 CancellationCheck = Callable[[], bool]
 
@@ -86,6 +88,9 @@ class ToolContext:
     allow_loopback_endpoints: bool = False
     uptime_window_seconds: int = 86400
     cancelled: CancellationCheck | None = None
+    # Asks the caller's user (a message and a form's JSON schema) and returns the elicitation result
+    # (`action`, `content`); None where nobody can be asked (the worker, a tool that does not declare `asks`).
+    ask: AskCallback | None = None
 
     def checkpoint(self) -> None:
         """Where a long tool may stop: raises JobCancelled when its job was cancelled (in the worker), and
@@ -93,6 +98,13 @@ class ToolContext:
         past_deadline(self.fetch_policy)
         if self.cancelled is not None and self.cancelled():
             raise JobCancelled("the job was cancelled by its owner")
+
+    def elicit(self, message: str, schema: dict[str, Any]) -> dict[str, Any]:
+        """The user's answer to a form (`action`: accept, decline or cancel; `content` when accepted). Raises
+        CannotAsk when nobody can be asked here."""
+        if self.ask is None:
+            raise CannotAsk("this tool cannot ask its user here")
+        return self.ask(message, schema)
 
     def job_service(self) -> JobsService:
         if self.jobs is None:

@@ -23,6 +23,10 @@ class InvalidToolInput(ToolError):
     """The arguments do not describe a request the tool can run."""
 
 
+class CannotAsk(ToolError):
+    """The tool needs its user's answer and cannot have it: the client cannot be asked, or did not answer."""
+
+
 class UnsafeDatasetUrl(ToolError):
     """The URL's scheme or (resolved) host is not allowed by the fetch policy."""
 

@@ -79,6 +79,10 @@ class Tool:
     # Before a job of it is queued: the question the user must confirm for this input (a large or costly run),
     # or None to queue it at once. Asked through the 2026-07-28 multi-round-trip request (mcp_backend.mcp.asking).
     confirm: Callable[[Any], str | None] | None = None
+    # Its synchronous run may ask its user mid-call (`ctx.ask`, a form elicitation): a 2025-era call asks on its
+    # open event stream and waits for the answer (mcp_backend.mcp.open_stream); a client that cannot be asked gets a
+    # tool error (CannotAsk).
+    asks: bool = False
     # The MCP Apps view (a `ui://` resource of the resource table) a host renders its synchronous result in.
     ui_resource_uri: str | None = None
     # Its jobs may outlast the queued worker's timeout: every job of it runs as a durable execution when the
