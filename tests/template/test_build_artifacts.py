@@ -164,10 +164,10 @@ def test_the_endpoint_only_parts_ship_in_the_mcp_layer_and_nothing_in_the_core_l
     """Given both built layers, then mcp_backend's endpoint and authorization-server parts are in McpLayer and not
     in the core layer, and no module left in the core layer imports them (a function without McpLayer would
     fail at its first import on Lambda)."""
-    parts = [f"mcp_backend.{name}" for name in mcp_layer_parts()]
-    assert parts == ["mcp_backend.mcp", "mcp_backend.authorization"]
+    parts = [f"mcp_backend.{name.removesuffix('.py')}" for name in mcp_layer_parts()]
+    assert parts == ["mcp_backend.mcp", "mcp_backend.authorization", "mcp_backend.edge_origin"]
     for name in mcp_layer_parts():
-        assert (layer_dir("McpLayer") / "mcp_backend" / name / "__init__.py").is_file()
+        assert (layer_dir("McpLayer") / "mcp_backend" / name).exists()
         assert not (layer_dir() / "mcp_backend" / name).exists()
     # McpLayer adds folders to the core layer's package: its own __init__ would replace the core layer's on /opt.
     assert not (layer_dir("McpLayer") / "mcp_backend" / "__init__.py").exists()
