@@ -58,6 +58,14 @@ def _import(python: Path, module: str, environment: dict[str, str]) -> tuple[flo
     return found["seconds"], found["packages"]
 
 
+def served_module(code_dir: Path, handler: str) -> str:
+    """The module a function's init imports: a handler's, or for a web function (its handler is a start script)
+    the app module uvicorn's factory names (`--factory mcp_backend.mcp.server:create_app`)."""
+    if not handler.endswith(".sh"):
+        return handler.rsplit(".", 1)[0]
+    return (code_dir / handler).read_text().split("--factory ", 1)[1].split(":", 1)[0]
+
+
 def previous_release(python: Path) -> Path:
     """The previous release's `functions/` and shared package, unpacked from git once per commit and compiled for
     the runtime's interpreter."""
@@ -170,7 +178,7 @@ def run() -> list[str]:
     release = previous_release(deployed.python)
     rows, size_rows, figures, bare_samples, imported, previous = [], [], {}, [], {}, {}
     for spec in specs:
-        module = "mcp_backend.mcp.server" if spec.handler.endswith(".sh") else spec.handler.rsplit(".", 1)[0]
+        module = served_module(spec.code_dir, spec.handler)
         layer_ids = deployed.layer_ids(spec.layer_refs)
         with function_environment(spec, stack.region):
             environment = {name: os.environ[name] for name in (*spec.environment, *RUNTIME_NAMES)}

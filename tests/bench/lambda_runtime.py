@@ -104,9 +104,16 @@ def cold_starts(runtime: LambdaRuntime, scratch: Path) -> dict[str, tuple[float,
     """Per function, the median init without .pyc, as built, and of the previous release's handler and shared
     package (.pyc precompiled) on the same built dependencies and environment (None: that release had no such
     function), the three alternating."""
-    layer = BUILD_DIR / "SharedLayer"
+    layer, mcp_layer = BUILD_DIR / "SharedLayer", BUILD_DIR / "McpLayer"
     plain = scratch / "SharedLayer"
     shutil.copytree(layer, plain, ignore=shutil.ignore_patterns("__pycache__"))
+    # McpLayer carries mcp_backend's endpoint-only parts (layers/shared/Makefile): without .pyc in the plain
+    # variant, and left out of the previous release's, whose core layer holds its whole mcp_backend.
+    plain_mcp, released_mcp = scratch / "McpLayer", scratch / "McpLayer-previous-release"
+    shutil.copytree(mcp_layer, plain_mcp)
+    for folder in (plain_mcp / "python" / "mcp_backend").rglob("__pycache__"):
+        shutil.rmtree(folder)
+    shutil.copytree(mcp_layer, released_mcp, ignore=shutil.ignore_patterns("mcp_backend"))
     release = previous_release(Path(runtime.image.python))
     released_layer = scratch / "SharedLayer-previous-release"
     shutil.copytree(layer, released_layer, ignore=shutil.ignore_patterns("mcp_backend"))
@@ -114,10 +121,12 @@ def cold_starts(runtime: LambdaRuntime, scratch: Path) -> dict[str, tuple[float,
     results = {}
     for logical_id, function in runtime.functions.items():
         variants: list[LambdaFunction | None] = []
-        for variant in (plain, layer):
-            layers = tuple(variant if path == layer else path for path in function.layer_dirs)
+        for variant in ({layer: plain, mcp_layer: plain_mcp}, {}):
+            layers = tuple(variant.get(path, path) for path in function.layer_dirs)
             variants.append(dataclasses.replace(function, layer_dirs=layers))
-        variants.append(_previous_release_function(function, release, layer, released_layer, scratch))
+        variants.append(
+            _previous_release_function(function, release, {layer: released_layer, mcp_layer: released_mcp}, scratch)
+        )
         samples: list[list[float]] = [[], [], []]
         for _ in range(COLD_STARTS):
             for index, variant_function in enumerate(variants):
@@ -134,9 +143,10 @@ def cold_starts(runtime: LambdaRuntime, scratch: Path) -> dict[str, tuple[float,
 
 
 def _previous_release_function(
-    function: LambdaFunction, release: Path, layer: Path, released_layer: Path, scratch: Path
+    function: LambdaFunction, release: Path, released_layers: dict[Path, Path], scratch: Path
 ) -> LambdaFunction | None:
-    """`function` with the previous release's handler folder (over its built one) and shared package, or None."""
+    """`function` with the previous release's handler folder (over its built one) and shared package (each built
+    layer replaced as `released_layers` says), or None."""
     code = release / function.spec.code_dir.relative_to(ROOT)
     if not code.is_dir():
         return None
@@ -146,7 +156,7 @@ def _previous_release_function(
     return dataclasses.replace(
         function,
         task_dir=task,
-        layer_dirs=tuple(released_layer if path == layer else path for path in function.layer_dirs),
+        layer_dirs=tuple(released_layers.get(path, path) for path in function.layer_dirs),
         environment={**PREVIOUS_RELEASE_ENVIRONMENT, **function.environment},
     )
 
