@@ -20,7 +20,7 @@ import boto3
 from moto import mock_aws
 
 from devstack.runtime.interpreter import RUNTIME_VERSION
-from tests.bench.measure import RESULTS, ROOT, DeployedPython, probe_in_new_interpreter
+from tests.bench.measure import RESULTS, ROOT, DeployedPython, load_average, probe_in_new_interpreter
 
 RUNS = 5
 # Packages whose presence says what a function pays for (the MCP stack, the AWS SDK, tracing).
@@ -175,6 +175,7 @@ def run() -> list[str]:
     bare_environment = deployed.environment(bare_dir, [], **credentials)
 
     build_dir = deployed.build_dir
+    load_before = load_average()
     release = previous_release(deployed.python)
     rows, size_rows, figures, bare_samples, imported, previous = [], [], {}, [], {}, {}
     for spec in specs:
@@ -198,6 +199,7 @@ def run() -> list[str]:
         imported[spec.logical_id] = (module, statistics.median(samples), packages, layer_ids)
         previous[spec.logical_id] = statistics.median(previous_samples) if previous_samples else None
     bare = statistics.median(bare_samples)
+    load_after = load_average()
     for spec in specs:
         module, seconds, packages, layer_ids = imported[spec.logical_id]
         loaded = [name for name in WATCHED if name in packages]
@@ -243,7 +245,8 @@ def run() -> list[str]:
         f"Previous release: commit `{PREVIOUS_RELEASE[:7]}` (the last of 2026-12-01), its handler and shared "
         f"package (.pyc precompiled) on the same built dependencies, measured in the same run, alternating; `-` "
         f"where it had no such function. Loaded: the packages of interest found in `sys.modules` afterwards (the "
-        f"full list is in `docs/benchmarks.json`).",
+        f"full list is in `docs/benchmarks.json`). Load average (1, 5, 15 min) when the imports began: "
+        f"{load_before}; when they ended: {load_after}.",
         "",
         "| function | module | cold import | previous release | now / previous | vs bare boto3 handler | loaded |",
         "|---|---|---|---|---|---|---|",

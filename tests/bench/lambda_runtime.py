@@ -22,7 +22,7 @@ from devstack.runtime.lambda_runtime import FunctionPool, LambdaRuntime
 from devstack.server import DevStack
 from devstack.stack.resources import FunctionSpec
 from tests.bench.functions import PREVIOUS_RELEASE, PREVIOUS_RELEASE_ENVIRONMENT, previous_release
-from tests.bench.measure import ROOT, lambda_runtime_stack
+from tests.bench.measure import ROOT, lambda_runtime_stack, load_average
 from tests.e2e.conftest import BUILD_DIR
 
 COLD_STARTS = 3
@@ -38,7 +38,9 @@ def run() -> list[str]:
         runtime = stack.environment.lambda_runtime
         assert runtime is not None
         with tempfile.TemporaryDirectory() as scratch:
+            loads = (load_average(), "")
             cold = cold_starts(runtime, Path(scratch))
+            loads = (loads[0], load_average())
         warm_lambda, warm_inprocess = warm_overhead(runtime)
         extension = extension_cost(stack, runtime)
         snapstart_init, snapstart_hooks = snapstart_restore_path(runtime)
@@ -56,7 +58,7 @@ def run() -> list[str]:
         f"Previous release: commit `{PREVIOUS_RELEASE[:7]}`'s handler and shared package (.pyc precompiled) on "
         "the same built dependencies and environment, alternating with the other two in the same run (`-`: no "
         "such function then). Absolute cold starts on this shared two-core machine vary between runs; read the "
-        "ratios.",
+        f"ratios. Load average (1, 5, 15 min) when the cold starts began: {loads[0]}; when they ended: {loads[1]}.",
         "",
         "| function | cold start, no .pyc | cold start, .pyc precompiled | ratio | previous release, .pyc "
         "| now / previous |",

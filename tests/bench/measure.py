@@ -125,6 +125,11 @@ class DeployedPython:
         }
 
 
+def load_average() -> str:
+    """The machine's load average over 1, 5 and 15 minutes: how busy the shared cores were around a measure."""
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
 def per_item_seconds(fn, items: int, repeats: int = 3) -> float:
     samples = []
     for _ in range(repeats):
