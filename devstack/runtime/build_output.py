@@ -40,12 +40,13 @@ def check_build(build_dir: Path, architecture: str, code_paths: dict[str, Path])
 
 
 def _first_unbuilt_file(source: Path, built: Path) -> Path | None:
-    """A source file whose built copy (at its path, or under python/ for a layer) is missing or differs."""
+    """A source file whose built copy (at its path, or under python/ for a layer) is missing or differs. A layer's
+    module may ship in another layer's python/ (layers/shared/Makefile, MCP_LAYER_PARTS): Lambda merges them."""
     for path in sorted(source.rglob("*")):
         if not path.is_file() or path.name in _BUILD_INPUTS or "__pycache__" in path.parts:
             continue
         relative = path.relative_to(source)
-        copies = [built / relative, built / "python" / relative]
+        copies = [built / relative, *built.parent.glob(f"*/python/{relative}")]
         if not any(copy.is_file() and copy.read_bytes() == path.read_bytes() for copy in copies):
             return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     return None

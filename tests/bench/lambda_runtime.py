@@ -22,7 +22,7 @@ from devstack.runtime.lambda_runtime import FunctionPool, LambdaRuntime
 from devstack.server import DevStack
 from devstack.stack.resources import FunctionSpec
 from tests.bench.functions import PREVIOUS_RELEASE, PREVIOUS_RELEASE_ENVIRONMENT, previous_release
-from tests.bench.measure import ROOT, lambda_runtime_stack
+from tests.bench.measure import ROOT, lambda_runtime_stack, load_average
 from tests.e2e.conftest import BUILD_DIR
 
 COLD_STARTS = 3
@@ -38,7 +38,9 @@ def run() -> list[str]:
         runtime = stack.environment.lambda_runtime
         assert runtime is not None
         with tempfile.TemporaryDirectory() as scratch:
+            loads = (load_average(), "")
             cold = cold_starts(runtime, Path(scratch))
+            loads = (loads[0], load_average())
         warm_lambda, warm_inprocess = warm_overhead(runtime)
         extension = extension_cost(stack, runtime)
         snapstart_init, snapstart_hooks = snapstart_restore_path(runtime)
@@ -56,7 +58,7 @@ def run() -> list[str]:
         f"Previous release: commit `{PREVIOUS_RELEASE[:7]}`'s handler and shared package (.pyc precompiled) on "
         "the same built dependencies and environment, alternating with the other two in the same run (`-`: no "
         "such function then). Absolute cold starts on this shared two-core machine vary between runs; read the "
-        "ratios.",
+        f"ratios. Load average (1, 5, 15 min) when the cold starts began: {loads[0]}; when they ended: {loads[1]}.",
         "",
         "| function | cold start, no .pyc | cold start, .pyc precompiled | ratio | previous release, .pyc "
         "| now / previous |",
@@ -104,9 +106,16 @@ def cold_starts(runtime: LambdaRuntime, scratch: Path) -> dict[str, tuple[float,
     """Per function, the median init without .pyc, as built, and of the previous release's handler and shared
     package (.pyc precompiled) on the same built dependencies and environment (None: that release had no such
     function), the three alternating."""
-    layer = BUILD_DIR / "SharedLayer"
+    layer, mcp_layer = BUILD_DIR / "SharedLayer", BUILD_DIR / "McpLayer"
     plain = scratch / "SharedLayer"
     shutil.copytree(layer, plain, ignore=shutil.ignore_patterns("__pycache__"))
+    # McpLayer carries mcp_backend's endpoint-only parts (layers/shared/Makefile): without .pyc in the plain
+    # variant, and left out of the previous release's, whose core layer holds its whole mcp_backend.
+    plain_mcp, released_mcp = scratch / "McpLayer", scratch / "McpLayer-previous-release"
+    shutil.copytree(mcp_layer, plain_mcp)
+    for folder in (plain_mcp / "python" / "mcp_backend").rglob("__pycache__"):
+        shutil.rmtree(folder)
+    shutil.copytree(mcp_layer, released_mcp, ignore=shutil.ignore_patterns("mcp_backend"))
     release = previous_release(Path(runtime.image.python))
     released_layer = scratch / "SharedLayer-previous-release"
     shutil.copytree(layer, released_layer, ignore=shutil.ignore_patterns("mcp_backend"))
@@ -114,10 +123,12 @@ def cold_starts(runtime: LambdaRuntime, scratch: Path) -> dict[str, tuple[float,
     results = {}
     for logical_id, function in runtime.functions.items():
         variants: list[LambdaFunction | None] = []
-        for variant in (plain, layer):
-            layers = tuple(variant if path == layer else path for path in function.layer_dirs)
+        for variant in ({layer: plain, mcp_layer: plain_mcp}, {}):
+            layers = tuple(variant.get(path, path) for path in function.layer_dirs)
             variants.append(dataclasses.replace(function, layer_dirs=layers))
-        variants.append(_previous_release_function(function, release, layer, released_layer, scratch))
+        variants.append(
+            _previous_release_function(function, release, {layer: released_layer, mcp_layer: released_mcp}, scratch)
+        )
         samples: list[list[float]] = [[], [], []]
         for _ in range(COLD_STARTS):
             for index, variant_function in enumerate(variants):
@@ -134,9 +145,10 @@ def cold_starts(runtime: LambdaRuntime, scratch: Path) -> dict[str, tuple[float,
 
 
 def _previous_release_function(
-    function: LambdaFunction, release: Path, layer: Path, released_layer: Path, scratch: Path
+    function: LambdaFunction, release: Path, released_layers: dict[Path, Path], scratch: Path
 ) -> LambdaFunction | None:
-    """`function` with the previous release's handler folder (over its built one) and shared package, or None."""
+    """`function` with the previous release's handler folder (over its built one) and shared package (each built
+    layer replaced as `released_layers` says), or None."""
     code = release / function.spec.code_dir.relative_to(ROOT)
     if not code.is_dir():
         return None
@@ -146,7 +158,7 @@ def _previous_release_function(
     return dataclasses.replace(
         function,
         task_dir=task,
-        layer_dirs=tuple(released_layer if path == layer else path for path in function.layer_dirs),
+        layer_dirs=tuple(released_layers.get(path, path) for path in function.layer_dirs),
         environment={**PREVIOUS_RELEASE_ENVIRONMENT, **function.environment},
     )
 

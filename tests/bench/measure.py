@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from devstack.runtime.build_output import check_build, layer_dirs_for
 from devstack.runtime.runtime_image import host_architecture, prepare_runtime_image
+from devstack.runtime.sandbox import opt_dir
 from devstack.server import DevStack, DevStackOptions
 from devstack.stack.template import Template
 from tests.e2e.conftest import BUILD_DIR, free_port
@@ -106,19 +107,27 @@ class DeployedPython:
         return [folder.name for folder in dirs if folder.parent == self.build_dir]
 
     def environment(self, first: Path | None, layer_ids: list[str], **variables: str) -> dict[str, str]:
-        """A new interpreter's environment. Module path: `first` (a function's code folder in the build), each
-        layer's python/, the runtime's packages. No .pyc written: Lambda's code and layers are read-only (/tmp
+        """A new interpreter's environment. Module path: `first` (a function's code folder in the build), the
+        layers' python/ merged as Lambda merges them into /opt/python (a package may span two layers), the
+        runtime's packages. No .pyc written: Lambda's code and layers are read-only (/tmp
         is the writable directory: "Lambda isolation technologies",
         https://docs.aws.amazon.com/whitepapers/latest/security-overview-aws-lambda/lambda-isolation-technologies.html),
         so what the build did not precompile is compiled again on every cold start."""
         folders = [first] if first else []
-        folders += [self.build_dir / layer_id / "python" for layer_id in layer_ids]
+        opt = opt_dir(tuple(self.build_dir / layer_id for layer_id in layer_ids))
+        if opt is not None:
+            folders.append(opt / "python")
         return {
             "PATH": os.environ["PATH"],
             "PYTHONPATH": os.pathsep.join(str(folder) for folder in [*folders, self.provided]),
             "PYTHONDONTWRITEBYTECODE": "1",
             **variables,
         }
+
+
+def load_average() -> str:
+    """The machine's load average over 1, 5 and 15 minutes: how busy the shared cores were around a measure."""
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def per_item_seconds(fn, items: int, repeats: int = 3) -> float:

@@ -31,6 +31,8 @@ def suffix(*parts: str) -> str:
 class Stack:
     name: str
     parameters: dict[str, Any] = field(default_factory=dict)
+    # The GitHub deploy role's option parameters (deploy/github-oidc-role.yaml: Edge, CustomDomainName, ...).
+    role_options: dict[str, str] = field(default_factory=dict)
 
     @property
     def boundary_arn(self) -> str:
@@ -189,7 +191,9 @@ class Stack:
     @property
     def deploy_role_policies(self) -> list[dict[str, Any]]:
         props = ROLE_TEMPLATE["Resources"]["DeployRole"]["Properties"]
-        scope = self.deploy_scope(ROLE_TEMPLATE, GitHubRepository="owner/repo", GitHubEnvironment="default")
+        scope = self.deploy_scope(
+            ROLE_TEMPLATE, GitHubRepository="owner/repo", GitHubEnvironment="default", **self.role_options
+        )
         documents = [scope.resolve(policy["PolicyDocument"]) for policy in props.get("Policies", [])]
         for reference in props.get("ManagedPolicyArns", []):
             policy = ROLE_TEMPLATE["Resources"][reference["Ref"]]["Properties"]
@@ -250,6 +254,10 @@ ARN_FORMATS = {
     "AWS::Logs::LogGroup": "arn:aws:logs:{region}:{account}:log-group:{name}",
     "AWS::Cognito::UserPool": "arn:aws:cognito-idp:{region}:{account}:userpool/{name}",
     "AWS::SSM::Parameter": "arn:aws:ssm:{region}:{account}:parameter{name}",  # the name begins with /
+    # CLOUDFRONT-scoped: in us-east-1, under global/; the id after the name is random
+    "AWS::WAFv2::WebACL": "arn:aws:wafv2:us-east-1:{account}:global/webacl/{name}/0a1b2c3d-0000-4000-8000-000000000000",
+    "AWS::CloudFront::Distribution": "arn:aws:cloudfront::{account}:distribution/E2ABCDEF012345",
+    "AWS::EC2::VPCEndpoint": "arn:aws:ec2:{region}:{account}:vpc-endpoint/vpce-0123456789abcdef0",
 }
 
 # What the AWS-managed policies SAM attaches to function roles grant (their published documents).

@@ -165,9 +165,42 @@ def test_no_module_in_either_layer_is_a_v1_style_pydantic_type():
     assert offenders == []
 
 
+def mcp_layer_parts() -> list[str]:
+    """The parts of mcp_backend `MCP_LAYER_PARTS` in the layers' Makefile ships in McpLayer instead of the core one."""
+    makefile = (Path(__file__).resolve().parents[2] / "layers" / "shared" / "Makefile").read_text()
+    return makefile.split("MCP_LAYER_PARTS :=", 1)[1].split("\n", 1)[0].split()
+
+
+def test_the_endpoint_only_parts_ship_in_the_mcp_layer_and_nothing_in_the_core_layer_imports_them():
+    """Given both built layers, then mcp_backend's endpoint and authorization-server parts are in McpLayer and not
+    in the core layer, and no module left in the core layer imports them (a function without McpLayer would
+    fail at its first import on Lambda)."""
+    parts = [f"mcp_backend.{name.removesuffix('.py')}" for name in mcp_layer_parts()]
+    assert parts == ["mcp_backend.mcp", "mcp_backend.authorization", "mcp_backend.edge_origin"]
+    for name in mcp_layer_parts():
+        assert (layer_dir("McpLayer") / "mcp_backend" / name).exists()
+        assert not (layer_dir() / "mcp_backend" / name).exists()
+    # McpLayer adds folders to the core layer's package: its own __init__ would replace the core layer's on /opt.
+    assert not (layer_dir("McpLayer") / "mcp_backend" / "__init__.py").exists()
+    core = layer_dir()
+    offenders = [
+        f"{source.relative_to(core)}: {sorted(hits)}"
+        for source in (core / "mcp_backend").rglob("*.py")
+        if (
+            hits := {
+                used
+                for used in names_used(source, core)
+                if any(used == part or used.startswith(part + ".") for part in parts)
+            }
+        )
+    ]
+    assert offenders == []
+
+
 def test_tool_workers_layers_are_at_most_15_mb_unzipped():
     """Given ToolWorker's layers in the arm64 build (the core layer and, with call-log telemetry on, its
-    extension's), when their files are summed as the bench sums them, then they hold at most 15 MiB unzipped."""
+    extension's), when their files are summed as the bench sums them, then they hold at most 15,000,000 bytes
+    unzipped."""
     # SAM names each layer version after its layer with a 10-character hash; the build folder is the layer's.
     layer_ids = [version[: -len("0123456789")] for version in tool_worker_layer_versions()]
     assert {"SharedLayer", "TelemetryExtensionLayer"} <= set(layer_ids)

@@ -20,7 +20,14 @@ DEPLOY_POLICIES = {
     reference["Ref"]: ROLE_TEMPLATE["Resources"][reference["Ref"]]["Properties"]["PolicyDocument"]
     for reference in ROLE_TEMPLATE["Resources"]["DeployRole"]["Properties"]["ManagedPolicyArns"]
 }
-STATEMENTS = [statement for document in DEPLOY_POLICIES.values() for statement in document["Statement"]]
+
+
+def option_on(statement: dict[str, Any]) -> dict[str, Any]:
+    """An option's statement (`Fn::If: [<option>, <statement>, AWS::NoValue]`) as it is with the option given."""
+    return option_on(statement["Fn::If"][1]) if "Fn::If" in statement else statement
+
+
+STATEMENTS = [option_on(statement) for document in DEPLOY_POLICIES.values() for statement in document["Statement"]]
 ALLOWS = [s for s in STATEMENTS if s["Effect"] == "Allow"]
 DENIES = [s for s in STATEMENTS if s["Effect"] == "Deny"]
 BOUNDARY_TEMPLATE = yaml_parse((ROOT / "deploy" / "permissions-boundary.yaml").read_text())
@@ -63,15 +70,11 @@ CREATE_ACTION = {
     "AWS::SSM::Parameter": "ssm:PutParameter",
     # CloudFormation invokes a custom resource's function with the deployer's credentials
     "Custom::SelfProbeKey": "lambda:InvokeFunction",
-}
-# The options the GitHub deploy role does not deploy (docs/deploy.md "Options"): their resources exist only under
-# these conditions, and a stack with one is deployed by `make deploy` with an operator's credentials.
-OPERATOR_ONLY_CONDITIONS = {"EdgeOn", "HasEdgeDnsRecord", "IamCallersOn", "VpcEndpointsOn"}
-OPERATOR_ONLY_TYPES = {
-    "AWS::CloudFront::Distribution",
-    "AWS::WAFv2::WebACL",
-    "AWS::Route53::RecordSetGroup",
-    "AWS::EC2::VPCEndpoint",
+    # The options, when the role is deployed for them (DeployStackOptions)
+    "AWS::CloudFront::Distribution": "cloudfront:CreateDistribution",
+    "AWS::WAFv2::WebACL": "wafv2:CreateWebACL",
+    "AWS::Route53::RecordSetGroup": "route53:ChangeResourceRecordSets",
+    "AWS::EC2::VPCEndpoint": "ec2:CreateVpcEndpoint",
 }
 # Allow statements that name no resource of the stack, and why each is safe without one.
 EXCEPTIONS = {
@@ -91,6 +94,14 @@ EXCEPTIONS = {
     "EndpointTokenKeyAlias": "CreateAlias is also authorised on the target key (a random id); the alias is the stack's",
     "DescribeUserPoolDomains": "cognito-idp:DescribeUserPoolDomain has no resource type",
     "OpsAlarmKey": "a key's ARN is random; only calls made through CloudFormation (aws:CalledVia), no imports",
+    "EdgeDistribution": "a distribution's ARN is random, no tag condition; only calls made through CloudFormation",
+    "EdgeCertificate": "acm:DescribeCertificate of the one certificate the operator names; read only",
+    "EdgeDnsRecords": "only the A and AAAA records of the domain the operator names, in the zone named",
+    "EdgeDnsReads": "the named zone and a change's status (a random id); read only",
+    "VpcLookups": "ec2:DescribeSubnets/SecurityGroups/Vpcs have no resource type; Lambda checks the VPC with them",
+    "VpcEndpointsInTheVpc": "ec2:CreateVpcEndpoint in the one VPC the operator names",
+    "VpcEndpoints": "an endpoint's ARN is random; only calls made through CloudFormation (aws:CalledVia), no imports",
+    "DescribeVpcEndpoints": "ec2:DescribeVpcEndpoints and DescribePrefixLists have no resource type",
 }
 
 
@@ -107,12 +118,10 @@ def text(value: Any) -> str:
 
 
 def test_the_deploy_role_may_create_every_resource_type_of_the_stack():
-    for type_name in sorted({resource["Type"] for resource in RESOURCES.values()} - OPERATOR_ONLY_TYPES):
+    # Given every resource type of the template, its options' included
+    for type_name in sorted({resource["Type"] for resource in RESOURCES.values()}):
+        # Then the role (deployed for the options) may make the call that creates it
         assert type_name in CREATE_ACTION, f"{type_name}: add it to the deploy role and to CREATE_ACTION"
-    # And the types it may not create belong to the operator-only options alone, never to a default deploy
-    for logical_id, resource in RESOURCES.items():
-        if resource["Type"] in OPERATOR_ONLY_TYPES:
-            assert resource.get("Condition") in OPERATOR_ONLY_CONDITIONS, logical_id
         assert granted(CREATE_ACTION[type_name]), type_name
 
 
@@ -253,6 +262,8 @@ def test_only_actions_without_resource_types_are_granted_on_every_resource_witho
         "ReadEventSourceMappings",
         "DescribeLogGroups",
         "DescribeUserPoolDomains",
+        "VpcLookups",
+        "DescribeVpcEndpoints",
     }
 
 
@@ -260,7 +271,11 @@ def test_the_secret_and_the_artifacts_are_this_stacks_only():
     # The API key secret is named <stack>/api-keys by the template; the role matches it and its 6-character suffix
     assert RESOURCES["ApiKeysSecret"]["Properties"]["Name"] == {"Fn::Sub": "${AWS::StackName}/api-keys"}
     # (and the request-state key, <stack>/request-state-key, alike)
-    names = (":secret:${StackName}/api-keys-??????", ":secret:${StackName}/request-state-key-??????")
+    names = (
+        ":secret:${StackName}/api-keys-??????",
+        ":secret:${StackName}/request-state-key-??????",
+        ":secret:${StackName}/edge-origin-??????",
+    )
     for statement in granted("secretsmanager:PutSecretValue") + granted("secretsmanager:UpdateSecret"):
         resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
         assert all(resource["Fn::Sub"].endswith(names) for resource in resources)
@@ -327,28 +342,32 @@ def test_resource_policies_only_as_the_template_writes_them():
     adds = granted("lambda:AddPermission")
     urls = granted("lambda:CreateFunctionUrlConfig") + granted("lambda:UpdateFunctionUrlConfig")
     # Then each names its principal (lambda:Principal) on functions of the stack: "*" only on McpServer's alias and
-    # the authorization server (both public by design), EventBridge only on ProbeDispatcher
+    # the authorization server (both public by design), EventBridge only on ProbeDispatcher, and the IAM callers'
+    # principal (IamCallerPrincipal, as the role is given it) only on McpServer's alias "iam"
     principals = {
-        s["Condition"]["StringEquals"]["lambda:Principal"]: {r["Fn::Sub"].split(":function:")[1] for r in resources(s)}
+        json.dumps(s["Condition"]["StringEquals"]["lambda:Principal"]): {
+            r["Fn::Sub"].split(":function:")[1] for r in resources(s)
+        }
         for s in adds
     }
-    assert principals["*"] == {"${StackName}-McpServer-*:live", "${StackName}-AuthorizationServer-*"}
-    assert principals["events.amazonaws.com"] == {"${StackName}-ProbeDispatcher-*"}
-    # And a Function URL only with auth type NONE on those two (the template's URLs)
-    for statement in urls:
-        assert statement["Condition"]["StringEquals"]["lambda:FunctionUrlAuthType"] == "NONE"
-        assert {r["Fn::Sub"].split(":function:")[1] for r in resources(statement)} == {
-            "${StackName}-McpServer-*",
-            "${StackName}-AuthorizationServer-*",
+    assert principals['"*"'] == {"${StackName}-McpServer-*:live", "${StackName}-AuthorizationServer-*"}
+    assert principals['"events.amazonaws.com"'] == {"${StackName}-ProbeDispatcher-*"}
+    assert principals['{"Ref": "IamCallerPrincipal"}'] == {"${StackName}-McpServer-*:iam"}
+    # And a Function URL with auth type NONE on those two (the template's public URLs), AWS_IAM on the alias "iam"
+    functions_by_auth_type = {
+        statement["Condition"]["StringEquals"]["lambda:FunctionUrlAuthType"]: {
+            r["Fn::Sub"].split(":function:")[1] for r in resources(statement)
         }
-    role_deployed = {k: v for k, v in of_type("AWS::Lambda::Url").items() if v.get("Condition") != "IamCallersOn"}
-    assert {url["Properties"]["AuthType"] for url in role_deployed.values()} == {"NONE"}
-    # And what the template asks for matches: its permissions' principals are exactly these (the AWS_IAM URL's,
-    # IamCallers=Enabled, are the operator's)
+        for statement in urls
+    }
+    assert functions_by_auth_type == {
+        "NONE": {"${StackName}-McpServer-*", "${StackName}-AuthorizationServer-*"},
+        "AWS_IAM": {"${StackName}-McpServer-*:iam"},
+    }
+    assert {url["Properties"]["AuthType"] for url in of_type("AWS::Lambda::Url").values()} == {"NONE", "AWS_IAM"}
+    # And what the template asks for matches: its permissions' principals are exactly these
     permissions = of_type("AWS::Lambda::Permission").values()
-    assert {p["Properties"]["Principal"] for p in permissions if p.get("Condition") != "IamCallersOn"} == set(
-        principals
-    )
+    assert {json.dumps(p["Properties"]["Principal"]) for p in permissions} == set(principals)
 
 
 def test_the_stack_name_is_short_enough_that_generated_names_keep_it_whole():

@@ -39,8 +39,13 @@ def mcp_variables(evaluation: Evaluation) -> dict[str, Any]:
     return dict(resolved(evaluation, "McpServer")["Environment"]["Variables"])
 
 
+BUILTIN = {"AuthMode": "oauth", "AuthorizationServerMode": "builtin"}
+AUTHORIZATION_URL_HOST = "authorizationserverurl.lambda-url.us-east-1.on.aws"
+
+
 @pytest.mark.parametrize(
-    "parameters", [{}, EDGE, DOMAIN, IAM, VPC, ENDPOINTS, KEY, {**DOMAIN, **IAM, **ENDPOINTS, **KEY}]
+    "parameters",
+    [{}, EDGE, DOMAIN, IAM, VPC, ENDPOINTS, KEY, {**DOMAIN, **BUILTIN}, {**DOMAIN, **IAM, **ENDPOINTS, **KEY}],
 )
 def test_each_option_expands_whole_and_no_rule_refuses_it(parameters):
     # Given the template with the option (and all of them together)
@@ -124,6 +129,89 @@ def test_a_custom_domain_is_the_distributions_alias_and_the_oauth_resource():
     # And a resource set explicitly wins
     explicit = Evaluation(**DOMAIN, OAuthResource="https://other.example.com/mcp")
     assert mcp_variables(explicit)["OAUTH_RESOURCE"] == "https://other.example.com/mcp"
+
+
+def oauth_urls(evaluation: Evaluation) -> dict[str, Any]:
+    """Every place the template names the built-in authorization server's or the endpoint's public URL."""
+    variables = mcp_variables(evaluation)
+    return {
+        "issuer parameter": resolved(evaluation, "AuthorizationIssuer")["Value"],
+        "resource parameter": resolved(evaluation, "AuthorizationEndpointResource")["Value"],
+        "login callback": resolved(evaluation, "AuthorizationLoginClient")["CallbackURLs"],
+        "endpoint's issuer": variables["OAUTH_ISSUER"],
+        "endpoint's keys": variables["OAUTH_JWKS_URL"],
+    }
+
+
+@pytest.mark.parametrize("edge", [{}, EDGE], ids=["edge-off", "edge-without-domain"])
+def test_without_a_custom_domain_the_oauth_urls_are_the_function_urls(edge):
+    # Given the built-in authorization server, with the edge off or on without a domain
+    evaluation = Evaluation(**edge, **BUILTIN)
+    # Then the issuer, the login callback and the keys are the authorization server's Function URL, the resource
+    # the endpoint's
+    assert oauth_urls(evaluation) == {
+        "issuer parameter": f"https://{AUTHORIZATION_URL_HOST}",
+        "resource parameter": "https://mcpserverurl.lambda-url.us-east-1.on.aws/mcp",
+        "login callback": [f"https://{AUTHORIZATION_URL_HOST}/callback"],
+        "endpoint's issuer": f"https://{AUTHORIZATION_URL_HOST}",
+        "endpoint's keys": f"https://{AUTHORIZATION_URL_HOST}/jwks",
+    }
+    # And the authorization server checks no origin header
+    assert "EDGE_ORIGIN_SECRET_ID" not in resolved(evaluation, "AuthorizationServer")["Environment"]["Variables"]
+    if edge:  # nor does the distribution route anything to it
+        config = resolved(evaluation, "EdgeDistribution")["DistributionConfig"]
+        assert "CacheBehaviors" not in config and [o["Id"] for o in config["Origins"]] == ["McpServer"]
+
+
+def test_with_a_custom_domain_the_oauth_issuer_and_resource_are_the_domains():
+    # Given the edge with a custom domain and the built-in authorization server
+    evaluation = Evaluation(**DOMAIN, **BUILTIN)
+    # Then every OAuth URL the template names is on the domain
+    assert oauth_urls(evaluation) == {
+        "issuer parameter": "https://mcp.example.com",
+        "resource parameter": "https://mcp.example.com/mcp",
+        "login callback": ["https://mcp.example.com/callback"],
+        "endpoint's issuer": "https://mcp.example.com",
+        "endpoint's keys": "https://mcp.example.com/jwks",
+    }
+    assert mcp_variables(evaluation)["OAUTH_RESOURCE"] == "https://mcp.example.com/mcp"
+
+
+def test_with_a_custom_domain_the_authorization_servers_paths_go_to_it_with_the_origin_header():
+    # Given the edge with a custom domain and the built-in authorization server
+    evaluation = Evaluation(**DOMAIN, **BUILTIN)
+    config = resolved(evaluation, "EdgeDistribution")["DistributionConfig"]
+    origins = {origin["Id"]: origin for origin in config["Origins"]}
+    # Then its Function URL is a second origin, over HTTPS, with the same secret origin header as the endpoint's
+    authorization = origins["AuthorizationServer"]
+    assert authorization["DomainName"] == AUTHORIZATION_URL_HOST
+    assert authorization["CustomOriginConfig"]["OriginProtocolPolicy"] == "https-only"
+    assert authorization["OriginCustomHeaders"] == origins["McpServer"]["OriginCustomHeaders"]
+    # And each of its routes goes there uncached, every viewer header but Host passed on; the rest (the MCP endpoint
+    # and its protected-resource metadata) stays on McpServer
+    behaviours = {behaviour["PathPattern"]: behaviour for behaviour in config["CacheBehaviors"]}
+    assert set(behaviours) == {
+        "/.well-known/oauth-authorization-server*",
+        "/authorize",
+        "/token",
+        "/register",
+        "/revoke",
+        "/jwks",
+        "/callback",
+        "/consent",
+    }
+    for behaviour in behaviours.values():
+        assert behaviour["TargetOriginId"] == "AuthorizationServer"
+        assert behaviour["CachePolicyId"] == MANAGED_CACHING_DISABLED
+        assert behaviour["OriginRequestPolicyId"] == MANAGED_ALL_VIEWER_EXCEPT_HOST
+    assert "POST" in behaviours["/token"]["AllowedMethods"] and "POST" in behaviours["/consent"]["AllowedMethods"]
+    assert config["DefaultCacheBehavior"]["TargetOriginId"] == "McpServer"
+    # And the authorization server refuses what did not come through the edge, and may read the secret to check
+    variables = resolved(evaluation, "AuthorizationServer")["Environment"]["Variables"]
+    assert variables["EDGE_ORIGIN_SECRET_ID"] == "ref:EdgeOriginSecret"
+    role = json.dumps(resolved(evaluation, "AuthorizationServerRole")["Policies"])
+    assert '"Sid": "ReadEdgeOriginSecret", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue"' in role
+    assert '"Resource": "ref:EdgeOriginSecret"' in role
 
 
 def test_iam_callers_get_an_aws_iam_url_on_its_own_alias_open_to_the_named_principal_only():

@@ -442,7 +442,7 @@ def test_the_api_key_secret_is_read_by_the_mcp_server_and_written_only_by_the_de
         if "secretsmanager:GetSecretValue" in as_list(statement["Action"])
         # the authorization server reads only the upstream client's secret, named by its own parameter
         and statement["Resource"] != {"Ref": "UpstreamClientSecretArn"}
-        # Edge=CloudFront: the endpoint reads the origin header's value (mcp_backend.mcp.edge_origin)
+        # Edge=CloudFront: the endpoint reads the origin header's value (mcp_backend.edge_origin)
         and statement["Resource"] != {"Ref": "EdgeOriginSecret"}
         and statement["Resource"] != {"Ref": "RequestStateSecret"}
     ]

@@ -8,6 +8,7 @@ import threading
 
 import anyio
 import boto3
+import pytest
 
 from devstack.ports import free_port
 
@@ -191,3 +192,22 @@ def test_a_revoke_racing_adds_removes_only_its_key(aws):
     assert revoked.result() is True
     assert doomed not in stored
     assert {hash_api_key(f.result()) for f in added} == set(stored)
+
+
+def test_the_operators_command_adds_a_key_and_refuses_an_add_without_a_user(aws, capsys):
+    from mcp_backend.api_keys import hash_api_key, main
+
+    # Given an empty key table
+    arn = boto3.client("secretsmanager").create_secret(Name="keys", SecretString="{}")["ARN"]
+
+    # When the operator adds a key for alice, and then runs add without --user-id
+    assert main(["add", "--secret-id", arn, "--user-id", "user-alice", "--tier", "pro"]) == 0
+    key = capsys.readouterr().out.strip()
+    with pytest.raises(SystemExit) as refused:
+        main(["add", "--secret-id", arn])
+
+    # Then the table holds the printed key's hash for alice, and the second command exits with a usage error
+    stored = boto3.client("secretsmanager").get_secret_value(SecretId=arn, VersionStage="AWSCURRENT")
+    table = json.loads(stored["SecretString"])
+    assert table[hash_api_key(key)] == {"userId": "user-alice", "tier": "pro"}
+    assert refused.value.code == 2 and "add needs --user-id" in capsys.readouterr().err

@@ -1310,6 +1310,79 @@ def test_authorize_on_another_host_is_sent_to_the_issuers_host_first(client):
     assert "set-cookie" not in answer.headers
 
 
+EDGE_ISSUER = "https://mcp.example.com"
+EDGE_PARAMETERS = {
+    "Edge": "CloudFront",
+    "CustomDomainName": "mcp.example.com",
+    "CertificateArn": "arn:aws:acm:us-east-1:123456789012:certificate/abc-123",
+}
+
+
+@pytest.fixture
+def behind_the_edge(aws) -> LocalEnvironment:
+    """The stack with the edge on a custom domain: the server's issuer is the domain, CloudFront's origin header
+    its secret."""
+    return LocalEnvironment(
+        boto3.client,
+        parameters={
+            "AuthMode": "oauth",
+            "AuthorizationServerMode": "builtin",
+            "UpstreamIssuer": "https://idp.example",
+            **EDGE_PARAMETERS,
+        },
+        on_demand=True,
+    )
+
+
+def test_behind_the_edge_the_metadata_names_the_custom_domain_and_a_request_around_the_edge_is_refused(
+    behind_the_edge, documents
+):
+    # Given the server as the template configures it behind the edge: the issuer it reads is the custom domain
+    variables = behind_the_edge.stack.function("AuthorizationServer").environment
+    written = boto3.client("ssm").get_parameter(Name=variables["AUTHORIZATION_ISSUER_PARAMETER"])["Parameter"]["Value"]
+    assert written == EDGE_ISSUER
+    client, _ = build(behind_the_edge, documents, issuer=written)
+    origin_value = json.loads(
+        boto3.client("secretsmanager").get_secret_value(SecretId=variables["EDGE_ORIGIN_SECRET_ID"])["SecretString"]
+    )["current"]
+    # CloudFront forwards with the origin's Host (the Function URL's) and its origin header
+    through_edge = {"host": "abc123.lambda-url.us-east-1.on.aws", "x-origin-verify": origin_value}
+
+    # When a client reads the RFC 8414 metadata through the edge
+    answer = client.get("/.well-known/oauth-authorization-server", headers=through_edge)
+
+    # Then the issuer and every endpoint are on the custom domain
+    assert answer.status_code == 200
+    metadata = answer.json()
+    assert metadata["issuer"] == EDGE_ISSUER
+    endpoints = ("authorization_endpoint", "token_endpoint", "registration_endpoint", "revocation_endpoint")
+    assert {name: metadata[name] for name in endpoints} == {
+        "authorization_endpoint": f"{EDGE_ISSUER}/authorize",
+        "token_endpoint": f"{EDGE_ISSUER}/token",
+        "registration_endpoint": f"{EDGE_ISSUER}/register",
+        "revocation_endpoint": f"{EDGE_ISSUER}/revoke",
+    }
+
+    # When a client registers and starts a sign-in through the edge
+    client.headers.update(through_edge)
+    client_id = register(client)["client_id"]
+    _, challenge = pkce()
+    login = authorize(client, client_id, challenge)
+    # Then the sign-in starts (the upstream login, its callback on the domain), not a redirect to the issuer again
+    assert login.status_code == 302, login.text
+    callback = urllib.parse.parse_qs(urllib.parse.urlsplit(login.headers["location"]).query)["redirect_uri"][0]
+    assert callback == f"{EDGE_ISSUER}/callback"
+
+    # When a request goes around the edge, to the Function URL without the origin header or with a wrong one
+    around = [
+        client.get("/.well-known/oauth-authorization-server", headers={"x-origin-verify": value})
+        for value in ("", "x" * 48)
+    ]
+    # Then each is refused before anything is served
+    assert [answer.status_code for answer in around] == [403, 403]
+    assert all("issuer" not in answer.text for answer in around)
+
+
 def test_an_unreadable_issuer_is_503_temporarily_unavailable_then_read_once_it_is_there(environment, documents):
     # Given a server whose issuer parameter cannot be read at its first request
     client = build(environment, documents)[0]

@@ -9,7 +9,8 @@ import anyio
 import httpx
 import pytest
 
-from mcp_backend.mcp.edge_origin import EdgeOriginCheck, EdgeOriginUnavailable
+from mcp_backend.edge_origin import EdgeOriginCheck, EdgeOriginUnavailable
+from mcp_backend.mcp.iam_callers import signed_by_iam_caller
 from mcp_backend.mcp.server import create_app
 from tests.unit.endpoint_fakes import SETTINGS, EveryoneIsAlice, RoomyRateTable, ServedInProcess
 
@@ -30,7 +31,7 @@ class Secret:
 
 def check(secret: Secret, now: list[float] | None = None) -> EdgeOriginCheck:
     clock = now if now is not None else [0.0]
-    return EdgeOriginCheck(secret, clock=lambda: clock[0], cache_seconds=300)
+    return EdgeOriginCheck(secret, clock=lambda: clock[0], cache_seconds=300, exempt=signed_by_iam_caller)
 
 
 @pytest.mark.parametrize(

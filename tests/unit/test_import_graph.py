@@ -84,6 +84,7 @@ LAYERS: list[set[str]] = [
     {
         "monitor",
         "api_keys",
+        "edge_origin",
         "request_rate",
         "call_slots",
         "elicitation_answers",

@@ -74,6 +74,22 @@ def test_a_build_older_than_its_source_names_the_changed_file(build):
         check_build(built, "x86_64", sources)
 
 
+def test_a_layer_module_built_into_another_layer_is_current_and_a_changed_one_is_not(build):
+    # Given a module of the layer's sources that the build ships in another layer (Lambda merges their python/)
+    built, sources = build
+    (sources["Layer"] / "pkg" / "endpoint.py").write_text("SERVED = True\n")
+    (built / "OtherLayer" / "python" / "pkg").mkdir(parents=True)
+    shutil.copy(sources["Layer"] / "pkg" / "endpoint.py", built / "OtherLayer" / "python" / "pkg" / "endpoint.py")
+
+    # When it is checked, Then nothing is refused
+    check_build(built, "x86_64", sources)
+
+    # When the module changes after the build, Then the check names it
+    (sources["Layer"] / "pkg" / "endpoint.py").write_text("SERVED = False\n")
+    with pytest.raises(LambdaRuntimeUnavailable, match=r"older than .*endpoint\.py"):
+        check_build(built, "x86_64", sources)
+
+
 def test_no_python313_anywhere_says_how_to_get_one(monkeypatch, tmp_path):
     # Given a machine with no python3.13 on PATH, no uv and no pyenv versions
     monkeypatch.setenv("PATH", str(tmp_path))

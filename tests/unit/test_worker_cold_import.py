@@ -20,10 +20,14 @@ from devstack.stack.template import ROOT, load_template
 # What importing boto3 (or creating a client) leaves in sys.modules; botocore's small package __init__ alone, which
 # Powertools' user-agent hook imports, is not the SDK's cost.
 SDK_MODULES = ("boto3", "botocore.session", "botocore.client", "s3transfer")
+# A command-line parser: the shared package's commands (`python -m mcp_backend.api_keys`, ...) are an operator's.
+COMMAND_LINE_MODULES = ("argparse",)
 PROBE = (
     "import importlib, json, sys\n"
     "importlib.import_module(sys.argv[1])\n"
-    f"print(json.dumps([name for name in {SDK_MODULES!r} if name in sys.modules]))\n"
+    # A module registered to load on first use (mcp_backend.lazy_imports) is in sys.modules unexecuted: not loaded.
+    "executed = {n for n, m in sys.modules.items() if type(m).__name__ != '_LazyModule'}\n"
+    f"print(json.dumps([name for name in {SDK_MODULES + COMMAND_LINE_MODULES!r} if name in executed]))\n"
 )
 # DurableToolWorker's handler is the durable execution SDK's wrapper, whose Lambda client module imports boto3 at
 # import: every invocation of a durable function checkpoints through that client, so the SDK is the first
@@ -58,7 +62,7 @@ def cold_import(spec: FunctionSpec, region: str) -> list[str]:
 
 
 @pytest.mark.parametrize("function_id", FUNCTIONS)
-def test_importing_the_handler_loads_no_aws_sdk(aws, function_id):
+def test_importing_the_handler_loads_no_aws_sdk_and_no_command_line_parser(aws, function_id):
     # Given the function as the template declares it
     stack = LocalStack(boto3.client)
     spec = stack.create_all().function(function_id)
@@ -67,8 +71,9 @@ def test_importing_the_handler_loads_no_aws_sdk(aws, function_id):
     loaded = cold_import(spec, stack.region)
 
     # Then neither boto3 nor botocore's session and clients are loaded: the first event that needs one loads them
-    # (a durable function's SDK loads them, as LOADS_SDK_AT_IMPORT says)
+    # (a durable function's SDK loads them, as LOADS_SDK_AT_IMPORT says); nor a command-line parser: the shared
+    # package's commands are run by operators, not functions
     if function_id in LOADS_SDK_AT_IMPORT:
-        assert "boto3" in loaded
+        assert "boto3" in loaded and not set(loaded) & set(COMMAND_LINE_MODULES)
     else:
         assert loaded == []

@@ -18,7 +18,6 @@ a writer that lost the race reads again and retries, with jittered backoff.
 
 from __future__ import annotations
 
-import argparse
 import errno
 import hashlib
 import json
@@ -37,8 +36,16 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 from pydantic.alias_generators import to_camel
 
 from mcp_backend.aws import botocore_errors, new_client
+from mcp_backend.lazy_imports import loaded_on_first_use
 from mcp_backend.observability import logger
 from mcp_backend.tiers import LOWEST_TIER, TIERS, Tier
+
+# The command line (`python -m mcp_backend.api_keys`) is an operator's: the functions that read keys never parse
+# one, so its parser loads with the first use, not with every cold start that imports this module.
+if TYPE_CHECKING:
+    import argparse
+else:
+    argparse = loaded_on_first_use("argparse")
 
 if TYPE_CHECKING:
     from mypy_boto3_secretsmanager import SecretsManagerClient

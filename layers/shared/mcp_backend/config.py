@@ -255,7 +255,7 @@ class McpSettings(ToolSettings):
     # it: the function cannot be told its own Function URL), the audience its tokens must name; read once.
     # OAUTH_RESOURCE, when set, is used instead. Never the request's Host.
     oauth_resource_parameter: str = ""
-    # Edge=CloudFront: the secret holding the origin header CloudFront adds (mcp_backend.mcp.edge_origin); empty
+    # Edge=CloudFront: the secret holding the origin header CloudFront adds (mcp_backend.edge_origin); empty
     # with the edge off. IamCallers=Enabled: `arn-pattern=tier` pairs for SigV4 callers (mcp_backend.mcp.iam_callers).
     edge_origin_secret_id: str = ""
     iam_callers: bool = False
@@ -404,6 +404,9 @@ class AuthorizationServerSettings(Settings):
     # function's own URL, which it cannot be told). Neither: every request is refused (503). Never the Host.
     authorization_issuer: str = ""
     authorization_issuer_parameter: str = ""
+    # Edge=CloudFront with a custom domain: the secret holding the origin header CloudFront adds; a request without
+    # it is refused (403) as on the endpoint (mcp_backend.edge_origin). Empty: served to anyone.
+    edge_origin_secret_id: str = ""
     # Who runs this server, named on the consent page; empty: "the operator of this MCP endpoint".
     authorization_operator_name: str = ""
     aws_region: str = "us-east-1"

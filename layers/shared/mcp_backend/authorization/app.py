@@ -11,6 +11,11 @@ pinned issuer in its metadata and answers; `/authorize` on another Host is redir
 the browser's cookies and the consent page are the issuer's. Registration is size-capped (400) and
 rate-limited per source address and per server (429): mcp_backend.authorization.registration.
 
+Behind the edge (Edge=CloudFront with a custom domain: the issuer is that domain), a request without
+CloudFront's origin header is refused (403) before anything else, as on the MCP endpoint
+(mcp_backend.edge_origin). CloudFront sends the origin's Host (the Function URL's), never the viewer's, so
+there the Host is not compared: a request that passed the check came through the issuer's distribution.
+
 A login is bound to the browser that started it: `/authorize` sets a cookie holding a random value (HttpOnly,
 Secure except on loopback http, SameSite=Lax because the upstream's redirect to `/callback` is a top-level
 cross-site navigation) whose hash the transaction keeps; `/callback` without that cookie is a 400 page and the
@@ -47,6 +52,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import BaseRoute, Route, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from mcp_backend import edge_origin
 from mcp_backend.authorization.clients import (
     SCOPES,
     Fetch,
@@ -63,6 +69,7 @@ from mcp_backend.authorization.signing import KmsSigner
 from mcp_backend.authorization.store import AuthorizationStore, digest
 from mcp_backend.authorization.upstream import Upstream, UpstreamLoginFailed, UpstreamUnavailable
 from mcp_backend.config import AuthorizationServerSettings, load_settings
+from mcp_backend.edge_origin import EdgeOnly, EdgeOriginCheck
 from mcp_backend.netsafety import is_loopback_host
 from mcp_backend.observability import logger
 from mcp_backend.stack_urls import StackUrl, StackUrlUnavailable
@@ -87,6 +94,8 @@ CONSENT_MAX_BODY_BYTES = 16 * 1024
 # loopback http, where that prefix cannot be set.
 BROWSER_COOKIE, LOOPBACK_BROWSER_COOKIE = "__Host-mcp_login", "mcp_login"
 BROWSER_VALUE = re.compile(r"[A-Za-z0-9_-]{43}")
+# How long the edge's origin secret is trusted before it is read again (a rotation keeps the previous value valid).
+EDGE_SECRET_CACHE_SECONDS = 300.0
 
 
 def create_app() -> ASGIApp:
@@ -128,6 +137,7 @@ class AuthorizationServer:
         resources: Resources | None = None,
         issuer: StackUrl | str | None = None,
         clock: Callable[[], float] = time.time,
+        edge_check: EdgeOriginCheck | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -136,10 +146,17 @@ class AuthorizationServer:
         self.issuer = issuer if issuer is not None else issuer_of(settings)
         self._app: tuple[str, ASGIApp] | None = None
         self._lock = threading.Lock()
+        if edge_check is None:
+            edge_check = edge_origin.from_settings(settings.edge_origin_secret_id, EDGE_SECRET_CACHE_SECONDS)
+        self.behind_edge = edge_check is not None
+        self._edge_only = EdgeOnly(self._serve, edge_check)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
+        await self._edge_only(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             issuer, app = self._app if self._app is not None else await anyio.to_thread.run_sync(self.build)
         except StackUrlUnavailable:
@@ -147,7 +164,8 @@ class AuthorizationServer:
             headers = {"Cache-Control": "no-store", "Retry-After": "5"}
             await JSONResponse(answer, status_code=503, headers=headers)(scope, receive, send)
             return
-        if scope.get("path") == "/authorize" and host_of(scope) != urllib.parse.urlsplit(issuer).netloc.lower():
+        off_issuer_host = host_of(scope) != urllib.parse.urlsplit(issuer).netloc.lower()
+        if scope.get("path") == "/authorize" and off_issuer_host and not self.behind_edge:
             query = scope.get("query_string", b"").decode("latin-1")
             target = f"{issuer}/authorize{'?' + query if query else ''}"
             await RedirectResponse(target, 307, headers={"Cache-Control": "no-store"})(scope, receive, send)

@@ -51,6 +51,11 @@ def iam_identity(headers: Iterable[tuple[bytes, bytes]]) -> IamIdentity | None:
         return None
 
 
+def signed_by_iam_caller(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    """The edge check's exemption: the request came through the AWS_IAM Function URL, never through the edge."""
+    return iam_identity(headers) is not None
+
+
 class TierMapError(ValueError):
     """IAM_CALLER_TIERS is malformed; the message names the entry's position, never its value."""
 

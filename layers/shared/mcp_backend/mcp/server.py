@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, cast
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
+from mcp_backend import edge_origin
 from mcp_backend.api_keys import Principal, SecretReader
 from mcp_backend.aws import AwsClients, ClientFactory, LazyClient
 from mcp_backend.call_slots import InFlightSlots, SlotLease
@@ -42,13 +43,12 @@ from mcp_backend.calllog.shipper import RecordShipper
 from mcp_backend.calllog.writer import CallLogWriter
 from mcp_backend.config import McpSettings, load_settings
 from mcp_backend.doors import TOOL_DOORS
+from mcp_backend.edge_origin import EdgeOnly, EdgeOriginCheck
 from mcp_backend.elicitation_answers import AnswerMailbox
-from mcp_backend.mcp import edge_origin
 from mcp_backend.mcp.auth import ApiKeyAuthenticator, Authenticator
 from mcp_backend.mcp.bindings import StrictArguments, ToolBindings
-from mcp_backend.mcp.edge_origin import EdgeOnly, EdgeOriginCheck
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
-from mcp_backend.mcp.iam_callers import IamCallerAuthenticator
+from mcp_backend.mcp.iam_callers import IamCallerAuthenticator, signed_by_iam_caller
 from mcp_backend.mcp.icons import SERVER_ICONS
 from mcp_backend.mcp.internal_errors import InternalErrorsWithoutText
 from mcp_backend.mcp.open_stream import OpenStreamExchange
@@ -307,9 +307,12 @@ def create_app(
     )
     # Lambda gives the runtime up to 300 ms of its shutdown after SIGTERM when external extensions are attached
     # (https://github.com/aws-samples/graceful-shutdown-with-aws-lambda): pending call-log records go out then.
-    # Edge=CloudFront: off-edge requests are refused before the guard (mcp_backend.mcp.edge_origin).
+    # Edge=CloudFront: off-edge requests are refused before the guard (mcp_backend.edge_origin); an IAM caller's
+    # signed request never comes through the edge.
     if edge_check is None:
-        edge_check = edge_origin.from_settings(settings.edge_origin_secret_id, settings.api_keys_cache_seconds)
+        edge_check = edge_origin.from_settings(
+            settings.edge_origin_secret_id, settings.api_keys_cache_seconds, exempt=signed_by_iam_caller
+        )
     edge_only = EdgeOnly(guard, edge_check)
     guarded = with_after_restore_hook(edge_only, settings.aws_lwa_snapstart_after_restore_path, authenticator)
     app = RequestTelemetry(

@@ -1,4 +1,5 @@
-"""Whether a request reached McpServer through the stack's CloudFront distribution (Edge=CloudFront).
+"""Whether a request reached McpServer (or, with a custom domain, the authorization server) through the stack's
+CloudFront distribution (Edge=CloudFront).
 
 CloudFront adds a secret origin header (`x-origin-verify`, its value from the EdgeOriginSecret secret) to every
 request it forwards; the Function URL stays public (AuthType NONE), so a request without that value went around
@@ -6,8 +7,8 @@ the edge, its WAF rules and its per-source rate limit, and is refused with 403 b
 Origin access control is not used: for a POST it needs the viewer to send `x-amz-content-sha256`, which MCP
 clients do not (docs/template-choices.md, "The edge").
 
-A request signed by an IAM caller (the AWS_IAM Function URL: `requestContext.authorizer.iam` in the context the
-Lambda Web Adapter passes, replacing any a client sent) never goes through the edge and needs no origin header.
+The endpoint also admits a request signed by an IAM caller (the AWS_IAM Function URL, which never goes through
+the edge): it passes that test as `exempt` (mcp_backend.mcp.iam_callers.signed_by_iam_caller).
 
 While a rotation is under way CloudFront may still send the previous value: both the current and the previous
 value are accepted (the secret keeps the previous one in `previous`).
@@ -26,7 +27,8 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_backend.api_keys import SecretReader
-from mcp_backend.mcp.iam_callers import iam_identity
+
+Headers = list[tuple[bytes, bytes]]
 
 ORIGIN_HEADER = b"x-origin-verify"
 
@@ -57,10 +59,18 @@ class OriginValues:
 class EdgeOriginCheck:
     """The first check of a request when the edge is on: `admits(headers)` is False for a request that did not
     come through CloudFront (the caller answers 403). `read_secret` returns the secret string; it is called once
-    per `cache_seconds` (the Parameters and Secrets extension caches it too)."""
+    per `cache_seconds` (the Parameters and Secrets extension caches it too). `exempt(headers)` True: admitted
+    without the header (a caller that cannot come through the edge and is checked otherwise)."""
 
-    def __init__(self, read_secret: Callable[[], str], clock: Callable[[], float], cache_seconds: float = 300.0):
+    def __init__(
+        self,
+        read_secret: Callable[[], str],
+        clock: Callable[[], float],
+        cache_seconds: float = 300.0,
+        exempt: Callable[[Headers], bool] | None = None,
+    ):
         self._read_secret = read_secret
+        self._exempt = exempt
         self._clock = clock
         self._cache_seconds = cache_seconds
         self._values: OriginValues | None = None
@@ -68,7 +78,7 @@ class EdgeOriginCheck:
 
     def admits(self, headers: Iterable[tuple[bytes, bytes]]) -> bool:
         headers = list(headers)
-        if iam_identity(headers) is not None:
+        if self._exempt is not None and self._exempt(headers):
             return True
         presented = next((value for name, value in headers if name.lower() == ORIGIN_HEADER), None)
         if presented is None:
@@ -96,11 +106,14 @@ class EdgeOriginCheck:
         return self._values
 
 
-def from_settings(secret_id: str, cache_seconds: float) -> EdgeOriginCheck | None:
+def from_settings(
+    secret_id: str, cache_seconds: float, exempt: Callable[[Headers], bool] | None = None
+) -> EdgeOriginCheck | None:
     """The check when the edge is on (EDGE_ORIGIN_SECRET_ID set by the template), else None."""
     if not secret_id:
         return None
-    return EdgeOriginCheck(SecretReader(secret_id).read, clock=time.monotonic, cache_seconds=cache_seconds)
+    reader = SecretReader(secret_id)
+    return EdgeOriginCheck(reader.read, clock=time.monotonic, cache_seconds=cache_seconds, exempt=exempt)
 
 
 async def admit_or_refuse(check: EdgeOriginCheck | None, scope: Scope, send: Send) -> bool:
