@@ -22,6 +22,7 @@ from mcp_backend.mcp.auth import ScopedPrincipal
 from mcp_backend.mcp.bindings import ToolBindings
 from mcp_backend.mcp.guard import HostPolicy, McpHttpGuard
 from mcp_backend.tools.context import ServiceNotDeclared, StrictInput, ToolContext, ToolOutput
+from mcp_backend.tools.errors import ToolError
 from mcp_backend.tools.services import MissingToolService, Service, ToolServices
 from mcp_backend.tools.table import TOOLS, Access, Effect, Mode, Tool
 
@@ -122,6 +123,23 @@ def test_a_read_tool_that_changes_something_cannot_be_declared(effect):
     # Then it is refused: a tool that writes needs SUBMIT
     with pytest.raises(ValueError, match="SUBMIT"):
         tool(access=Access.READ, effect=effect)
+
+
+@pytest.mark.parametrize("mode", [Mode.JOB, Mode.BOTH])
+def test_a_tool_that_answers_content_blocks_cannot_run_as_a_job(mode):
+    # When a tool without an output model (it answers MCP content blocks) is declared as a job
+    # Then it is refused: a job's result is JSON
+    with pytest.raises(ValueError, match="runs only synchronously"):
+        tool(output_model=None, mode=mode)
+
+
+def test_a_content_answer_is_not_a_jobs_result():
+    # Given a synchronous tool that answers content blocks
+    blocks = tool(output_model=None, mode=Mode.SYNC, run=lambda request, ctx: [])
+
+    # When it is run as a job would run it, then it fails as a tool error, not with a list for a result
+    with pytest.raises(ToolError, match="answers content blocks"):
+        blocks({}, ToolContext(tool_name="probe_tool", user_id="user-alice"))
 
 
 @pytest.mark.parametrize(("name", "function"), TOOL_PLACES)

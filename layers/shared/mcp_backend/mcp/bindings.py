@@ -25,8 +25,12 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INVALID_PARAMS,
+    AudioContent,
     CallToolRequestParams,
     CallToolResult,
+    ContentBlock,
+    EmbeddedResource,
+    ImageContent,
     InputRequiredResult,
     ListToolsResult,
     ResourceLink,
@@ -59,7 +63,7 @@ from mcp_backend.tools.context import AskCallback, ProgressCallback, StrictInput
 from mcp_backend.tools.errors import ToolError
 from mcp_backend.tools.services import ToolServices
 from mcp_backend.tools.submissions import JobSubmissions, SubmittedBatch, SubmittedJob, model_name
-from mcp_backend.tools.table import Access, Effect, Tool
+from mcp_backend.tools.table import Access, Effect, Tool, ToolAnswer
 from mcp_backend.validation import describe_validation_error
 
 # Failures whose type and message are written to be shown to the caller.
@@ -73,6 +77,11 @@ INPUT_ERRORS_AS_RESULTS_SINCE = "2025-11-25"
 # and `cacheScope`, SEP-2549). The tool set changes only with a deployment; each re-list is a billed invocation.
 LISTING_TTL_MS = 3_600_000
 LISTING_CACHE_SCOPE: Literal["public", "private"] = "public"
+# The most a tool that answers content blocks may send in one answer: the blocks as JSON (base64 data included).
+# The answer is held in memory and sent as one message; a larger result belongs in a resource the answer links to.
+MAX_CONTENT_BYTES = 4 * 1024 * 1024
+# The blocks a tool may answer, as the SDK's types define them; anything else is refused.
+CONTENT_BLOCKS = (TextContent, ImageContent, AudioContent, EmbeddedResource, ResourceLink)
 T = TypeVar("T")
 ServerContext = ServerRequestContext[Any, Any]
 
@@ -117,6 +126,18 @@ def linked_result(value: dict[str, Any], links: list[ResourceLink]) -> CallToolR
         result.content = [TextContent(type="text", text=text)]
     result.content = [*result.content, *links]
     return result
+
+
+def content_result(name: str, blocks: list[ContentBlock], limit: int = MAX_CONTENT_BYTES) -> CallToolResult:
+    """A content tool's answer: its blocks as sent, when each is one of the SDK's content blocks and all of them
+    fit the limit; else ToolCallFailed naming what is wrong (the limit, in bytes)."""
+    if not isinstance(blocks, list) or not all(isinstance(block, CONTENT_BLOCKS) for block in blocks):
+        logger.error("tool answered something other than content blocks", extra={"tool": name})
+        raise ToolCallFailed("InvalidToolAnswer: the tool answered something other than MCP content blocks")
+    size = sum(len(block.model_dump_json(by_alias=True, exclude_none=True)) for block in blocks)
+    if size > limit:
+        raise ToolCallFailed(f"ContentTooLarge: the answer is {size} bytes of content; the limit is {limit} bytes")
+    return CallToolResult(content=blocks)
 
 
 def tool_failure(text: str) -> CallToolResult:
@@ -172,9 +193,9 @@ class Binding:
     name: str
     description: str
     input_model: type[BaseModel]  # what StrictArguments enforces on the whole call
-    call: Callable[[ServerContext, dict[str, Any]], Awaitable[dict[str, Any]]]
+    call: Callable[[ServerContext, dict[str, Any]], Awaitable[ToolAnswer]]
     access: Access
-    output_model: type[BaseModel]
+    output_model: type[BaseModel] | None  # None: it answers content blocks, with no outputSchema
     annotations: ToolAnnotations
     schema_model: type[BaseModel] | None = None  # the published inputSchema, when stricter than input_model
     execution: ToolExecution | None = None  # whether a 2025-11-25 client may call it as a task
@@ -240,7 +261,7 @@ class ToolBindings:
                         name=binding.name,
                         description=binding.description,
                         input_schema=schemas[binding.name],
-                        output_schema=binding.output_model.model_json_schema(),
+                        output_schema=binding.output_model.model_json_schema() if binding.output_model else None,
                         annotations=binding.annotations,
                         execution=binding.execution,
                         icons=TOOL_ICONS,
@@ -277,6 +298,8 @@ class ToolBindings:
             return tool_failure(f"Unknown tool: {params.name}")
         try:
             value = await binding.call(ctx, dict(params.arguments or {}))
+            if not isinstance(value, dict):
+                return content_result(binding.name, value)
             links = self.result_links(ctx, value)
             return linked_result(value, links) if links else tool_result(value)
         except MCPError:
@@ -293,14 +316,16 @@ class ToolBindings:
     def _sync_binding(self, tool: Tool) -> Binding:
         name, streams_progress = tool.name, tool.streams_progress
 
-        async def call(ctx: ServerContext, arguments: dict[str, Any]) -> dict[str, Any]:
+        async def call(ctx: ServerContext, arguments: dict[str, Any]) -> ToolAnswer:
             principal = _caller(ctx)
             progress: ProgressCallback | None = None
+            report = ctx.session.report_progress
             if streams_progress:
-                report = ctx.session.report_progress
                 # The first event goes out before the work (a download, say) starts.
                 await report(0.0, 1.0, "started")
-
+            if streams_progress or _wants_progress(ctx):
+                # Any synchronous tool may report progress when its caller asked for it (a progressToken): the
+                # call is then answered as an event stream (mcp_backend.mcp.response_modes).
                 def progress(fraction: float, message: str) -> None:
                     anyio.from_thread.run(report, min(max(fraction, 0.0), 1.0), 1.0, message)
 
@@ -310,7 +335,7 @@ class ToolBindings:
             )
             if current.asks:
                 context = replace(context, ask=_asker(ctx))
-            result = await run_in_worker_thread(reported, current, arguments, context)
+            result = await run_in_worker_thread(reported, current.answer, arguments, context)
             if streams_progress:
                 await report(1.0, 1.0, "done")
             return result
@@ -443,6 +468,12 @@ def _asker(ctx: ServerContext) -> AskCallback:
         return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     return ask
+
+
+def _wants_progress(ctx: ServerContext) -> bool:
+    """The call carries a progress token (`params._meta.progressToken`)."""
+    meta = ctx.params.get("_meta") if isinstance(ctx.params, Mapping) else None
+    return isinstance(meta, Mapping) and meta.get("progressToken") is not None
 
 
 def _caller(ctx: ServerContext) -> Principal:

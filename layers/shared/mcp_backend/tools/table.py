@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pydantic import BaseModel, ValidationError
 
@@ -25,8 +25,13 @@ from mcp_backend.tools.errors import InvalidToolInput, ToolError
 from mcp_backend.tools.services import Service
 from mcp_backend.validation import describe_validation_error
 
-if TYPE_CHECKING:  # the durable worker's SDK loads only in the durable worker
+if TYPE_CHECKING:  # the durable worker's SDK loads only in the durable worker; the MCP types only on the endpoint
+    from mcp_types import ContentBlock
+
     from mcp_backend.jobs.durable import ChunkedJob
+
+# What a tool's run returns: a JSON object, or (a tool without an output model) the MCP content blocks to answer.
+ToolAnswer: TypeAlias = "dict[str, Any] | list[ContentBlock]"
 
 
 class Mode(StrEnum):
@@ -57,15 +62,17 @@ class Tool:
     name: str
     description: str
     input_model: type[BaseModel]
-    run: Callable[[Any, ToolContext], dict[str, Any]]
+    run: Callable[[Any, ToolContext], ToolAnswer]
     # Required, no default: the scope its synchronous MCP tool needs; submitting it as a job always needs SUBMIT.
     access: Access
     # Required, no default: what it uses besides its input (an empty set for a tool that needs none).
     services: frozenset[Service]
     # Required, no default: what a synchronous call changes (submitting it as a job always ADDS a job).
     effect: Effect
-    # Its answer (structuredContent, and a job's result), published as the tool's outputSchema.
-    output_model: type[BaseModel]
+    # Its answer (structuredContent, and a job's result), published as the tool's outputSchema. None: its run
+    # returns MCP content blocks (the SDK's ImageContent, AudioContent, EmbeddedResource ...), answered as they are,
+    # with no outputSchema; such a tool runs only synchronously (a job's result is JSON).
+    output_model: type[BaseModel] | None
     mode: Mode = Mode.SYNC
     # The MCP tools that submit it as a job (one, many); default submit_<name> and submit_<name>_batch.
     submit_names: tuple[str, str] | None = None
@@ -98,6 +105,8 @@ class Tool:
     def __post_init__(self) -> None:
         if self.access is Access.READ and self.effect is not Effect.NONE:
             raise ValueError(f"{self.name}: a READ tool changes nothing (effect NONE); one that does is SUBMIT")
+        if self.output_model is None and self.mode is not Mode.SYNC:
+            raise ValueError(f"{self.name}: a tool that answers content blocks runs only synchronously")
 
     @property
     def runs_sync(self) -> bool:
@@ -121,8 +130,16 @@ class Tool:
         except ValidationError as error:
             raise InvalidToolInput(f"{self.name}: {describe_validation_error(error)}") from None
 
-    def __call__(self, arguments: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+    def answer(self, arguments: dict[str, Any], context: ToolContext) -> ToolAnswer:
+        """A synchronous call's answer: the JSON object, or the content blocks of a tool without an output model."""
         return self.run(self.parse_input(arguments), context)
+
+    def __call__(self, arguments: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+        """A job's result, always a JSON object (a tool that answers content blocks never runs as a job)."""
+        value = self.answer(arguments, context)
+        if not isinstance(value, dict):
+            raise ToolError(f"{self.name} answers content blocks, not a JSON result")
+        return value
 
     def input_size(self, arguments: dict[str, Any], context: ToolContext) -> int | None:
         """What a job of it would read, in bytes, or None when unknown, or when its input is refused (the run
