@@ -11,16 +11,26 @@ The suite's elicitation tools (`test_elicitation` and the SEP-1034 and SEP-1330 
 table that ask their user (`asks`): a 2025-era client that declared elicitation is asked on the call's stream
 (mcp_backend.mcp.open_stream).
 
+The suite's content tools (`test_image_content`, `test_audio_content`, `test_embedded_resource`,
+`test_multiple_content_types`) are tools without an output model: they answer the SDK's content blocks. Its progress
+tool (`test_tool_with_progress`) reports progress through `ctx.progress`, which a synchronous tool gets when the
+client sent a progress token.
+
 The texts are the ones the suite's scenario descriptions give (@modelcontextprotocol/conformance 0.1.16).
 """
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import struct
+import time
+import wave
 import zlib
 from typing import Any
 
+from mcp_types import AudioContent, ContentBlock, EmbeddedResource, ImageContent, TextContent, TextResourceContents
 from pydantic import BaseModel, Field
 from starlette.types import ASGIApp
 
@@ -35,6 +45,13 @@ PNG = "image/png"
 STATIC_TEXT = "This is the content of the static text resource."
 SIMPLE_PROMPT = "This is a simple prompt for testing."
 EMBEDDED_TEXT = "This is an embedded resource content."
+WAV = "audio/wav"
+MIXED_TEXT = "Multiple content types test:"
+MIXED_RESOURCE = {"test": "data", "value": 123}
+PROGRESS_DONE = "Progress test completed"
+# The suite's progress tool reports 0, 50 and 100 of 100, about 50 ms apart.
+PROGRESS_STEPS = (0.0, 0.5, 1.0)
+PROGRESS_PAUSE_SECONDS = 0.05
 # What completion offers for test_prompt_with_arguments' arg1 (the suite's example values).
 ARG1_VALUES = ("paris", "park", "party")
 
@@ -48,6 +65,21 @@ def one_pixel_png() -> bytes:
     header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)  # 1x1, 8-bit RGB
     pixels = zlib.compress(b"\x00\xff\x00\x00")  # filter byte, then red
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+
+
+def silent_wav() -> bytes:
+    """A tenth of a second of 8 kHz 16-bit mono silence, as a WAV file (the suite asks for a minimal one)."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as audio:
+        audio.setnchannels(1)
+        audio.setsampwidth(2)
+        audio.setframerate(8000)
+        audio.writeframes(b"\x00\x00" * 800)
+    return buffer.getvalue()
+
+
+def encoded(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 class TemplateVariables(StrictInput):
@@ -174,6 +206,39 @@ def ask_with_enums(arguments: NoArguments, ctx: ToolContext) -> dict[str, Any]:
     return {"text": f"Elicitation completed: action={answer['action']}, content={json.dumps(answer.get('content'))}"}
 
 
+def image_content(arguments: NoArguments, ctx: ToolContext) -> list[ContentBlock]:
+    return [ImageContent(type="image", data=encoded(one_pixel_png()), mime_type=PNG)]
+
+
+def audio_content(arguments: NoArguments, ctx: ToolContext) -> list[ContentBlock]:
+    return [AudioContent(type="audio", data=encoded(silent_wav()), mime_type=WAV)]
+
+
+def embedded_resource(arguments: NoArguments, ctx: ToolContext) -> list[ContentBlock]:
+    contents = TextResourceContents(uri="test://embedded-resource", mime_type=TEXT, text=EMBEDDED_TEXT)
+    return [EmbeddedResource(type="resource", resource=contents)]
+
+
+def mixed_content(arguments: NoArguments, ctx: ToolContext) -> list[ContentBlock]:
+    contents = TextResourceContents(
+        uri="test://mixed-content-resource", mime_type="application/json", text=json.dumps(MIXED_RESOURCE)
+    )
+    return [
+        TextContent(type="text", text=MIXED_TEXT),
+        *image_content(arguments, ctx),
+        EmbeddedResource(type="resource", resource=contents),
+    ]
+
+
+def report_progress(arguments: NoArguments, ctx: ToolContext) -> list[ContentBlock]:
+    for step, fraction in enumerate(PROGRESS_STEPS):
+        if step:
+            time.sleep(PROGRESS_PAUSE_SECONDS)  # the suite's pacing: the reports are apart, not one burst
+        if ctx.progress is not None:
+            ctx.progress(fraction, f"{fraction:.0%}")
+    return [TextContent(type="text", text=PROGRESS_DONE)]
+
+
 def arg1_values(prefix: str, ctx: ToolContext) -> list[str]:
     return [value for value in ARG1_VALUES if value.startswith(prefix)]
 
@@ -205,26 +270,34 @@ def _prompt(name: str, arguments: Any, render: Any, **extra: Any) -> Prompt:
     )
 
 
-def _asking_tool(name: str, arguments: type[StrictInput], run: Any) -> Tool:
+def _tool(name: str, arguments: type[StrictInput], run: Any, asks: bool = False) -> Tool:
+    """A READ tool that changes nothing: one that asks its user reports the answer as JSON; the others answer
+    MCP content blocks (no output model)."""
     return Tool(
         name=name,
-        description=f"Conformance fixture {name}: asks its user (elicitation/create) and reports the answer.",
+        description=f"Conformance fixture {name}: "
+        + ("asks its user (elicitation/create) and reports the answer." if asks else "answers MCP content blocks."),
         input_model=arguments,
         run=run,
-        output_model=ElicitationOutcome,
+        output_model=ElicitationOutcome if asks else None,
         access=Access.READ,
         services=frozenset(),
         effect=Effect.NONE,
-        asks=True,
+        asks=asks,
     )
 
 
 FIXTURE_TOOLS: dict[str, Tool] = {
     tool.name: tool
     for tool in (
-        _asking_tool("test_elicitation", MessageArgument, ask_user_details),
-        _asking_tool("test_elicitation_sep1034_defaults", NoArguments, ask_with_defaults),
-        _asking_tool("test_elicitation_sep1330_enums", NoArguments, ask_with_enums),
+        _tool("test_elicitation", MessageArgument, ask_user_details, asks=True),
+        _tool("test_elicitation_sep1034_defaults", NoArguments, ask_with_defaults, asks=True),
+        _tool("test_elicitation_sep1330_enums", NoArguments, ask_with_enums, asks=True),
+        _tool("test_image_content", NoArguments, image_content),
+        _tool("test_audio_content", NoArguments, audio_content),
+        _tool("test_embedded_resource", NoArguments, embedded_resource),
+        _tool("test_multiple_content_types", NoArguments, mixed_content),
+        _tool("test_tool_with_progress", NoArguments, report_progress),
     )
 }
 FIXTURE_RESOURCES: dict[str, ResourceKind] = {

@@ -43,6 +43,11 @@ MUST_PASS = [
     "elicitation-sep1034-defaults",
     "elicitation-sep1330-enums",
     "server-sse-multiple-streams",
+    "tools-call-image",
+    "tools-call-audio",
+    "tools-call-embedded-resource",
+    "tools-call-mixed-content",
+    "tools-call-with-progress",
 ]
 
 
