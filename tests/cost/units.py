@@ -165,6 +165,9 @@ def cost_stack(
         retry_delays=(0.0,),
         trace_file=trace_file,
     )
+    # ToolWorker runs each tool in-thread here, not in a forked child: the child makes the same requests, but the
+    # counter counts in this process.
+    options.function_overrides["TOOL_RUNS_APART"] = "false"
     stack = CountedDevStack(options, counter)
     with counter.counting():
         stack.start()
