@@ -66,8 +66,8 @@ def alice_calls() -> Iterator[None]:
 
 
 def caller_context() -> Any:
-    """What the SDK hands a handler: the request."""
-    return SimpleNamespace(request=SimpleNamespace(scope={}))
+    """What the SDK hands a handler: the request and its params (no progress token)."""
+    return SimpleNamespace(request=SimpleNamespace(scope={}), params={})
 
 
 def call(bindings: ToolBindings, name: str, arguments: dict[str, Any]) -> Any:

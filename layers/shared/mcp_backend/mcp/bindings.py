@@ -319,13 +319,14 @@ class ToolBindings:
         async def call(ctx: ServerContext, arguments: dict[str, Any]) -> ToolAnswer:
             principal = _caller(ctx)
             progress: ProgressCallback | None = None
-            report = ctx.session.report_progress
             if streams_progress:
                 # The first event goes out before the work (a download, say) starts.
-                await report(0.0, 1.0, "started")
+                await ctx.session.report_progress(0.0, 1.0, "started")
             if streams_progress or _wants_progress(ctx):
                 # Any synchronous tool may report progress when its caller asked for it (a progressToken): the
                 # call is then answered as an event stream (mcp_backend.mcp.response_modes).
+                report = ctx.session.report_progress
+
                 def progress(fraction: float, message: str) -> None:
                     anyio.from_thread.run(report, min(max(fraction, 0.0), 1.0), 1.0, message)
 
@@ -337,7 +338,7 @@ class ToolBindings:
                 context = replace(context, ask=_asker(ctx))
             result = await run_in_worker_thread(reported, current.answer, arguments, context)
             if streams_progress:
-                await report(1.0, 1.0, "done")
+                await ctx.session.report_progress(1.0, 1.0, "done")
             return result
 
         suffix = " Runs now and streams progress notifications." if streams_progress else ""
