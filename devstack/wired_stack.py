@@ -54,6 +54,13 @@ def local_dataset_url(owner: str, name: str) -> str:
     return f"s3://{DATASET_BUCKET}/{dataset_prefix(owner)}{name}"
 
 
+# In-process, a function shares its process with the emulated AWS (moto) and the stack's own threads: a fork there
+# copies locks those threads may hold and moto's state, so a forked tool run could hang or read a stale copy.
+# ToolWorker runs each tool in its record's thread here; the Lambda-shaped runtime (a process per environment,
+# AWS over HTTP) forks as Lambda does. A test of the fork path sets TOOL_RUNS_APART=true in function_overrides.
+IN_PROCESS_DEFAULTS = {"TOOL_RUNS_APART": "false"}
+
+
 class LocalEnvironment:
     def __init__(
         self,
@@ -94,7 +101,7 @@ class LocalEnvironment:
     def runtime(self, logical_id: str) -> FunctionRuntime:
         if logical_id not in self._runtimes:
             self._runtimes[logical_id] = FunctionRuntime(
-                self.stack.function(logical_id), self.stack.region, self.function_overrides
+                self.stack.function(logical_id), self.stack.region, {**IN_PROCESS_DEFAULTS, **self.function_overrides}
             )
         return self._runtimes[logical_id]
 

@@ -205,6 +205,7 @@ def test_a_job_that_runs_out_of_memory_fails_alone_and_its_siblings_succeed_once
     worker_pid = os.getpid()
     monkeypatch.setattr(fetch, "_default_s3_client", lambda policy: HungryS3(boto3.client("s3"), ending, worker_pid))
     event, hungry = batch_of_three_with("job-hungry", "s3://local-datasets/user-alice/hungry.csv")
+    local.function_overrides["TOOL_RUNS_APART"] = "true"  # the in-process stack runs tools in-thread by default
 
     # When the worker handles it on the messages' first receive
     response = local.invoke(WORKER, event)
