@@ -31,6 +31,7 @@ pytestmark = pytest.mark.e2e
 PROBES = Path(__file__).parent / "lambda_functions"
 SHARED_LAYER = BUILD_DIR / "SharedLayer"
 MCP_LAYER = BUILD_DIR / "McpLayer"
+DURABLE_LAYER = BUILD_DIR / "DurableLayer"
 # What the Lambda python runtime documents (configuration-envvars.html), what the runtime interface
 # client adds per invocation (_X_AMZN_TRACE_ID), and what Tracing: Active adds.
 LAMBDA_VARIABLES = {
@@ -215,9 +216,10 @@ def test_each_invocation_ends_with_a_report_line_and_init_duration_only_on_a_col
 
 
 def test_every_module_of_the_built_layer_imports_in_the_sandbox(run):
-    require_build(SHARED_LAYER, MCP_LAYER)
-    # Given the built core and MCP layers merged at /opt, as McpServer has them (both ship python/)
-    runtime, _ = run("probe.import_all", layers=(SHARED_LAYER, MCP_LAYER), timeout=60)
+    require_build(SHARED_LAYER, MCP_LAYER, DURABLE_LAYER)
+    # Given the built core, MCP and durable layers merged at /opt (each ships python/): each module of the package
+    # runs in a function that has its layer (McpServer the MCP layer, DurableToolWorker the durable one)
+    runtime, _ = run("probe.import_all", layers=(SHARED_LAYER, MCP_LAYER, DURABLE_LAYER), timeout=60)
 
     # When every module of the layer's package is imported inside the sandbox
     failures = runtime.invoke("Probe", {"package": "mcp_backend"})
@@ -227,11 +229,11 @@ def test_every_module_of_the_built_layer_imports_in_the_sandbox(run):
 
 
 def test_a_layer_missing_a_dependency_its_code_imports_is_caught(run, tmp_path):
-    require_build(SHARED_LAYER, MCP_LAYER)
+    require_build(SHARED_LAYER, MCP_LAYER, DURABLE_LAYER)
     # Given a copy of the built layer without httpx (as if requirements.txt had lost it)
     layer = tmp_path / "layer"
     shutil.copytree(SHARED_LAYER, layer, ignore=shutil.ignore_patterns("httpx", "httpx-*"))
-    runtime, _ = run("probe.import_all", layers=(layer, MCP_LAYER), timeout=60)
+    runtime, _ = run("probe.import_all", layers=(layer, MCP_LAYER, DURABLE_LAYER), timeout=60)
 
     # When every module of the layer's package is imported inside the sandbox
     failures = runtime.invoke("Probe", {"package": "mcp_backend"})

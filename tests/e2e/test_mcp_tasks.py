@@ -261,8 +261,10 @@ def test_a_task_polled_past_its_ttl_is_expired_and_cannot_be_cancelled(endpoint)
 
 
 def wide_csv(columns: int = 1000) -> bytes:
-    """A CSV whose analysis (one summary per column, long names) is far over DynamoDB's 400 KB item limit."""
-    names = [f"column_{index:05d}_" + "x" * 300 for index in range(columns)]
+    """A CSV whose analysis (one summary per column, long names) is far over DynamoDB's 400 KB item limit, with a
+    header the worker's memory budget still reads: a line is charged by its characters, and each name's "é"s take
+    two bytes or more in the result's JSON."""
+    names = [f"column_{index:05d}_" + "é" * 200 for index in range(columns)]
     return (",".join(names) + "\n" + ",".join(str(index) for index in range(columns)) + "\n").encode()
 
 
