@@ -14,7 +14,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -73,42 +73,34 @@ class JobQueues:
     durable_worker_arn: str = ""
 
 
-class JobCursor(BaseModel):
-    """What an opaque cursor carries: the job and the offset into its result's JSON text."""
+class OpaqueCursor(BaseModel):
+    """A cursor a caller holds between pages: the model's fields as short-keyed JSON in unpadded base64url. A text
+    this server did not issue (or a tampered one) is `InvalidCursor`, never a validation error with its input."""
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, populate_by_name=True, defer_build=True)
+
+    def encode(self) -> str:
+        return base64.urlsafe_b64encode(self.model_dump_json(by_alias=True).encode()).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> Self:
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+            return cls.model_validate_json(raw)
+        except (ValueError, binascii.Error, ValidationError):
+            raise InvalidCursor("the cursor is not one this server issued") from None
+
+
+class JobCursor(OpaqueCursor):
+    """What an opaque cursor carries: the job and the offset into its result's JSON text."""
 
     job_id: str = Field(alias="j", pattern=JOB_ID_PATTERN)
     offset: int = Field(alias="o", ge=0)
 
-    def encode(self) -> str:
-        return _encode_cursor(self)
 
-    @classmethod
-    def decode(cls, text: str) -> JobCursor:
-        return _decode_cursor(cls, text)
-
-
-CursorT = TypeVar("CursorT", bound=BaseModel)
-
-
-def _encode_cursor(cursor: BaseModel) -> str:
-    return base64.urlsafe_b64encode(cursor.model_dump_json(by_alias=True).encode()).decode().rstrip("=")
-
-
-def _decode_cursor(model: type[CursorT], text: str) -> CursorT:
-    try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        return model.model_validate_json(raw)
-    except (ValueError, binascii.Error, ValidationError):
-        raise InvalidCursor("the cursor is not one this server issued") from None
-
-
-class FailedCursor(BaseModel):
+class FailedCursor(OpaqueCursor):
     """What a list_failed_jobs cursor carries: the last job of the previous page. The user is the caller's,
     never the cursor's, so a cursor cannot list anyone else's failures."""
-
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, populate_by_name=True, defer_build=True)
 
     job_id: str = Field(alias="j", min_length=1, max_length=128)
     failed_at: str = Field(alias="f", min_length=1, max_length=64)
@@ -116,31 +108,15 @@ class FailedCursor(BaseModel):
     def position(self) -> dict[str, str]:
         return {"jobId": self.job_id, "failedAt": self.failed_at}
 
-    def encode(self) -> str:
-        return _encode_cursor(self)
 
-    @classmethod
-    def decode(cls, text: str) -> FailedCursor:
-        return _decode_cursor(cls, text)
-
-
-class JobsCursor(BaseModel):
+class JobsCursor(OpaqueCursor):
     """What a job-listing cursor carries: the last job of the previous page (the user is always the caller's)."""
-
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, populate_by_name=True, defer_build=True)
 
     job_id: str = Field(alias="j", pattern=JOB_ID_PATTERN)
     created_at: str = Field(alias="c", min_length=1, max_length=64)
 
     def position(self) -> dict[str, str]:
         return {"jobId": self.job_id, "createdAt": self.created_at}
-
-    def encode(self) -> str:
-        return _encode_cursor(self)
-
-    @classmethod
-    def decode(cls, text: str) -> JobsCursor:
-        return _decode_cursor(cls, text)
 
 
 @dataclass(frozen=True)
