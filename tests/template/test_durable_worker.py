@@ -32,9 +32,11 @@ def test_the_worker_is_a_durable_function_timed_and_kept_by_its_parameters():
     # Given the expanded function (SAM passes DurableConfig through to AWS::Lambda::Function)
     properties = WORKER["Properties"]
     # Then its execution timeout and history retention are the parameters, and it runs like ToolWorker
+    # (and its data under the data key when one is given: tests/template/test_edge_iam_vpc.py)
     assert properties["DurableConfig"] == {
         "ExecutionTimeout": {"Ref": "DurableExecutionTimeoutSeconds"},
         "RetentionPeriodInDays": {"Ref": "DurableRetentionDays"},
+        "KMSKeyArn": {"Fn::If": ["HasDataKey", {"Ref": "DataKmsKeyArn"}, {"Ref": "AWS::NoValue"}]},
     }
     tool_worker = RESOURCES["ToolWorker"]["Properties"]
     assert (properties["Runtime"], properties["Architectures"]) == (

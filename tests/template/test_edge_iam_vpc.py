@@ -306,6 +306,22 @@ def test_a_data_key_encrypts_every_table_queue_stream_bucket_and_log_group_and_o
     assert {role.removeprefix("ref:") for role in policy["Roles"]} == roles
 
 
+def test_a_data_key_also_encrypts_the_durable_workers_execution_data():
+    # Given DataKmsKeyArn with the durable worker on: its executions keep each job's message, checkpoints (partial
+    # aggregates, cursors) and result in Lambda, apart from the stores above
+    key = KEY["DataKmsKeyArn"]
+    on = {"DurableWorker": "Enabled"}
+    # When the template is evaluated with and without the key
+    with_key = resolved(Evaluation(**on, **KEY), "DurableToolWorker")["DurableConfig"]
+    without = resolved(Evaluation(**on), "DurableToolWorker")["DurableConfig"]
+    # Then the execution data is under that key (DurableConfig.KMSKeyArn), and without one under Lambda's own
+    assert with_key["KMSKeyArn"] == key
+    assert "KMSKeyArn" not in without
+    # And the timeout and retention stay the parameters either way
+    assert with_key["ExecutionTimeout"] == without["ExecutionTimeout"]
+    assert with_key["RetentionPeriodInDays"] == without["RetentionPeriodInDays"]
+
+
 @pytest.mark.parametrize(
     ("parameters", "region", "named"),
     [
