@@ -42,6 +42,8 @@ PROBE = (
 # What the runtime sets beside the template's Environment (devstack.runtime.in_process.function_environment).
 RUNTIME_NAMES = ("AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_REGION", "_HANDLER")
 BARE_HANDLER = "import boto3\nclient = boto3.client('sqs')\ndef handler(event, context):\n    return None\n"
+# Parts off by default whose functions the cold-start tables measure too, each from a stack with them on.
+OPTIONAL_PARTS = {"DurableWorker": "Enabled"}
 # The release the cold-start column compares with: the last commit of 2026-12-01. Its handlers and shared package
 # (from git, .pyc precompiled for the runtime as the build does) are imported on the same built dependencies, in
 # the same run, alternating with the current build.
@@ -167,6 +169,8 @@ def run() -> list[str]:
     with mock_aws():
         stack = LocalStack(boto3.client).create_all()
         specs = [stack.function(logical_id) for logical_id in stack.functions()]
+        optional = LocalStack(boto3.client, parameters=OPTIONAL_PARTS, stack_name="bench-optional").create_all()
+        specs += [optional.function(name) for name in optional.functions() if name not in stack.functions()]
     deployed = DeployedPython.prepare(stack.template)
     credentials = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
     bare_dir = ROOT / "build" / "bench-bare-handler"
@@ -244,7 +248,9 @@ def run() -> list[str]:
         f"a bare handler that imports boto3 and creates its one client ({bare * 1000:.0f} ms, same runtime). "
         f"Previous release: commit `{PREVIOUS_RELEASE[:7]}` (the last of 2026-12-01), its handler and shared "
         f"package (.pyc precompiled) on the same built dependencies, measured in the same run, alternating; `-` "
-        f"where it had no such function. Loaded: the packages of interest found in `sys.modules` afterwards (the "
+        f"where it had no such function. Functions of parts off by default "
+        f"({', '.join(f'{k}={v}' for k, v in OPTIONAL_PARTS.items())}) with those parts on. Loaded: the "
+        f"packages of interest found in `sys.modules` afterwards (the "
         f"full list is in `docs/benchmarks.json`). Load average (1, 5, 15 min) when the imports began: "
         f"{load_before}; when they ended: {load_after}.",
         "",
@@ -252,7 +258,9 @@ def run() -> list[str]:
         "|---|---|---|---|---|---|---|",
         *rows,
         "",
-        "No worker's handler module imports the AWS SDK. Powertools' idempotency package re-exports its DynamoDB "
+        "No worker's handler module but DurableToolWorker's imports the AWS SDK (the durable execution SDK imports "
+        "boto3 when it is imported, and every invocation of an execution checkpoints through its client: "
+        'docs/job-pipeline.md, "Its cold start"). Powertools\' idempotency package re-exports its DynamoDB '
         "persistence layer, which imports boto3: about two thirds of a worker's import at the previous release. "
         "`mcp_backend.idempotency` defers that package's `__init__` until the first record builds its persistence "
         "layer (`tests/unit/test_worker_cold_import.py`), so the first batch pays for the SDK instead of the init "

@@ -21,7 +21,12 @@ from devstack.runtime.in_process import FunctionRuntime
 from devstack.runtime.lambda_runtime import FunctionPool, LambdaRuntime
 from devstack.server import DevStack
 from devstack.stack.resources import FunctionSpec
-from tests.bench.functions import PREVIOUS_RELEASE, PREVIOUS_RELEASE_ENVIRONMENT, previous_release
+from tests.bench.functions import (
+    OPTIONAL_PARTS,
+    PREVIOUS_RELEASE,
+    PREVIOUS_RELEASE_ENVIRONMENT,
+    previous_release,
+)
 from tests.bench.measure import ROOT, lambda_runtime_stack, load_average
 from tests.e2e.conftest import BUILD_DIR
 
@@ -40,6 +45,7 @@ def run() -> list[str]:
         with tempfile.TemporaryDirectory() as scratch:
             loads = (load_average(), "")
             cold = cold_starts(runtime, Path(scratch))
+            cold.update(optional_cold_starts(set(cold), Path(scratch)))
             loads = (loads[0], load_average())
         warm_lambda, warm_inprocess = warm_overhead(runtime)
         extension = extension_cost(stack, runtime)
@@ -57,7 +63,9 @@ def run() -> list[str]:
         "columns, once as built (`.pyc` precompiled for python3.13) and once with every `__pycache__` removed. "
         f"Previous release: commit `{PREVIOUS_RELEASE[:7]}`'s handler and shared package (.pyc precompiled) on "
         "the same built dependencies and environment, alternating with the other two in the same run (`-`: no "
-        "such function then). Absolute cold starts on this shared two-core machine vary between runs; read the "
+        "such function then). Functions of parts off by default "
+        f"({', '.join(f'{k}={v}' for k, v in OPTIONAL_PARTS.items())}) from a stack of their own with those "
+        "parts on. Absolute cold starts on this shared two-core machine vary between runs; read the "
         f"ratios. Load average (1, 5, 15 min) when the cold starts began: {loads[0]}; when they ended: {loads[1]}.",
         "",
         "| function | cold start, no .pyc | cold start, .pyc precompiled | ratio | previous release, .pyc "
@@ -142,6 +150,20 @@ def cold_starts(runtime: LambdaRuntime, scratch: Path) -> dict[str, tuple[float,
         assert medians[0] is not None and medians[1] is not None
         results[logical_id] = (medians[0], medians[1], medians[2])
     return results
+
+
+def optional_cold_starts(measured: set[str], scratch: Path) -> dict[str, tuple[float, float, float | None]]:
+    """The cold starts of the functions only a part that is off by default brings (OPTIONAL_PARTS), from a
+    stack of their own with those parts on; the rest of this section keeps to the defaults."""
+    stack = lambda_runtime_stack(parameters=OPTIONAL_PARTS)
+    try:
+        runtime = stack.environment.lambda_runtime
+        assert runtime is not None
+        for logical_id in measured & set(runtime.functions):
+            del runtime.functions[logical_id]
+        return cold_starts(runtime, scratch / "optional")
+    finally:
+        stack.stop()
 
 
 def _previous_release_function(

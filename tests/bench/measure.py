@@ -139,11 +139,15 @@ def per_item_seconds(fn, items: int, repeats: int = 3) -> float:
     return statistics.median(samples)
 
 
-def lambda_runtime_stack(function_environment: dict[str, str] | None = None) -> DevStack:
+def lambda_runtime_stack(
+    function_environment: dict[str, str] | None = None, parameters: dict[str, str] | None = None
+) -> DevStack:
     """The product stack, started, its functions the build output in the local Lambda runtime; the caller
     drives the event sources (no threads) and stops it. `function_environment` is added to every
-    function's environment (e.g. a service-specific AWS_ENDPOINT_URL_<SERVICE>)."""
+    function's environment (e.g. a service-specific AWS_ENDPOINT_URL_<SERVICE>); `parameters` override the
+    template's defaults (e.g. a part that is off by default)."""
     options = DevStackOptions(
+        parameters=dict(parameters or {}),
         aws_port=free_port(),
         lambda_port=free_port(),
         web_port=free_port(),
