@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from devstack.stack.template import load_template
-from tests.bench.functions import layers_unzipped_bytes
+from tests.bench.functions import OPTIONAL_PARTS, layers_unzipped_bytes
 from tests.template.test_invariants import resolve, scope
 
 FIGURES = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.json"
@@ -24,14 +24,14 @@ def figures() -> dict:
 
 
 def functions_of_template() -> dict[str, dict]:
-    # The default stack's functions: an optional one (a parameter creates it, e.g. the authorization server) is
-    # not in the bench's stack.
+    # The default stack's functions and those of the parts the bench turns on for them (OPTIONAL_PARTS); another
+    # optional one (a parameter creates it, e.g. the authorization server) is not in the bench's stacks.
     functions = load_template().resources("AWS::Lambda::Function")
-    defaults = scope()
+    stacks = (scope(), scope(**OPTIONAL_PARTS))
     return {
         logical_id: function
         for logical_id, function in functions.items()
-        if "Condition" not in function or defaults.condition(function["Condition"])
+        if "Condition" not in function or any(stack.condition(function["Condition"]) for stack in stacks)
     }
 
 
