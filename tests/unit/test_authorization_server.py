@@ -1244,6 +1244,37 @@ def test_document_fetches_are_limited_per_document_host(environment, documents):
     assert documents.fetched == [urls[0], urls[1], urls[3]]
 
 
+@pytest.mark.parametrize(
+    ("path", "form"),
+    [
+        ("/token", {"grant_type": "refresh_token", "refresh_token": "a-refresh-token"}),
+        ("/token", {"grant_type": "authorization_code", "code": "a-code", "code_verifier": "v" * 43}),
+        ("/revoke", {"token": "a-refresh-token"}),
+    ],
+    ids=["token-refresh", "token-code", "revoke"],
+)
+def test_a_fetch_limit_at_token_and_revoke_is_429_with_retry_after_not_invalid_client(
+    environment, documents, path, form
+):
+    # Given one document fetch per source and minute, spent by an authorization with another client's document
+    client = build(environment, documents, CLIENT_DOCUMENT_FETCHES_PER_MINUTE="1")[0]
+    other = "https://other.example/oauth/client.json"
+    for url in (CIMD_URL, other):
+        documents.answers[url] = document_at(url)
+    assert authorize_from(client, "203.0.113.7", other).status_code == 302
+
+    # When the same source calls the endpoint as a client whose document is not cached
+    answer = client.post(path, data={**form, "client_id": CIMD_URL}, headers=from_source("203.0.113.7"))
+
+    # Then it is told to come back later (429 temporarily_unavailable with Retry-After), not that the client is
+    # invalid (401 invalid_client would make a client drop its credentials), and the document was not fetched
+    assert answer.status_code == 429
+    assert answer.json()["error"] == "temporarily_unavailable"
+    assert 1 <= int(answer.headers["retry-after"]) <= 60
+    assert answer.headers["cache-control"] == "no-store"
+    assert documents.fetched == [other]
+
+
 def test_cached_documents_and_cached_failures_do_not_count_against_the_fetch_limits(environment, documents):
     # Given 2 fetches per source and per host a minute, a document that serves and one whose host fails
     client = build(

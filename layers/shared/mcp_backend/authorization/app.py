@@ -249,10 +249,10 @@ def issuer_app(provider: Provider) -> Starlette:
             gate = RegistrationGate(route, provider.settings, provider.store)
             routes.append(Route(path, endpoint=gate, methods=["POST", "OPTIONS"]))
         elif path == "/revoke":
-            revoke = HashedSecrets(PublicClientRevocation(route.app))
+            revoke = HashedSecrets(PublicClientRevocation(ErrorAnswers(route.app)))
             routes.append(Route(path, endpoint=revoke, methods=["POST", "OPTIONS"]))
         elif path == "/token":
-            token = HashedSecrets(TokenEndpoint(route.app))
+            token = HashedSecrets(ErrorAnswers(route.app))
             routes.append(Route(path, endpoint=token, methods=["POST", "OPTIONS"]))
         elif path not in ("/.well-known/oauth-authorization-server", "/authorize"):
             routes.append(route)
@@ -277,9 +277,7 @@ class DocumentClientAuthorization:
             try:
                 found, reason = await self.provider.documents.lookup(client_id)
             except FetchLimited as limited:
-                answer = {"error": "temporarily_unavailable", "error_description": str(limited)}
-                headers = {"Cache-Control": "no-store", "Retry-After": str(limited.retry_after)}
-                return JSONResponse(answer, status_code=429, headers=headers)
+                return fetch_limited(limited)
             if found is None:
                 answer = {"error": "invalid_request", "error_description": f"client_id refused: {reason}"}
                 return JSONResponse(answer, status_code=400, headers={"Cache-Control": "no-store"})
@@ -290,6 +288,8 @@ class DocumentClientAuthorization:
         bound = BROWSER.set(digest(value))
         try:
             response = await self.inner.handle(request)
+        except FetchLimited as limited:  # the document fell out of the cache between the lookup above and the SDK's
+            return fetch_limited(limited)
         finally:
             BROWSER.reset(bound)
         if response.status_code == 302:
@@ -316,9 +316,26 @@ class DocumentClientAuthorization:
         return response
 
 
-class TokenEndpoint:
-    """The SDK's /token; a refresh whose user cannot be checked upstream right now is 503
-    `temporarily_unavailable` with Retry-After (the refresh token stays unspent), never a 500."""
+def fetch_limited(limited: FetchLimited) -> JSONResponse:
+    """A client ID metadata document that may not be fetched now: 429 `temporarily_unavailable` with
+    Retry-After, at every door that looks a client up (/authorize, /token, /revoke). Never 401 `invalid_client`,
+    which tells a client its credentials are bad, for a limit it only has to wait out."""
+    answer = {"error": "temporarily_unavailable", "error_description": str(limited)}
+    headers = {"Cache-Control": "no-store", "Retry-After": str(limited.retry_after)}
+    return JSONResponse(answer, status_code=429, headers=headers)
+
+
+def upstream_unavailable(error: UpstreamUnavailable) -> JSONResponse:
+    """A refresh whose user cannot be checked upstream right now: 503 `temporarily_unavailable` with Retry-After
+    (the refresh token stays unspent)."""
+    logger.warning("refresh re-check unavailable", extra={"reason": str(error)})
+    answer = {"error": "temporarily_unavailable", "error_description": "the user cannot be checked now"}
+    return JSONResponse(answer, status_code=503, headers={"Cache-Control": "no-store", "Retry-After": "5"})
+
+
+class ErrorAnswers:
+    """An SDK handler whose expected errors become their answers, never a 500. The SDK's client authentication
+    calls the provider's get_client, and a refresh re-checks its user upstream, before it answers anything."""
 
     def __init__(self, inner: ASGIApp) -> None:
         self.inner = inner
@@ -326,11 +343,10 @@ class TokenEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await self.inner(scope, receive, send)
+        except FetchLimited as limited:
+            await fetch_limited(limited)(scope, receive, send)
         except UpstreamUnavailable as error:
-            logger.warning("refresh re-check unavailable", extra={"reason": str(error)})
-            answer = {"error": "temporarily_unavailable", "error_description": "the user cannot be checked now"}
-            headers = {"Cache-Control": "no-store", "Retry-After": "5"}
-            await JSONResponse(answer, status_code=503, headers=headers)(scope, receive, send)
+            await upstream_unavailable(error)(scope, receive, send)
 
 
 class FormRewrite:

@@ -202,12 +202,10 @@ class MetadataDocuments:
         self._lock = threading.Lock()
 
     async def client(self, url: str) -> Client | None:
-        """The document's client, or None when it cannot be had, is refused, or may not be fetched now (the MCP
-        SDK's handlers then answer as for an unknown client: /authorize answers the fetch limit itself)."""
-        try:
-            return (await self.lookup(url))[0]
-        except FetchLimited:
-            return None
+        """The document's client, or None when it cannot be had or is refused (the MCP SDK's handlers then answer
+        as for an unknown client). FetchLimited when it may not be fetched now: the app answers that itself (429
+        with Retry-After), so a client is never told its credentials are invalid for a limit it can wait out."""
+        return (await self.lookup(url))[0]
 
     async def lookup(self, url: str) -> tuple[Client | None, str]:
         """The document's client and "", or None and the short reason it was refused (cached either way).
