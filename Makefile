@@ -186,12 +186,12 @@ test-any-date: env ## the unit and integration tiers with the wall clock 400 day
 build-local: ## sam build for this machine's architecture (what the e2e tier and RUNTIME=lambda run)
 	@$(MAKE) --no-print-directory build ARCH=$(HOST_ARCH) BUILD_DIR=$(LOCAL_BUILD_DIR)
 
-# McpLayer's cache key first (devstack/layer_cache_key.py): sam keys a cached layer on its own folder only.
+# McpLayer's cache key first (devstack/runtime/layer_cache_key.py): sam keys a cached layer on its folder only.
 # The layers' .pyc come from any python3.13 found (none: they ship without); EXACT_PYTHON=1 (the deploy job)
 # requires python DEPLOY_VERSION of devstack/runtime/interpreter.py, installed by the pinned uv when missing.
 build: $(SAM) layer-requirements env ## sam build for arm64, no Docker (ARCH=x86_64 for an x86_64 host)
 	@case "$(ARCH)" in arm64|x86_64) ;; *) echo "ARCH must be arm64 or x86_64, not $(ARCH)" >&2; exit 2;; esac
-	$(RUN) python -m devstack.layer_cache_key
+	$(RUN) python -m devstack.runtime.layer_cache_key
 	lambda_python="$$($(RUN) python -m devstack.runtime.interpreter $(if $(EXACT_PYTHON),--exact --install,2>/dev/null))" \
 		|| [ -z "$(EXACT_PYTHON)" ] || exit 2; \
 	LAMBDA_ARCHITECTURE=$(ARCH) LAMBDA_PYTHON="$$lambda_python" \

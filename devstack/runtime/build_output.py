@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from devstack.runtime.layer_cache_key import DIGEST_NAME
 from devstack.runtime.runtime_image import LambdaRuntimeUnavailable
 from devstack.stack.template import ROOT
 
@@ -15,8 +16,8 @@ DEFAULT_BUILD_DIR = ROOT / ".aws-sam" / "build"
 # adapter's extension half is devstack.front_doors.web_adapter.
 WEB_ADAPTER_LAYER = Path(__file__).parents[1] / "front_doors" / "layers" / "lambda-web-adapter"
 WEB_ADAPTER_LAYER_NAME = ":layer:LambdaAdapterLayer"
-# Files that drive the build rather than being copied into it.
-_BUILD_INPUTS = {"Makefile", "requirements.txt"}
+# Files that drive the build rather than being copied into it (the digest is McpLayer's cache key).
+_BUILD_INPUTS = {"Makefile", "requirements.txt", DIGEST_NAME}
 
 
 def check_build(build_dir: Path, architecture: str, code_paths: dict[str, Path]) -> None:

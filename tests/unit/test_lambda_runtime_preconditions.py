@@ -14,6 +14,7 @@ import pytest
 from devstack.runtime import interpreter
 from devstack.runtime.build_output import check_build
 from devstack.runtime.interpreter import InterpreterNotFound, find_runtime_python
+from devstack.runtime.layer_cache_key import DIGEST_NAME
 from devstack.runtime.runtime_image import LambdaRuntimeUnavailable
 from devstack.stack.template import ROOT
 from tests.e2e.conftest import free_port_block
@@ -62,6 +63,15 @@ def test_a_build_for_another_architecture_is_refused(build):
     # When it is checked for an arm64 host, Then it names the architecture mismatch and the fix
     with pytest.raises(LambdaRuntimeUnavailable, match=r"another architecture .*run `make build"):
         check_build(built, "arm64", sources)
+
+
+def test_a_layers_cache_key_digest_is_a_build_input_not_a_missing_file(build):
+    # Given the layer's folder holding the digest `make build` writes for sam's cache key (never shipped)
+    built, sources = build
+    (sources["Layer"] / DIGEST_NAME).write_text("0" * 64 + "\n")
+
+    # When it is checked, Then the build is current
+    check_build(built, "x86_64", sources)
 
 
 def test_a_build_older_than_its_source_names_the_changed_file(build):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from devstack.layer_cache_key import DIGEST_NAME, mcp_layer_parts, parts_digest, write_digest
+from devstack.runtime.layer_cache_key import DIGEST_NAME, mcp_layer_parts, parts_digest, write_digest
 from devstack.stack.template import ROOT
 
 SHARED = ROOT / "layers" / "shared"
@@ -76,4 +76,4 @@ def test_make_build_writes_the_digest_before_sam_builds():
     # Given the build recipe
     recipe = (ROOT / "Makefile").read_text().split("\nbuild:", 1)[1].split("\n\n", 1)[0]
     # Then the digest is written before `sam build` reads the layer folders
-    assert recipe.index("devstack.layer_cache_key") < recipe.index("build --template template.yaml")
+    assert recipe.index("devstack.runtime.layer_cache_key") < recipe.index("build --template template.yaml")

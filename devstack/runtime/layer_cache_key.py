@@ -4,7 +4,8 @@ sam keys a cached layer build on the checksum of its ContentUri folder. McpLayer
 requirements and a link to the layers' Makefile, but the layer also ships mcp_backend's endpoint parts
 (MCP_LAYER_PARTS in layers/shared/Makefile), copied from the core layer's sources. Without more, a change to those
 parts would leave the cached layer in place, and a build would ship the old endpoint. `make build` first writes
-their digest into layers/mcp (`python -m devstack.layer_cache_key`), so the folder's checksum moves with them.
+their digest into layers/mcp (`python -m devstack.runtime.layer_cache_key`), so the folder's checksum moves
+with them.
 """
 
 from __future__ import annotations
