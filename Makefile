@@ -195,7 +195,7 @@ build: $(SAM) layer-requirements env ## sam build for arm64, no Docker (ARCH=x86
 	lambda_python="$$($(RUN) python -m devstack.runtime.interpreter $(if $(EXACT_PYTHON),--exact --install,2>/dev/null))" \
 		|| [ -z "$(EXACT_PYTHON)" ] || exit 2; \
 	LAMBDA_ARCHITECTURE=$(ARCH) LAMBDA_PYTHON="$$lambda_python" \
-		$(SAM) build --template template.yaml --build-dir $(BUILD_DIR) --cache-dir .aws-sam/cache-$(ARCH) \
+		$(SAM) build --template template.yaml --build-dir $(BUILD_DIR) --cached --cache-dir .aws-sam/cache-$(ARCH) \
 		--parameter-overrides Architecture=$(ARCH)
 
 deploy: build deploy-built ## sam build + sam deploy (ENV=default|prod from samconfig.toml)

@@ -5,6 +5,7 @@ must move with those parts, so a changed part rebuilds the layer instead of ship
 from __future__ import annotations
 
 import shutil
+import tomllib
 from pathlib import Path
 
 from devstack.runtime.layer_cache_key import DIGEST_NAME, mcp_layer_parts, parts_digest, write_digest
@@ -77,3 +78,15 @@ def test_make_build_writes_the_digest_before_sam_builds():
     recipe = (ROOT / "Makefile").read_text().split("\nbuild:", 1)[1].split("\n\n", 1)[0]
     # Then the digest is written before `sam build` reads the layer folders
     assert recipe.index("devstack.runtime.layer_cache_key") < recipe.index("build --template template.yaml")
+
+
+def test_only_make_build_builds_cached_so_a_plain_sam_build_is_never_stale():
+    # Given the build recipe and samconfig.toml's build sections (what a plain `sam build` reads)
+    recipe = (ROOT / "Makefile").read_text().split("\nbuild:", 1)[1].split("\n\n", 1)[0]
+    samconfig = tomllib.loads((ROOT / "samconfig.toml").read_text())
+    build_sections = {
+        name: env["build"]["parameters"] for name, env in samconfig.items() if isinstance(env, dict) and "build" in env
+    }
+    # Then `make build` asks for the cache, after the digest, and no environment turns it on for `sam build` alone
+    assert "--cached" in recipe and recipe.index("devstack.runtime.layer_cache_key") < recipe.index("--cached")
+    assert build_sections and not any(section.get("cached") for section in build_sections.values())
