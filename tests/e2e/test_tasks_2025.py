@@ -40,14 +40,15 @@ def rpc(endpoint, method: str, params: dict[str, Any], key: str | None = None) -
 
 def wait_until_a_result_is_waiting(endpoint, principal: str = "apikey:user-alice") -> None:
     """Until a tasks/result of the principal holds a calls-in-flight slot, which it takes before it reads its task: a
-    hold longer than the linger of a slot given back (the task's own tools/call left one)."""
+    hold longer than the linger of a slot given back (the task's own tools/call left one). moto builds a new item
+    before its update's attributes, so a slot seen without `expiresAt` is one being taken, not yet held."""
     table = endpoint.local.table_name("RateLimitTable")
     dynamodb = endpoint.local.client("dynamodb")
     for _ in range(600):
         items = dynamodb.scan(TableName=table)["Items"]
         if any(
             item["id"]["S"].startswith(f"inflight#{principal}#")
-            and int(item["expiresAt"]["N"]) > time.time() + SLOT_LINGER_SECONDS
+            and int(item.get("expiresAt", {}).get("N", "0")) > time.time() + SLOT_LINGER_SECONDS
             for item in items
         ):
             return

@@ -45,13 +45,14 @@ def answer_of(response: httpx.Response) -> dict[str, Any]:
 
 def held_slots(table: str) -> int:
     """bob's slots a running request holds: a hold longer than the linger of a slot given back (the task's own
-    tools/call left one)."""
+    tools/call left one). The scan runs beside the app's writes, and moto builds a new item before its update's
+    attributes: a slot item seen without `expiresAt` is one being taken, not yet held."""
     items = boto3.client("dynamodb").scan(TableName=table)["Items"]
     return sum(
         1
         for item in items
         if item["id"]["S"].startswith("inflight#user-bob#")
-        and int(item["expiresAt"]["N"]) > time.time() + SLOT_LINGER_SECONDS
+        and int(item.get("expiresAt", {}).get("N", "0")) > time.time() + SLOT_LINGER_SECONDS
     )
 
 
