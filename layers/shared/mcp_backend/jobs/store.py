@@ -264,23 +264,7 @@ class JobStore:
     def take_answer_callback(self, job_id: str, user_id: str) -> str | None:
         """The callback a running job waits on, taken once (the question is removed with it): None when the job is
         not the owner's, not waiting, or no longer RUNNING."""
-        try:
-            old = self._client.update_item(
-                TableName=self.table_name,
-                Key={"jobId": {"S": job_id}},
-                UpdateExpression="REMOVE awaitingInput, answerCallbackId SET updatedAt = :now",
-                ConditionExpression="userId = :user AND #status = :running AND attribute_exists(answerCallbackId)",
-                ExpressionAttributeNames={"#status": "status"},
-                ExpressionAttributeValues={
-                    ":user": {"S": user_id},
-                    ":now": {"S": _now()},
-                    ":running": {"S": JobStatus.RUNNING},
-                },
-                ReturnValues="UPDATED_OLD",
-            )
-        except self._client.exceptions.ConditionalCheckFailedException:
-            return None
-        return str(old["Attributes"]["answerCallbackId"]["S"])
+        return self._take_once(job_id, user_id, "answerCallbackId", JobStatus.RUNNING)
 
     def record_progress(self, job: JobMessage, fraction: float, message: str) -> bool:
         """A running job's progress (0..1) and what it did last; the write also keeps its concurrent-job slot
@@ -364,23 +348,25 @@ class JobStore:
     def release_held(self, job_id: str, user_id: str) -> JobMessage | None:
         """The held job's message, taken once (the write that removes it is conditional): None when the job is
         not the owner's, not held, or no longer PENDING (cancelled meanwhile)."""
+        held = self._take_once(job_id, user_id, "heldMessage", JobStatus.PENDING)
+        return JobMessage.model_validate_json(held) if held is not None else None
+
+    def _take_once(self, job_id: str, user_id: str, attribute: str, status: JobStatus) -> str | None:
+        """`attribute` of the owner's job in `status`, removed with its question in one conditional write, so only
+        one caller gets it; None when the job is not the owner's, lacks it, or is in another status."""
         try:
             old = self._client.update_item(
                 TableName=self.table_name,
                 Key={"jobId": {"S": job_id}},
-                UpdateExpression="REMOVE awaitingInput, heldMessage SET updatedAt = :now",
-                ConditionExpression="userId = :user AND #status = :pending AND attribute_exists(heldMessage)",
-                ExpressionAttributeNames={"#status": "status"},
-                ExpressionAttributeValues={
-                    ":user": {"S": user_id},
-                    ":now": {"S": _now()},
-                    ":pending": {"S": JobStatus.PENDING},
-                },
+                UpdateExpression="REMOVE awaitingInput, #taken SET updatedAt = :now",
+                ConditionExpression="userId = :user AND #status = :status AND attribute_exists(#taken)",
+                ExpressionAttributeNames={"#status": "status", "#taken": attribute},
+                ExpressionAttributeValues={":user": {"S": user_id}, ":now": {"S": _now()}, ":status": {"S": status}},
                 ReturnValues="UPDATED_OLD",
             )
         except self._client.exceptions.ConditionalCheckFailedException:
             return None
-        return JobMessage.model_validate_json(old["Attributes"]["heldMessage"]["S"])
+        return str(old["Attributes"][attribute]["S"])
 
     def _set_status_if(self, job_id: str, user_id: str, update: str, condition: str, values: dict[str, Any]) -> bool:
         """An update of the owner's job in the state `condition` names; False (nothing written) otherwise."""
